@@ -1,0 +1,51 @@
+"""rlreplay: experience replay for reinforcement learning.
+
+An episode-aware replay buffer with n-step windows, frame stacks, prioritized sampling and
+atomic checkpoints, built on NumPy with Numba kernels for the hot loops.
+
+Example:
+    >>> import numpy as np, rlreplay as rr
+    >>> buf = rr.ReplayBuffer(capacity=100, fields={"obs": rr.Field((4,), np.float32)}, seed=0)
+"""
+
+from rlreplay.batch import Batch
+from rlreplay.buffer import ReplayBuffer, load
+from rlreplay.errors import (
+    CheckpointError,
+    ConfigError,
+    DTypeError,
+    EmptyBufferError,
+    FieldError,
+    InvalidIdError,
+    PriorityError,
+    ReplayClosed,
+    ReplayError,
+    ReplayTimeout,
+    ShapeError,
+)
+from rlreplay.sampling.trees import MaxTree, MinTree, SumTree
+from rlreplay.spec import Field
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "Batch",
+    "CheckpointError",
+    "ConfigError",
+    "DTypeError",
+    "EmptyBufferError",
+    "Field",
+    "FieldError",
+    "InvalidIdError",
+    "MaxTree",
+    "MinTree",
+    "PriorityError",
+    "ReplayBuffer",
+    "ReplayClosed",
+    "ReplayError",
+    "ReplayTimeout",
+    "ShapeError",
+    "SumTree",
+    "__version__",
+    "load",
+]

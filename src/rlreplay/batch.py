@@ -1,0 +1,92 @@
+"""The sample type: a read-only mapping of arrays with attribute access."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+__all__ = ["Batch"]
+
+Array = np.ndarray[Any, Any]
+
+
+class Batch(Mapping[str, Array]):
+    """A sampled batch: ``batch["obs"]`` and ``batch.obs`` both work.
+
+    A batch from :meth:`rlreplay.ReplayBuffer.sample` holds ``obs``, ``action`` (and every other
+    declared field), ``reward``, ``next_obs`` (and ``next_<name>`` for every observation field),
+    ``terminated``, ``truncated``, ``discount``, ``steps``, ``ids``, ``env_ids`` and ``weights``,
+    each with a leading batch axis. The mapping itself is read-only (use :meth:`replace` to derive
+    a new batch); the arrays are fresh, writable copies that share nothing with the buffer.
+
+    Example:
+        >>> import numpy as np, rlreplay as rr
+        >>> b = rr.Batch(obs=np.zeros((2, 3)), reward=np.ones(2))
+        >>> b.reward.sum(), sorted(b)
+        (np.float64(2.0), ['obs', 'reward'])
+    """
+
+    __slots__ = ("_data",)
+    _data: dict[str, Array]
+
+    if TYPE_CHECKING:  # the keys every buffer sample has; extras are reached the same way
+        obs: Array
+        action: Array
+        reward: Array
+        next_obs: Array
+        terminated: Array
+        truncated: Array
+        discount: Array
+        steps: Array
+        ids: Array
+        env_ids: Array
+        weights: Array
+
+    def __init__(self, data: Mapping[str, Array] | None = None, /, **arrays: Array) -> None:
+        merged = dict(data) if data is not None else {}
+        merged.update(arrays)
+        object.__setattr__(self, "_data", merged)
+
+    def __getitem__(self, key: str) -> Array:
+        return self._data[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._data)
+
+    def __len__(self) -> int:
+        return len(self._data)
+
+    def __getattr__(self, name: str) -> Array:
+        try:
+            return self._data[name]
+        except KeyError:
+            raise AttributeError(
+                f"Batch has no field {name!r}; it holds {sorted(self._data)}"
+            ) from None
+
+    def __setattr__(self, name: str, value: object) -> None:
+        raise AttributeError("Batch is read-only; use batch.replace(name=array) for a new one")
+
+    def __repr__(self) -> str:
+        parts = ", ".join(f"{k}: {v.dtype}{list(v.shape)}" for k, v in self._data.items())
+        return f"Batch({parts})"
+
+    def __dir__(self) -> list[str]:
+        return sorted(set(super().__dir__()) | set(self._data))
+
+    @property
+    def batch_size(self) -> int:
+        """Length of the leading axis (0 for an empty batch)."""
+        for v in self._data.values():
+            return int(v.shape[0]) if v.ndim else 0
+        return 0
+
+    def replace(self, **arrays: Array) -> Batch:
+        """A new batch with some arrays replaced or added; this one is unchanged."""
+        return Batch(self._data, **arrays)
+
+    def to_dict(self) -> dict[str, Array]:
+        """A plain ``dict`` of the same arrays (not copied)."""
+        return dict(self._data)

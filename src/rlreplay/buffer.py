@@ -1,0 +1,568 @@
+"""The public replay buffer: composes the schema, storage, episode index and samplers."""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Mapping
+from typing import Any, ClassVar
+
+import numpy as np
+
+from rlreplay.assemble import assemble_transitions
+from rlreplay.batch import Batch
+from rlreplay.checkpoint import CheckpointReader, write_checkpoint
+from rlreplay.episodes import HI, LO, EpisodeIndex, expand_ranges, sampleable_delta
+from rlreplay.errors import (
+    CheckpointError,
+    ConfigError,
+    EmptyBufferError,
+    InvalidIdError,
+    ShapeError,
+)
+from rlreplay.sampling.uniform import draw_uniform
+from rlreplay.spec import Field, Schema
+from rlreplay.storage import Columns, make_backend
+
+__all__ = ["ReplayBuffer", "load"]
+
+Array = np.ndarray[Any, Any]
+
+_INITIAL_FINALS = 16  # final-observation records per env before the first doubling
+
+
+class ReplayBuffer:
+    """An episode-aware ring buffer of environment steps with n-step windows and frame stacks.
+
+    Each env keeps its most recent ``capacity // num_envs`` steps. Every observation is stored
+    once: the next observation of a step is the observation of the following step of the same
+    env, except at an episode's end, where the final ``next_obs`` passed to :meth:`add` is kept.
+    A sampled transition at step ``t`` carries the window ``t .. t+m-1`` with ``m = n_step``
+    unless its episode ended sooner::
+
+        reward   = sum_{j<m} gamma^j r_{t+j}
+        next_obs = obs_{t+m}   (the final observation if the window reached the episode's end)
+        discount = 0 if terminated inside the window else gamma^m;   steps = m
+
+    A step is sampleable once its window is known and nothing it reads was overwritten; frame
+    stacks never reach into another episode (``stack_pad`` fills before the first frame).
+
+    Args:
+        capacity: Transitions stored over all envs; at least ``num_envs * (n_step + frame_stack)``.
+        fields: Name -> :class:`rlreplay.Field` (or ``(shape, dtype)``); at least one
+            observation field (``obs`` always is one). ``reward`` (float32 scalar),
+            ``terminated`` and ``truncated`` (bool) are built in; declaring ``reward`` changes
+            its shape/dtype.
+        num_envs: Parallel environments; with ``E > 1`` every :meth:`add` argument has a
+            leading axis ``E`` (or ``len(env_ids)``).
+        n_step: Window length ``n >= 1``.
+        gamma: Discount in ``[0, 1]``.
+        frame_stack: ``k >= 1``; with ``k > 1`` sampled ``obs``/``next_obs`` are
+            ``(B, k, *frame)`` stacks of the single frames stored in ``obs``.
+        stack_pad: ``"zero"`` or ``"first"``: what fills a stack before an episode's first frame.
+        seed: Seed of the buffer's one :class:`numpy.random.Generator`.
+        storage: ``"memory"`` or ``"memmap"`` (working files in ``path``).
+        path: Directory for ``storage="memmap"``.
+
+    Cost: :meth:`add` is O(fields) plus O(1) bookkeeping; :meth:`sample` is O(B * window)
+    vectorised gathers, independent of the buffer's size. All public methods are thread-safe
+    (one lock).
+
+    Example:
+        >>> import numpy as np, rlreplay as rr
+        >>> buf = rr.ReplayBuffer(capacity=1000, fields={"obs": rr.Field((4,), np.float32),
+        ...                       "action": rr.Field((), np.int64)}, n_step=3, seed=0)
+        >>> for t in range(10):
+        ...     _ = buf.add(obs=np.full(4, t, np.float32), action=t % 2, reward=1.0,
+        ...                 next_obs=np.full(4, t + 1, np.float32), terminated=t == 9,
+        ...                 truncated=False)
+        >>> batch = buf.sample(4)
+        >>> batch.obs.shape, batch.reward.dtype
+        ((4, 4), dtype('float32'))
+    """
+
+    _registry: ClassVar[dict[str, type[ReplayBuffer]]] = {}
+    #: Subclasses that keep per-transition sampling state (priorities) set this to be told, on
+    #: every write, which transitions became sampleable and which stopped being so.
+    _tracks_sampleable: ClassVar[bool] = False
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        ReplayBuffer._registry[cls.__name__] = cls
+
+    def __init__(
+        self,
+        capacity: int,
+        fields: Mapping[str, Field | tuple[Any, Any]],
+        *,
+        num_envs: int = 1,
+        n_step: int = 1,
+        gamma: float = 0.99,
+        frame_stack: int = 1,
+        stack_pad: str = "zero",
+        seed: int | None = None,
+        storage: str = "memory",
+        path: str | os.PathLike[str] | None = None,
+    ) -> None:
+        self.schema = Schema.build(fields)
+        num_envs = _positive_int("num_envs", num_envs)
+        n_step = _positive_int("n_step", n_step)
+        frame_stack = _positive_int("frame_stack", frame_stack)
+        capacity = _positive_int("capacity", capacity)
+        gamma = float(gamma)
+        if not 0.0 <= gamma <= 1.0:
+            raise ConfigError(f"gamma: expected a value in [0, 1], got {gamma}")
+        if capacity < num_envs * (n_step + frame_stack):
+            raise ConfigError(
+                f"capacity: expected at least num_envs * (n_step + frame_stack) = "
+                f"{num_envs} * ({n_step} + {frame_stack}) = {num_envs * (n_step + frame_stack)}"
+                f", got {capacity}"
+            )
+        if frame_stack > 1 and "obs" not in self.schema:
+            raise ConfigError("frame_stack: stacking applies to the 'obs' field; declare 'obs'")
+        if stack_pad not in ("zero", "first"):
+            raise ConfigError(f"stack_pad: expected 'zero' or 'first', got {stack_pad!r}")
+        if seed is not None and not isinstance(seed, int | np.integer):
+            raise ConfigError(f"seed: expected an int or None, got {type(seed).__name__}")
+
+        self.capacity = capacity
+        self.num_envs = num_envs
+        self.n_step = n_step
+        self.gamma = gamma
+        self.frame_stack = frame_stack
+        self.stack_pad = stack_pad
+        self.seed = None if seed is None else int(seed)
+        self._env_capacity = capacity // num_envs
+        self._backend = make_backend(storage, path)
+        self._finals0 = min(_INITIAL_FINALS, self._env_capacity)
+        self._index = EpisodeIndex(num_envs, self._env_capacity, n_step, frame_stack, self._finals0)
+        self._cols = Columns(
+            self.schema, num_envs, self._env_capacity, self._finals0, self._backend
+        )
+        self._rng = np.random.default_rng(self.seed)
+        self._lock = threading.RLock()
+        self._all_envs = np.arange(num_envs, dtype=np.int64)
+        self._one_env = np.zeros(1, np.int64)
+        self._plain_keys = frozenset(self.schema.fields)
+        self._full_keys = self._plain_keys | frozenset(self.schema.next_names())
+
+    # ------------------------------------------------------------------ construction helpers
+    @classmethod
+    def from_spaces(
+        cls, observation_space: Any, action_space: Any, *, capacity: int, **kwargs: Any
+    ) -> ReplayBuffer:
+        """Build a buffer whose fields come from gymnasium spaces.
+
+        ``Box``, ``Discrete``, ``MultiDiscrete`` and ``MultiBinary`` are supported; a ``Dict``
+        observation space gives one observation field per key. The action field is ``action``.
+
+        Args:
+            observation_space: A gymnasium space.
+            action_space: A gymnasium space.
+            capacity: As in the constructor.
+            **kwargs: Any other constructor argument (``extra_fields={...}`` adds fields).
+        """
+        from rlreplay.spaces import fields_from_spaces
+
+        extra = kwargs.pop("extra_fields", {})
+        fields = fields_from_spaces(observation_space, action_space)
+        fields.update(extra)
+        return cls(capacity, fields, **kwargs)
+
+    # ------------------------------------------------------------------ sizes
+    def __len__(self) -> int:
+        """Number of stored transitions."""
+        with self._lock:
+            return self._index.stored
+
+    @property
+    def num_sampleable(self) -> int:
+        """Number of transitions :meth:`sample` draws from."""
+        with self._lock:
+            return int(self._index.sizes().sum())
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes allocated for stored data (columns, final observations and the index)."""
+        with self._lock:
+            index = sum(a.nbytes for a in self._index.state_arrays().values())
+            return self._cols.nbytes + index
+
+    @property
+    def env_capacity(self) -> int:
+        """Transitions each env keeps (``capacity // num_envs``)."""
+        return self._env_capacity
+
+    def __repr__(self) -> str:
+        return (
+            f"{type(self).__name__}(capacity={self.capacity}, num_envs={self.num_envs}, "
+            f"n_step={self.n_step}, frame_stack={self.frame_stack}, len={len(self)}, "
+            f"fields={list(self.schema.fields)})"
+        )
+
+    # ------------------------------------------------------------------ writing
+    def add(self, *, env_ids: Any = None, **values: Any) -> Array:
+        """Store one environment step (of every env, or of the envs in ``env_ids``).
+
+        Args:
+            env_ids: Which envs this step belongs to (unique ints in ``[0, num_envs)``); every
+                value then has a leading axis ``len(env_ids)``. Default: all envs (leading axis
+                ``num_envs`` when ``num_envs > 1``, none when ``num_envs == 1``).
+            **values: One value per field (``obs``, ``action``, ..., ``reward``, ``terminated``,
+                ``truncated``), and ``next_<name>`` for every observation field when a step
+                ends its episode (ignored on other steps).
+
+        Returns:
+            int64 ids of the stored transitions, one per env written.
+
+        Raises:
+            FieldError: Unknown or missing field, or a missing ``next_obs`` at an episode end.
+            ShapeError: A value of the wrong shape, or bad ``env_ids``.
+            DTypeError: An unsafe cast.
+        """
+        with self._lock:
+            if env_ids is None:
+                if self.num_envs == 1:
+                    return self._add_one(values)
+                rows_env = self._all_envs
+            else:
+                rows_env = self._check_env_ids(env_ids)
+            return self._write_rows(rows_env, values, (rows_env.shape[0],))
+
+    def extend(self, *, env_id: int = 0, **values: Any) -> Array:
+        """Store ``T`` consecutive steps of one env in one call (leading axis ``T``).
+
+        Args:
+            env_id: The env the steps belong to.
+            **values: As in :meth:`add`, each with a leading axis ``T``.
+
+        Returns:
+            int64 ids of the ``T`` transitions.
+        """
+        with self._lock:
+            env = self._check_env_ids([env_id], name="env_id")[0]
+            if "terminated" not in values:
+                self.schema.check_keys(values, ending=False)  # names what is missing
+            shape = np.shape(values["terminated"])
+            if len(shape) != 1:
+                raise ShapeError(f"terminated: extend expects shape (T,), got {shape}")
+            rows_env = np.full(shape[0], env, np.int64)
+            return self._write_rows(rows_env, values, (shape[0],))
+
+    def _add_one(self, values: dict[str, Any]) -> Array:
+        """The single-env, single-step path: scalar slot writes, no leading axis."""
+        schema = self.schema
+        if "terminated" not in values or "truncated" not in values:
+            schema.check_keys(values, ending=False)  # names what is missing
+        ending = bool(schema.convert("terminated", values["terminated"], ())) or bool(
+            schema.convert("truncated", values["truncated"], ())
+        )
+        keys = values.keys()
+        if not (keys == self._full_keys or (keys == self._plain_keys and not ending)):
+            schema.check_keys(keys, ending)
+        converted = {name: schema.convert(name, v, ()) for name, v in values.items()}
+        rows_done = np.array([ending])
+        if ending:
+            self._reserve_finals(self._one_env, rows_done)
+        before = self._index.bounds() if self._tracks_sampleable else None
+        t, slots, fpos = self._index.advance(self._one_env, rows_done)
+        self._cols.write(int(slots[0]), converted)
+        if ending:
+            self._cols.write_finals(fpos, converted, rows=None)
+        if before is not None:
+            self._notify_sampleable(before, self._one_env, t)
+        return t * self.num_envs
+
+    def _write_rows(self, rows_env: Array, values: dict[str, Any], lead: tuple[int, ...]) -> Array:
+        """Validate batched values (leading axis ``lead``) and store one row per step."""
+        schema = self.schema
+        if "terminated" not in values or "truncated" not in values:
+            schema.check_keys(values, ending=False)  # names what is missing
+        te = np.asarray(schema.convert("terminated", values["terminated"], lead), np.bool_)
+        tr = np.asarray(schema.convert("truncated", values["truncated"], lead), np.bool_)
+        rows_done = te | tr
+        ending = bool(rows_done.any())
+        schema.check_keys(values, ending)
+        converted = {name: schema.convert(name, v, lead) for name, v in values.items()}
+        C = self._env_capacity
+        if rows_env.shape[0] > C and np.all(rows_env == rows_env[0]):
+            # extend() longer than the ring: write in chunks of at most C rows, so no slot is
+            # written twice in one fancy assignment (whose order NumPy does not define).
+            ids = [
+                self._store_rows(
+                    rows_env[s : s + C],
+                    rows_done[s : s + C],
+                    {k: np.asarray(v)[s : s + C] for k, v in converted.items()},
+                )
+                for s in range(0, rows_env.shape[0], C)
+            ]
+            return np.concatenate(ids)
+        return self._store_rows(rows_env, rows_done, converted)
+
+    def _store_rows(self, rows_env: Array, rows_done: Array, converted: dict[str, Any]) -> Array:
+        """Write validated rows: index first (slots), then columns and finals."""
+        ending = bool(rows_done.any())
+        if ending:
+            self._reserve_finals(rows_env, rows_done)
+        before = self._index.bounds() if self._tracks_sampleable else None
+        t, slots, fpos = self._index.advance(rows_env, rows_done)
+        self._cols.write(slots, converted)
+        if ending:
+            self._cols.write_finals(fpos[rows_done], converted, rows=rows_done)
+        if before is not None:
+            self._notify_sampleable(before, rows_env, t)
+        return t * self.num_envs + rows_env
+
+    def _notify_sampleable(self, before: Array, rows_env: Array, rows_t: Array) -> None:
+        self._on_write(rows_env, rows_t, *sampleable_delta(before, self._index.bounds()))
+
+    def _on_write(
+        self,
+        rows_env: Array,
+        rows_t: Array,
+        removed_env: Array,
+        removed_t: Array,
+        added_env: Array,
+        added_t: Array,
+    ) -> None:
+        """Hook for subclasses with ``_tracks_sampleable``: called after every write.
+
+        Args:
+            rows_env: Env of each step just written.
+            rows_t: Absolute step of each step just written.
+            removed_env: Env of each transition that is no longer sampleable (overwritten,
+                cleared, or its frame stack lost); apply these before ``added``, since an
+                added transition may reuse a removed one's slot.
+            removed_t: Their absolute steps.
+            added_env: Env of each transition that just became sampleable.
+            added_t: Their absolute steps.
+        """
+
+    def _reserve_finals(self, rows_env: Array, rows_done: Array) -> None:
+        moved = self._index.reserve_finals(rows_env, rows_done)
+        if moved is not None:
+            self._cols.grow_finals(self._index.finals_capacity, *moved)
+
+    def _check_env_ids(self, env_ids: Any, name: str = "env_ids") -> Array:
+        arr = np.asarray(env_ids)
+        if arr.ndim != 1 or arr.dtype.kind not in "iu":
+            raise InvalidIdError(
+                f"{name}: expected a 1-D sequence of ints, got {arr.dtype} with shape {arr.shape}"
+            )
+        arr = arr.astype(np.int64, copy=False)
+        if arr.size and (arr.min() < 0 or arr.max() >= self.num_envs):
+            bad = arr[(arr < 0) | (arr >= self.num_envs)]
+            raise InvalidIdError(
+                f"{name}: expected values in [0, {self.num_envs}), got {bad.tolist()}"
+            )
+        if np.unique(arr).size != arr.size:
+            raise InvalidIdError(f"{name}: expected unique env ids, got {arr.tolist()}")
+        return arr
+
+    def clear(self) -> None:
+        """Drop every stored transition. Ids keep counting, so old ids stay recognisably stale."""
+        with self._lock:
+            before = self._index.bounds() if self._tracks_sampleable else None
+            self._index.clear()
+            if before is not None:
+                empty = np.zeros(0, np.int64)
+                self._notify_sampleable(before, empty, empty)
+
+    # ------------------------------------------------------------------ sampling
+    def sample(self, batch_size: int) -> Batch:
+        """Draw ``batch_size`` transitions uniformly, with replacement, from the sampleable ones.
+
+        Returns:
+            A :class:`Batch` with every declared field, ``reward``, ``next_<obs>``,
+            ``terminated``, ``truncated``, ``discount``, ``steps``, ``ids``, ``env_ids`` and
+            ``weights`` (ones).
+
+        Raises:
+            EmptyBufferError: Nothing is sampleable yet.
+        """
+        batch_size = _positive_int("batch_size", batch_size)
+        with self._lock:
+            env_ids, t, extra = self._draw(batch_size)
+            return self._batch(env_ids, t, extra)
+
+    def get_transitions(self, ids: Any) -> Batch:
+        """Assemble the transitions with the given ids (each must be sampleable now).
+
+        Args:
+            ids: Transition ids, as returned by :meth:`add` or found in ``batch.ids``.
+
+        Returns:
+            A :class:`Batch` like :meth:`sample`'s, in the order of ``ids``.
+
+        Raises:
+            InvalidIdError: An id never issued, overwritten, or not sampleable (yet).
+        """
+        with self._lock:
+            env_ids, t, _ = self._index.split_ids(ids)
+            if env_ids.ndim != 1:
+                raise InvalidIdError(f"ids: expected a 1-D array, got shape {env_ids.shape}")
+            env = self._index.env
+            bad = (t < env[env_ids, LO]) | (t >= env[env_ids, HI])
+            if bad.any():
+                raise InvalidIdError(
+                    f"ids: {np.asarray(ids)[bad][:5].tolist()} are not sampleable (overwritten, "
+                    "or their window or frame stack is not complete)"
+                )
+            return self._batch(env_ids, t, {"weights": np.ones(t.shape[0], np.float32)})
+
+    def sampleable_ids(self) -> Array:
+        """Ids of every sampleable transition, env by env in time order."""
+        with self._lock:
+            env_ids, t = expand_ranges(self._index.env[:, LO], self._index.sizes())
+            return self._index.ids(env_ids, t)
+
+    def _draw(self, batch_size: int) -> tuple[Array, Array, dict[str, Array]]:
+        """Choose ``(env_ids, t)`` to sample, plus per-draw arrays such as ``weights``.
+
+        Subclasses override this (prioritized sampling); the base draws uniformly.
+        """
+        sizes = self._index.sizes()
+        if not sizes.any():
+            raise EmptyBufferError(
+                f"sample: nothing is sampleable yet ({len(self)} stored transitions; a "
+                f"transition becomes sampleable once its {self.n_step}-step window is known)"
+            )
+        env_ids, t = draw_uniform(self._index.env[:, LO], sizes, batch_size, self._rng)
+        return env_ids, t, {"weights": np.ones(batch_size, np.float32)}
+
+    def _batch(self, env_ids: Array, t: Array, extra: dict[str, Array]) -> Batch:
+        data = assemble_transitions(
+            self._cols,
+            self._index,
+            env_ids,
+            t,
+            n_step=self.n_step,
+            gamma=self.gamma,
+            frame_stack=self.frame_stack,
+            zero_pad=self.stack_pad == "zero",
+        )
+        data["ids"] = self._index.ids(env_ids, t)
+        data["env_ids"] = env_ids
+        data.update(extra)
+        return Batch(data)
+
+    # ------------------------------------------------------------------ state
+    def _config(self) -> dict[str, Any]:
+        return {
+            "capacity": self.capacity,
+            "fields": self.schema.to_json(),
+            "num_envs": self.num_envs,
+            "n_step": self.n_step,
+            "gamma": self.gamma,
+            "frame_stack": self.frame_stack,
+            "stack_pad": self.stack_pad,
+            "seed": self.seed,
+        }
+
+    def _state_meta(self) -> dict[str, Any]:
+        """Scalars of the state (JSON-able); subclasses extend it."""
+        return {
+            "finals_capacity": self._index.finals_capacity,
+            "rng": self._rng.bit_generator.state,
+        }
+
+    def _state_arrays(self) -> dict[str, Array]:
+        """Arrays of the state (live views); subclasses extend it."""
+        out = {f"index/{k}": v for k, v in self._index.state_arrays().items()}
+        out.update({f"columns/{k}": v for k, v in self._cols.state_arrays().items()})
+        return out
+
+    def _load_meta(self, meta: Mapping[str, Any]) -> None:
+        """Prepare for a state's arrays (resize what they size) and restore its scalars."""
+        finals = int(meta["finals_capacity"])
+        self._index.set_finals_capacity(finals)
+        self._cols.set_finals_capacity(finals)
+        self._rng.bit_generator.state = meta["rng"]
+
+    def state_dict(self) -> dict[str, Any]:
+        """The full state: ``{"class", "config", "meta", "arrays"}`` (arrays are copies)."""
+        with self._lock:
+            return {
+                "class": type(self).__name__,
+                "config": self._config(),
+                "meta": self._state_meta(),
+                "arrays": {k: np.array(v) for k, v in self._state_arrays().items()},
+            }
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Restore a :meth:`state_dict` of a buffer with the same configuration."""
+        with self._lock:
+            if state["config"] != self._config():
+                raise CheckpointError(
+                    "load_state_dict: the state's configuration differs from this buffer's: "
+                    f"{state['config']} != {self._config()}"
+                )
+            self._load_meta(state["meta"])
+            dest = self._state_arrays()
+            for name, arr in state["arrays"].items():
+                dest[name][...] = arr
+
+    def save(self, path: str | os.PathLike[str]) -> None:
+        """Write a checkpoint of everything (contents, cursors, episodes, RNG) to one file.
+
+        The write is atomic (temporary file, fsync, rename), versioned and checksummed. After
+        :func:`rlreplay.load`, the same further calls give exactly the same samples.
+        """
+        with self._lock:
+            self._backend.flush()
+            meta = {
+                "class": type(self).__name__,
+                "config": self._config(),
+                "state": self._state_meta(),
+            }
+            write_checkpoint(path, meta, self._state_arrays())
+
+    @classmethod
+    def _from_checkpoint(cls, reader: CheckpointReader, overrides: dict[str, Any]) -> ReplayBuffer:
+        meta = reader.meta
+        config = dict(meta["config"])
+        config["fields"] = Schema.from_json(config["fields"]).fields
+        config.update(overrides)
+        capacity = config.pop("capacity")
+        fields = config.pop("fields")
+        buf = cls(capacity, fields, **config)
+        buf._load_meta(meta["state"])
+        dest = buf._state_arrays()
+
+        def destination(name: str, dtype: np.dtype[Any], shape: tuple[int, ...]) -> Array:
+            if name not in dest:
+                raise CheckpointError(f"checkpoint: unexpected array {name!r}")
+            return dest[name]
+
+        reader.read_into(destination)
+        missing = set(dest) - {e["name"] for e in reader.table}
+        if missing:
+            raise CheckpointError(f"checkpoint: arrays {sorted(missing)} are missing")
+        return buf
+
+
+def load(path: str | os.PathLike[str], **overrides: Any) -> ReplayBuffer:
+    """Load a checkpoint written by :meth:`ReplayBuffer.save`.
+
+    Args:
+        path: The checkpoint file.
+        **overrides: Constructor arguments that are not data: ``storage``/``path`` to load
+            into a memmap buffer (streamed, no copy in RAM), or functions such as transforms.
+
+    Raises:
+        CheckpointError: Missing, truncated, corrupted or unknown checkpoint.
+    """
+    reader = CheckpointReader(path)
+    name = reader.meta.get("class")
+    cls = ReplayBuffer if name == "ReplayBuffer" else ReplayBuffer._registry.get(str(name))
+    if cls is None:
+        raise CheckpointError(f"checkpoint {str(path)!r}: unknown buffer class {name!r}")
+    return cls._from_checkpoint(reader, overrides)
+
+
+def _positive_int(name: str, value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int | np.integer):
+        raise ConfigError(f"{name}: expected a positive int, got {type(value).__name__} {value!r}")
+    if value < 1:
+        raise ConfigError(f"{name}: expected a positive int, got {value}")
+    return int(value)

@@ -1,0 +1,308 @@
+"""The episode index: per-env step counters, ids, episode boundaries and what is sampleable.
+
+Terminology. Every env ``e`` has an absolute step counter: its ``t``-th step ever added is step
+``t`` of env ``e``. With ``E`` envs and a per-env ring of ``C`` slots, that step lives in slot
+``e * C + t % C`` and has the id ``t * E + e`` (ids are never reused, so ``id -> (e, t)`` is
+always recoverable and a stale id is recognisable: ``t < head[e]``).
+
+Per env the index keeps ``count`` (steps ever added), ``head`` (oldest stored step), ``last_end``
+(the most recent step that ended an episode) and the sampleable range ``[lo, hi)``:
+
+* ``hi = max(last_end + 1, count - n_step)``: steps of finished episodes know their whole
+  window; a step ``t`` of the running episode needs its ``n_step`` successors, ``t + n <= count-1``.
+* ``lo = head`` unless the oldest stored episode was cut by overwriting and ``frame_stack = k >
+  1``: then its first ``k - 1`` stored steps would need overwritten frames and are skipped (never
+  padded).
+
+Both bounds only move forward, so the sampleable set of an env is always one contiguous range
+of absolute steps; a uniform draw over the buffer is a draw over the union of ``E`` ranges.
+
+Per slot the index keeps ``done`` (terminated or truncated), ``ep_start`` (absolute step of the
+episode's first step) and ``final_fid`` (the final-observation record of an episode's last step,
+``-1`` elsewhere). Final observations of ended episodes live in a per-env ring of ``F`` records
+(``F`` grows by doubling when needed) that the storage mirrors; a record dies with its owner step.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numba
+import numpy as np
+
+from rlreplay.errors import InvalidIdError
+
+__all__ = ["EpisodeIndex", "expand_ranges", "sampleable_delta"]
+
+Array = np.ndarray[Any, Any]
+
+# Columns of the per-env state table.
+COUNT, HEAD, LAST_END, LO, HI, F_COUNT, F_HEAD = range(7)
+_NCOLS = 7
+
+
+@numba.njit(cache=True)
+def _recompute_bounds(
+    env: Array, done: Array, ep_start: Array, e: int, C: int, n: int, k: int
+) -> None:  # pragma: no cover - compiled
+    """Set ``lo``/``hi`` of env ``e`` from its counters (see the module docstring)."""
+    count = env[e, COUNT]
+    head = env[e, HEAD]
+    env[e, HI] = max(env[e, LAST_END] + 1, count - n)
+    lo = head
+    # The oldest stored episode started before `head` (it was cut): its steps whose stack reaches
+    # below `head` are not sampleable. They are the steps head .. head+k-2 up to its end.
+    if k > 1 and count > head and ep_start[e * C + head % C] < head:
+        j = head
+        while j < head + k - 1 and j < count:
+            lo = j + 1
+            if done[e * C + j % C]:
+                break
+            j += 1
+    env[e, LO] = lo
+
+
+@numba.njit(cache=True)
+def _advance(
+    env: Array,
+    done: Array,
+    ep_start: Array,
+    final_fid: Array,
+    final_owner: Array,
+    rows_env: Array,
+    rows_done: Array,
+    C: int,
+    F: int,
+    n: int,
+    k: int,
+    out_t: Array,
+    out_slot: Array,
+    out_fpos: Array,
+) -> None:  # pragma: no cover - compiled
+    """Account for one new step per row (rows of one env must be in time order).
+
+    Writes each row's absolute step, slot and (for rows that end an episode) the position of its
+    final-observation record, and updates every counter. Room for the final records must have
+    been reserved (:meth:`EpisodeIndex.reserve_finals`).
+    """
+    for i in range(rows_env.shape[0]):
+        e = rows_env[i]
+        t = env[e, COUNT]
+        slot = e * C + t % C
+        out_t[i] = t
+        out_slot[i] = slot
+        d = rows_done[i]
+        done[slot] = d
+        ep_start[slot] = env[e, LAST_END] + 1
+        if d:
+            fid = env[e, F_COUNT]
+            pos = e * F + fid % F
+            final_owner[pos] = t
+            final_fid[slot] = fid
+            out_fpos[i] = pos
+            env[e, F_COUNT] = fid + 1
+            env[e, LAST_END] = t
+        else:
+            final_fid[slot] = -1
+            out_fpos[i] = -1
+        env[e, COUNT] = t + 1
+        # Writing step t overwrote step t - C: the oldest stored step is now t + 1 - C.
+        env[e, HEAD] = max(env[e, HEAD], t + 1 - C)
+        # Final records whose owner step was overwritten are dead.
+        while env[e, F_HEAD] < env[e, F_COUNT] and (
+            final_owner[e * F + env[e, F_HEAD] % F] < env[e, HEAD]
+        ):
+            env[e, F_HEAD] += 1
+        _recompute_bounds(env, done, ep_start, e, C, n, k)
+
+
+def expand_ranges(lo: Array, sizes: Array) -> tuple[Array, Array]:
+    """All ``(env, t)`` with ``lo[e] <= t < lo[e] + sizes[e]``, env by env in time order."""
+    sizes = np.maximum(sizes, 0)
+    env_ids = np.repeat(np.arange(lo.shape[0], dtype=np.int64), sizes)
+    starts = np.cumsum(sizes) - sizes
+    t = np.arange(int(sizes.sum()), dtype=np.int64) - np.repeat(starts - lo, sizes)
+    return env_ids, t
+
+
+def sampleable_delta(before: Array, after: Array) -> tuple[Array, Array, Array, Array]:
+    """What changed between two snapshots of the per-env ``[lo, hi)`` columns.
+
+    Both bounds only move forward, so steps ``[lo0, min(hi0, lo1))`` left the sampleable set and
+    ``[max(hi0, lo1), hi1)`` joined it (an empty earlier range has ``hi0 <= lo0 <= lo1``).
+
+    Args:
+        before: ``(E, 2)`` int64 ``[lo, hi]`` before a write.
+        after: The same after it.
+
+    Returns:
+        ``(removed_env, removed_t, added_env, added_t)``.
+    """
+    lo0, hi0, lo1, hi1 = before[:, 0], before[:, 1], after[:, 0], after[:, 1]
+    removed = expand_ranges(lo0, np.minimum(hi0, lo1) - lo0)
+    start = np.maximum(hi0, lo1)
+    added = expand_ranges(start, hi1 - start)
+    return removed[0], removed[1], added[0], added[1]
+
+
+class EpisodeIndex:
+    """Counters, ids, episode boundaries and sampleable ranges of a buffer's envs.
+
+    Args:
+        num_envs: ``E``.
+        env_capacity: ``C``, slots per env.
+        n_step: Window length ``n``.
+        frame_stack: Stack depth ``k``.
+        finals_capacity: Initial ``F`` (final records per env); grows by doubling.
+
+    Cost: O(1) per added step (O(k) when the oldest episode is cut); the sampleable ranges are
+    maintained incrementally, so sampling never scans the buffer.
+    """
+
+    def __init__(
+        self, num_envs: int, env_capacity: int, n_step: int, frame_stack: int, finals_capacity: int
+    ) -> None:
+        self.num_envs = E = num_envs
+        self.env_capacity = C = env_capacity
+        self.n_step = n_step
+        self.frame_stack = frame_stack
+        self.finals_capacity = finals_capacity
+        self.env = np.zeros((E, _NCOLS), np.int64)
+        self.env[:, LAST_END] = -1
+        self.done = np.zeros(E * C, np.bool_)
+        self.ep_start = np.zeros(E * C, np.int64)
+        self.final_fid = np.full(E * C, -1, np.int64)
+        self.final_owner = np.full(E * finals_capacity, -1, np.int64)
+
+    # ------------------------------------------------------------------ writing
+    def reserve_finals(self, rows_env: Array, rows_done: Array) -> tuple[Array, Array] | None:
+        """Make room for the final records of the episodes that end in the coming rows.
+
+        Returns:
+            ``None`` when the ring was big enough, else ``(old_positions, new_positions)`` of
+            the live records after doubling ``F``; the storage must move its finals likewise.
+        """
+        ends = np.bincount(rows_env[rows_done], minlength=self.num_envs)
+        live = self.env[:, F_COUNT] - self.env[:, F_HEAD]
+        need = int((live + ends).max())
+        if need <= self.finals_capacity:
+            return None
+        old_F = self.finals_capacity
+        new_F = old_F
+        while new_F < need:
+            new_F *= 2
+        # Move every live record r of env e from e*F + r%F to e*F' + r%F'.
+        counts = live
+        env_of = np.repeat(np.arange(self.num_envs), counts)
+        fid = np.arange(counts.sum()) - np.repeat(np.cumsum(counts) - counts, counts)
+        fid += np.repeat(self.env[:, F_HEAD], counts)
+        old_pos = env_of * old_F + fid % old_F
+        new_pos = env_of * new_F + fid % new_F
+        owner = np.full(self.num_envs * new_F, -1, np.int64)
+        owner[new_pos] = self.final_owner[old_pos]
+        self.final_owner = owner
+        self.finals_capacity = new_F
+        return old_pos, new_pos
+
+    def advance(self, rows_env: Array, rows_done: Array) -> tuple[Array, Array, Array]:
+        """Account for new steps (after :meth:`reserve_finals`).
+
+        Args:
+            rows_env: int64 env of each new step; one env's rows in time order.
+            rows_done: bool, whether each step ends its episode.
+
+        Returns:
+            ``(t, slots, final_positions)`` per row; ``final_positions`` is -1 where the step
+            does not end its episode.
+        """
+        nrows = rows_env.shape[0]
+        out_t = np.empty(nrows, np.int64)
+        out_slot = np.empty(nrows, np.int64)
+        out_fpos = np.empty(nrows, np.int64)
+        _advance(
+            self.env,
+            self.done,
+            self.ep_start,
+            self.final_fid,
+            self.final_owner,
+            rows_env,
+            rows_done,
+            self.env_capacity,
+            self.finals_capacity,
+            self.n_step,
+            self.frame_stack,
+            out_t,
+            out_slot,
+            out_fpos,
+        )
+        return out_t, out_slot, out_fpos
+
+    def clear(self) -> None:
+        """Forget every stored step; counters (and so ids) keep counting."""
+        self.env[:, HEAD] = self.env[:, COUNT]
+        self.env[:, F_HEAD] = self.env[:, F_COUNT]
+        self.env[:, LO] = self.env[:, HEAD]
+        self.env[:, HI] = self.env[:, HEAD]
+
+    # ------------------------------------------------------------------ queries
+    @property
+    def stored(self) -> int:
+        """Number of stored steps over all envs."""
+        return int((self.env[:, COUNT] - self.env[:, HEAD]).sum())
+
+    def bounds(self) -> Array:
+        """A copy of the per-env ``[lo, hi]`` columns (``(E, 2)`` int64)."""
+        return self.env[:, LO : HI + 1].copy()
+
+    def sizes(self) -> Array:
+        """Number of sampleable steps per env (int64, shape ``(E,)``)."""
+        out: Array = np.maximum(self.env[:, HI] - self.env[:, LO], 0)
+        return out
+
+    def slots(self, env_ids: Array, t: Array) -> Array:
+        """Slots of absolute steps ``t`` of envs ``env_ids``."""
+        C = self.env_capacity
+        out: Array = env_ids * C + t % C
+        return out
+
+    def ids(self, env_ids: Array, t: Array) -> Array:
+        """Stable ids of steps."""
+        out: Array = t * self.num_envs + env_ids
+        return out
+
+    def split_ids(self, ids: Any, *, name: str = "ids") -> tuple[Array, Array, Array]:
+        """Map ids to ``(env_ids, t, stale)`` where ``stale`` marks overwritten steps.
+
+        Raises:
+            InvalidIdError: An id that was never issued.
+        """
+        arr = np.asarray(ids)
+        if arr.dtype.kind not in "iu":
+            raise InvalidIdError(f"{name}: expected integer ids, got dtype {arr.dtype}")
+        arr = arr.astype(np.int64, copy=False)
+        env_ids = arr % self.num_envs
+        t = arr // self.num_envs
+        bad = (arr < 0) | (t >= self.env[env_ids, COUNT])
+        if bad.any():
+            raise InvalidIdError(
+                f"{name}: {arr[bad][:5].tolist()} were never issued by this buffer "
+                f"(ids are >= 0 and below the next id of their env)"
+            )
+        stale = t < self.env[env_ids, HEAD]
+        return env_ids, t, stale
+
+    # ------------------------------------------------------------------ state
+    def state_arrays(self) -> dict[str, Array]:
+        """The arrays that make up the index (live views, for checkpoints)."""
+        return {
+            "env": self.env,
+            "done": self.done,
+            "ep_start": self.ep_start,
+            "final_fid": self.final_fid,
+            "final_owner": self.final_owner,
+        }
+
+    def set_finals_capacity(self, finals_capacity: int) -> None:
+        """Resize (empty) final-record bookkeeping before loading a checkpoint into it."""
+        self.finals_capacity = finals_capacity
+        self.final_owner = np.full(self.num_envs * finals_capacity, -1, np.int64)

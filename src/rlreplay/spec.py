@@ -1,0 +1,346 @@
+"""Field declarations, the buffer's schema, and the rules that turn user input into storable arrays.
+
+A :class:`Field` declares the shape and dtype of one value stored per environment step. A
+:class:`Schema` is the buffer's full set of fields (declared ones plus the built-in ``reward``,
+``terminated`` and ``truncated``) and owns input validation:
+
+* NumPy arrays (and NumPy scalars) are accepted when NumPy's ``same_kind`` rule allows the cast to
+  the field's dtype (``float64 -> float32`` is fine, ``float -> int`` is not); narrowing integer
+  casts are additionally checked value by value, so nothing wraps around silently.
+* Python scalars follow NumPy's weak-scalar rules: accepted when the value fits the dtype
+  (``3`` into ``uint8`` yes, ``300`` no, ``1.5`` into ``int64`` no, ``1`` into ``bool`` no).
+* Lists and other array-likes go through :func:`numpy.asarray` first and then the array rule.
+
+Validation never writes anything: it returns values that can be assigned into storage without
+any further failure, so a rejected call leaves the buffer unchanged.
+"""
+
+from __future__ import annotations
+
+import keyword
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, TypeAlias
+
+import numpy as np
+
+from rlreplay.errors import ConfigError, DTypeError, FieldError, ShapeError
+
+__all__ = ["BUILTIN_FIELDS", "RESERVED_NAMES", "Field", "FieldLike", "Schema", "as_field"]
+
+ShapeLike: TypeAlias = int | tuple[int, ...] | list[int]
+FieldLike: TypeAlias = "Field | tuple[Any, Any]"
+
+#: Names that samples compute; a declared field may not use them.
+RESERVED_NAMES = frozenset(
+    {
+        "discount",
+        "steps",
+        "ids",
+        "env_ids",
+        "weights",
+        "probabilities",
+        "mask",
+        "discounted_return",
+    }
+)
+
+
+@dataclass(frozen=True)
+class Field:
+    """Shape and dtype of one value stored per environment step.
+
+    Args:
+        shape: Shape of one step's value (``()`` for a scalar). An int ``n`` means ``(n,)``.
+        dtype: Anything :class:`numpy.dtype` accepts.
+        observation: Whether this is an observation field: stored once per step, with the
+            next observation taken from the following step of the same episode (or from the
+            final observation passed as ``next_<name>`` when the episode ends). ``obs`` is
+            always an observation field.
+
+    Example:
+        >>> import numpy as np, rlreplay as rr
+        >>> rr.Field((84, 84), np.uint8, observation=True).nbytes
+        7056
+    """
+
+    shape: tuple[int, ...]
+    dtype: np.dtype[Any]
+    observation: bool = False
+
+    def __init__(self, shape: ShapeLike, dtype: Any, observation: bool = False) -> None:
+        if isinstance(shape, int | np.integer):
+            shape = (int(shape),)
+        try:
+            norm = tuple(int(s) for s in shape)
+        except TypeError as exc:
+            raise ConfigError(
+                f"Field shape: expected a tuple of non-negative ints, got {shape!r}"
+            ) from exc
+        if any(s < 0 for s in norm):
+            raise ConfigError(f"Field shape: expected non-negative sizes, got {norm}")
+        try:
+            dt = np.dtype(dtype)
+        except TypeError as exc:
+            raise ConfigError(f"Field dtype: {dtype!r} is not a NumPy dtype") from exc
+        if dt.kind not in "biufc":
+            raise ConfigError(
+                f"Field dtype: expected a boolean or numeric dtype, got {dt} (kind {dt.kind!r})"
+            )
+        object.__setattr__(self, "shape", norm)
+        object.__setattr__(self, "dtype", dt)
+        object.__setattr__(self, "observation", bool(observation))
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes one step's value takes."""
+        return int(np.prod(self.shape, dtype=np.int64)) * self.dtype.itemsize
+
+    def to_json(self) -> dict[str, Any]:
+        """A JSON-able description (for checkpoints)."""
+        return {"shape": list(self.shape), "dtype": self.dtype.str, "observation": self.observation}
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> Field:
+        """Inverse of :meth:`to_json`."""
+        return cls(tuple(d["shape"]), np.dtype(d["dtype"]), bool(d["observation"]))
+
+
+def as_field(name: str, value: Field | tuple[Any, Any]) -> Field:
+    """Accept a :class:`Field` or a ``(shape, dtype)`` tuple for field ``name``."""
+    if isinstance(value, Field):
+        return value
+    if isinstance(value, tuple) and len(value) == 2:
+        return Field(value[0], value[1])
+    raise ConfigError(
+        f"fields[{name!r}]: expected rr.Field(shape, dtype) or a (shape, dtype) tuple, "
+        f"got {value!r}"
+    )
+
+
+BUILTIN_FIELDS: dict[str, Field] = {
+    "reward": Field((), np.float32),
+    "terminated": Field((), np.bool_),
+    "truncated": Field((), np.bool_),
+}
+
+_PY_SCALARS = (bool, int, float, complex)
+_MAX_CACHED = 512
+
+
+@dataclass
+class Schema:
+    """The fields of a buffer and the input rules for them.
+
+    Invariants: ``obs`` (if declared) is an observation field; there is at least one
+    observation field; ``reward``/``terminated``/``truncated`` are always present (``reward`` may
+    be redeclared with another shape/dtype, the two flags are always bool scalars); names are
+    identifiers, not reserved and do not start with ``next_``.
+    """
+
+    fields: dict[str, Field]
+    observation_names: tuple[str, ...] = field(init=False)
+    _ok: set[tuple[str, np.dtype[Any], tuple[int, ...]]] = field(
+        init=False, default_factory=set, repr=False
+    )
+
+    def __post_init__(self) -> None:
+        self.observation_names = tuple(n for n, f in self.fields.items() if f.observation)
+
+    @classmethod
+    def build(cls, declared: Mapping[str, Field | tuple[Any, Any]]) -> Schema:
+        """Validate the user's ``fields=`` argument and add the built-in fields."""
+        if not isinstance(declared, Mapping):
+            raise ConfigError(
+                f"fields: expected a mapping of name -> rr.Field, got {type(declared).__name__}"
+            )
+        out: dict[str, Field] = {}
+        for name, value in declared.items():
+            _check_name(name)
+            f = as_field(name, value)
+            if name == "obs" and not f.observation:
+                f = Field(f.shape, f.dtype, observation=True)
+            if name in ("terminated", "truncated") and (f.shape != () or f.dtype != np.bool_):
+                raise ConfigError(
+                    f"fields[{name!r}]: {name} is built in as a bool scalar; "
+                    f"got shape {f.shape} dtype {f.dtype}"
+                )
+            if name in BUILTIN_FIELDS and f.observation:
+                raise ConfigError(f"fields[{name!r}]: {name} cannot be an observation field")
+            out[name] = f
+        if not any(f.observation for f in out.values()):
+            raise ConfigError(
+                "fields: expected at least one observation field ('obs', or a field declared "
+                f"rr.Field(..., observation=True)); got {sorted(out)}"
+            )
+        for name, f in BUILTIN_FIELDS.items():
+            out.setdefault(name, f)
+        return cls(out)
+
+    # ------------------------------------------------------------------ queries
+    def __contains__(self, name: object) -> bool:
+        return name in self.fields
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        """All stored field names, declaration order, built-ins last."""
+        return tuple(self.fields)
+
+    def next_names(self) -> tuple[str, ...]:
+        """``next_<name>`` for every observation field."""
+        return tuple("next_" + n for n in self.observation_names)
+
+    def to_json(self) -> dict[str, Any]:
+        """JSON-able description, round-tripped by :meth:`from_json`."""
+        return {name: f.to_json() for name, f in self.fields.items()}
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> Schema:
+        """Inverse of :meth:`to_json`."""
+        return cls({name: Field.from_json(v) for name, v in d.items()})
+
+    # ------------------------------------------------------------------ input rules
+    def check_keys(self, given: Iterable[str], ending: bool) -> None:
+        """Check that ``given`` names every field, plus ``next_<obs>`` when ``ending``.
+
+        Args:
+            given: The keyword names of an ``add``/``extend`` call.
+            ending: Whether any step of the call ends its episode.
+
+        Raises:
+            FieldError: An unknown name, or a missing field / ``next_<name>``.
+        """
+        given_set = set(given)
+        allowed = set(self.fields) | set(self.next_names())
+        unknown = given_set - allowed
+        if unknown:
+            raise FieldError(
+                f"unknown field(s) {sorted(unknown)}: this buffer stores {sorted(self.fields)} "
+                f"(plus {sorted(self.next_names())} at episode ends)"
+            )
+        missing = set(self.fields) - given_set
+        if missing:
+            raise FieldError(
+                f"missing field(s) {sorted(missing)}: every add/extend call needs "
+                f"{sorted(self.fields)}"
+            )
+        if ending:
+            missing_next = set(self.next_names()) - given_set
+            if missing_next:
+                raise FieldError(
+                    f"missing {sorted(missing_next)}: a step that ends its episode "
+                    "(terminated or truncated) needs its final observation"
+                )
+
+    def convert(self, name: str, value: Any, lead: tuple[int, ...]) -> Any:
+        """Validate ``value`` for field ``name`` with leading axes ``lead``.
+
+        Args:
+            name: A field name, or ``next_<obs field>`` (validated like that field).
+            value: What the caller passed.
+            lead: Leading axes expected before the field's shape (``()`` for one step,
+                ``(E,)`` for a vector-env step, ``(T,)`` for ``extend``).
+
+        Returns:
+            A value (NumPy array or a Python scalar that fits) that can be assigned into the
+            field's storage without further checks.
+
+        Raises:
+            ShapeError: The shape is not ``lead + field.shape``.
+            DTypeError: The cast to the field's dtype would be unsafe, or a value does not fit.
+        """
+        f = self.fields[name[5:] if name.startswith("next_") else name]
+        if isinstance(value, np.ndarray):
+            return self._convert_array(name, f, value, lead)
+        if isinstance(value, _PY_SCALARS) and not isinstance(value, np.generic):
+            if lead or f.shape:
+                raise ShapeError(
+                    f"{name}: expected shape {lead + f.shape}, got a Python scalar {value!r}"
+                )
+            return _convert_py_scalar(name, f.dtype, value)
+        try:
+            arr = np.asarray(value)
+        except (ValueError, TypeError) as exc:
+            raise ShapeError(
+                f"{name}: could not convert {type(value).__name__} to an array: {exc}"
+            ) from exc
+        if arr.dtype == object:
+            raise DTypeError(
+                f"{name}: expected {f.dtype} values, got an object array from "
+                f"{type(value).__name__} (ragged or non-numeric input)"
+            )
+        return self._convert_array(name, f, arr, lead)
+
+    def _convert_array(
+        self, name: str, f: Field, arr: np.ndarray[Any, Any], lead: tuple[int, ...]
+    ) -> np.ndarray[Any, Any]:
+        # Validation results are cached per (name, dtype, shape): the per-step path then costs
+        # one set lookup. Narrowing integer casts are never cached: their values are checked.
+        key = (name, arr.dtype, arr.shape)
+        if key in self._ok:
+            return arr
+        expected = lead + f.shape
+        if arr.shape != expected:
+            raise ShapeError(f"{name}: expected shape {expected}, got {arr.shape}")
+        if arr.dtype != f.dtype:
+            if not np.can_cast(arr.dtype, f.dtype, casting="same_kind"):
+                raise DTypeError(
+                    f"{name}: cannot store {arr.dtype} values in a {f.dtype} field "
+                    f"(only same_kind casts are allowed; convert explicitly, e.g. "
+                    f".astype(np.{f.dtype.name}), if the loss is intended)"
+                )
+            if _narrowing_int(arr.dtype, f.dtype) and arr.size:
+                info = np.iinfo(f.dtype)
+                lo, hi = arr.min(), arr.max()
+                if lo < info.min or hi > info.max:
+                    raise DTypeError(
+                        f"{name}: values in [{lo}, {hi}] do not fit {f.dtype} "
+                        f"(range [{info.min}, {info.max}])"
+                    )
+                return arr
+        if len(self._ok) < _MAX_CACHED:  # extend() sees many lengths; keep the cache small
+            self._ok.add(key)
+        return arr
+
+
+def _narrowing_int(src: np.dtype[Any], dst: np.dtype[Any]) -> bool:
+    """Whether an integer/bool -> integer cast may lose values (so values must be checked)."""
+    return src.kind in "iu" and dst.kind in "iu" and not np.can_cast(src, dst, casting="safe")
+
+
+def _convert_py_scalar(name: str, dtype: np.dtype[Any], value: bool | int | float | complex) -> Any:
+    """Apply NumPy's weak-scalar rule to a Python scalar for a field of ``dtype``."""
+    kind = dtype.kind
+    ok = (
+        (kind == "b" and isinstance(value, bool))
+        or (kind in "iu" and isinstance(value, int))
+        or (kind == "f" and isinstance(value, int | float))
+        or kind == "c"
+    )
+    if not ok:
+        raise DTypeError(
+            f"{name}: cannot store Python {type(value).__name__} {value!r} in a {dtype} field "
+            f"(pass a {'bool' if kind == 'b' else dtype.name} value)"
+        )
+    if kind in "iu" and isinstance(value, int) and not isinstance(value, bool):
+        info = np.iinfo(dtype)
+        if not info.min <= value <= info.max:
+            raise DTypeError(
+                f"{name}: {value} does not fit {dtype} (range [{info.min}, {info.max}])"
+            )
+    return value
+
+
+def _check_name(name: object) -> None:
+    if not isinstance(name, str) or not name.isidentifier() or keyword.iskeyword(name):
+        raise ConfigError(f"fields: field names must be Python identifiers, got {name!r}")
+    if name.startswith("next_"):
+        raise ConfigError(
+            f"fields[{name!r}]: names starting with 'next_' are reserved for the next "
+            "observation of observation fields"
+        )
+    if name in RESERVED_NAMES or name.startswith("_"):
+        raise ConfigError(
+            f"fields[{name!r}]: {name!r} is reserved (samples compute {sorted(RESERVED_NAMES)}); "
+            "choose another name"
+        )

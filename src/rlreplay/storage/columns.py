@@ -1,0 +1,111 @@
+"""The stored data: one preallocated column per field, plus final observations of ended episodes.
+
+Layout: a column of field ``f`` has shape ``(E * C, *f.shape)``; env ``e``'s ring occupies rows
+``e*C .. e*C + C - 1``. Each observation field also has a *finals* column of shape
+``(E * F, *f.shape)`` holding the final observation of each stored episode that ended (the
+observation after its last step, which no later step stores). Every observation is thus stored
+exactly once. Which row means what is the episode index's business, not this module's.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from rlreplay.spec import Schema
+from rlreplay.storage.backends import Backend
+
+__all__ = ["Columns"]
+
+Array = np.ndarray[Any, Any]
+
+
+class Columns:
+    """Per-field column arrays of one buffer.
+
+    Args:
+        schema: The buffer's fields.
+        num_envs: ``E``.
+        env_capacity: ``C``, rows per env.
+        finals_capacity: ``F``, final-observation rows per env.
+        backend: Where the arrays live.
+    """
+
+    def __init__(
+        self,
+        schema: Schema,
+        num_envs: int,
+        env_capacity: int,
+        finals_capacity: int,
+        backend: Backend,
+    ) -> None:
+        self.schema = schema
+        self.num_envs = num_envs
+        self.env_capacity = env_capacity
+        self.finals_capacity = finals_capacity
+        self.backend = backend
+        rows = num_envs * env_capacity
+        self.steps: dict[str, Array] = {
+            name: backend.allocate(name, (rows, *f.shape), f.dtype)
+            for name, f in schema.fields.items()
+        }
+        self.finals: dict[str, Array] = {
+            name: self._alloc_finals(name, finals_capacity) for name in schema.observation_names
+        }
+
+    def _alloc_finals(self, name: str, finals_capacity: int) -> Array:
+        f = self.schema.fields[name]
+        return self.backend.allocate(
+            f"final-{name}", (self.num_envs * finals_capacity, *f.shape), f.dtype
+        )
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes allocated for stored data."""
+        return sum(a.nbytes for a in self.steps.values()) + sum(
+            a.nbytes for a in self.finals.values()
+        )
+
+    def write(self, slots: Array | int, values: Mapping[str, Any]) -> None:
+        """Store validated ``values`` (one entry per field) at ``slots``."""
+        for name, col in self.steps.items():
+            col[slots] = values[name]
+
+    def write_finals(self, positions: Array, values: Mapping[str, Any], rows: Array | None) -> None:
+        """Store final observations ``next_<name>`` at final ``positions``.
+
+        Args:
+            positions: Final-record positions, one per ending step.
+            values: The call's validated values (``next_<name>`` entries are read).
+            rows: Which rows of the call's values end their episode (``None`` for a single,
+                unbatched step).
+        """
+        for name, col in self.finals.items():
+            v = values["next_" + name]
+            col[positions] = v if rows is None else np.asarray(v)[rows]
+
+    def grow_finals(self, new_capacity: int, old_pos: Array, new_pos: Array) -> None:
+        """Reallocate the finals columns with ``new_capacity`` rows per env, moving live rows."""
+        for name, old in list(self.finals.items()):
+            # A memmap backend unlinks the old file on reallocation; the mapping stays readable
+            # until `old` is dropped, so the copy below is safe on both backends.
+            fresh = self._alloc_finals(name, new_capacity)
+            fresh[new_pos] = old[old_pos]
+            self.finals[name] = fresh
+        self.finals_capacity = new_capacity
+
+    def set_finals_capacity(self, finals_capacity: int) -> None:
+        """Reallocate empty finals columns (before loading a checkpoint into them)."""
+        self.finals = {
+            name: self._alloc_finals(name, finals_capacity)
+            for name in self.schema.observation_names
+        }
+        self.finals_capacity = finals_capacity
+
+    def state_arrays(self) -> dict[str, Array]:
+        """Every column (live views, for checkpoints)."""
+        out = {f"steps/{k}": v for k, v in self.steps.items()}
+        out.update({f"finals/{k}": v for k, v in self.finals.items()})
+        return out
