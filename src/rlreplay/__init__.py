@@ -23,6 +23,7 @@ from rlreplay.errors import (
     ReplayTimeout,
     ShapeError,
 )
+from rlreplay.prioritized import PrioritizedReplayBuffer
 from rlreplay.sampling.trees import MaxTree, MinTree, SumTree
 from rlreplay.spec import Field
 
@@ -39,6 +40,7 @@ __all__ = [
     "InvalidIdError",
     "MaxTree",
     "MinTree",
+    "PrioritizedReplayBuffer",
     "PriorityError",
     "ReplayBuffer",
     "ReplayClosed",

@@ -52,13 +52,13 @@ def nstep_window(
     rew, te_col, tr_col = cols.steps["reward"], cols.steps["terminated"], cols.steps["truncated"]
     slot = base + t % C
     if n == 1:
-        te = te_col[slot]
+        te, tr = te_col[slot], tr_col[slot]
         return Window(
             m=np.ones(t.shape[0], np.int64),
             reward=rew[slot].astype(np.result_type(rew.dtype, np.float32), copy=False),
             terminated=te,
-            truncated=tr_col[slot] & ~te,
-            ended=index.done[slot],
+            truncated=tr & ~te,
+            ended=te | tr,
         )
     B = t.shape[0]
     ret = np.zeros((B, *rew.shape[1:]), np.result_type(rew.dtype, np.float32))
@@ -71,10 +71,10 @@ def nstep_window(
         s = base + (t + j) % C
         ret += np.where(alive[expand], (gamma**j) * rew[s], 0)
         m += alive
-        te_j = te_col[s]
+        te_j, tr_j = te_col[s], tr_col[s]
         te |= alive & te_j
-        tr |= alive & tr_col[s] & ~te_j
-        alive &= ~index.done[s]
+        tr |= alive & tr_j & ~te_j
+        alive &= ~(te_j | tr_j)
     return Window(m=m, reward=ret, terminated=te, truncated=tr, ended=~alive)
 
 

@@ -59,6 +59,8 @@ class Batch(Mapping[str, Array]):
         return len(self._data)
 
     def __getattr__(self, name: str) -> Array:
+        if name.startswith("__") or name == "_data":  # copy/pickle probe before _data exists
+            raise AttributeError(name)
         try:
             return self._data[name]
         except KeyError:
@@ -68,6 +70,9 @@ class Batch(Mapping[str, Array]):
 
     def __setattr__(self, name: str, value: object) -> None:
         raise AttributeError("Batch is read-only; use batch.replace(name=array) for a new one")
+
+    def __reduce__(self) -> tuple[type[Batch], tuple[dict[str, Array]]]:
+        return (Batch, (self._data,))
 
     def __repr__(self) -> str:
         parts = ", ".join(f"{k}: {v.dtype}{list(v.shape)}" for k, v in self._data.items())

@@ -18,6 +18,7 @@ from rlreplay.errors import (
     ConfigError,
     EmptyBufferError,
     InvalidIdError,
+    ReplayClosed,
     ShapeError,
 )
 from rlreplay.sampling.uniform import draw_uniform
@@ -109,6 +110,8 @@ class ReplayBuffer:
         n_step = _positive_int("n_step", n_step)
         frame_stack = _positive_int("frame_stack", frame_stack)
         capacity = _positive_int("capacity", capacity)
+        if isinstance(gamma, bool) or not isinstance(gamma, int | float | np.number):
+            raise ConfigError(f"gamma: expected a number in [0, 1], got {gamma!r}")
         gamma = float(gamma)
         if not 0.0 <= gamma <= 1.0:
             raise ConfigError(f"gamma: expected a value in [0, 1], got {gamma}")
@@ -122,8 +125,10 @@ class ReplayBuffer:
             raise ConfigError("frame_stack: stacking applies to the 'obs' field; declare 'obs'")
         if stack_pad not in ("zero", "first"):
             raise ConfigError(f"stack_pad: expected 'zero' or 'first', got {stack_pad!r}")
-        if seed is not None and not isinstance(seed, int | np.integer):
-            raise ConfigError(f"seed: expected an int or None, got {type(seed).__name__}")
+        if seed is not None and (
+            isinstance(seed, bool) or not isinstance(seed, int | np.integer) or seed < 0
+        ):
+            raise ConfigError(f"seed: expected a non-negative int or None, got {seed!r}")
 
         self.capacity = capacity
         self.num_envs = num_envs
@@ -141,8 +146,12 @@ class ReplayBuffer:
         )
         self._rng = np.random.default_rng(self.seed)
         self._lock = threading.RLock()
+        self._closed = False
         self._all_envs = np.arange(num_envs, dtype=np.int64)
         self._one_env = np.zeros(1, np.int64)
+        self._done_row = np.ones(1, np.bool_)
+        self._not_done_row = np.zeros(1, np.bool_)
+        self._scratch = np.empty((3, 1), np.int64)
         self._plain_keys = frozenset(self.schema.fields)
         self._full_keys = self._plain_keys | frozenset(self.schema.next_names())
 
@@ -165,7 +174,12 @@ class ReplayBuffer:
         from rlreplay.spaces import fields_from_spaces
 
         extra = kwargs.pop("extra_fields", {})
-        fields = fields_from_spaces(observation_space, action_space)
+        fields: dict[str, Field | tuple[Any, Any]] = dict(
+            fields_from_spaces(observation_space, action_space)
+        )
+        clash = sorted(set(fields) & set(extra))
+        if clash:
+            raise ConfigError(f"extra_fields: {clash} clash with the fields of the spaces")
         fields.update(extra)
         return cls(capacity, fields, **kwargs)
 
@@ -221,6 +235,7 @@ class ReplayBuffer:
             DTypeError: An unsafe cast.
         """
         with self._lock:
+            self._check_open()
             if env_ids is None:
                 if self.num_envs == 1:
                     return self._add_one(values)
@@ -240,6 +255,7 @@ class ReplayBuffer:
             int64 ids of the ``T`` transitions.
         """
         with self._lock:
+            self._check_open()
             env = self._check_env_ids([env_id], name="env_id")[0]
             if "terminated" not in values:
                 self.schema.check_keys(values, ending=False)  # names what is missing
@@ -252,20 +268,19 @@ class ReplayBuffer:
     def _add_one(self, values: dict[str, Any]) -> Array:
         """The single-env, single-step path: scalar slot writes, no leading axis."""
         schema = self.schema
-        if "terminated" not in values or "truncated" not in values:
-            schema.check_keys(values, ending=False)  # names what is missing
-        ending = bool(schema.convert("terminated", values["terminated"], ())) or bool(
-            schema.convert("truncated", values["truncated"], ())
-        )
         keys = values.keys()
-        if not (keys == self._full_keys or (keys == self._plain_keys and not ending)):
-            schema.check_keys(keys, ending)
+        full = keys == self._full_keys
+        if not full and keys != self._plain_keys:
+            schema.check_keys(keys, ending=False)  # unknown/missing names; next_* checked below
         converted = {name: schema.convert(name, v, ()) for name, v in values.items()}
-        rows_done = np.array([ending])
+        ending = bool(converted["terminated"]) or bool(converted["truncated"])
+        if ending and not full:
+            schema.check_keys(keys, ending=True)  # names the missing next_<obs>
+        rows_done = self._done_row if ending else self._not_done_row
         if ending:
             self._reserve_finals(self._one_env, rows_done)
         before = self._index.bounds() if self._tracks_sampleable else None
-        t, slots, fpos = self._index.advance(self._one_env, rows_done)
+        t, slots, fpos = self._index.advance(self._one_env, rows_done, self._scratch)
         self._cols.write(int(slots[0]), converted)
         if ending:
             self._cols.write_finals(fpos, converted, rows=None)
@@ -359,9 +374,31 @@ class ReplayBuffer:
             raise InvalidIdError(f"{name}: expected unique env ids, got {arr.tolist()}")
         return arr
 
+    def close(self) -> None:
+        """Flush storage and release it (a memmap directory becomes free for another buffer).
+
+        Later calls that read or write the buffer raise :class:`rlreplay.ReplayClosed`.
+        Closing twice is harmless.
+        """
+        with self._lock:
+            if not self._closed:
+                self._closed = True
+                self._backend.close()
+
+    def __enter__(self) -> ReplayBuffer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise ReplayClosed(f"{type(self).__name__} is closed")
+
     def clear(self) -> None:
         """Drop every stored transition. Ids keep counting, so old ids stay recognisably stale."""
         with self._lock:
+            self._check_open()
             before = self._index.bounds() if self._tracks_sampleable else None
             self._index.clear()
             if before is not None:
@@ -382,6 +419,7 @@ class ReplayBuffer:
         """
         batch_size = _positive_int("batch_size", batch_size)
         with self._lock:
+            self._check_open()
             env_ids, t, extra = self._draw(batch_size)
             return self._batch(env_ids, t, extra)
 
@@ -398,6 +436,7 @@ class ReplayBuffer:
             InvalidIdError: An id never issued, overwritten, or not sampleable (yet).
         """
         with self._lock:
+            self._check_open()
             env_ids, t, _ = self._index.split_ids(ids)
             if env_ids.ndim != 1:
                 raise InvalidIdError(f"ids: expected a 1-D array, got shape {env_ids.shape}")
@@ -479,6 +518,13 @@ class ReplayBuffer:
         self._cols.set_finals_capacity(finals)
         self._rng.bit_generator.state = meta["rng"]
 
+    def _after_load(self) -> None:
+        """Rebuild what is derived from the state after its arrays were restored in place.
+
+        Called at the end of :meth:`load_state_dict` and of loading a checkpoint; the base keeps
+        nothing derived. Subclasses rebuild caches here (e.g. segment trees from priorities).
+        """
+
     def state_dict(self) -> dict[str, Any]:
         """The full state: ``{"class", "config", "meta", "arrays"}`` (arrays are copies)."""
         with self._lock:
@@ -501,6 +547,7 @@ class ReplayBuffer:
             dest = self._state_arrays()
             for name, arr in state["arrays"].items():
                 dest[name][...] = arr
+            self._after_load()
 
     def save(self, path: str | os.PathLike[str]) -> None:
         """Write a checkpoint of everything (contents, cursors, episodes, RNG) to one file.
@@ -509,6 +556,7 @@ class ReplayBuffer:
         :func:`rlreplay.load`, the same further calls give exactly the same samples.
         """
         with self._lock:
+            self._check_open()
             self._backend.flush()
             meta = {
                 "class": type(self).__name__,
@@ -538,14 +586,15 @@ class ReplayBuffer:
         missing = set(dest) - {e["name"] for e in reader.table}
         if missing:
             raise CheckpointError(f"checkpoint: arrays {sorted(missing)} are missing")
+        buf._after_load()
         return buf
 
 
-def load(path: str | os.PathLike[str], **overrides: Any) -> ReplayBuffer:
+def load(path: str | os.PathLike[str], /, **overrides: Any) -> ReplayBuffer:
     """Load a checkpoint written by :meth:`ReplayBuffer.save`.
 
     Args:
-        path: The checkpoint file.
+        path: The checkpoint file (positional: ``path=`` is the memmap directory override).
         **overrides: Constructor arguments that are not data: ``storage``/``path`` to load
             into a memmap buffer (streamed, no copy in RAM), or functions such as transforms.
 

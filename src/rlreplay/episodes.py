@@ -17,9 +17,9 @@ Per env the index keeps ``count`` (steps ever added), ``head`` (oldest stored st
 Both bounds only move forward, so the sampleable set of an env is always one contiguous range
 of absolute steps; a uniform draw over the buffer is a draw over the union of ``E`` ranges.
 
-Per slot the index keeps ``done`` (terminated or truncated), ``ep_start`` (absolute step of the
-episode's first step) and ``final_fid`` (the final-observation record of an episode's last step,
-``-1`` elsewhere). Final observations of ended episodes live in a per-env ring of ``F`` records
+Per slot the index keeps ``ep_start`` (absolute step of the episode's first step) and
+``final_fid`` (the final-observation record of an episode's last step, ``-1`` elsewhere, so a
+step ends its episode exactly when ``final_fid >= 0``). Final observations of ended episodes live in a per-env ring of ``F`` records
 (``F`` grows by doubling when needed) that the storage mirrors; a record dies with its owner step.
 """
 
@@ -39,12 +39,16 @@ Array = np.ndarray[Any, Any]
 # Columns of the per-env state table.
 COUNT, HEAD, LAST_END, LO, HI, F_COUNT, F_HEAD = range(7)
 _NCOLS = 7
+# Columns of the per-slot table: the episode's first step, and the step's final record (-1 when
+# the step does not end its episode, so "ends its episode" is `final_fid >= 0`).
+EP_START, FINAL_FID = 0, 1
+# Entries of the parameter vector handed to the kernel (few arguments keep Numba's dispatch
+# cheap: it grows quickly with the argument count, and the per-step path pays it every call).
+P_C, P_F, P_N, P_K = range(4)
 
 
 @numba.njit(cache=True)
-def _recompute_bounds(
-    env: Array, done: Array, ep_start: Array, e: int, C: int, n: int, k: int
-) -> None:  # pragma: no cover - compiled
+def _recompute_bounds(env: Array, slot_meta: Array, e: int, C: int, n: int, k: int) -> None:
     """Set ``lo``/``hi`` of env ``e`` from its counters (see the module docstring)."""
     count = env[e, COUNT]
     head = env[e, HEAD]
@@ -52,11 +56,11 @@ def _recompute_bounds(
     lo = head
     # The oldest stored episode started before `head` (it was cut): its steps whose stack reaches
     # below `head` are not sampleable. They are the steps head .. head+k-2 up to its end.
-    if k > 1 and count > head and ep_start[e * C + head % C] < head:
+    if k > 1 and count > head and slot_meta[e * C + head % C, EP_START] < head:
         j = head
         while j < head + k - 1 and j < count:
             lo = j + 1
-            if done[e * C + j % C]:
+            if slot_meta[e * C + j % C, FINAL_FID] >= 0:
                 break
             j += 1
     env[e, LO] = lo
@@ -65,46 +69,38 @@ def _recompute_bounds(
 @numba.njit(cache=True)
 def _advance(
     env: Array,
-    done: Array,
-    ep_start: Array,
-    final_fid: Array,
+    slot_meta: Array,
     final_owner: Array,
     rows_env: Array,
     rows_done: Array,
-    C: int,
-    F: int,
-    n: int,
-    k: int,
-    out_t: Array,
-    out_slot: Array,
-    out_fpos: Array,
+    params: Array,
+    out: Array,
 ) -> None:  # pragma: no cover - compiled
     """Account for one new step per row (rows of one env must be in time order).
 
     Writes each row's absolute step, slot and (for rows that end an episode) the position of its
-    final-observation record, and updates every counter. Room for the final records must have
-    been reserved (:meth:`EpisodeIndex.reserve_finals`).
+    final-observation record into ``out[0]``, ``out[1]``, ``out[2]``, and updates every counter.
+    Room for the final records must have been reserved (:meth:`EpisodeIndex.reserve_finals`).
     """
+    C, F, n, k = params[P_C], params[P_F], params[P_N], params[P_K]
     for i in range(rows_env.shape[0]):
         e = rows_env[i]
         t = env[e, COUNT]
         slot = e * C + t % C
-        out_t[i] = t
-        out_slot[i] = slot
-        d = rows_done[i]
-        done[slot] = d
-        ep_start[slot] = env[e, LAST_END] + 1
-        if d:
+        out[0, i] = t
+        out[1, i] = slot
+        slot_meta[slot, EP_START] = env[e, LAST_END] + 1
+        if rows_done[i]:
             fid = env[e, F_COUNT]
             pos = e * F + fid % F
             final_owner[pos] = t
-            final_fid[slot] = fid
-            out_fpos[i] = pos
+            slot_meta[slot, FINAL_FID] = fid
+            out[2, i] = pos
             env[e, F_COUNT] = fid + 1
             env[e, LAST_END] = t
         else:
-            final_fid[slot] = -1
-            out_fpos[i] = -1
+            slot_meta[slot, FINAL_FID] = -1
+            out[2, i] = -1
         env[e, COUNT] = t + 1
         # Writing step t overwrote step t - C: the oldest stored step is now t + 1 - C.
         env[e, HEAD] = max(env[e, HEAD], t + 1 - C)
@@ -113,7 +109,7 @@ def _advance(
             final_owner[e * F + env[e, F_HEAD] % F] < env[e, HEAD]
         ):
             env[e, F_HEAD] += 1
-        _recompute_bounds(env, done, ep_start, e, C, n, k)
+        _recompute_bounds(env, slot_meta, e, C, n, k)
 
 
 def expand_ranges(lo: Array, sizes: Array) -> tuple[Array, Array]:
@@ -169,10 +165,22 @@ class EpisodeIndex:
         self.finals_capacity = finals_capacity
         self.env = np.zeros((E, _NCOLS), np.int64)
         self.env[:, LAST_END] = -1
-        self.done = np.zeros(E * C, np.bool_)
-        self.ep_start = np.zeros(E * C, np.int64)
-        self.final_fid = np.full(E * C, -1, np.int64)
+        self.slot_meta = np.zeros((E * C, 2), np.int64)
+        self.slot_meta[:, FINAL_FID] = -1
         self.final_owner = np.full(E * finals_capacity, -1, np.int64)
+        self._params = np.array([C, finals_capacity, n_step, frame_stack], np.int64)
+
+    @property
+    def ep_start(self) -> Array:
+        """Per slot: absolute step of the first step of the slot's episode (a strided view)."""
+        out: Array = self.slot_meta[:, EP_START]
+        return out
+
+    @property
+    def final_fid(self) -> Array:
+        """Per slot: the step's final record, or -1 if it does not end its episode (a view)."""
+        out: Array = self.slot_meta[:, FINAL_FID]
+        return out
 
     # ------------------------------------------------------------------ writing
     def reserve_finals(self, rows_env: Array, rows_done: Array) -> tuple[Array, Array] | None:
@@ -202,39 +210,28 @@ class EpisodeIndex:
         owner[new_pos] = self.final_owner[old_pos]
         self.final_owner = owner
         self.finals_capacity = new_F
+        self._params[P_F] = new_F
         return old_pos, new_pos
 
-    def advance(self, rows_env: Array, rows_done: Array) -> tuple[Array, Array, Array]:
+    def advance(
+        self, rows_env: Array, rows_done: Array, out: Array | None = None
+    ) -> tuple[Array, Array, Array]:
         """Account for new steps (after :meth:`reserve_finals`).
 
         Args:
             rows_env: int64 env of each new step; one env's rows in time order.
             rows_done: bool, whether each step ends its episode.
+            out: Optional preallocated ``(3, rows)`` int64 result array (the per-step path
+                reuses one).
 
         Returns:
             ``(t, slots, final_positions)`` per row; ``final_positions`` is -1 where the step
             does not end its episode.
         """
-        nrows = rows_env.shape[0]
-        out_t = np.empty(nrows, np.int64)
-        out_slot = np.empty(nrows, np.int64)
-        out_fpos = np.empty(nrows, np.int64)
-        _advance(
-            self.env,
-            self.done,
-            self.ep_start,
-            self.final_fid,
-            self.final_owner,
-            rows_env,
-            rows_done,
-            self.env_capacity,
-            self.finals_capacity,
-            self.n_step,
-            self.frame_stack,
-            out_t,
-            out_slot,
-            out_fpos,
-        )
+        if out is None:
+            out = np.empty((3, rows_env.shape[0]), np.int64)
+        _advance(self.env, self.slot_meta, self.final_owner, rows_env, rows_done, self._params, out)
+        out_t, out_slot, out_fpos = out
         return out_t, out_slot, out_fpos
 
     def clear(self) -> None:
@@ -294,15 +291,10 @@ class EpisodeIndex:
     # ------------------------------------------------------------------ state
     def state_arrays(self) -> dict[str, Array]:
         """The arrays that make up the index (live views, for checkpoints)."""
-        return {
-            "env": self.env,
-            "done": self.done,
-            "ep_start": self.ep_start,
-            "final_fid": self.final_fid,
-            "final_owner": self.final_owner,
-        }
+        return {"env": self.env, "slot_meta": self.slot_meta, "final_owner": self.final_owner}
 
     def set_finals_capacity(self, finals_capacity: int) -> None:
         """Resize (empty) final-record bookkeeping before loading a checkpoint into it."""
         self.finals_capacity = finals_capacity
+        self._params[P_F] = finals_capacity
         self.final_owner = np.full(self.num_envs * finals_capacity, -1, np.int64)

@@ -49,5 +49,10 @@ def fields_from_spaces(observation_space: Any, action_space: Any) -> dict[str, F
             fields[key] = field_from_space(f"observation_space[{key!r}]", sub, observation=True)
     else:
         fields["obs"] = field_from_space("observation_space", observation_space, observation=True)
+    if "action" in fields:
+        raise ConfigError(
+            "observation_space: the Dict key 'action' would clash with the action field; "
+            "rename the key (for example with a gymnasium observation wrapper)"
+        )
     fields["action"] = field_from_space("action_space", action_space)
     return fields

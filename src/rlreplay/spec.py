@@ -17,7 +17,9 @@ any further failure, so a rejected call leaves the buffer unchanged.
 
 from __future__ import annotations
 
+import functools
 import keyword
+import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeAlias
@@ -71,12 +73,11 @@ class Field:
     def __init__(self, shape: ShapeLike, dtype: Any, observation: bool = False) -> None:
         if isinstance(shape, int | np.integer):
             shape = (int(shape),)
-        try:
-            norm = tuple(int(s) for s in shape)
-        except TypeError as exc:
-            raise ConfigError(
-                f"Field shape: expected a tuple of non-negative ints, got {shape!r}"
-            ) from exc
+        if not isinstance(shape, tuple | list) or not all(
+            isinstance(s, int | np.integer) and not isinstance(s, bool) for s in shape
+        ):
+            raise ConfigError(f"Field shape: expected a tuple of non-negative ints, got {shape!r}")
+        norm = tuple(int(s) for s in shape)
         if any(s < 0 for s in norm):
             raise ConfigError(f"Field shape: expected non-negative sizes, got {norm}")
         try:
@@ -140,12 +141,40 @@ class Schema:
 
     fields: dict[str, Field]
     observation_names: tuple[str, ...] = field(init=False)
-    _ok: set[tuple[str, np.dtype[Any], tuple[int, ...]]] = field(
+    _ok: set[tuple[str, np.dtype[Any], tuple[int, ...], tuple[int, ...]]] = field(
         init=False, default_factory=set, repr=False
     )
 
+    _by_name: dict[str, Field] = field(init=False, repr=False)
+    _scalar_ok: set[tuple[str, type]] = field(init=False, repr=False)
+    _scalar_bounds: dict[tuple[str, type], tuple[float, float]] = field(init=False, repr=False)
+
     def __post_init__(self) -> None:
         self.observation_names = tuple(n for n, f in self.fields.items() if f.observation)
+        self._by_name = dict(self.fields)
+        self._by_name.update({"next_" + n: self.fields[n] for n in self.observation_names})
+        # Python scalar types that always fit a scalar field (ints into integer fields are
+        # range-checked, so they are not listed): the per-step fast path is one set lookup.
+        # Floats (and ints) into float fields narrower than float64 must be range-checked.
+        kinds = {"b": (bool,), "f": (bool,), "c": (bool, int, float, complex)}
+        self._scalar_ok = {
+            (name, tp)
+            for name, f in self._by_name.items()
+            if f.shape == ()
+            for tp in kinds.get(f.dtype.kind, (bool,))
+        }
+        # (name, int) and (name, float) for scalar fields that take them, with the value range
+        # that fits; the fast path is one dict lookup and a comparison.
+        self._scalar_bounds = {}
+        for name, f in self._by_name.items():
+            if f.shape != ():
+                continue
+            if f.dtype.kind in "iu":
+                self._scalar_bounds[(name, int)] = _int_range(f.dtype)
+            elif f.dtype.kind == "f":
+                big = float(np.finfo(f.dtype).max)
+                self._scalar_bounds[(name, int)] = (-big, big)
+                self._scalar_bounds[(name, float)] = (-big, big)
 
     @classmethod
     def build(cls, declared: Mapping[str, Field | tuple[Any, Any]]) -> Schema:
@@ -249,7 +278,17 @@ class Schema:
             ShapeError: The shape is not ``lead + field.shape``.
             DTypeError: The cast to the field's dtype would be unsafe, or a value does not fit.
         """
-        f = self.fields[name[5:] if name.startswith("next_") else name]
+        tp = type(value)
+        if tp is np.ndarray:
+            if (name, value.dtype, value.shape, lead) in self._ok:
+                return value
+        elif not lead:
+            if (name, tp) in self._scalar_ok:
+                return value
+            bounds = self._scalar_bounds.get((name, tp))
+            if bounds is not None and bounds[0] <= value <= bounds[1]:
+                return value
+        f = self._by_name[name]
         if isinstance(value, np.ndarray):
             return self._convert_array(name, f, value, lead)
         if isinstance(value, _PY_SCALARS) and not isinstance(value, np.generic):
@@ -274,11 +313,10 @@ class Schema:
     def _convert_array(
         self, name: str, f: Field, arr: np.ndarray[Any, Any], lead: tuple[int, ...]
     ) -> np.ndarray[Any, Any]:
-        # Validation results are cached per (name, dtype, shape): the per-step path then costs
-        # one set lookup. Narrowing integer casts are never cached: their values are checked.
-        key = (name, arr.dtype, arr.shape)
-        if key in self._ok:
-            return arr
+        # Validation results are cached per (name, dtype, shape, lead): the per-step path then
+        # costs one set lookup. Narrowing integer casts are never cached: their values are
+        # checked every time.
+        key = (name, arr.dtype, arr.shape, lead)
         expected = lead + f.shape
         if arr.shape != expected:
             raise ShapeError(f"{name}: expected shape {expected}, got {arr.shape}")
@@ -289,6 +327,17 @@ class Schema:
                     f"(only same_kind casts are allowed; convert explicitly, e.g. "
                     f".astype(np.{f.dtype.name}), if the loss is intended)"
                 )
+            if _narrowing_float(arr.dtype, f.dtype):
+                # Cast now, so a value beyond the field's range is an error here rather than
+                # an inf (and a warning) halfway through the write.
+                try:
+                    with np.errstate(over="raise", invalid="ignore"):
+                        return arr.astype(f.dtype)
+                except FloatingPointError:
+                    raise DTypeError(
+                        f"{name}: values beyond the range of {f.dtype} "
+                        f"(largest magnitude {float(np.finfo(f.dtype).max):g})"
+                    ) from None
             if _narrowing_int(arr.dtype, f.dtype) and arr.size:
                 info = np.iinfo(f.dtype)
                 lo, hi = arr.min(), arr.max()
@@ -301,6 +350,11 @@ class Schema:
         if len(self._ok) < _MAX_CACHED:  # extend() sees many lengths; keep the cache small
             self._ok.add(key)
         return arr
+
+
+def _narrowing_float(src: np.dtype[Any], dst: np.dtype[Any]) -> bool:
+    """Whether a cast into a float field may overflow (float64 -> float32, int64 -> float16)."""
+    return dst.kind == "f" and src.kind in "iuf" and not np.can_cast(src, dst, casting="safe")
 
 
 def _narrowing_int(src: np.dtype[Any], dst: np.dtype[Any]) -> bool:
@@ -323,12 +377,21 @@ def _convert_py_scalar(name: str, dtype: np.dtype[Any], value: bool | int | floa
             f"(pass a {'bool' if kind == 'b' else dtype.name} value)"
         )
     if kind in "iu" and isinstance(value, int) and not isinstance(value, bool):
-        info = np.iinfo(dtype)
-        if not info.min <= value <= info.max:
-            raise DTypeError(
-                f"{name}: {value} does not fit {dtype} (range [{info.min}, {info.max}])"
-            )
+        lo, hi = _int_range(dtype)
+        if not lo <= value <= hi:
+            raise DTypeError(f"{name}: {value} does not fit {dtype} (range [{lo}, {hi}])")
+    if kind == "f" and not isinstance(value, bool):
+        big = float(np.finfo(dtype).max)
+        finite = math.isfinite(value) if isinstance(value, float) else True
+        if finite and not -big <= value <= big:
+            raise DTypeError(f"{name}: {value} does not fit {dtype} (largest magnitude {big:g})")
     return value
+
+
+@functools.cache
+def _int_range(dtype: np.dtype[Any]) -> tuple[int, int]:
+    info = np.iinfo(dtype)
+    return int(info.min), int(info.max)
 
 
 def _check_name(name: object) -> None:

@@ -5,7 +5,9 @@ A backend only allocates and releases arrays; what the arrays mean is the column
 
 from __future__ import annotations
 
+import fcntl
 import os
+import weakref
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -35,6 +37,10 @@ class Backend(Protocol):
         """Make written data durable where that means anything."""
         ...
 
+    def close(self) -> None:
+        """Flush and release what the backend holds besides the arrays (files, locks)."""
+        ...
+
 
 class MemoryBackend:
     """NumPy arrays in process memory (``np.zeros``: pages become resident only when written)."""
@@ -50,12 +56,16 @@ class MemoryBackend:
     def flush(self) -> None:
         return None
 
+    def close(self) -> None:
+        return None
+
 
 class MemmapBackend:
     """Arrays backed by files in a directory, so a buffer can be larger than RAM.
 
-    The files are working storage, never a checkpoint: they hold no index and are overwritten
-    when a buffer is created on the same directory. Use :meth:`ReplayBuffer.save` for
+    The files are working storage, never a checkpoint: they hold no index, and a new buffer on
+    the directory deletes files left by a buffer that is gone. One live buffer per directory:
+    an exclusive lock on ``rlreplay.lock`` makes a second one raise ``ConfigError``. Use :meth:`ReplayBuffer.save` for
     checkpoints; :func:`rlreplay.load` can stream a checkpoint straight into a memmap buffer.
     """
 
@@ -65,10 +75,26 @@ class MemmapBackend:
         self.path = Path(path)
         try:
             self.path.mkdir(parents=True, exist_ok=True)
+            self._lock_file = open(self.path / "rlreplay.lock", "a+b")  # noqa: SIM115
         except OSError as exc:
             raise ConfigError(
                 f"path: cannot create memmap directory {str(self.path)!r}: {exc}"
             ) from exc
+        try:
+            # One live buffer per directory: a second one would overwrite the first's files.
+            # The lock goes with this object (and with the process), never blocks.
+            fcntl.flock(self._lock_file, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            self._lock_file.close()
+            raise ConfigError(
+                f"path: {str(self.path)!r} is the working directory of another live memmap "
+                "buffer; give each buffer its own directory"
+            ) from None
+        # Release the lock when this backend is collected, even if close() was never called.
+        self._finalizer = weakref.finalize(self, self._lock_file.close)
+        # Files left by a buffer that is gone (its process died) are working files, not data.
+        for stale in self.path.glob("rlreplay-*.bin"):
+            stale.unlink(missing_ok=True)
         self._files: dict[str, Path] = {}
         self._arrays: dict[str, np.memmap[Any, Any]] = {}
         self._generation = 0
@@ -99,6 +125,11 @@ class MemmapBackend:
     def flush(self) -> None:
         for arr in self._arrays.values():
             arr.flush()
+
+    def close(self) -> None:
+        """Flush the files and release the directory (the arrays stay readable)."""
+        self.flush()
+        self._finalizer()
 
 
 def make_backend(storage: str, path: str | os.PathLike[str] | None) -> Backend:
