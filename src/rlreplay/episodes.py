@@ -19,8 +19,9 @@ of absolute steps; a uniform draw over the buffer is a draw over the union of ``
 
 Per slot the index keeps ``ep_start`` (absolute step of the episode's first step) and
 ``final_fid`` (the final-observation record of an episode's last step, ``-1`` elsewhere, so a
-step ends its episode exactly when ``final_fid >= 0``). Final observations of ended episodes live in a per-env ring of ``F`` records
-(``F`` grows by doubling when needed) that the storage mirrors; a record dies with its owner step.
+step ends its episode exactly when ``final_fid >= 0``). Final observations of ended episodes
+live in a per-env ring of ``F`` records (``F`` grows by doubling when needed) that the storage
+mirrors; a record dies with its owner step.
 """
 
 from __future__ import annotations

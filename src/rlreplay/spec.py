@@ -380,10 +380,9 @@ def _convert_py_scalar(name: str, dtype: np.dtype[Any], value: bool | int | floa
         lo, hi = _int_range(dtype)
         if not lo <= value <= hi:
             raise DTypeError(f"{name}: {value} does not fit {dtype} (range [{lo}, {hi}])")
-    if kind == "f" and not isinstance(value, bool):
+    if kind == "f" and isinstance(value, int | float) and not isinstance(value, bool):
         big = float(np.finfo(dtype).max)
-        finite = math.isfinite(value) if isinstance(value, float) else True
-        if finite and not -big <= value <= big:
+        if math.isfinite(value) and not -big <= value <= big:
             raise DTypeError(f"{name}: {value} does not fit {dtype} (largest magnitude {big:g})")
     return value
 

@@ -41,6 +41,7 @@ from rlreplay.errors import (
     DTypeError,
     EmptyBufferError,
     InvalidIdError,
+    PriorityError,
     ShapeError,
 )
 
@@ -275,7 +276,7 @@ class _SegmentTree:
             DTypeError: If ``indices`` are not integers or ``values`` not real numbers.
             InvalidIdError: If an index is outside ``[0, capacity)``.
             ShapeError: If ``values`` is neither a scalar nor of the shape of ``indices``.
-            ValueError: If a value is not allowed in this tree (see the class docstring).
+            PriorityError: If a value is not allowed in this tree (see the class docstring).
         """
         idx = self._check_indices(indices)
         vals = self._as_float_array(values, "values")
@@ -351,7 +352,7 @@ class _SegmentTree:
         leaves = leaves.astype(np.float64)
         try:
             self._check_values(leaves)
-        except ValueError as error:
+        except PriorityError as error:
             raise CheckpointError(f"state leaves are invalid: {error}") from None
         self._tree[:] = self._NEUTRAL
         self._tree[self._size : self._size + capacity] = leaves
@@ -408,12 +409,14 @@ class _SegmentTree:
         return array.astype(np.float64, copy=False)
 
     def _check_values(self, values: NDArray[np.float64]) -> None:
-        """Raises ``ValueError`` naming the first NaN (min and max trees accept ``±inf``)."""
+        """Raises ``PriorityError`` naming the first NaN (min and max trees accept ``±inf``)."""
         nan = np.isnan(values)
         if nan.any():
             position, _ = _first_bad(nan, values)
             name = type(self).__name__
-            raise ValueError(f"values must not be NaN in a {name}; got nan at position {position}")
+            raise PriorityError(
+                f"values must not be NaN in a {name}; got nan at position {position}"
+            )
 
 
 class SumTree(_SegmentTree):
@@ -472,7 +475,7 @@ class SumTree(_SegmentTree):
         Raises:
             DTypeError: If ``values`` are not real numbers.
             EmptyBufferError: If ``total`` is 0 (every leaf is 0).
-            ValueError: If a value is NaN, negative or larger than ``total``.
+            PriorityError: If a value is NaN, negative or larger than ``total``.
         """
         masses = self._as_float_array(values, "values")
         total = float(self._tree[1])
@@ -484,7 +487,7 @@ class SumTree(_SegmentTree):
         bad = np.isnan(masses) | (masses < 0.0) | (masses > total)
         if bad.any():
             position, value = _first_bad(bad, masses)
-            raise ValueError(
+            raise PriorityError(
                 f"values must be in [0, total={total!r}]; got {value!r} at position {position}"
             )
         out: NDArray[np.int64] = _find_prefix_sum_kernel(
@@ -543,16 +546,16 @@ class SumTree(_SegmentTree):
         if not np.isfinite(self._tree[1]):
             # Every index of a duplicate gets the same old value, so call order does not matter.
             _set_kernel(self._tree, self._size, self._OP, idx, old)
-            raise ValueError(
+            raise PriorityError(
                 "values would make the SumTree total overflow float64; scale the priorities down"
             )
 
     def _check_values(self, values: NDArray[np.float64]) -> None:
-        """Raises ``ValueError`` naming the first value that is NaN, infinite or negative."""
+        """Raises ``PriorityError`` naming the first value that is NaN, infinite or negative."""
         bad = ~np.isfinite(values) | (values < 0.0)
         if bad.any():
             position, value = _first_bad(bad, values)
-            raise ValueError(
+            raise PriorityError(
                 f"values must be finite and >= 0 in a SumTree; got {value!r} at position {position}"
             )
 

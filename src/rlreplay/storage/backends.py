@@ -65,8 +65,9 @@ class MemmapBackend:
 
     The files are working storage, never a checkpoint: they hold no index, and a new buffer on
     the directory deletes files left by a buffer that is gone. One live buffer per directory:
-    an exclusive lock on ``rlreplay.lock`` makes a second one raise ``ConfigError``. Use :meth:`ReplayBuffer.save` for
-    checkpoints; :func:`rlreplay.load` can stream a checkpoint straight into a memmap buffer.
+    an exclusive lock on ``rlreplay.lock`` makes a second one raise ``ConfigError``. Use
+    :meth:`ReplayBuffer.save` for checkpoints; :func:`rlreplay.load` can stream a checkpoint
+    straight into a memmap buffer.
     """
 
     kind = "memmap"
