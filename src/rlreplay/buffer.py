@@ -291,14 +291,14 @@ class ReplayBuffer:
     def _write_rows(self, rows_env: Array, values: dict[str, Any], lead: tuple[int, ...]) -> Array:
         """Validate batched values (leading axis ``lead``) and store one row per step."""
         schema = self.schema
-        if "terminated" not in values or "truncated" not in values:
-            schema.check_keys(values, ending=False)  # names what is missing
-        te = np.asarray(schema.convert("terminated", values["terminated"], lead), np.bool_)
-        tr = np.asarray(schema.convert("truncated", values["truncated"], lead), np.bool_)
-        rows_done = te | tr
-        ending = bool(rows_done.any())
-        schema.check_keys(values, ending)
+        keys = values.keys()
+        full = keys == self._full_keys
+        if not full and keys != self._plain_keys:
+            schema.check_keys(keys, ending=False)  # unknown/missing names; next_* checked below
         converted = {name: schema.convert(name, v, lead) for name, v in values.items()}
+        rows_done = np.logical_or(converted["terminated"], converted["truncated"])
+        if not full and rows_done.any():
+            schema.check_keys(keys, ending=True)  # names the missing next_<obs>
         C = self._env_capacity
         if rows_env.shape[0] > C and np.all(rows_env == rows_env[0]):
             # extend() longer than the ring: write in chunks of at most C rows, so no slot is
