@@ -127,8 +127,8 @@ def main(argv: list[str] | None = None) -> int:
             "per-step add (adds/s)": lambda k=kind: per_step_add(k, 20_000 * scale),
             "extend, T=1000 (transitions/s)": lambda k=kind: extend(k, 40_000 * scale),
             "16-env add (transitions/s)": lambda k=kind: vector_add(k, 80_000 * scale),
-            "sample(256) (transitions/s)": lambda k=kind: sample(
-                k, (25_600 if atari else 256_000) * scale
+            "sample(256) (transitions/s)": lambda k=kind, a=atari: sample(
+                k, (25_600 if a else 256_000) * scale
             ),
         }
         for label, fn in rows.items():

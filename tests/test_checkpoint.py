@@ -110,7 +110,7 @@ def test_truncated_checkpoint_is_rejected(tmp_path: Path, keep: int) -> None:
     path = saved(tmp_path)
     data = path.read_bytes()
     path.write_bytes(data[:keep])
-    with pytest.raises(rr.CheckpointError, match="truncated|expected"):
+    with pytest.raises(rr.CheckpointError, match=r"truncated|expected"):
         rr.load(path)
 
 

@@ -382,7 +382,8 @@ def _convert_py_scalar(name: str, dtype: np.dtype[Any], value: bool | int | floa
             raise DTypeError(f"{name}: {value} does not fit {dtype} (range [{lo}, {hi}])")
     if kind == "f" and isinstance(value, int | float) and not isinstance(value, bool):
         big = float(np.finfo(dtype).max)
-        if math.isfinite(value) and not -big <= value <= big:
+        finite = isinstance(value, int) or math.isfinite(value)  # isfinite(10**400) overflows
+        if finite and not -big <= value <= big:
             raise DTypeError(f"{name}: {value} does not fit {dtype} (largest magnitude {big:g})")
     return value
 
