@@ -56,6 +56,20 @@ class RefBuffer:
             s -= 1
         return s
 
+    def steps_to_end(self, env: int, t: int) -> int:
+        h = self.history[env]
+        for j in range(t, len(h)):
+            if h[j].done:
+                return j - t
+        return -1
+
+    def stored_ids(self) -> list[int]:
+        return sorted(
+            t * self.num_envs + e
+            for e, h in enumerate(self.history)
+            for t in range(self.oldest_stored(e), len(h))
+        )
+
     def window(self, env: int, t: int) -> tuple[int, bool] | None:
         """``(m, ended)``, or None when the window is not known yet."""
         h = self.history[env]

@@ -157,6 +157,17 @@ class Pair:
         assert len(self.buf) == stored
         if expected:
             assert_batch_matches(self.buf.get_transitions(np.array(expected)), self.ref)
+        stored = np.array(self.ref.stored_ids(), np.int64)
+        E = self.ref.num_envs
+        begin = [self.ref.episode_start(i % E, i // E) * E + i % E for i in stored.tolist()]
+        to_end = [self.ref.steps_to_end(i % E, i // E) for i in stored.tolist()]
+        assert self.buf.episode_begin(stored).tolist() == begin
+        assert self.buf.steps_to_episode_end(stored).tolist() == to_end
+        if stored.size:
+            np.testing.assert_array_equal(
+                self.buf.get_field("obs", stored),
+                [self.ref.history[i % E][i // E].values["obs"] for i in stored.tolist()],
+            )
 
 
 @settings(

@@ -148,3 +148,15 @@ def test_integer_reward_becomes_float() -> None:
     buf.add(obs=1.0, reward=4, next_obs=2.0, terminated=True, truncated=False)
     b = buf.get_transitions([0])
     assert b.reward.dtype == np.float32 and b.reward[0] == 3 + G * 4
+
+
+def test_next_fields_read_the_step_after_the_window() -> None:
+    buf = make(2, next_fields=("action",))
+    feed(buf, 4, "terminated")  # actions 0, 1, 2, 3
+    b = buf.get_transitions(buf.sampleable_ids())
+    # t=0,1: action at t+2; t=2,3: the window reaches the end, no step follows -> 0
+    assert b.next_action.tolist() == [2, 3, 0, 0]
+    with pytest.raises(rr.ConfigError, match="next_fields"):
+        make(1, next_fields=("obs",))
+    with pytest.raises(rr.ConfigError, match="next_fields"):
+        make(1, next_fields=("nope",))

@@ -100,13 +100,15 @@ def assemble_transitions(
     gamma: float,
     frame_stack: int,
     zero_pad: bool,
+    next_fields: tuple[str, ...] = (),
 ) -> dict[str, Array]:
     """Gather the transitions at absolute steps ``t`` of ``env_ids`` (all sampleable).
 
     Returns:
         Declared fields (observation fields stacked when ``frame_stack > 1`` for ``obs``),
-        ``reward``, ``next_<obs>`` per observation field, ``terminated``, ``truncated``,
-        ``discount`` and ``steps``.
+        ``reward``, ``next_<obs>`` per observation field, ``next_<name>`` for each of
+        ``next_fields`` (the field at step ``t+m``; zeros where the window reached the episode's
+        end, since no step follows it), ``terminated``, ``truncated``, ``discount``, ``steps``.
     """
     C = index.env_capacity
     base = env_ids * C
@@ -140,6 +142,11 @@ def assemble_transitions(
             nxt = col[next_slot]
             if ended_rows.size:
                 nxt[ended_rows] = cols.finals[name][final_pos]
+        nexts["next_" + name] = nxt
+    for name in next_fields:
+        nxt = cols.steps[name][next_slot]
+        if ended_rows.size:
+            nxt[ended_rows] = 0
         nexts["next_" + name] = nxt
     out["reward"] = win.reward
     out.update(nexts)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
 
 import numpy as np
@@ -17,6 +17,7 @@ from rlreplay.errors import (
     CheckpointError,
     ConfigError,
     EmptyBufferError,
+    FieldError,
     InvalidIdError,
     ReplayClosed,
     ShapeError,
@@ -64,6 +65,8 @@ class ReplayBuffer:
         seed: Seed of the buffer's one :class:`numpy.random.Generator`.
         storage: ``"memory"`` or ``"memmap"`` (working files in ``path``).
         path: Directory for ``storage="memmap"``.
+        next_fields: Non-observation fields to also read at step ``t+m`` (``next_action``,
+            ``next_<extra>``); zeros where the window reached the episode's end.
 
     Cost: :meth:`add` is O(fields) plus O(1) bookkeeping; :meth:`sample` is O(B * window)
     vectorised gathers, independent of the buffer's size. All public methods are thread-safe
@@ -104,6 +107,7 @@ class ReplayBuffer:
         seed: int | None = None,
         storage: str = "memory",
         path: str | os.PathLike[str] | None = None,
+        next_fields: Sequence[str] = (),
     ) -> None:
         self.schema = Schema.build(fields)
         num_envs = _positive_int("num_envs", num_envs)
@@ -123,6 +127,14 @@ class ReplayBuffer:
             )
         if frame_stack > 1 and "obs" not in self.schema:
             raise ConfigError("frame_stack: stacking applies to the 'obs' field; declare 'obs'")
+        next_fields = tuple(next_fields)
+        for name in next_fields:
+            f = self.schema.fields.get(name)
+            if f is None or f.observation or name in ("reward", "terminated", "truncated"):
+                raise ConfigError(
+                    f"next_fields: {name!r} is not a declared non-observation field (observation "
+                    f"fields always have next_<name>); declared: {list(self.schema.fields)}"
+                )
         if stack_pad not in ("zero", "first"):
             raise ConfigError(f"stack_pad: expected 'zero' or 'first', got {stack_pad!r}")
         if seed is not None and (
@@ -136,6 +148,7 @@ class ReplayBuffer:
         self.gamma = gamma
         self.frame_stack = frame_stack
         self.stack_pad = stack_pad
+        self.next_fields = next_fields
         self.seed = None if seed is None else int(seed)
         self._env_capacity = capacity // num_envs
         self._backend = make_backend(storage, path)
@@ -449,6 +462,56 @@ class ReplayBuffer:
                 )
             return self._batch(env_ids, t, {"weights": np.ones(t.shape[0], np.float32)})
 
+    # ------------------------------------------------------------------ episodic queries
+    def _stored_steps(self, ids: Any) -> tuple[Array, Array, Array]:
+        """``(env_ids, t, slots)`` of stored steps; overwritten or never-issued ids raise."""
+        env_ids, t, stale = self._index.split_ids(ids)
+        if stale.any():
+            raise InvalidIdError(
+                f"ids: {np.asarray(ids)[stale][:5].tolist()} were overwritten (or cleared); "
+                "their data is gone"
+            )
+        return env_ids, t, self._index.slots(env_ids, t)
+
+    def episode_begin(self, ids: Any) -> Array:
+        """Ids of the first steps of the episodes holding ``ids`` (same shape).
+
+        The returned ids may be stale (an episode's first step can be overwritten while later
+        steps of it are still stored): they are ids, not slots.
+
+        Raises:
+            InvalidIdError: A query id that was never issued or is itself overwritten.
+        """
+        with self._lock:
+            env_ids, _, slots = self._stored_steps(ids)
+            return self._index.ids(env_ids, self._index.ep_start[slots])
+
+    def steps_to_episode_end(self, ids: Any) -> Array:
+        """How many steps follow each id in its episode (0 at the last step, -1 if unfinished).
+
+        Raises:
+            InvalidIdError: An id that was never issued or is overwritten.
+        """
+        with self._lock:
+            _, t, slots = self._stored_steps(ids)
+            end = self._index.ep_end[slots]
+            out: Array = np.where(end >= 0, end - t, -1)
+            return out
+
+    def get_field(self, name: str, ids: Any) -> Array:
+        """The stored value of field ``name`` at each step in ``ids`` (raw: no stacking).
+
+        Raises:
+            FieldError: ``name`` is not a stored field.
+            InvalidIdError: An id that was never issued or is overwritten.
+        """
+        with self._lock:
+            if name not in self.schema.fields:
+                raise FieldError(f"get_field: unknown field {name!r}; stored: {self.schema.names}")
+            _, _, slots = self._stored_steps(ids)
+            out: Array = self._cols.steps[name][slots]
+            return out
+
     def sampleable_ids(self) -> Array:
         """Ids of every sampleable transition, env by env in time order."""
         with self._lock:
@@ -479,6 +542,7 @@ class ReplayBuffer:
             gamma=self.gamma,
             frame_stack=self.frame_stack,
             zero_pad=self.stack_pad == "zero",
+            next_fields=self.next_fields,
         )
         data["ids"] = self._index.ids(env_ids, t)
         data["env_ids"] = env_ids
@@ -496,6 +560,7 @@ class ReplayBuffer:
             "frame_stack": self.frame_stack,
             "stack_pad": self.stack_pad,
             "seed": self.seed,
+            "next_fields": list(self.next_fields),
         }
 
     def _state_meta(self) -> dict[str, Any]:

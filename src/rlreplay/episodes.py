@@ -17,8 +17,8 @@ Per env the index keeps ``count`` (steps ever added), ``head`` (oldest stored st
 Both bounds only move forward, so the sampleable set of an env is always one contiguous range
 of absolute steps; a uniform draw over the buffer is a draw over the union of ``E`` ranges.
 
-Per slot the index keeps ``ep_start`` (absolute step of the episode's first step) and
-``final_fid`` (the final-observation record of an episode's last step, ``-1`` elsewhere, so a
+Per slot the index keeps ``ep_start`` (absolute step of the episode's first step), ``ep_end``
+(its last step, ``-1`` while it runs) and ``final_fid`` (the final-observation record of an episode's last step, ``-1`` elsewhere, so a
 step ends its episode exactly when ``final_fid >= 0``). Final observations of ended episodes
 live in a per-env ring of ``F`` records (``F`` grows by doubling when needed) that the storage
 mirrors; a record dies with its owner step.
@@ -40,9 +40,10 @@ Array = np.ndarray[Any, Any]
 # Columns of the per-env state table.
 COUNT, HEAD, LAST_END, LO, HI, F_COUNT, F_HEAD = range(7)
 _NCOLS = 7
-# Columns of the per-slot table: the episode's first step, and the step's final record (-1 when
-# the step does not end its episode, so "ends its episode" is `final_fid >= 0`).
-EP_START, FINAL_FID = 0, 1
+# Columns of the per-slot table: the episode's first step, the step's final record (-1 when
+# the step does not end its episode, so "ends its episode" is `final_fid >= 0`) and the
+# episode's last step (-1 while the episode runs; filled for its stored steps when it ends).
+EP_START, FINAL_FID, EP_END = 0, 1, 2
 # Entries of the parameter vector handed to the kernel (few arguments keep Numba's dispatch
 # cheap: it grows quickly with the argument count, and the per-step path pays it every call).
 P_C, P_F, P_N, P_K = range(4)
@@ -91,6 +92,7 @@ def _advance(
         out[0, i] = t
         out[1, i] = slot
         slot_meta[slot, EP_START] = env[e, LAST_END] + 1
+        slot_meta[slot, EP_END] = -1
         if rows_done[i]:
             fid = env[e, F_COUNT]
             pos = e * F + fid % F
@@ -105,6 +107,10 @@ def _advance(
         env[e, COUNT] = t + 1
         # Writing step t overwrote step t - C: the oldest stored step is now t + 1 - C.
         env[e, HEAD] = max(env[e, HEAD], t + 1 - C)
+        if rows_done[i]:
+            # The episode's stored steps learn where it ended (amortised O(1) per step).
+            for j in range(max(slot_meta[slot, EP_START], env[e, HEAD]), t + 1):
+                slot_meta[e * C + j % C, EP_END] = t
         # Final records whose owner step was overwritten are dead.
         while env[e, F_HEAD] < env[e, F_COUNT] and (
             final_owner[e * F + env[e, F_HEAD] % F] < env[e, HEAD]
@@ -166,8 +172,9 @@ class EpisodeIndex:
         self.finals_capacity = finals_capacity
         self.env = np.zeros((E, _NCOLS), np.int64)
         self.env[:, LAST_END] = -1
-        self.slot_meta = np.zeros((E * C, 2), np.int64)
+        self.slot_meta = np.zeros((E * C, 3), np.int64)
         self.slot_meta[:, FINAL_FID] = -1
+        self.slot_meta[:, EP_END] = -1
         self.final_owner = np.full(E * finals_capacity, -1, np.int64)
         self._params = np.array([C, finals_capacity, n_step, frame_stack], np.int64)
 
@@ -175,6 +182,12 @@ class EpisodeIndex:
     def ep_start(self) -> Array:
         """Per slot: absolute step of the first step of the slot's episode (a strided view)."""
         out: Array = self.slot_meta[:, EP_START]
+        return out
+
+    @property
+    def ep_end(self) -> Array:
+        """Per slot: absolute last step of the slot's episode, -1 while it runs (a view)."""
+        out: Array = self.slot_meta[:, EP_END]
         return out
 
     @property
