@@ -25,6 +25,7 @@ from rlreplay.errors import (
 from rlreplay.sampling.uniform import draw_uniform
 from rlreplay.spec import Field, Schema
 from rlreplay.storage import Columns, make_backend
+from rlreplay.transforms import BindableTransform, Transform, apply_transform
 
 __all__ = ["ReplayBuffer", "load"]
 
@@ -67,6 +68,8 @@ class ReplayBuffer:
         path: Directory for ``storage="memmap"``.
         next_fields: Non-observation fields to also read at step ``t+m`` (``next_action``,
             ``next_<extra>``); zeros where the window reached the episode's end.
+        transforms: Functions ``Batch -> Batch`` applied, in order, to every sample (see
+            :mod:`rlreplay.transforms`); code, not data: give them again to :func:`load`.
 
     Cost: :meth:`add` is O(fields) plus O(1) bookkeeping; :meth:`sample` is O(B * window)
     vectorised gathers, independent of the buffer's size. All public methods are thread-safe
@@ -108,6 +111,7 @@ class ReplayBuffer:
         storage: str = "memory",
         path: str | os.PathLike[str] | None = None,
         next_fields: Sequence[str] = (),
+        transforms: Sequence[Transform] = (),
     ) -> None:
         self.schema = Schema.build(fields)
         num_envs = _positive_int("num_envs", num_envs)
@@ -165,6 +169,9 @@ class ReplayBuffer:
         self._done_row = np.ones(1, np.bool_)
         self._not_done_row = np.zeros(1, np.bool_)
         self._scratch = np.empty((3, 1), np.int64)
+        self.transforms: tuple[Transform, ...] = tuple(transforms)
+        for fn in self.transforms:
+            self._bind(fn)
         self._plain_keys = frozenset(self.schema.fields)
         self._full_keys = self._plain_keys | frozenset(self.schema.next_names())
 
@@ -419,8 +426,12 @@ class ReplayBuffer:
                 self._notify_sampleable(before, empty, empty)
 
     # ------------------------------------------------------------------ sampling
-    def sample(self, batch_size: int) -> Batch:
+    def sample(self, batch_size: int, *, transform: Transform | None = None) -> Batch:
         """Draw ``batch_size`` transitions uniformly, with replacement, from the sampleable ones.
+
+        Args:
+            batch_size: Number of transitions.
+            transform: A function ``Batch -> Batch`` applied after the buffer's ``transforms``.
 
         Returns:
             A :class:`Batch` with every declared field, ``reward``, ``next_<obs>``,
@@ -434,7 +445,7 @@ class ReplayBuffer:
         with self._lock:
             self._check_open()
             env_ids, t, extra = self._draw(batch_size)
-            return self._batch(env_ids, t, extra)
+            return self._transformed(self._batch(env_ids, t, extra), transform)
 
     def get_transitions(self, ids: Any) -> Batch:
         """Assemble the transitions with the given ids (each must be sampleable now).
@@ -531,6 +542,20 @@ class ReplayBuffer:
             )
         env_ids, t = draw_uniform(self._index.env[:, LO], sizes, batch_size, self._rng)
         return env_ids, t, {"weights": np.ones(batch_size, np.float32)}
+
+    def _bind(self, fn: Transform) -> None:
+        if not callable(fn):
+            raise ConfigError(f"transforms: expected callables Batch -> Batch, got {fn!r}")
+        if isinstance(fn, BindableTransform):
+            fn.bind(self)
+
+    def _transformed(self, batch: Batch, transform: Transform | None) -> Batch:
+        for fn in self.transforms:
+            batch = apply_transform(fn, batch)
+        if transform is not None:
+            self._bind(transform)
+            batch = apply_transform(transform, batch)
+        return batch
 
     def _batch(self, env_ids: Array, t: Array, extra: dict[str, Array]) -> Batch:
         data = assemble_transitions(

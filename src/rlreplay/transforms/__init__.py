@@ -1,0 +1,46 @@
+"""Sample-time transforms: functions from :class:`rlreplay.Batch` to :class:`rlreplay.Batch`.
+
+A transform never modifies stored data. Give transforms to a buffer (``transforms=[...]``,
+applied in order to every sample, as nnabla-rl's ``DecorableReplayBuffer`` does) or to one call
+(``buf.sample(B, transform=f)``). A transform that needs the buffer itself (to read other steps
+of an episode, or the buffer's random generator) has a ``bind(buffer)`` method, which the buffer
+calls before first use; it then runs under the buffer's lock.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, Protocol, TypeAlias, runtime_checkable
+
+from rlreplay.batch import Batch
+
+if TYPE_CHECKING:
+    from rlreplay.buffer import ReplayBuffer
+
+__all__ = ["BindableTransform", "Transform", "apply_transform"]
+
+Transform: TypeAlias = Callable[[Batch], Batch]
+
+
+@runtime_checkable
+class BindableTransform(Protocol):
+    """A transform that must know the buffer it samples from."""
+
+    def bind(self, buffer: ReplayBuffer) -> None:
+        """Attach to ``buffer`` (called by the buffer before the first use)."""
+        ...
+
+    def __call__(self, batch: Batch) -> Batch:
+        """Return the transformed batch."""
+        ...
+
+
+def apply_transform(fn: Any, batch: Batch) -> Batch:
+    """Call ``fn(batch)`` and check that it returned a :class:`Batch`."""
+    out = fn(batch)
+    if not isinstance(out, Batch):
+        raise TypeError(
+            f"transform {getattr(fn, '__name__', fn)!r} returned {type(out).__name__}; a "
+            "transform must return an rr.Batch (use batch.replace(...))"
+        )
+    return out
