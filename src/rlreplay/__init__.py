@@ -26,6 +26,7 @@ from rlreplay.errors import (
 from rlreplay.prioritized import PrioritizedReplayBuffer
 from rlreplay.sampling.trees import MaxTree, MinTree, SumTree
 from rlreplay.spec import Field
+from rlreplay.transforms import HindsightRelabel
 
 __version__ = "0.1.0"
 
@@ -37,6 +38,7 @@ __all__ = [
     "EmptyBufferError",
     "Field",
     "FieldError",
+    "HindsightRelabel",
     "InvalidIdError",
     "MaxTree",
     "MinTree",

@@ -143,6 +143,8 @@ def assemble_transitions(
             if ended_rows.size:
                 nxt[ended_rows] = cols.finals[name][final_pos]
         nexts["next_" + name] = nxt
+    for name, col in cols.derived.items():
+        out[name] = col[slot]
     for name in next_fields:
         nxt = cols.steps[name][next_slot]
         if ended_rows.size:

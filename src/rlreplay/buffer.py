@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, ClassVar
 
 import numpy as np
@@ -12,7 +12,16 @@ import numpy as np
 from rlreplay.assemble import assemble_transitions
 from rlreplay.batch import Batch
 from rlreplay.checkpoint import CheckpointReader, write_checkpoint
-from rlreplay.episodes import HI, LO, EpisodeIndex, expand_ranges, sampleable_delta
+from rlreplay.episodes import (
+    COUNT,
+    HEAD,
+    HI,
+    LO,
+    EpisodeIndex,
+    expand_ranges,
+    sampleable_delta,
+)
+from rlreplay.episodic import record_returns
 from rlreplay.errors import (
     CheckpointError,
     ConfigError,
@@ -20,9 +29,11 @@ from rlreplay.errors import (
     FieldError,
     InvalidIdError,
     ReplayClosed,
+    ReplayTimeout,
     ShapeError,
 )
 from rlreplay.sampling.uniform import draw_uniform
+from rlreplay.sequences import gather_runs, run_lengths, valid_sequence_starts
 from rlreplay.spec import Field, Schema
 from rlreplay.storage import Columns, make_backend
 from rlreplay.transforms import BindableTransform, Transform, apply_transform
@@ -32,6 +43,7 @@ __all__ = ["ReplayBuffer", "load"]
 Array = np.ndarray[Any, Any]
 
 _INITIAL_FINALS = 16  # final-observation records per env before the first doubling
+_REJECTION_ROUNDS = 32  # sequence-start redraws before the exact fallback
 
 
 class ReplayBuffer:
@@ -70,6 +82,11 @@ class ReplayBuffer:
             ``next_<extra>``); zeros where the window reached the episode's end.
         transforms: Functions ``Batch -> Batch`` applied, in order, to every sample (see
             :mod:`rlreplay.transforms`); code, not data: give them again to :func:`load`.
+        record_episodic_return: When an episode completes, store every step's discounted
+            return to its end (``gamma``, rewards clipped to ``reward_clip``); samples then
+            carry ``discounted_return`` (``default_return`` for running episodes).
+        reward_clip: ``(lo, hi)`` applied to rewards for ``discounted_return`` only.
+        default_return: ``discounted_return`` of steps whose episode has not ended.
 
     Cost: :meth:`add` is O(fields) plus O(1) bookkeeping; :meth:`sample` is O(B * window)
     vectorised gathers, independent of the buffer's size. All public methods are thread-safe
@@ -112,6 +129,9 @@ class ReplayBuffer:
         path: str | os.PathLike[str] | None = None,
         next_fields: Sequence[str] = (),
         transforms: Sequence[Transform] = (),
+        record_episodic_return: bool = False,
+        reward_clip: tuple[float, float] | None = None,
+        default_return: float = -1000.0,
     ) -> None:
         self.schema = Schema.build(fields)
         num_envs = _positive_int("num_envs", num_envs)
@@ -163,12 +183,27 @@ class ReplayBuffer:
         )
         self._rng = np.random.default_rng(self.seed)
         self._lock = threading.RLock()
+        self._cond = threading.Condition(self._lock)  # blocking add/dequeue wait on it
+        self._waiting = 0
         self._closed = False
         self._all_envs = np.arange(num_envs, dtype=np.int64)
         self._one_env = np.zeros(1, np.int64)
         self._done_row = np.ones(1, np.bool_)
         self._not_done_row = np.zeros(1, np.bool_)
         self._scratch = np.empty((3, 1), np.int64)
+        self.record_episodic_return = bool(record_episodic_return)
+        self.reward_clip = _clip_pair("reward_clip", reward_clip)
+        self.default_return = float(default_return)
+        self._returns: Array | None = None
+        if self.record_episodic_return:
+            if self.schema.fields["reward"].shape != ():
+                raise ConfigError(
+                    "record_episodic_return: needs a scalar reward, got reward shape "
+                    f"{self.schema.fields['reward'].shape}"
+                )
+            self._returns = self._cols.add_derived(
+                "discounted_return", np.dtype(np.float32), self.default_return
+            )
         self.transforms: tuple[Transform, ...] = tuple(transforms)
         for fn in self.transforms:
             self._bind(fn)
@@ -235,13 +270,23 @@ class ReplayBuffer:
         )
 
     # ------------------------------------------------------------------ writing
-    def add(self, *, env_ids: Any = None, **values: Any) -> Array:
+    def add(
+        self,
+        *,
+        env_ids: Any = None,
+        block: bool = False,
+        timeout: float | None = None,
+        **values: Any,
+    ) -> Array:
         """Store one environment step (of every env, or of the envs in ``env_ids``).
 
         Args:
             env_ids: Which envs this step belongs to (unique ints in ``[0, num_envs)``); every
                 value then has a leading axis ``len(env_ids)``. Default: all envs (leading axis
                 ``num_envs`` when ``num_envs > 1``, none when ``num_envs == 1``).
+            block: Wait for room in every named env instead of overwriting its oldest steps
+                (FIFO use with :meth:`dequeue`), like :meth:`queue.Queue.put`.
+            timeout: With ``block``, the most seconds to wait (``None``: for ever).
             **values: One value per field (``obs``, ``action``, ..., ``reward``, ``terminated``,
                 ``truncated``), and ``next_<name>`` for every observation field when a step
                 ends its episode (ignored on other steps).
@@ -253,22 +298,29 @@ class ReplayBuffer:
             FieldError: Unknown or missing field, or a missing ``next_obs`` at an episode end.
             ShapeError: A value of the wrong shape, or bad ``env_ids``.
             DTypeError: An unsafe cast.
+            ReplayTimeout: ``block`` and no room within ``timeout``.
+            ReplayClosed: The buffer is (or got) closed.
         """
         with self._lock:
             self._check_open()
+            wait = (block, timeout)
             if env_ids is None:
                 if self.num_envs == 1:
-                    return self._add_one(values)
+                    return self._add_one(values, wait)
                 rows_env = self._all_envs
             else:
                 rows_env = self._check_env_ids(env_ids)
-            return self._write_rows(rows_env, values, (rows_env.shape[0],))
+            return self._write_rows(rows_env, values, (rows_env.shape[0],), wait)
 
-    def extend(self, *, env_id: int = 0, **values: Any) -> Array:
+    def extend(
+        self, *, env_id: int = 0, block: bool = False, timeout: float | None = None, **values: Any
+    ) -> Array:
         """Store ``T`` consecutive steps of one env in one call (leading axis ``T``).
 
         Args:
             env_id: The env the steps belong to.
+            block: Wait for room for all ``T`` steps instead of overwriting (as in :meth:`add`).
+            timeout: With ``block``, the most seconds to wait.
             **values: As in :meth:`add`, each with a leading axis ``T``.
 
         Returns:
@@ -283,9 +335,9 @@ class ReplayBuffer:
             if len(shape) != 1:
                 raise ShapeError(f"terminated: extend expects shape (T,), got {shape}")
             rows_env = np.full(shape[0], env, np.int64)
-            return self._write_rows(rows_env, values, (shape[0],))
+            return self._write_rows(rows_env, values, (shape[0],), (block, timeout))
 
-    def _add_one(self, values: dict[str, Any]) -> Array:
+    def _add_one(self, values: dict[str, Any], wait: tuple[bool, float | None]) -> Array:
         """The single-env, single-step path: scalar slot writes, no leading axis."""
         schema = self.schema
         keys = values.keys()
@@ -297,6 +349,8 @@ class ReplayBuffer:
         if ending and not full:
             schema.check_keys(keys, ending=True)  # names the missing next_<obs>
         rows_done = self._done_row if ending else self._not_done_row
+        if wait[0]:
+            self._wait_for_room(self._one_env, wait[1])
         if ending:
             self._reserve_finals(self._one_env, rows_done)
         before = self._index.bounds() if self._tracks_sampleable else None
@@ -304,11 +358,21 @@ class ReplayBuffer:
         self._cols.write(int(slots[0]), converted)
         if ending:
             self._cols.write_finals(fpos, converted, rows=None)
+        if self._returns is not None:
+            self._record_returns(self._one_env, t, rows_done)
         if before is not None:
             self._notify_sampleable(before, self._one_env, t)
+        if self._waiting:
+            self._cond.notify_all()
         return t * self.num_envs
 
-    def _write_rows(self, rows_env: Array, values: dict[str, Any], lead: tuple[int, ...]) -> Array:
+    def _write_rows(
+        self,
+        rows_env: Array,
+        values: dict[str, Any],
+        lead: tuple[int, ...],
+        wait: tuple[bool, float | None],
+    ) -> Array:
         """Validate batched values (leading axis ``lead``) and store one row per step."""
         schema = self.schema
         keys = values.keys()
@@ -319,6 +383,8 @@ class ReplayBuffer:
         rows_done = np.logical_or(converted["terminated"], converted["truncated"])
         if not full and rows_done.any():
             schema.check_keys(keys, ending=True)  # names the missing next_<obs>
+        if wait[0]:
+            self._wait_for_room(rows_env, wait[1])
         C = self._env_capacity
         if rows_env.shape[0] > C and np.all(rows_env == rows_env[0]):
             # extend() longer than the ring: write in chunks of at most C rows, so no slot is
@@ -344,9 +410,50 @@ class ReplayBuffer:
         self._cols.write(slots, converted)
         if ending:
             self._cols.write_finals(fpos[rows_done], converted, rows=rows_done)
+        if self._returns is not None:
+            self._record_returns(rows_env, t, rows_done)
         if before is not None:
             self._notify_sampleable(before, rows_env, t)
+        if self._waiting:
+            self._cond.notify_all()
         return t * self.num_envs + rows_env
+
+    # ------------------------------------------------------------------ waiting (FIFO use)
+    def _wait(self, ready: Callable[[], bool], timeout: float | None, what: str) -> None:
+        """Wait (releasing the lock) until ``ready()``; ``queue.Queue`` timeout semantics."""
+        if ready():
+            return
+        if timeout is not None and timeout < 0:
+            raise ConfigError(f"timeout: expected None or a non-negative number, got {timeout}")
+        self._waiting += 1
+        try:
+            done = self._cond.wait_for(lambda: self._closed or ready(), timeout)
+        finally:
+            self._waiting -= 1
+        self._check_open()
+        if not done:
+            raise ReplayTimeout(f"{what}: not possible within timeout={timeout} s")
+
+    def _wait_for_room(self, rows_env: Array, timeout: float | None) -> None:
+        need = np.bincount(rows_env, minlength=self.num_envs)
+        if need.max() > self._env_capacity:
+            raise ShapeError(
+                f"block: {int(need.max())} steps for one env can never fit its "
+                f"{self._env_capacity} slots; split the call"
+            )
+        room = self._env_capacity - need
+
+        def ready() -> bool:
+            return bool((self._index.stored_per_env() <= room).all())
+
+        self._wait(ready, timeout, "add(block=True)")
+
+    def _record_returns(self, rows_env: Array, rows_t: Array, rows_done: Array) -> None:
+        assert self._returns is not None
+        record_returns(
+            self._returns, self._cols.steps["reward"], self._index, rows_env, rows_t, rows_done,
+            self.gamma, self.reward_clip, self.default_return,
+        )  # fmt: skip
 
     def _notify_sampleable(self, before: Array, rows_env: Array, rows_t: Array) -> None:
         self._on_write(rows_env, rows_t, *sampleable_delta(before, self._index.bounds()))
@@ -404,6 +511,7 @@ class ReplayBuffer:
             if not self._closed:
                 self._closed = True
                 self._backend.close()
+                self._cond.notify_all()  # waiters wake up and raise ReplayClosed
 
     def __enter__(self) -> ReplayBuffer:
         return self
@@ -424,6 +532,7 @@ class ReplayBuffer:
             if before is not None:
                 empty = np.zeros(0, np.int64)
                 self._notify_sampleable(before, empty, empty)
+            self._cond.notify_all()
 
     # ------------------------------------------------------------------ sampling
     def sample(self, batch_size: int, *, transform: Transform | None = None) -> Batch:
@@ -472,6 +581,217 @@ class ReplayBuffer:
                     "or their window or frame stack is not complete)"
                 )
             return self._batch(env_ids, t, {"weights": np.ones(t.shape[0], np.float32)})
+
+    # ------------------------------------------------------------------ runs of steps
+    def sample_sequences(
+        self,
+        batch_size: int,
+        length: int,
+        *,
+        within_episode: bool = True,
+        pad: bool = True,
+        transform: Transform | None = None,
+    ) -> Batch:
+        """Draw ``batch_size`` sequences of ``length`` consecutive stored steps (R2D2, ALF).
+
+        Start steps are drawn uniformly over stored steps (by priority in a prioritized
+        buffer). Per-step fields are the raw stored ones, shaped ``(B, L, ...)`` (``obs`` is a
+        single frame even with frame stacking), plus each step's ``next_<obs>``; ``mask``
+        ``(B, L)`` marks real steps and is always a prefix. With ``within_episode`` a sequence
+        stops at its episode's last step; otherwise it runs on into the next episode (the
+        per-step ``terminated``/``truncated`` flags show where). Steps past the newest stored
+        step of the env are masked; a sequence never crosses the write cursor or another env.
+
+        Args:
+            batch_size: Number of sequences ``B``.
+            length: Steps per sequence ``L`` (at most ``env_capacity``).
+            within_episode: Stop sequences at episode ends.
+            pad: If False, only starts whose ``L`` steps are all real are drawn (found by
+                rejection; a buffer where such starts are very rare falls back to one scan).
+            transform: A function ``Batch -> Batch`` applied to the result (the buffer's
+                ``transforms`` are for transitions and are not applied here).
+
+        Returns:
+            A :class:`Batch` with per-step fields, ``next_<obs>``, ``next_known``, ``mask``,
+            ``ids`` (first steps, ``(B,)``), ``env_ids`` and ``weights``.
+
+        Raises:
+            EmptyBufferError: No start can be drawn.
+        """
+        batch_size = _positive_int("batch_size", batch_size)
+        length = _positive_int("length", length)
+        if length > self._env_capacity:
+            raise ConfigError(
+                f"length: expected at most env_capacity={self._env_capacity}, got {length}"
+            )
+        with self._lock:
+            self._check_open()
+            env_ids, t0, extra = self._draw_starts(batch_size, length, within_episode, pad)
+            n_real = run_lengths(self._index, env_ids, t0, length, within_episode)
+            data = gather_runs(self._cols, self._index, env_ids, t0, n_real, length)
+            data["ids"] = self._index.ids(env_ids, t0)
+            data["env_ids"] = env_ids
+            data.update(extra)
+            batch = Batch(data)
+            if transform is not None:
+                self._bind(transform)
+                batch = apply_transform(transform, batch)
+            return batch
+
+    def _draw_starts(
+        self, batch_size: int, length: int, within_episode: bool, pad: bool
+    ) -> tuple[Array, Array, dict[str, Array]]:
+        """Choose sequence starts; subclasses override (prioritized starts)."""
+        heads = self._index.env[:, HEAD]
+        stored = self._index.stored_per_env()
+        if not pad:
+            stored = np.maximum(stored - length + 1, 0)  # runs must fit before the cursor
+        if not stored.any():
+            raise EmptyBufferError(
+                f"sample_sequences: no start for {length} steps ({len(self)} stored steps)"
+            )
+        env_ids, t0 = draw_uniform(heads, stored, batch_size, self._rng)
+        if not pad and within_episode:
+            env_ids, t0 = self._reject_crossing_starts(env_ids, t0, heads, stored, length)
+        return env_ids, t0, {"weights": np.ones(batch_size, np.float32)}
+
+    def _reject_crossing_starts(
+        self, env_ids: Array, t0: Array, heads: Array, sizes: Array, length: int
+    ) -> tuple[Array, Array]:
+        """Redraw starts whose run crosses an episode end, until none does."""
+        for _ in range(_REJECTION_ROUNDS):
+            bad = ~valid_sequence_starts(self._index, env_ids, t0, length, True)
+            if not bad.any():
+                return env_ids, t0
+            env_ids[bad], t0[bad] = draw_uniform(heads, sizes, int(bad.sum()), self._rng)
+        # Such starts are rare: enumerate them once and draw among them exactly.
+        all_env, all_t = expand_ranges(heads, sizes)
+        ok = valid_sequence_starts(self._index, all_env, all_t, length, True)
+        if not ok.any():
+            raise EmptyBufferError(
+                f"sample_sequences: no episode has {length} consecutive stored steps (pad=False)"
+            )
+        bad = ~valid_sequence_starts(self._index, env_ids, t0, length, True)
+        pick = self._rng.integers(0, int(ok.sum()), size=int(bad.sum()))
+        env_ids[bad], t0[bad] = all_env[ok][pick], all_t[ok][pick]
+        return env_ids, t0
+
+    def sample_episodes(self, n: int) -> Batch:
+        """Draw ``n`` complete episodes uniformly (with replacement) among those fully stored.
+
+        Returns:
+            A :class:`Batch` of per-step fields shaped ``(n, T_max, ...)`` with ``mask``,
+            ``lengths``, ``ids`` (first steps), ``env_ids`` and ``next_<obs>``.
+
+        Raises:
+            EmptyBufferError: No complete episode is stored.
+        """
+        n = _positive_int("n", n)
+        with self._lock:
+            self._check_open()
+            first, sizes = self._index.complete_episode_records()
+            if not sizes.any():
+                raise EmptyBufferError("sample_episodes: no complete episode is stored")
+            env_ids, fid = draw_uniform(first, sizes, n, self._rng)
+            end = self._index.final_owner[
+                env_ids * self._index.finals_capacity + fid % self._index.finals_capacity
+            ]
+            start = self._index.ep_start[self._index.slots(env_ids, end)]
+            lengths = end - start + 1
+            data = gather_runs(self._cols, self._index, env_ids, start, lengths, int(lengths.max()))
+            data.update(ids=self._index.ids(env_ids, start), env_ids=env_ids, lengths=lengths)
+            return Batch(data)
+
+    def get_episode(self, id: int) -> Batch:
+        """The stored steps of the episode holding step ``id`` (leading axis: its steps).
+
+        A running episode gives its steps so far; an episode cut by overwriting gives its
+        stored part. Fields are raw per-step values plus ``next_<obs>``, ``next_known``,
+        ``ids`` and ``env_ids`` per step.
+
+        Raises:
+            InvalidIdError: ``id`` never issued or overwritten.
+        """
+        with self._lock:
+            self._check_open()
+            env_ids, _, slots = self._stored_steps(np.array([id]))
+            start = np.maximum(self._index.ep_start[slots], self._index.env[env_ids, HEAD])
+            end = self._index.ep_end[slots]
+            last = np.where(end >= 0, end, self._index.env[env_ids, COUNT] - 1)
+            lengths = last - start + 1
+            data = gather_runs(self._cols, self._index, env_ids, start, lengths, int(lengths[0]))
+            data.pop("mask")
+            out = {k: v[0] for k, v in data.items()}
+            steps = start[0] + np.arange(int(lengths[0]))
+            out["ids"] = self._index.ids(np.full_like(steps, env_ids[0]), steps)
+            out["env_ids"] = np.full_like(steps, env_ids[0])
+            return Batch(out)
+
+    # ------------------------------------------------------------------ FIFO use
+    def dequeue(
+        self,
+        n: int,
+        env_ids: Any = None,
+        *,
+        block: bool = False,
+        timeout: float | None = None,
+    ) -> Batch:
+        """Remove and return the oldest ``n`` steps of each env (ALF ``dequeue``).
+
+        Args:
+            n: Steps per env.
+            env_ids: Which envs (default: all).
+            block: Wait until every named env holds ``n`` steps (``queue.Queue.get``).
+            timeout: With ``block``, the most seconds to wait (``None``: for ever).
+
+        Returns:
+            Raw per-step fields shaped ``(len(env_ids), n, ...)``, with ``next_<obs>``,
+            ``next_known``, per-step ``ids`` and ``env_ids``.
+
+        Raises:
+            EmptyBufferError: Not enough steps and ``block`` is False.
+            ReplayTimeout: ``block`` and not enough steps within ``timeout``.
+            ReplayClosed: The buffer is (or got) closed.
+        """
+        n = _positive_int("n", n)
+        with self._lock:
+            self._check_open()
+            envs = self._all_envs if env_ids is None else self._check_env_ids(env_ids)
+
+            def ready() -> bool:
+                return bool((self._index.stored_per_env()[envs] >= n).all())
+
+            if not block and not ready():
+                have = self._index.stored_per_env()[envs].tolist()
+                raise EmptyBufferError(f"dequeue: {n} steps per env requested, envs hold {have}")
+            self._wait(ready, timeout, "dequeue(block=True)")
+            data = self._runs_from_heads(envs, np.full(envs.shape[0], n), n)
+            before = self._index.bounds() if self._tracks_sampleable else None
+            self._index.dequeue(envs, n)
+            if before is not None:
+                empty = np.zeros(0, np.int64)
+                self._notify_sampleable(before, empty, empty)
+            self._cond.notify_all()
+            return Batch(data)
+
+    def gather_all(self) -> Batch:
+        """Every stored step, shaped ``(E, T, ...)`` (ALF ``gather_all``).
+
+        ``T`` is the most steps any env holds; ``mask`` marks real steps where envs hold
+        fewer. Per-step ``ids`` and ``env_ids`` are included.
+        """
+        with self._lock:
+            self._check_open()
+            stored = self._index.stored_per_env()
+            return Batch(self._runs_from_heads(self._all_envs, stored, int(stored.max())))
+
+    def _runs_from_heads(self, envs: Array, n_real: Array, length: int) -> dict[str, Array]:
+        heads = self._index.env[envs, HEAD]
+        data = gather_runs(self._cols, self._index, envs, heads, n_real, length)
+        steps = heads[:, None] + np.arange(length)
+        data["ids"] = self._index.ids(envs[:, None], steps)
+        data["env_ids"] = np.repeat(envs[:, None], length, axis=1)
+        return data
 
     # ------------------------------------------------------------------ episodic queries
     def _stored_steps(self, ids: Any) -> tuple[Array, Array, Array]:
@@ -586,6 +906,9 @@ class ReplayBuffer:
             "stack_pad": self.stack_pad,
             "seed": self.seed,
             "next_fields": list(self.next_fields),
+            "record_episodic_return": self.record_episodic_return,
+            "reward_clip": None if self.reward_clip is None else list(self.reward_clip),
+            "default_return": self.default_return,
         }
 
     def _state_meta(self) -> dict[str, Any]:
@@ -697,6 +1020,18 @@ def load(path: str | os.PathLike[str], /, **overrides: Any) -> ReplayBuffer:
     if cls is None:
         raise CheckpointError(f"checkpoint {str(path)!r}: unknown buffer class {name!r}")
     return cls._from_checkpoint(reader, overrides)
+
+
+def _clip_pair(name: str, value: Any) -> tuple[float, float] | None:
+    if value is None:
+        return None
+    try:
+        lo, hi = (float(v) for v in value)
+    except (TypeError, ValueError):
+        raise ConfigError(f"{name}: expected None or (lo, hi), got {value!r}") from None
+    if not lo <= hi:
+        raise ConfigError(f"{name}: expected lo <= hi, got ({lo}, {hi})")
+    return lo, hi
 
 
 def _positive_int(name: str, value: Any) -> int:

@@ -18,10 +18,10 @@ Both bounds only move forward, so the sampleable set of an env is always one con
 of absolute steps; a uniform draw over the buffer is a draw over the union of ``E`` ranges.
 
 Per slot the index keeps ``ep_start`` (absolute step of the episode's first step), ``ep_end``
-(its last step, ``-1`` while it runs) and ``final_fid`` (the final-observation record of an episode's last step, ``-1`` elsewhere, so a
-step ends its episode exactly when ``final_fid >= 0``). Final observations of ended episodes
-live in a per-env ring of ``F`` records (``F`` grows by doubling when needed) that the storage
-mirrors; a record dies with its owner step.
+(its last step, ``-1`` while it runs) and ``final_fid`` (the final-observation record of an
+episode's last step, ``-1`` elsewhere, so a step ends its episode exactly when ``final_fid >=
+0``). Final observations of ended episodes live in a per-env ring of ``F`` records (``F`` grows
+by doubling when needed) that the storage mirrors; a record dies with its owner step.
 """
 
 from __future__ import annotations
@@ -117,6 +117,22 @@ def _advance(
         ):
             env[e, F_HEAD] += 1
         _recompute_bounds(env, slot_meta, e, C, n, k)
+
+
+@numba.njit(cache=True)
+def _dequeue(
+    env: Array, slot_meta: Array, final_owner: Array, env_ids: Array, n: int, params: Array
+) -> None:  # pragma: no cover - compiled
+    """Drop the oldest ``n`` stored steps of each env in ``env_ids`` (they must be stored)."""
+    C, F, n_step, k = params[P_C], params[P_F], params[P_N], params[P_K]
+    for i in range(env_ids.shape[0]):
+        e = env_ids[i]
+        env[e, HEAD] += n
+        while env[e, F_HEAD] < env[e, F_COUNT] and (
+            final_owner[e * F + env[e, F_HEAD] % F] < env[e, HEAD]
+        ):
+            env[e, F_HEAD] += 1
+        _recompute_bounds(env, slot_meta, e, C, n_step, k)
 
 
 def expand_ranges(lo: Array, sizes: Array) -> tuple[Array, Array]:
@@ -247,6 +263,30 @@ class EpisodeIndex:
         _advance(self.env, self.slot_meta, self.final_owner, rows_env, rows_done, self._params, out)
         out_t, out_slot, out_fpos = out
         return out_t, out_slot, out_fpos
+
+    def dequeue(self, env_ids: Array, n: int) -> None:
+        """Drop the oldest ``n`` stored steps of each env in ``env_ids`` (all must have them)."""
+        _dequeue(self.env, self.slot_meta, self.final_owner, env_ids, n, self._params)
+
+    def complete_episode_records(self) -> tuple[Array, Array]:
+        """Per env, the range ``[first, first + size)`` of final-record ids whose episodes are
+        wholly stored. Only the oldest live record's episode can have lost its start."""
+        F = self.finals_capacity
+        first = self.env[:, F_HEAD].copy()
+        size = self.env[:, F_COUNT] - first
+        has = size > 0
+        envs = np.flatnonzero(has)
+        owner = self.final_owner[envs * F + first[envs] % F]
+        start = self.ep_start[self.slots(envs, owner)]
+        cut = start < self.env[envs, HEAD]
+        first[envs[cut]] += 1
+        size[envs[cut]] -= 1
+        return first, size
+
+    def stored_per_env(self) -> Array:
+        """Stored steps per env (``count - head``)."""
+        out: Array = self.env[:, COUNT] - self.env[:, HEAD]
+        return out
 
     def clear(self) -> None:
         """Forget every stored step; counters (and so ids) keep counting."""

@@ -44,6 +44,12 @@ RESERVED_NAMES = frozenset(
         "probabilities",
         "mask",
         "discounted_return",
+        "next_known",
+        "lengths",
+        "block",
+        "timeout",
+        "env_id",
+        "transform",
     }
 )
 

@@ -1,14 +1,31 @@
-"""Uniform draws over the union of per-env sampleable ranges."""
+"""Uniform draws over the union of per-env sampleable ranges, with recency and no-replacement.
+
+The sampleable steps of env ``e`` are the range ``[lo_e, lo_e + size_e)``. Enumerating the
+ranges env after env gives every sampleable step a *global position* in ``[0, total)``; a draw
+is a position, mapped back to ``(env, t)`` by a binary search over the cumulative sizes. Draws
+without replacement are distinct positions.
+"""
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
 
-__all__ = ["draw_uniform"]
+__all__ = ["draw_mixed", "draw_uniform", "positions_to_steps"]
 
 Array = np.ndarray[Any, Any]
+
+
+def positions_to_steps(lo: Array, sizes: Array, pos: Array) -> tuple[Array, Array]:
+    """Map global positions to ``(env_ids, t)``."""
+    if sizes.shape[0] == 1:
+        return np.zeros(pos.shape[0], np.int64), pos + lo[0]
+    cum = np.cumsum(sizes)
+    env_ids = np.searchsorted(cum, pos, side="right").astype(np.int64, copy=False)
+    t = pos - (cum[env_ids] - sizes[env_ids]) + lo[env_ids]
+    return env_ids, t
 
 
 def draw_uniform(
@@ -16,24 +33,83 @@ def draw_uniform(
 ) -> tuple[Array, Array]:
     """Draw ``batch_size`` steps uniformly, with replacement, from ranges ``[lo_e, lo_e+size_e)``.
 
-    One integer ``u`` in ``[0, sum(sizes))`` per draw; the env is the range ``u`` falls in
-    (binary search over the cumulative sizes) and the step is ``lo_e`` plus the offset of ``u``
-    inside that range. Every sampleable step thus has probability ``1 / sum(sizes)``.
-
-    Args:
-        lo: First sampleable absolute step per env.
-        sizes: Number of sampleable steps per env (``sum > 0``).
-        batch_size: Number of draws.
-        rng: The buffer's generator (the only source of randomness).
+    Every step has probability ``1 / sum(sizes)``; one integer per draw from ``rng`` (the only
+    source of randomness).
 
     Returns:
         ``(env_ids, t)``, int64 arrays of length ``batch_size``.
     """
-    if sizes.shape[0] == 1:
-        u = rng.integers(0, sizes[0], size=batch_size, dtype=np.int64)
-        return np.zeros(batch_size, np.int64), u + lo[0]
-    cum = np.cumsum(sizes)
-    u = rng.integers(0, cum[-1], size=batch_size, dtype=np.int64)
-    env_ids = np.searchsorted(cum, u, side="right")
-    t = u - (cum[env_ids] - sizes[env_ids]) + lo[env_ids]
-    return env_ids.astype(np.int64, copy=False), t
+    pos = rng.integers(0, int(sizes.sum()), size=batch_size, dtype=np.int64)
+    return positions_to_steps(lo, sizes, pos)
+
+
+def _distinct(n: int, k: int, rng: np.random.Generator) -> Array:
+    """``k`` distinct integers from ``[0, n)`` in random order (``k <= n``)."""
+    out: Array = rng.choice(n, size=k, replace=False).astype(np.int64, copy=False)
+    return out
+
+
+def draw_mixed(
+    lo: Array,
+    hi: Array,
+    batch_size: int,
+    rng: np.random.Generator,
+    *,
+    recent_ratio: float,
+    recent_steps: int,
+    replacement: bool,
+) -> tuple[Array, Array]:
+    """Draw a batch mixing recent data, with or without replacement (ALF ``get_batch``).
+
+    ``ceil(recent_ratio * B)`` draws are uniform over the ``recent_steps`` newest sampleable
+    steps of each env; the rest are uniform over all sampleable steps. Without replacement the
+    recent draws are distinct, and the rest are distinct among the steps not already drawn, so
+    the batch has no duplicates whenever ``B <= total``; a larger batch falls back to drawing
+    with replacement (there are not enough distinct steps).
+
+    Args:
+        lo: First sampleable step per env.
+        hi: End (exclusive) of the sampleable steps per env.
+        batch_size: ``B``.
+        rng: The buffer's generator.
+        recent_ratio: Fraction of the batch drawn from recent steps, in ``[0, 1]``.
+        recent_steps: How many newest steps per env count as recent (``>= 1``).
+        replacement: Whether a step may be drawn more than once.
+
+    Returns:
+        ``(env_ids, t)``.
+    """
+    sizes = np.maximum(hi - lo, 0)
+    total = int(sizes.sum())
+    k = math.ceil(recent_ratio * batch_size) if recent_ratio > 0 else 0
+    distinct = not replacement and batch_size <= total
+    if k == 0:
+        pos = _distinct(total, batch_size, rng) if distinct else None
+        if pos is None:
+            return draw_uniform(lo, sizes, batch_size, rng)
+        return positions_to_steps(lo, sizes, pos)
+    recent = np.minimum(sizes, recent_steps)
+    n_recent = int(recent.sum())
+    if distinct:
+        k = min(k, n_recent)
+        recent_pick = _distinct(n_recent, k, rng)
+    else:
+        recent_pick = rng.integers(0, n_recent, size=k, dtype=np.int64)
+    # The recent range of env e sits at the end of its range: global offset of its start.
+    recent_start = np.cumsum(sizes) - recent
+    env_r = (
+        np.searchsorted(np.cumsum(recent), recent_pick, side="right")
+        if recent.shape[0] > 1
+        else np.zeros(k, np.int64)
+    )
+    recent_pos = recent_start[env_r] + recent_pick - (np.cumsum(recent) - recent)[env_r]
+    rest = batch_size - k
+    if distinct:
+        # Distinct positions among the total - k steps not drawn yet, shifted past the drawn
+        # ones: v maps to the v-th position not in `taken` (a sorted set).
+        taken = np.sort(recent_pos)
+        v = _distinct(total - k, rest, rng)
+        rest_pos = v + np.searchsorted(taken - np.arange(k), v, side="right")
+    else:
+        rest_pos = rng.integers(0, total, size=rest, dtype=np.int64)
+    return positions_to_steps(lo, sizes, np.concatenate([recent_pos, rest_pos]))

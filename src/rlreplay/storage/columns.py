@@ -54,6 +54,15 @@ class Columns:
         self.finals: dict[str, Array] = {
             name: self._alloc_finals(name, finals_capacity) for name in schema.observation_names
         }
+        # Per-step values the buffer computes (not given to add), e.g. discounted_return.
+        self.derived: dict[str, Array] = {}
+
+    def add_derived(self, name: str, dtype: np.dtype[Any], fill: float) -> Array:
+        """Allocate a computed per-step column, filled with ``fill``."""
+        col = self.backend.allocate(f"derived-{name}", (self.num_envs * self.env_capacity,), dtype)
+        col[...] = fill
+        self.derived[name] = col
+        return col
 
     def _alloc_finals(self, name: str, finals_capacity: int) -> Array:
         f = self.schema.fields[name]
@@ -64,9 +73,8 @@ class Columns:
     @property
     def nbytes(self) -> int:
         """Bytes allocated for stored data."""
-        return sum(a.nbytes for a in self.steps.values()) + sum(
-            a.nbytes for a in self.finals.values()
-        )
+        arrays = [*self.steps.values(), *self.finals.values(), *self.derived.values()]
+        return sum(a.nbytes for a in arrays)
 
     def write(self, slots: Array | int, values: Mapping[str, Any]) -> None:
         """Store validated ``values`` (one entry per field) at ``slots``."""
@@ -108,4 +116,5 @@ class Columns:
         """Every column (live views, for checkpoints)."""
         out = {f"steps/{k}": v for k, v in self.steps.items()}
         out.update({f"finals/{k}": v for k, v in self.finals.items()})
+        out.update({f"derived/{k}": v for k, v in self.derived.items()})
         return out

@@ -5,6 +5,8 @@ applied in order to every sample, as nnabla-rl's ``DecorableReplayBuffer`` does)
 (``buf.sample(B, transform=f)``). A transform that needs the buffer itself (to read other steps
 of an episode, or the buffer's random generator) has a ``bind(buffer)`` method, which the buffer
 calls before first use; it then runs under the buffer's lock.
+
+:class:`HindsightRelabel` (hindsight experience replay) is the library's bindable transform.
 """
 
 from __future__ import annotations
@@ -13,11 +15,12 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol, TypeAlias, runtime_checkable
 
 from rlreplay.batch import Batch
+from rlreplay.transforms.hindsight import HindsightRelabel
 
 if TYPE_CHECKING:
     from rlreplay.buffer import ReplayBuffer
 
-__all__ = ["BindableTransform", "Transform", "apply_transform"]
+__all__ = ["BindableTransform", "HindsightRelabel", "Transform", "apply_transform"]
 
 Transform: TypeAlias = Callable[[Batch], Batch]
 

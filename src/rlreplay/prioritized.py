@@ -1,0 +1,347 @@
+"""Prioritized experience replay (Schaul et al., 2015) over the core buffer."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from rlreplay.buffer import ReplayBuffer
+from rlreplay.episodes import LO, expand_ranges
+from rlreplay.errors import (
+    ConfigError,
+    EmptyBufferError,
+    InvalidIdError,
+    PriorityError,
+    ShapeError,
+)
+from rlreplay.sampling.priorities import VARIANTS, Priorities
+from rlreplay.spec import Field
+
+__all__ = ["PrioritizedReplayBuffer"]
+
+Array = np.ndarray[Any, Any]
+
+
+class PrioritizedReplayBuffer(ReplayBuffer):
+    """A :class:`ReplayBuffer` that samples transitions by priority, with importance weights.
+
+    Storage, n-step windows, frame stacks, ids and checkpoints are those of the core buffer;
+    only the choice of transitions differs. Over the ``N`` sampleable transitions:
+
+    * ``variant="proportional"``: ``P(i) = p_i^alpha / sum_k p_k^alpha``;
+    * ``variant="rank_based"``: ``P(i) = rank(i)^-alpha / sum_k rank(k)^-alpha`` with
+      ``rank(i) = 1 + #{k: p_k > p_i}``: the highest priority has rank 1 and equal priorities
+      share a rank (so all-equal priorities sample uniformly). Ranks are exact just after a
+      re-sort (``O(N log N)``); between re-sorts a transition whose priority changed (or that
+      joined) is ranked by binary search against the priorities of the last re-sort, others
+      keep their rank. Bound: ``|rank in use - exact rank| <= D``, ``D`` being the number of
+      insertions, removals and priority updates since the re-sort (each moves a count of
+      larger priorities by at most one). A re-sort happens before a draw once ``D >=
+      sort_interval``, so ``D < sort_interval`` at every draw; ``sort_interval=1`` gives
+      exact ranks. Draws and ``probabilities`` always follow the ranks in use, so the weights
+      fit the law actually sampled.
+
+    A transition with priority 0, one that is not sampleable (yet), or one overwritten is never
+    drawn (rank-based: priority-0 transitions take no rank). With ``alpha = 0`` the others are
+    drawn uniformly. Importance weights are normalised by the largest weight over the whole
+    buffer, i.e. by the smallest probability ``P_min`` over the drawable transitions::
+
+        w_i = (N * P(i))^-beta / max_k (N * P(k))^-beta = (P_min / P(i))^beta   (in (0, 1])
+
+    ``beta`` moves linearly from ``beta`` to ``beta_final`` over ``beta_steps`` calls of
+    :meth:`sample` (``beta_steps=0``: ``beta`` throughout); see :attr:`beta`.
+
+    A new transition gets priority ``max(initial_priority, largest priority ever applied by
+    update_priorities)`` when it is written and is drawn once it becomes sampleable.
+
+    Args:
+        capacity: As for :class:`ReplayBuffer`.
+        fields: As for :class:`ReplayBuffer`.
+        alpha: Prioritization exponent ``>= 0`` (0: uniform).
+        beta: Importance-sampling exponent ``>= 0`` at the first :meth:`sample` (0: weights 1).
+        beta_final: Exponent reached after ``beta_steps`` samples.
+        beta_steps: Number of :meth:`sample` calls over which ``beta`` is annealed; 0 keeps it.
+        eps: Added to every priority given to :meth:`update_priorities` (after clipping).
+        variant: ``"proportional"`` or ``"rank_based"``.
+        initial_priority: Priority ``> 0`` of new transitions before any update.
+        priority_clip: Optional ``(lo, hi)`` with ``0 <= lo <= hi``: updates are clipped to it.
+        stratified: Draw one transition per equal slice of the total mass (lower variance);
+            ``False`` draws independently. Either way each draw has law ``P``.
+        sort_interval: Rank-based only: re-sort once this many changes accumulated; ``None``
+            (default) re-sorts after 1% of the transitions ranked at the last re-sort changed.
+        **kwargs: Every other :class:`ReplayBuffer` argument (``num_envs``, ``n_step``, ...).
+
+    Batches also hold ``weights`` (float32) and ``probabilities`` (float64, each draw's
+    ``P(i)``). Checkpoints (:meth:`save`, :meth:`state_dict`) include the priorities, the rank
+    snapshot, ``beta``'s step and the max priority: a loaded buffer samples exactly as the saved
+    one would have. Invariant: the sum and min trees hold exactly the masses of the sampleable
+    transitions (recomputed from children on every update, float64, no drift). Cost: add and
+    update are ``O(k log n)`` for ``k`` transitions, a sample of ``B`` is ``O(B log n)`` plus
+    the gathers of the core; rank-based re-sorts cost ``O(n log n)`` each.
+
+    Example:
+        >>> import numpy as np, rlreplay as rr
+        >>> buf = rr.PrioritizedReplayBuffer(100, {"obs": rr.Field((2,), np.float32)}, seed=0)
+        >>> for t in range(10):
+        ...     _ = buf.add(obs=np.full(2, t, np.float32), reward=1.0, terminated=t == 9,
+        ...                 truncated=False, next_obs=np.zeros(2, np.float32))
+        >>> batch = buf.sample(4)
+        >>> buf.update_priorities(batch.ids, np.arange(4.0))
+        0
+        >>> batch.weights.dtype, batch.probabilities.dtype
+        (dtype('float32'), dtype('float64'))
+    """
+
+    _tracks_sampleable = True
+
+    def __init__(
+        self,
+        capacity: int,
+        fields: Mapping[str, Field | tuple[Any, Any]],
+        *,
+        alpha: float = 0.6,
+        beta: float = 0.4,
+        beta_final: float = 1.0,
+        beta_steps: int = 0,
+        eps: float = 1e-6,
+        variant: str = "proportional",
+        initial_priority: float = 1.0,
+        priority_clip: tuple[float, float] | None = None,
+        stratified: bool = True,
+        sort_interval: int | None = None,
+        **kwargs: Any,
+    ) -> None:
+        self.alpha = _real("alpha", alpha)
+        self._beta0 = _real("beta", beta)
+        self.beta_final = _real("beta_final", beta_final)
+        self.beta_steps = _count("beta_steps", beta_steps, minimum=0)
+        self.eps = _real("eps", eps)
+        if variant not in VARIANTS:
+            raise ConfigError(f"variant: expected one of {VARIANTS}, got {variant!r}")
+        self.variant = variant
+        self.initial_priority = _real("initial_priority", initial_priority)
+        if self.initial_priority <= 0.0:
+            raise ConfigError(f"initial_priority: expected a value > 0, got {initial_priority}")
+        self.priority_clip = _clip_range(priority_clip)
+        if not isinstance(stratified, bool | np.bool_):
+            raise ConfigError(f"stratified: expected a bool, got {stratified!r}")
+        self.stratified = bool(stratified)
+        if sort_interval is not None:
+            if variant != "rank_based":
+                raise ConfigError("sort_interval: applies to variant='rank_based' only")
+            sort_interval = _count("sort_interval", sort_interval, minimum=1)
+        self.sort_interval = sort_interval
+        super().__init__(capacity, fields, **kwargs)
+        self._beta_step = 0
+        self._max_priority = 0.0
+        self._prios = Priorities(
+            self.num_envs,
+            self.env_capacity,
+            alpha=self.alpha,
+            variant=variant,
+            sort_interval=sort_interval,
+        )
+        try:
+            self._prios.check_priority(self.initial_priority)
+        except PriorityError as exc:
+            raise ConfigError(f"initial_priority: {exc}") from None
+
+    # ------------------------------------------------------------------ properties
+    @property
+    def beta(self) -> float:
+        """The importance exponent the next :meth:`sample` uses.
+
+        ``beta + (beta_final - beta) * min(1, k / beta_steps)`` after ``k`` samples; ``beta``
+        when ``beta_steps == 0``.
+        """
+        with self._lock:
+            if self.beta_steps == 0:
+                return self._beta0
+            frac = min(1.0, self._beta_step / self.beta_steps)
+            return self._beta0 + (self.beta_final - self._beta0) * frac
+
+    @property
+    def max_priority(self) -> float:
+        """Largest priority ever applied by :meth:`update_priorities` (0 before any)."""
+        with self._lock:
+            return self._max_priority
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes allocated for stored data, the index, the priorities and their trees."""
+        with self._lock:
+            return super().nbytes + self._prios.nbytes
+
+    def _new_priority(self) -> float:
+        return max(self.initial_priority, self._max_priority)
+
+    # ------------------------------------------------------------------ writing
+    def _on_write(
+        self,
+        rows_env: Array,
+        rows_t: Array,
+        removed_env: Array,
+        removed_t: Array,
+        added_env: Array,
+        added_t: Array,
+    ) -> None:
+        slots = self._index.slots
+        self._prios.on_write(
+            slots(removed_env, removed_t),
+            slots(rows_env, rows_t),
+            self._new_priority(),
+            slots(added_env, added_t),
+        )
+
+    def update_priorities(self, ids: Any, priorities: Any) -> int:
+        """Set the priorities of transitions, typically ``abs(td_error)`` of a sampled batch.
+
+        Each priority is clipped to ``priority_clip`` (if set), then ``eps`` is added. Ids of
+        transitions overwritten (or cleared) since they were issued are ignored, never applied
+        to the slot's new occupant. With duplicate ids the last one wins (only priorities that
+        take effect count towards :attr:`max_priority`). A transition that is stored but not
+        sampleable yet keeps the priority for when it becomes sampleable.
+
+        Args:
+            ids: Transition ids (``batch.ids``), any shape.
+            priorities: Finite numbers ``>= 0``, one per id (same shape).
+
+        Returns:
+            How many ids were ignored as overwritten.
+
+        Raises:
+            InvalidIdError: An id never issued by this buffer, or non-integer ids.
+            ReplayClosed: The buffer was closed.
+            PriorityError: A priority NaN, infinite, negative or not a real number, or one
+                whose mass ``p ** alpha`` exceeds ``float64 max / (2 * capacity)`` (so that no
+                sum of masses, now or after later writes, can overflow).
+            ShapeError: ``priorities`` and ``ids`` differ in shape.
+
+        Nothing is changed when an error is raised.
+        """
+        p = np.asarray(priorities)
+        id_arr = np.asarray(ids)
+        if p.shape != id_arr.shape:
+            raise ShapeError(
+                f"priorities: expected one per id, shape {id_arr.shape}, got shape {p.shape}"
+            )
+        if p.dtype.kind not in "iuf":
+            raise PriorityError(f"priorities: expected real numbers, got dtype {p.dtype}")
+        p = np.ascontiguousarray(p, np.float64).reshape(-1)
+        with self._lock:
+            self._check_open()
+            env_ids, t, stale = self._index.split_ids(id_arr.reshape(-1))
+            slots = self._index.slots(env_ids, t)
+            top = self._prios.update(slots, stale, p, self.priority_clip, self.eps)
+            self._max_priority = max(self._max_priority, top)
+            return int(stale.sum())
+
+    def get_priorities(self, ids: Any) -> Array:
+        """Current priorities (float64) of stored transitions, in the order of ``ids``.
+
+        Raises:
+            InvalidIdError: An id never issued, or of a transition no longer stored.
+        """
+        with self._lock:
+            self._check_open()
+            env_ids, t, stale = self._index.split_ids(ids)
+            if stale.any():
+                raise InvalidIdError(
+                    f"ids: {np.asarray(ids)[stale][:5].tolist()} were overwritten or cleared"
+                )
+            out: Array = self._prios.prio[self._index.slots(env_ids, t)]
+            return out
+
+    # ------------------------------------------------------------------ sampling
+    def _draw(self, batch_size: int) -> tuple[Array, Array, dict[str, Array]]:
+        index = self._index
+        if not self._prios.drawable:
+            if not index.sizes().any():
+                raise EmptyBufferError(
+                    f"sample: nothing is sampleable yet ({len(self)} stored transitions; a "
+                    f"transition becomes sampleable once its {self.n_step}-step window is known)"
+                )
+            raise EmptyBufferError(
+                "sample: every sampleable transition has priority 0; give some a priority > 0 "
+                "with update_priorities"
+            )
+        env_ids, t, probabilities, weights = self._prios.draw(
+            batch_size, self._rng, self.stratified, self.beta, index.env[:, LO]
+        )
+        self._beta_step += 1
+        return env_ids, t, {"weights": weights, "probabilities": probabilities}
+
+    # ------------------------------------------------------------------ state
+    def _config(self) -> dict[str, Any]:
+        config = super()._config()
+        config.update(
+            alpha=self.alpha,
+            beta=self._beta0,
+            beta_final=self.beta_final,
+            beta_steps=self.beta_steps,
+            eps=self.eps,
+            variant=self.variant,
+            initial_priority=self.initial_priority,
+            priority_clip=None if self.priority_clip is None else list(self.priority_clip),
+            stratified=self.stratified,
+            sort_interval=self.sort_interval,
+        )
+        return config
+
+    def _state_meta(self) -> dict[str, Any]:
+        meta = super()._state_meta()
+        meta["priorities"] = {
+            "beta_step": self._beta_step,
+            "max_priority": self._max_priority,
+            **self._prios.state_meta(),
+        }
+        return meta
+
+    def _state_arrays(self) -> dict[str, Array]:
+        arrays = super()._state_arrays()
+        arrays.update({f"priorities/{k}": v for k, v in self._prios.state_arrays().items()})
+        return arrays
+
+    def _load_meta(self, meta: Mapping[str, Any]) -> None:
+        super()._load_meta(meta)
+        own = dict(meta["priorities"])
+        self._beta_step = int(own["beta_step"])
+        self._max_priority = float(own["max_priority"])
+        self._prios.load_meta(own)
+
+    def _after_load(self) -> None:
+        super()._after_load()
+        env_ids, t = expand_ranges(self._index.env[:, LO], self._index.sizes())
+        self._prios.restore(self._index.slots(env_ids, t))
+
+
+def _real(name: str, value: Any) -> float:
+    """A finite float ``>= 0`` from a real number (bools refused)."""
+    if isinstance(value, bool) or not isinstance(value, int | float | np.integer | np.floating):
+        raise ConfigError(f"{name}: expected a finite number >= 0, got {value!r}")
+    out = float(value)
+    if not math.isfinite(out) or out < 0.0:
+        raise ConfigError(f"{name}: expected a finite number >= 0, got {value!r}")
+    return out
+
+
+def _count(name: str, value: Any, *, minimum: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < minimum:
+        raise ConfigError(f"{name}: expected an int >= {minimum}, got {value!r}")
+    return int(value)
+
+
+def _clip_range(clip: Any) -> tuple[float, float] | None:
+    if clip is None:
+        return None
+    try:
+        lo, hi = clip
+    except (TypeError, ValueError):
+        raise ConfigError(f"priority_clip: expected None or (lo, hi), got {clip!r}") from None
+    lo, hi = _real("priority_clip[0]", lo), _real("priority_clip[1]", hi)
+    if lo > hi:
+        raise ConfigError(f"priority_clip: expected lo <= hi, got ({lo}, {hi})")
+    return lo, hi

@@ -1,0 +1,484 @@
+"""Per-slot priorities and the segment trees that sample from them.
+
+:class:`Priorities` is the bookkeeping half of prioritized replay. It knows slots (``0 ..
+num_slots - 1``, one per stored step), which of them are *live* (sampleable now), the
+priority of each slot's current occupant, and two trees over the slots:
+
+* a :class:`~rlreplay.sampling.trees.SumTree` whose leaf ``s`` is the sampling mass ``m_s``
+  of slot ``s``: ``m_s = 0`` unless ``s`` is live with a priority ``> 0``, so
+  ``P(s) = m_s / total`` is exactly the law of :meth:`Priorities.draw` and a zero-mass slot
+  is never drawn;
+* a :class:`~rlreplay.sampling.trees.MinTree` holding the same ``m_s`` where it is ``> 0``
+  and ``+inf`` elsewhere, whose root is the smallest mass of any drawable slot, i.e. the
+  smallest probability, which fixes the largest importance weight over the whole buffer.
+
+Masses, by variant, for a live slot with priority ``p > 0``:
+
+* ``"proportional"``: ``m = p ** alpha``;
+* ``"rank_based"``: ``m = rank ** -alpha`` with ``rank = 1 + #{live priorities > p}``
+  (competition ranking: the highest priority has rank 1, equal priorities share a rank and
+  so a probability, whatever slots they sit in).
+
+Exact ranks change for up to every slot when one priority changes, so rank-based masses are
+refreshed by a full re-sort (``O(N log N)``) only once ``sort_interval`` changes (insertions,
+removals, priority updates) have accumulated, as nnabla-rl's ``sort_interval`` does. Between
+re-sorts a slot that joins the live set or gets a new priority is ranked against the sorted
+*snapshot* of the last re-sort: ``rank = 1 + #{snapshot priorities > p}`` (binary search,
+``O(log N)``); other slots keep their snapshot rank. Bound: the snapshot and the current set
+differ only in the ``D`` changes since the re-sort, and each change moves the count of larger
+priorities by at most one, so ``|rank used - exact rank| <= D`` for every live slot;
+re-sorting before a draw whenever ``D >= sort_interval`` keeps ``D < sort_interval`` at every
+draw, and ``sort_interval = 1`` is exact.
+Whatever the staleness of the ranks, draws follow the masses in the tree exactly and the
+reported probabilities are those masses normalised, so importance weights stay correct for the
+law actually sampled. (nnabla-rl also draws uniformly inside ``reset_segment_interval``-cached
+rank segments; the sum tree makes that second approximation unnecessary.)
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numba
+import numpy as np
+
+from rlreplay.errors import PriorityError
+from rlreplay.sampling.trees import MinTree, SumTree
+
+__all__ = ["VARIANTS", "Priorities"]
+
+Array = np.ndarray[Any, Any]
+
+VARIANTS = ("proportional", "rank_based")
+
+# Kernel status codes of _update_kernel.
+_OK, _BAD_VALUE, _TOO_LARGE = 0, 1, 2
+
+
+# --------------------------------------------------------------------------------------------
+# Kernels: one call per buffer operation. Every mass is computed by _mass, so incremental
+# updates and a rebuild from the saved priorities give bit-identical trees.
+# --------------------------------------------------------------------------------------------
+
+
+@numba.njit(cache=True, inline="always")
+def _mass(p: float, rank: int, alpha: float, rank_based: bool) -> float:
+    """The sampling mass of a live slot; a zero priority stays 0 even when ``alpha == 0``."""
+    if p <= 0.0:
+        return 0.0
+    if rank_based:
+        return float(float(rank) ** -alpha)
+    return float(p**alpha)
+
+
+@numba.njit(cache=True, inline="always")
+def _snapshot_rank(snap: Array, p: float) -> int:
+    """``1 + #{snapshot priorities > p}``: binary search in the ascending negated snapshot."""
+    return int(np.searchsorted(snap, -p)) + 1
+
+
+@numba.njit(cache=True)
+def _write_kernel(
+    prio: Array,
+    live: Array,
+    rank: Array,
+    snap: Array,
+    removed: Array,
+    written: Array,
+    priority: float,
+    added: Array,
+    alpha: float,
+    rank_based: bool,
+    out_slot: Array,
+    out_sum: Array,
+    out_min: Array,
+) -> None:  # pragma: no cover - compiled
+    """Apply one write: removals, then new priorities, then additions (see ``on_write``).
+
+    Fills ``out_*`` (length ``len(removed) + len(added)``) with the leaves to set, removals
+    first: the tree kernels apply duplicates in call order, so a reused slot ends up added.
+    """
+    k = 0
+    for i in range(removed.shape[0]):
+        s = removed[i]
+        live[s] = False
+        out_slot[k] = s
+        out_sum[k] = 0.0
+        out_min[k] = np.inf
+        k += 1
+    for i in range(written.shape[0]):
+        prio[written[i]] = priority
+    for i in range(added.shape[0]):
+        s = added[i]
+        live[s] = True
+        p = prio[s]
+        r = 1
+        if rank_based:
+            r = _snapshot_rank(snap, p)
+            rank[s] = r
+        m = _mass(p, r, alpha, rank_based)
+        out_slot[k] = s
+        out_sum[k] = m
+        out_min[k] = m if m > 0.0 else np.inf
+        k += 1
+
+
+@numba.njit(cache=True)
+def _update_kernel(
+    prio: Array,
+    live: Array,
+    rank: Array,
+    snap: Array,
+    slots: Array,
+    stale: Array,
+    values: Array,
+    clip_lo: float,
+    clip_hi: float,
+    eps: float,
+    alpha: float,
+    rank_based: bool,
+    limit: float,
+    out_slot: Array,
+    out_sum: Array,
+    out_min: Array,
+) -> tuple[int, int, int, float]:  # pragma: no cover - compiled
+    """Check, then apply, priority updates in call order (a later duplicate wins).
+
+    Returns ``(status, position, leaves, max)``: on ``_BAD_VALUE`` (NaN, infinite or negative
+    at ``position``) or ``_TOO_LARGE`` (a priority above ``limit``) nothing was changed;
+    otherwise ``out_*[:leaves]`` are the tree leaves to set and ``max`` is the largest
+    priority now held by an updated slot (values overwritten by a later duplicate do not
+    count).
+    """
+    n = values.shape[0]
+    for i in range(n):
+        v = values[i]
+        if not (v >= 0.0 and v < np.inf):  # NaN fails both comparisons
+            return _BAD_VALUE, i, 0, 0.0
+    for i in range(n):
+        if not stale[i]:
+            v = min(max(values[i], clip_lo), clip_hi) + eps
+            if v > limit:
+                return _TOO_LARGE, i, 0, v
+    k = 0
+    for i in range(n):
+        if stale[i]:
+            continue
+        s = slots[i]
+        v = min(max(values[i], clip_lo), clip_hi) + eps
+        prio[s] = v
+        if live[s]:
+            r = 1
+            if rank_based:
+                r = _snapshot_rank(snap, v)
+                rank[s] = r
+            m = _mass(v, r, alpha, rank_based)
+            out_slot[k] = slots[i]
+            out_sum[k] = m
+            out_min[k] = m if m > 0.0 else np.inf
+            k += 1
+    top = 0.0
+    for i in range(n):
+        if not stale[i] and prio[slots[i]] > top:
+            top = prio[slots[i]]
+    return _OK, 0, k, top
+
+
+@numba.njit(cache=True)
+def _masses_kernel(
+    prio: Array, rank: Array, live: Array, alpha: float, rank_based: bool, out_sum: Array
+) -> None:  # pragma: no cover - compiled
+    """Every slot's leaf, from scratch (0 where not live)."""
+    for s in range(prio.shape[0]):
+        r = rank[s] if rank_based else 1
+        out_sum[s] = _mass(prio[s], r, alpha, rank_based) if live[s] else 0.0
+
+
+@numba.njit(cache=True)
+def _draw_kernel(
+    slots: Array,
+    masses: Array,
+    total: float,
+    min_mass: float,
+    beta: float,
+    lo: Array,
+    C: int,
+    out_env: Array,
+    out_t: Array,
+    out_p: Array,
+    out_w: Array,
+) -> None:  # pragma: no cover - compiled
+    """Per draw: env, absolute step, ``P = m / total`` and ``w = (min_mass / m) ** beta``.
+
+    Slot ``s = e * C + r`` holds, of env ``e``'s sampleable range ``[lo_e, hi_e)`` (at most
+    ``C`` long, so ``t -> t % C`` is one-to-one on it), the one step ``t`` with ``t % C == r``:
+    ``t = lo_e + ((r - lo_e) mod C)``. The weight is computed as a ratio ``<= 1`` raised to
+    ``beta``, so it cannot overflow (it may underflow to 0).
+    """
+    for i in range(slots.shape[0]):
+        s = slots[i]
+        e = s // C
+        base = lo[e]
+        out_env[i] = e
+        out_t[i] = base + (s - e * C - base) % C
+        out_p[i] = masses[i] / total
+        out_w[i] = (min_mass / masses[i]) ** beta
+
+
+class Priorities:
+    """Priorities of ``num_slots`` slots, their live set, and the Sum/Min trees over them.
+
+    Invariants (checked by the tests after every operation):
+        * ``sum_tree`` leaf ``s`` is ``mass(s)`` if ``live[s]`` and ``prio[s] > 0``, else 0;
+        * ``min_tree`` leaf ``s`` is the same where it is ``> 0``, else ``+inf``;
+        * rank-based: ``rank[s]`` of a live slot is its snapshot rank (see the module
+          docstring); ``changes`` counts insertions, removals and updates since the re-sort.
+
+    Args:
+        num_envs: ``E``.
+        env_capacity: ``C``; slot ``e * C + t % C`` holds step ``t`` of env ``e``.
+        alpha: Exponent ``>= 0`` of the masses.
+        variant: ``"proportional"`` or ``"rank_based"``.
+        sort_interval: Rank-based only: re-sort before a draw once this many changes
+            accumulated; ``None`` means 1% of the slots ranked at the last re-sort (at least 1).
+
+    Cost: every write or update of ``k`` slots is ``O(k log n)`` (tree updates); a draw of
+    ``B`` is ``O(B log n)``; a rank-based re-sort is ``O(n log n)``, amortised over at least
+    ``sort_interval`` changes.
+    """
+
+    def __init__(
+        self,
+        num_envs: int,
+        env_capacity: int,
+        *,
+        alpha: float,
+        variant: str,
+        sort_interval: int | None,
+    ) -> None:
+        self.env_capacity = env_capacity
+        self.num_slots = num_slots = num_envs * env_capacity
+        self.alpha = alpha
+        self.rank_based = variant == "rank_based"
+        self.sort_interval = sort_interval
+        self.prio = np.zeros(num_slots, np.float64)
+        self.live = np.zeros(num_slots, np.bool_)
+        self.sum_tree = SumTree(num_slots)
+        self.min_tree = MinTree(num_slots)
+        n_rank = num_slots if self.rank_based else 0
+        self.rank = np.ones(n_rank, np.int64)
+        # Priorities of the last re-sort, negated so that the array is ascending.
+        self.snapshot = np.zeros(n_rank, np.float64)
+        self.snapshot_size = 0
+        self.changes = 0
+        self._limit = self._priority_limit()
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of the per-slot arrays and of the two trees."""
+        per_slot = self.prio.nbytes + self.live.nbytes + self.rank.nbytes + self.snapshot.nbytes
+        tree = 2 * (1 << (self.num_slots - 1).bit_length()) * 8
+        return per_slot + 2 * tree
+
+    # ------------------------------------------------------------------ changes
+    def _snapshot(self) -> Array:
+        return self.snapshot[: self.snapshot_size]
+
+    def _set_leaves(self, slots: Array, sums: Array, mins: Array) -> None:
+        """Set leaves of both trees through their kernel entry point ``_apply``.
+
+        The public ``set`` would re-validate what the kernels here built (int64 slots in
+        range, finite masses ``>= 0`` below the overflow limit), at a few microseconds a call.
+        """
+        self.sum_tree._apply(slots, sums)
+        self.min_tree._apply(slots, mins)
+
+    def on_write(self, removed: Array, written: Array, priority: float, added: Array) -> None:
+        """Apply one buffer write.
+
+        Args:
+            removed: Slots whose occupants stopped being sampleable (applied first: an added
+                slot may be a removed one reused).
+            written: Slots just written; their new occupants get ``priority``.
+            priority: The priority of new transitions (already passed :meth:`check_priority`).
+            added: Slots whose occupants just became sampleable.
+        """
+        n = removed.shape[0] + added.shape[0]
+        out_slot, out_sum, out_min = np.empty(n, np.int64), np.empty(n), np.empty(n)
+        _write_kernel(
+            self.prio, self.live, self.rank, self._snapshot(), removed, written, priority,
+            added, self.alpha, self.rank_based, out_slot, out_sum, out_min,
+        )  # fmt: skip
+        if self.rank_based:
+            self.changes += n
+        self._set_leaves(out_slot, out_sum, out_min)
+
+    def _mass_limit(self) -> float:
+        # Masses at most max/(2n) keep any sum over the n slots finite, rounding included.
+        return float(np.finfo(np.float64).max) / (2 * self.num_slots)
+
+    def _priority_limit(self) -> float:
+        """The largest priority whose mass ``p ** alpha`` stays within :meth:`_mass_limit`."""
+        if self.rank_based or self.alpha <= 0.0:
+            return math.inf  # rank-based masses and p ** 0 are at most 1
+        with np.errstate(over="ignore"):
+            return float(np.power(self._mass_limit(), 1.0 / self.alpha))
+
+    def check_priority(self, priority: float) -> None:
+        """Refuse a priority whose mass could make a sum over all slots overflow.
+
+        Raises:
+            PriorityError: ``priority ** alpha`` is above ``float64 max / (2 * num_slots)``.
+        """
+        if priority > self._limit:
+            raise self._too_large(priority)
+
+    def _too_large(self, priority: float) -> PriorityError:
+        return PriorityError(
+            f"priorities: {priority!r} is above {self._limit:.3g}, whose mass ** alpha="
+            f"{self.alpha} is the largest that {self.num_slots} slots can sum without overflow; "
+            "scale the priorities down"
+        )
+
+    def update(
+        self,
+        slots: Array,
+        stale: Array,
+        values: Array,
+        clip: tuple[float, float] | None,
+        eps: float,
+    ) -> float:
+        """Set the priorities ``clip(values) + eps`` of non-stale ``slots``, in call order.
+
+        Priorities up to a mass of ``float64 max / (2 * num_slots)`` are accepted, so no sum
+        over the slots can overflow: a later write (which gives new transitions the largest
+        priority ever applied) can never fail.
+
+        Args:
+            slots: Slot of each id (int64; anything for stale ids).
+            stale: Which ids were overwritten since issued (ignored).
+            values: float64 priorities, one per id.
+            clip: Optional ``(lo, hi)``.
+            eps: Added after clipping.
+
+        Returns:
+            The largest priority now held by an updated slot (0 if none).
+
+        Raises:
+            PriorityError: A value NaN, infinite or negative, or too large; then nothing
+                changed.
+        """
+        n = values.shape[0]
+        out_slot, out_sum, out_min = np.empty(n, np.int64), np.empty(n), np.empty(n)
+        lo, hi = clip if clip is not None else (0.0, np.inf)
+        status, pos, k, top = _update_kernel(
+            self.prio, self.live, self.rank, self._snapshot(), slots, stale, values, lo, hi,
+            eps, self.alpha, self.rank_based, self._limit, out_slot, out_sum, out_min,
+        )  # fmt: skip
+        if status == _BAD_VALUE:
+            raise PriorityError(
+                f"priorities: expected finite values >= 0, got {values[pos]!r} at position "
+                f"{pos} (pass abs(td_error); NaN usually means the loss diverged)"
+            )
+        if status == _TOO_LARGE:
+            raise self._too_large(top)
+        if self.rank_based:
+            self.changes += k
+        self._set_leaves(out_slot[:k], out_sum[:k], out_min[:k])
+        return float(top)
+
+    # ------------------------------------------------------------------ drawing
+    @property
+    def drawable(self) -> bool:
+        """Whether some live slot has a priority ``> 0``."""
+        return self.sum_tree.total > 0.0
+
+    def draw(
+        self, n: int, rng: np.random.Generator, stratified: bool, beta: float, lo: Array
+    ) -> tuple[Array, Array, Array, Array]:
+        """Draw ``n`` slots with probability ``mass / total`` (which must be ``> 0``).
+
+        Args:
+            n: Number of draws.
+            rng: The buffer's generator.
+            stratified: One draw per equal slice of the total mass.
+            beta: Importance exponent.
+            lo: First sampleable step of each env (to turn slots into steps).
+
+        Returns:
+            ``(env_ids, t, probabilities, weights)``: int64, int64, float64 ``P = mass /
+            total`` and float32 ``w = (P_min / P) ** beta = (smallest mass / mass) ** beta``
+            in ``[0, 1]``.
+        """
+        if self.rank_based and self.changes >= self._sort_threshold():
+            self.resort()
+        slots = self.sum_tree.sample(n, rng, stratified=stratified)
+        env, t = np.empty(n, np.int64), np.empty(n, np.int64)
+        probabilities, weights = np.empty(n), np.empty(n, np.float32)
+        _draw_kernel(
+            slots, self.sum_tree.get(slots), self.sum_tree.total, self.min_tree.min, beta,
+            lo, self.env_capacity, env, t, probabilities, weights,
+        )  # fmt: skip
+        return env, t, probabilities, weights
+
+    def _sort_threshold(self) -> int:
+        if self.sort_interval is not None:
+            return self.sort_interval
+        return max(1, self.snapshot_size // 100)
+
+    def resort(self) -> None:
+        """Rank every live slot with priority ``> 0`` exactly: ``1 + #{larger priorities}``."""
+        slots = np.flatnonzero(self.live & (self.prio > 0.0))
+        neg = -self.prio[slots]
+        order = np.argsort(neg)
+        n = slots.shape[0]
+        snap = self.snapshot[:n]
+        snap[:] = neg[order]
+        self.snapshot_size = n
+        # Competition ranks ("1224"): position + 1 at the first of a run of equal priorities,
+        # carried over the rest of the run by the running maximum.
+        first = np.ones(n, np.bool_)
+        np.not_equal(snap[1:], snap[:-1], out=first[1:])
+        ranks = np.where(first, np.arange(1, n + 1, dtype=np.int64), 0)
+        self.rank[slots[order]] = np.maximum.accumulate(ranks) if n else ranks
+        self.changes = 0
+        self.rebuild()
+
+    def rebuild(self) -> None:
+        """Recompute both trees from ``prio``, ``live`` (and ``rank``): O(n)."""
+        masses = np.empty(self.num_slots)
+        _masses_kernel(self.prio, self.rank, self.live, self.alpha, self.rank_based, masses)
+        _load_leaves(self.sum_tree, masses)
+        _load_leaves(self.min_tree, np.where(masses > 0.0, masses, np.inf))
+
+    def restore(self, live_slots: Array) -> None:
+        """After loading ``prio`` (and ``rank``, ``snapshot``): set the live set, rebuild."""
+        self.live[:] = False
+        self.live[live_slots] = True
+        self.rebuild()
+
+    # ------------------------------------------------------------------ state
+    def state_meta(self) -> dict[str, Any]:
+        """Scalars of the state (JSON-able)."""
+        return {"snapshot_size": self.snapshot_size, "changes": self.changes}
+
+    def load_meta(self, meta: dict[str, Any]) -> None:
+        """Restore :meth:`state_meta`."""
+        self.snapshot_size = int(meta["snapshot_size"])
+        self.changes = int(meta["changes"])
+
+    def state_arrays(self) -> dict[str, Array]:
+        """The arrays of the state (live views); the trees and ``live`` are derived."""
+        out: dict[str, Array] = {"prio": self.prio}
+        if self.rank_based:
+            out["rank"] = self.rank
+            out["snapshot"] = self.snapshot
+        return out
+
+
+def _load_leaves(tree: SumTree | MinTree, leaves: Array) -> None:
+    """Replace every leaf of ``tree`` and rebuild its nodes bottom-up in one O(n) pass."""
+    state = tree.state_dict()
+    state["leaves"] = leaves
+    tree.load_state_dict(state)

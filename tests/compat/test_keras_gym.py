@@ -1,0 +1,585 @@
+"""keras-gym's ExperienceReplayBuffer front-end: seed behaviour, golden tables, core agreement.
+
+Every step ``t`` of these trajectories carries a frame whose value is ``t + 1`` (0 is the
+filler/terminal frame), so a sampled row names its transition by the last frame of ``S``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import gymnasium
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import rlreplay as rr
+import rlreplay.compat.keras_gym as km
+from rlreplay.compat.keras_gym import ExperienceReplayBuffer, InsufficientCacheError
+from rlreplay.compat.keras_gym.base.errors import (
+    ActionSpaceError,
+    KerasGymError,
+    NumpyArrayCheckError,
+)
+
+G = 0.5  # powers of 0.5 are exact, so n-step sums compare exactly
+
+
+class FakeEnv:
+    """keras-gym's buffer reads only ``action_space`` and ``num_frames`` from its env."""
+
+    def __init__(self, action_space: Any, num_frames: int | None = None) -> None:
+        self.action_space = action_space
+        if num_frames is not None:
+            self.num_frames = num_frames
+
+
+def discrete(n: int = 3, num_frames: int | None = None) -> FakeEnv:
+    return FakeEnv(gymnasium.spaces.Discrete(n), num_frames)
+
+
+def box(num_frames: int | None = None) -> FakeEnv:
+    return FakeEnv(gymnasium.spaces.Box(-1.0, 1.0, (2,), np.float32), num_frames)
+
+
+def state(t: int, k: int) -> np.ndarray:
+    """The state added at step ``t``: a (1, 1, k) stack whose last frame is ``t + 1``.
+
+    The earlier frames of the stack are -1: the buffer must ignore them.
+    """
+    if k == 1:
+        return np.full((1, 1), t + 1.0)
+    s = np.full((1, 1, k), -1.0)
+    s[..., -1] = t + 1
+    return s
+
+
+def one_hot(i: int, n: int = 3) -> np.ndarray:
+    return np.eye(n)[i]
+
+
+# ---------------------------------------------------------------------- a reference model
+@dataclass
+class Trajectory:
+    """Steps ``(done, episode_id)``; reward ``t + 1``, action ``t % 3``, frame ``t + 1``."""
+
+    steps: list[tuple[bool, int]] = field(default_factory=list)
+
+    def feed(self, buf: ExperienceReplayBuffer, k: int) -> None:
+        for t, (done, eid) in enumerate(self.steps):
+            buf.add(state(t, k), t % 3, float(t + 1), done, eid)
+
+    def expected(self, n: int, k: int, gamma: float) -> dict[int, dict[str, Any]]:
+        """keras-gym's valid transitions (no overwriting), keyed by the frame value ``t + 1``.
+
+        An episode starts at the first step, after a done step, and at a change of
+        episode_id; a step that is not done and is followed by another episode is a cut. A
+        transition is valid when its window ``t .. t+m-1`` ends at a done step (``m <= n``)
+        or spans ``n`` steps of which none is a cut and whose bootstrap step ``t + n`` exists.
+        """
+        T = len(self.steps)
+        start = [0] * T
+        for t in range(1, T):
+            new = self.steps[t - 1][0] or self.steps[t - 1][1] != self.steps[t][1]
+            start[t] = t if new else start[t - 1]
+        cut = [not self.steps[t][0] and t + 1 < T and start[t + 1] == t + 1 for t in range(T)]
+
+        def frames(u: int, s0: int) -> list[float]:
+            return [max(v, s0) + 1.0 for v in range(u - k + 1, u + 1)]
+
+        rows: dict[int, dict[str, Any]] = {}
+        for t in range(T):
+            rn, done, ok = 0.0, False, True
+            for j in range(n):
+                if t + j >= T or cut[t + j]:
+                    ok = False
+                    break
+                rn += gamma**j * (t + j + 1)
+                if self.steps[t + j][0]:
+                    done = True
+                    break
+            if not ok or (not done and t + n >= T):
+                continue
+            row: dict[str, Any] = {"S": frames(t, start[t]), "A": t % 3, "Rn": rn, "done": done}
+            if not done:
+                row.update(In=gamma**n, S_next=frames(t + n, start[t]), A_next=(t + n) % 3)
+            rows[t + 1] = row
+        return rows
+
+
+def check_rows(
+    out: tuple[np.ndarray, ...], expected: dict[int, dict[str, Any]], k: int
+) -> set[int]:
+    """Assert every sampled row is a valid transition with the expected content."""
+    S, A, Rn, In, S_next, A_next = out
+    seen = set()
+    for b in range(S.shape[0]):
+        frames = S[b].reshape(-1) if k > 1 else S[b].reshape(1)
+        key = int(frames[-1])
+        assert key in expected, f"sampled an invalid transition (frame {key})"
+        row = expected[key]
+        seen.add(key)
+        assert frames.tolist() == row["S"]
+        np.testing.assert_array_equal(A[b], one_hot(row["A"]))
+        assert Rn[b] == row["Rn"]
+        if row["done"]:
+            assert In[b] == 0.0
+            np.testing.assert_array_equal(A_next[b], np.zeros(3))  # undefined: zeros here
+            assert S_next[b].reshape(-1)[-1] == 0.0
+        else:
+            assert In[b] == row["In"]
+            nxt = S_next[b].reshape(-1) if k > 1 else S_next[b].reshape(1)
+            assert nxt.tolist() == row["S_next"]
+            np.testing.assert_array_equal(A_next[b], one_hot(row["A_next"]))
+    return seen
+
+
+def sample_until(buf: ExperienceReplayBuffer, rounds: int) -> list[tuple[np.ndarray, ...]]:
+    return [buf.sample() for _ in range(rounds)]
+
+
+# ---------------------------------------------------------------------- import paths
+def test_module_paths_mirror_keras_gym() -> None:
+    from rlreplay.compat.keras_gym.base import errors
+    from rlreplay.compat.keras_gym.caching import experience_replay
+
+    assert km.caching.ExperienceReplayBuffer is ExperienceReplayBuffer
+    assert experience_replay.ExperienceReplayBuffer is ExperienceReplayBuffer
+    assert errors.InsufficientCacheError is InsufficientCacheError
+    assert km.base.errors.NumpyArrayCheckError is NumpyArrayCheckError
+
+
+def test_errors_are_keras_gym_and_rlreplay_errors() -> None:
+    assert issubclass(InsufficientCacheError, KerasGymError)
+    assert issubclass(InsufficientCacheError, rr.EmptyBufferError)
+    assert issubclass(NumpyArrayCheckError, rr.ShapeError)
+    assert issubclass(ActionSpaceError, rr.ReplayError)
+    assert issubclass(ActionSpaceError, ValueError)
+
+
+# ---------------------------------------------------------------------- constructor
+def test_constructor_defaults_and_attributes() -> None:
+    env = discrete()
+    buf = ExperienceReplayBuffer(env, 100)
+    assert (buf.env, buf.capacity, buf.batch_size, buf.bootstrap_n) == (env, 100, 32, 1)
+    assert (buf.gamma, buf.random_seed, buf.num_frames) == (0.99, None, 1)
+    assert buf.action_space_is_discrete and not buf.action_space_is_box
+    assert buf.num_actions == 3
+    assert len(buf) == 0 and not buf
+
+
+def test_constructor_casts_sizes_like_keras_gym() -> None:
+    buf = ExperienceReplayBuffer(discrete(), 1e6, batch_size=8.0, bootstrap_n=np.int64(3))  # type: ignore[arg-type]
+    assert (buf.capacity, buf.batch_size, buf.bootstrap_n) == (1_000_000, 8, 3)
+    assert type(buf.capacity) is int
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"capacity": 0},
+        {"capacity": 2.5},
+        {"capacity": "big"},
+        {"batch_size": 0},
+        {"bootstrap_n": 0},
+        {"gamma": 1.5},
+        {"gamma": -0.1},
+        {"random_seed": -1},
+        {"random_seed": 1.5},
+    ],
+)
+def test_constructor_rejects_bad_arguments(kwargs: dict[str, Any]) -> None:
+    args: dict[str, Any] = {"env": discrete(), "capacity": 10, **kwargs}
+    with pytest.raises(rr.ConfigError):
+        ExperienceReplayBuffer(**args)
+
+
+def test_num_frames_is_found_through_wrappers() -> None:
+    class Env(gymnasium.Env[np.ndarray, np.int64]):
+        observation_space = gymnasium.spaces.Box(0, 255, (2, 2, 4), np.uint8)
+        action_space = gymnasium.spaces.Discrete(2)
+        num_frames = 4
+
+    wrapped = gymnasium.Wrapper(gymnasium.Wrapper(Env()))
+    assert not hasattr(wrapped, "num_frames")  # gymnasium wrappers do not forward it
+    assert ExperienceReplayBuffer(wrapped, 10).num_frames == 4
+    assert ExperienceReplayBuffer(discrete(), 10).num_frames == 1
+
+
+def test_box_action_space_properties() -> None:
+    buf = ExperienceReplayBuffer(box(), 10)
+    assert buf.action_space_is_box and not buf.action_space_is_discrete
+    with pytest.raises(ActionSpaceError, match="Discrete"):
+        _ = buf.num_actions
+
+
+# ---------------------------------------------------------------------- shapes and dtypes
+def test_sample_shapes_discrete_vector_states() -> None:
+    buf = ExperienceReplayBuffer(discrete(4), 100, batch_size=5, random_seed=0)
+    for t in range(12):
+        buf.add(np.full(3, t, np.float32), t % 4, 1.0, t == 11, 0)
+    S, A, Rn, In, S_next, A_next = buf.sample()
+    assert S.shape == S_next.shape == (5, 3) and S.dtype == S_next.dtype == np.float32
+    assert A.shape == A_next.shape == (5, 4) and A.dtype == A_next.dtype == np.float64
+    assert Rn.shape == In.shape == (5,) and Rn.dtype == In.dtype == np.float64
+    np.testing.assert_array_equal(A.sum(axis=1), 1.0)  # one-hot
+
+
+def test_sample_shapes_box_actions_keep_their_dtype() -> None:
+    buf = ExperienceReplayBuffer(box(), 100, batch_size=6, bootstrap_n=2, random_seed=0)
+    for t in range(10):
+        buf.add(np.full((2, 2), t, np.uint8), np.array([t, -t], np.float32) / 10, 0.5, False, 0)
+    S, A, Rn, In, S_next, A_next = buf.sample()
+    assert S.shape == S_next.shape == (6, 2, 2) and S.dtype == np.uint8
+    assert A.shape == A_next.shape == (6, 2) and A.dtype == A_next.dtype == np.float32
+    assert Rn.shape == In.shape == (6,)
+    t = S[:, 0, 0].astype(int)
+    np.testing.assert_allclose(A, np.stack([t, -t], 1) / 10, rtol=1e-6)
+    np.testing.assert_allclose(A_next, np.stack([t + 2, -(t + 2)], 1) / 10, rtol=1e-6)
+    np.testing.assert_array_equal(S_next[:, 0, 0], t + 2)
+
+
+@pytest.mark.parametrize("frame_shape", [(3, 2), (3, 2, 3)])
+def test_frame_stacks_are_stored_as_last_frames(frame_shape: tuple[int, ...]) -> None:
+    buf = ExperienceReplayBuffer(discrete(num_frames=4), 100, batch_size=8, random_seed=0)
+    for t in range(20):
+        s = np.full((*frame_shape, 4), 255, np.uint8)
+        s[..., -1] = t
+        buf.add(s, 0, 1.0, False, 0)
+    S, _, _, _, S_next, _ = buf.sample()
+    assert S.shape == S_next.shape == (8, *frame_shape, 4) and S.dtype == np.uint8
+    assert S.flags.c_contiguous
+    last = S[(slice(None),) + (0,) * len(frame_shape) + (-1,)].astype(int)
+    for b in range(8):
+        stack = S[(b,) + (0,) * len(frame_shape)].astype(int)
+        # keras-gym repeats the episode's first frame before the episode starts
+        np.testing.assert_array_equal(stack, np.maximum(np.arange(last[b] - 3, last[b] + 1), 0))
+        nxt = S_next[(b,) + (0,) * len(frame_shape)].astype(int)
+        np.testing.assert_array_equal(nxt, np.maximum(np.arange(last[b] - 2, last[b] + 2), 0))
+
+
+def test_frame_stack_shape_is_checked() -> None:
+    buf = ExperienceReplayBuffer(discrete(num_frames=4), 100)
+    with pytest.raises(NumpyArrayCheckError, match="axis_size=4"):
+        buf.add(np.zeros((2, 2, 3)), 0, 0.0, False, 0)
+    with pytest.raises(NumpyArrayCheckError, match="ndim equal to 3 or 4"):
+        buf.add(np.zeros((2, 4)), 0, 0.0, False, 0)
+    buf.add(np.zeros((2, 2, 4)), 0, 0.0, False, 0)
+    with pytest.raises(rr.ShapeError):  # another frame shape than the first add's
+        buf.add(np.zeros((3, 2, 4)), 0, 0.0, False, 0)
+
+
+def test_discrete_actions_are_checked() -> None:
+    buf = ExperienceReplayBuffer(discrete(3), 100)
+    for bad in (3, -1, 1.0, np.array([0, 1]), True):
+        with pytest.raises(ActionSpaceError):
+            buf.add(np.zeros(2), bad, 0.0, False, 0)
+    assert len(buf) == 0
+
+
+def test_discrete_space_with_start_is_one_hot_from_start() -> None:
+    env = FakeEnv(gymnasium.spaces.Discrete(3, start=5))
+    buf = ExperienceReplayBuffer(env, 100, batch_size=4, random_seed=0)
+    for t in range(6):
+        buf.add(np.array([t]), 5 + t % 3, 0.0, t == 5, 0)
+    S, A, *_ = buf.sample()
+    np.testing.assert_array_equal(A, np.eye(3)[S[:, 0] % 3])
+
+
+def test_added_arrays_are_copied() -> None:
+    buf = ExperienceReplayBuffer(box(), 100, batch_size=2, random_seed=0)
+    s, a = np.zeros(2), np.zeros(2, np.float32)
+    for _ in range(3):
+        buf.add(s, a, 0.0, False, 0)
+        s += 1.0  # the caller reuses its arrays
+        a += 1.0
+    S, A, *_ = buf.sample()
+    np.testing.assert_array_equal(S[:, 0], A[:, 0])
+    assert set(S[:, 0].tolist()) <= {0.0, 1.0}
+
+
+# ---------------------------------------------------------------------- n-step golden table
+def test_nstep_golden_table() -> None:
+    """n = 3, gamma = 0.5; episode 0 is done after 5 steps, episode 1 runs (5 more steps).
+
+    | t | frame | rewards in window | Rn                     | In    | S_next | A_next |
+    |---|-------|-------------------|------------------------|-------|--------|--------|
+    | 0 | 1     | 1 2 3             | 1 + 1 + 0.75 = 2.75    | 0.125 | 4      | a_3    |
+    | 1 | 2     | 2 3 4             | 2 + 1.5 + 1 = 4.5      | 0.125 | 5      | a_4    |
+    | 2 | 3     | 3 4 5 (done)      | 3 + 2 + 1.25 = 6.25    | 0     | -      | -      |
+    | 3 | 4     | 4 5 (done)        | 4 + 2.5 = 6.5          | 0     | -      | -      |
+    | 4 | 5     | 5 (done)          | 5                      | 0     | -      | -      |
+    | 5 | 6     | 6 7 8             | 6 + 3.5 + 2 = 11.5     | 0.125 | 9      | a_8    |
+    | 6 | 7     | 7 8 9             | 7 + 4 + 2.25 = 13.25   | 0.125 | 10     | a_9    |
+    steps 7..9 have no complete window yet.
+    """
+    buf = ExperienceReplayBuffer(discrete(), 100, batch_size=7, bootstrap_n=3, gamma=G)
+    buf.random_seed = 3  # settable before the first add, as keras-gym's mixin allows
+    for t in range(10):
+        buf.add(np.array([t + 1.0]), t % 3, float(t + 1), t == 4, 0 if t <= 4 else 1)
+    assert len(buf) == 7
+    table = {
+        1: (2.75, 0.125, 4.0, 0),
+        2: (4.5, 0.125, 5.0, 1),
+        3: (6.25, 0.0, None, None),
+        4: (6.5, 0.0, None, None),
+        5: (5.0, 0.0, None, None),
+        6: (11.5, 0.125, 9.0, 2),
+        7: (13.25, 0.125, 10.0, 0),
+    }
+    seen = set()
+    for _ in range(20):
+        S, A, Rn, In, S_next, A_next = buf.sample()
+        for b in range(7):
+            key = int(S[b, 0])
+            rn, i_n, s_next, a_next = table[key]
+            seen.add(key)
+            assert (Rn[b], In[b]) == (rn, i_n)
+            np.testing.assert_array_equal(A[b], one_hot((key - 1) % 3))
+            if s_next is not None:
+                assert S_next[b, 0] == s_next
+                np.testing.assert_array_equal(A_next[b], one_hot(a_next))
+            else:
+                np.testing.assert_array_equal(A_next[b], np.zeros(3))
+    assert seen == set(table)
+
+
+# ---------------------------------------------------------------------- episode boundaries
+def test_new_episode_id_cuts_the_previous_episode() -> None:
+    """Episode 0 (steps 0..5) is never done; episode 1 starts at step 6 (n = 2, k = 2).
+
+    Windows of steps 4 and 5 reach the cut (keras-gym has no state to bootstrap from), and
+    step 6's stack repeats its own first frame instead of episode 0's last one.
+    """
+    traj = Trajectory([(False, 0)] * 6 + [(False, 1)] * 6)
+    buf = ExperienceReplayBuffer(discrete(num_frames=2), 100, batch_size=8, bootstrap_n=2)
+    traj.feed(buf, 2)
+    expected = traj.expected(2, 2, buf.gamma)
+    assert sorted(expected) == [1, 2, 3, 4, 7, 8, 9, 10]
+    assert expected[7]["S"] == [7.0, 7.0]
+    seen = set()
+    for out in sample_until(buf, 10):
+        seen |= check_rows(out, expected, 2)
+    assert seen == set(expected)
+
+
+def test_done_ends_the_episode_even_if_the_id_stays() -> None:
+    traj = Trajectory([(False, 0), (False, 0), (True, 0), (False, 0), (False, 0), (False, 0)])
+    buf = ExperienceReplayBuffer(discrete(num_frames=3), 100, batch_size=4, random_seed=1)
+    traj.feed(buf, 3)
+    expected = traj.expected(1, 3, buf.gamma)
+    assert expected[4]["S"] == [4.0, 4.0, 4.0]  # padded with its own first frame
+    seen = set()
+    for out in sample_until(buf, 10):
+        seen |= check_rows(out, expected, 3)
+    assert seen == set(expected)
+
+
+def test_cut_episodes_shorter_than_n_leave_nothing_to_sample() -> None:
+    buf = ExperienceReplayBuffer(discrete(), 100, batch_size=2, bootstrap_n=3, random_seed=0)
+    for t in range(12):
+        buf.add(np.array([t + 1.0]), 0, 1.0, False, t // 2)  # episodes of 2 steps, never done
+    assert len(buf) == 9
+    with pytest.raises(InsufficientCacheError, match="cut"):
+        buf.sample()
+
+
+def test_a_rejected_add_changes_nothing() -> None:
+    buf = ExperienceReplayBuffer(discrete(), 100, batch_size=1, random_seed=0)
+    buf.add(np.array([1.0]), 0, 1.0, False, 0)
+    buf.add(np.array([2.0]), 1, 1.0, False, 0)
+    with pytest.raises(rr.ShapeError):
+        buf.add(np.array([1.0, 2.0]), 0, 1.0, False, 1)  # new id, but a bad state
+    assert len(buf) == 1
+    buf.add(np.array([3.0]), 2, 1.0, False, 0)  # the episode goes on: no cut was stored
+    seen = {float(buf.sample()[0][0, 0]) for _ in range(30)}
+    assert seen == {1.0, 2.0}
+
+
+# done and a new episode id each with probability 1/5: episodes of a few steps, some cut
+_flag = st.integers(0, 4).map(lambda x: x == 0)
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    steps=st.lists(st.tuples(_flag, _flag), min_size=1, max_size=40),
+    n=st.integers(1, 3),
+    k=st.integers(1, 3),
+    seed=st.integers(0, 2**16),
+)
+def test_matches_reference_model(steps: list[tuple[bool, bool]], n: int, k: int, seed: int) -> None:
+    """Random done flags and episode-id changes against the reference :class:`Trajectory`."""
+    eid, traj = 0, Trajectory()
+    for done, new_id in steps:
+        eid += new_id
+        traj.steps.append((done, eid))
+    env = discrete(num_frames=k)
+    buf = ExperienceReplayBuffer(env, 100, batch_size=4, bootstrap_n=n, gamma=G, random_seed=seed)
+    traj.feed(buf, k)
+    assert len(buf) == max(0, len(steps) - n)
+    assert bool(buf) == (len(buf) > 0)
+    expected = traj.expected(n, k, G)
+    valid_share = len(expected) / max(1, buf._core.num_sampleable) if buf._core else 0.0
+    try:
+        out = buf.sample()
+    except InsufficientCacheError:
+        # too few adds, or (keras-gym's own limit of 10 * batch_size draws) mostly cut windows
+        assert len(buf) < 4 or not expected or valid_share < 0.5
+        return
+    check_rows(out, expected, k)
+
+
+# ---------------------------------------------------------------------- len, bool, clear
+def test_len_bool_and_capacity_count_like_keras_gym() -> None:
+    buf = ExperienceReplayBuffer(discrete(), 5, batch_size=2, bootstrap_n=2)
+    assert len(buf) == 0 and not buf
+    lens = []
+    for t in range(12):
+        buf.add(np.array([t + 1.0]), 0, 1.0, False, 0)
+        lens.append(len(buf))
+    assert lens == [0, 0, 1, 2, 3, 4, 5, 5, 5, 5, 5, 5]  # max(0, min(adds, 5 + 2) - 2)
+    assert buf
+
+
+@pytest.mark.parametrize(("n", "k"), [(1, 1), (2, 1), (2, 3), (3, 4)])
+def test_full_buffer_samples_exactly_capacity_recent_transitions(n: int, k: int) -> None:
+    capacity = 5
+    buf = ExperienceReplayBuffer(
+        discrete(num_frames=k), capacity, batch_size=5, bootstrap_n=n, gamma=G, random_seed=0
+    )
+    T = 50
+    Trajectory([(False, 0)] * T).feed(buf, k)
+    # the newest `capacity` transitions whose window is complete: t = T-n-capacity .. T-n-1
+    expected = Trajectory([(False, 0)] * T).expected(n, k, G)
+    recent = {key: expected[key] for key in range(T - n - capacity + 1, T - n + 1)}
+    seen = set()
+    for out in sample_until(buf, 40):
+        seen |= check_rows(out, recent, k)  # never a window or stack over the overwrite edge
+    assert seen == set(recent)
+
+
+def test_clear_empties_and_restarts_the_episode() -> None:
+    buf = ExperienceReplayBuffer(discrete(num_frames=2), 10, batch_size=2, random_seed=0)
+    Trajectory([(False, 0)] * 6).feed(buf, 2)
+    assert len(buf) == 5
+    buf.clear()
+    assert len(buf) == 0 and not buf
+    with pytest.raises(InsufficientCacheError):
+        buf.sample()
+    for t in range(10, 14):  # the same episode id goes on after the clear
+        buf.add(state(t, 2), t % 3, float(t + 1), False, 0)
+    assert len(buf) == 3
+    S = np.concatenate([buf.sample()[0] for _ in range(10)])
+    # nothing from before the clear; the first kept frame pads the first stack
+    assert {tuple(row) for row in S[:, 0, 0].tolist()} == {(11, 11), (11, 12), (12, 13)}
+
+
+# ---------------------------------------------------------------------- errors
+def test_insufficient_cache_error() -> None:
+    buf = ExperienceReplayBuffer(discrete(), 100, batch_size=3)
+    with pytest.raises(InsufficientCacheError, match="insufficient cached data"):
+        buf.sample()  # nothing added
+    for t in range(3):
+        buf.add(np.array([t + 1.0]), 0, 1.0, False, 0)
+    assert len(buf) == 2
+    with pytest.raises(rr.EmptyBufferError):  # the rlreplay name catches it too
+        buf.sample()
+    buf.add(np.array([4.0]), 0, 1.0, False, 0)
+    assert buf.sample()[0].shape == (3, 1)
+
+
+def test_episode_id_must_be_an_int() -> None:
+    buf = ExperienceReplayBuffer(discrete(), 100)
+    with pytest.raises(rr.DTypeError, match="episode_id"):
+        buf.add(np.zeros(1), 0, 0.0, False, 1.5)
+
+
+def test_random_seed_is_fixed_once_adding_started() -> None:
+    buf = ExperienceReplayBuffer(discrete(), 100, random_seed=1)
+    buf.random_seed = 2
+    assert buf.random_seed == 2
+    buf.add(np.zeros(1), 0, 0.0, False, 0)
+    with pytest.raises(rr.ConfigError, match="random_seed"):
+        buf.random_seed = 3
+
+
+# ---------------------------------------------------------------------- from_value_function
+def test_from_value_function() -> None:
+    @dataclass
+    class ValueFunction:  # keras-gym's value functions carry env, gamma and bootstrap_n
+        env: Any
+        gamma: float
+        bootstrap_n: int
+
+    vf = ValueFunction(discrete(num_frames=4), gamma=0.9, bootstrap_n=3)
+    buf = ExperienceReplayBuffer.from_value_function(vf, capacity=50, batch_size=16)
+    assert isinstance(buf, ExperienceReplayBuffer)
+    assert (buf.env, buf.gamma, buf.bootstrap_n, buf.num_frames) == (vf.env, 0.9, 3, 4)
+    assert (buf.capacity, buf.batch_size, buf.random_seed) == (50, 16, None)
+    assert ExperienceReplayBuffer.from_value_function(vf, 50).batch_size == 32
+
+
+# ---------------------------------------------------------------------- reproducibility
+def fill(seed: int | None) -> ExperienceReplayBuffer:
+    buf = ExperienceReplayBuffer(
+        discrete(num_frames=2), 200, batch_size=16, bootstrap_n=2, random_seed=seed
+    )
+    Trajectory([(t % 17 == 16, t // 17 + (t % 23 == 0)) for t in range(150)]).feed(buf, 2)
+    return buf
+
+
+def test_random_seed_reproduces_samples() -> None:
+    a, b, c = fill(7), fill(7), fill(8)
+    for _ in range(5):
+        out_a, out_b, out_c = a.sample(), b.sample(), c.sample()
+        for x, y in zip(out_a, out_b, strict=True):
+            np.testing.assert_array_equal(x, y)
+    assert not np.array_equal(out_a[0], out_c[0])
+
+
+# ---------------------------------------------------------------------- agreement with the core
+@pytest.mark.parametrize(("n", "k"), [(1, 1), (3, 1), (2, 4)])
+def test_agrees_with_the_native_core(n: int, k: int) -> None:
+    """The same trajectory in a plain rr.ReplayBuffer gives the same transitions by id."""
+    capacity, gamma = 30, 0.9
+    steps = [(t % 13 == 12, t // 13 + (t % 29 == 5)) for t in range(100)]
+    buf = ExperienceReplayBuffer(
+        discrete(num_frames=k), capacity, batch_size=25, bootstrap_n=n, gamma=gamma, random_seed=0
+    )
+    Trajectory(steps).feed(buf, k)
+    native = rr.ReplayBuffer(
+        capacity + n + k - 1,
+        {
+            "obs": rr.Field((1, 1), np.float64),
+            "action": rr.Field((), np.int64),
+            "reward": rr.Field((), np.float64),
+            "filler": rr.Field((), np.bool_),
+        },
+        n_step=n,
+        gamma=gamma,
+        frame_stack=k,
+        stack_pad="first",
+        next_fields=("action", "filler"),
+    )
+    blank = np.zeros((1, 1))
+    for t, (done, eid) in enumerate(steps):
+        if t and not steps[t - 1][0] and steps[t - 1][1] != eid:  # a cut: the filler step
+            native.add(obs=blank, action=0, reward=0.0, filler=True, terminated=False,
+                       truncated=True, next_obs=blank)  # fmt: skip
+        frame = state(t, k)[..., -1] if k > 1 else state(t, k)
+        native.add(obs=frame, action=t % 3, reward=float(t + 1), filler=False,
+                   terminated=done, truncated=False, next_obs=blank)  # fmt: skip
+    for _ in range(3):
+        S, A, Rn, In, S_next, A_next = buf.sample()
+        ref = native.get_transitions(buf._last_ids)
+        assert not (ref.truncated | ref.next_filler).any()
+        to_keras = (lambda x: np.moveaxis(x, 1, -1)) if k > 1 else (lambda x: x)
+        np.testing.assert_array_equal(S, to_keras(ref.obs))
+        np.testing.assert_array_equal(S_next, to_keras(ref.next_obs))
+        np.testing.assert_array_equal(A, np.eye(3)[ref.action])
+        np.testing.assert_array_equal(A_next, np.eye(3)[ref.next_action] * ~ref.terminated[:, None])
+        np.testing.assert_array_equal(Rn, ref.reward)
+        np.testing.assert_allclose(In, ref.discount, rtol=1e-6)
+        assert (In == np.where(ref.terminated, 0.0, gamma**n)).all()
