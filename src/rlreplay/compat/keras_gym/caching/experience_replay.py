@@ -207,7 +207,8 @@ class ExperienceReplayBuffer:
             NumpyArrayCheckError: A frame stack of the wrong shape.
             ActionSpaceError: A discrete action that is not an int in the space.
             rlreplay.ShapeError: A state or action of another shape than the first one.
-            rlreplay.DTypeError: A value that cannot be stored without an unsafe cast.
+            rlreplay.DTypeError: A value that cannot be stored without an unsafe cast, or an
+                ``episode_id`` that is not an int.
         """
         frame = self._extract_last_frame(s)
         core = self._core if self._core is not None else self._init_core(frame)
