@@ -433,6 +433,8 @@ def _drive(buf: rr.PrioritizedReplayBuffer, rng: np.random.Generator, start: int
         b = buf.sample(16)
         out.append((b.ids, b.weights, b.probabilities, b.obs))
         buf.update_priorities(b.ids, rng.random(16) * 3)
+        s = buf.sample_sequences(4, 3, pad=i % 2 == 0)
+        out.append((s.ids, s.weights, s.probabilities, s.obs))
     return out
 
 
@@ -483,6 +485,46 @@ def test_load_state_dict_refuses_other_config() -> None:
     a = make(32, alpha=0.5)
     with pytest.raises(rr.CheckpointError):
         make(32, alpha=0.6).load_state_dict(a.state_dict())
+
+
+# ---------------------------------------------------------------------- sequences
+
+
+@pytest.mark.parametrize("variant", ["proportional", "rank_based"])
+@pytest.mark.parametrize("pad", [True, False])
+def test_sample_sequences_draws_starts_by_priority(variant: str, pad: bool) -> None:
+    kw: dict[str, Any] = {"sort_interval": 1} if variant == "rank_based" else {}
+    buf = make(64, variant=variant, alpha=1.0, beta=0.5, beta_steps=4, eps=0.0, **kw)
+    ids = feed(buf, 40, every=10)
+    prio = np.arange(40.0) % 7
+    buf.update_priorities(ids, prio)
+    m = masses(buf)
+    ok = {i: v for i, v in m.items() if v > 0}
+    if not pad:  # the 4 steps from a start are all real: the last 3 of an episode never start
+        ok = {i: v for i, v in ok.items() if i % 10 < 7}
+    total = sum(ok.values())
+    for step in range(3):
+        beta = buf.beta
+        assert beta == pytest.approx(0.5 + 0.25 * step)  # two draws per round
+        b = buf.sample_sequences(64, 4, pad=pad)
+        assert set(b.ids.tolist()) <= set(ok)
+        p = np.array([ok[i] / total for i in b.ids.tolist()])
+        np.testing.assert_allclose(b.probabilities, p, rtol=1e-12)
+        np.testing.assert_allclose(b.weights, (min(ok.values()) / total / p) ** beta, 1e-6)
+        buf.sample(1)  # sample and sample_sequences share the beta schedule
+        ref = buf.get_sequences(b.ids, 4)
+        for name in ref:
+            np.testing.assert_array_equal(b[name], ref[name], err_msg=name)
+        if not pad:
+            assert b.mask.all()
+
+
+def test_sample_sequences_without_any_full_start() -> None:
+    buf = make(64, eps=0.0)
+    feed(buf, 6, every=3)
+    with pytest.raises(rr.EmptyBufferError, match="real steps"):
+        buf.sample_sequences(4, 5, pad=False)
+    assert buf.sample_sequences(4, 5).ids.shape == (4,)
 
 
 # ---------------------------------------------------------------------- n-step and frame stacks

@@ -122,7 +122,9 @@ def op_lists(envs: int) -> st.SearchStrategy[list[tuple[Any, ...]]]:
         st.lists(st.tuples(st.integers(0, 10_000), PRIORITIES), min_size=1, max_size=12),
     )
     other = st.tuples(
-        st.sampled_from(["sample"] * 4 + ["save_load", "state_load", "clear", "bad_update"])
+        st.sampled_from(
+            ["sample"] * 4 + ["sequences", "save_load", "state_load", "clear", "bad_update"]
+        )
     )
     ops = st.one_of(add, add, add, extend, update, update, other, other)
     return st.lists(ops, min_size=12, max_size=50)
@@ -190,6 +192,8 @@ class Run:
             assert_same_state(full_state(self.buf), before)
         elif kind == "sample":
             self.sample()
+        elif kind == "sequences":
+            self.sequences()
         elif kind == "save_load":
             path = self.tmp / f"ckpt-{self.saves}"
             self.saves += 1
@@ -228,6 +232,31 @@ class Run:
         np.testing.assert_allclose(b.probabilities, expected, rtol=1e-9)
         p_min = min(p for p in law.values() if p > 0)
         np.testing.assert_allclose(b.weights, (p_min / expected) ** beta, rtol=1e-5)
+
+    def sequences(self) -> None:
+        """Prioritized sequence starts: the law of ``sample`` (pad) or restricted to full runs."""
+        ids = self.buf.sampleable_ids().tolist()
+        length = 1 + self.c % 3
+        pad = self.c % 2 == 0
+        try:
+            b = self.buf.sample_sequences(5, length, pad=pad)
+        except rr.EmptyBufferError:
+            with pytest.raises(rr.EmptyBufferError):
+                self.twin.sample_sequences(5, length, pad=pad)
+            return
+        tb = self.twin.sample_sequences(5, length, pad=pad)
+        for name in b:
+            np.testing.assert_array_equal(b[name], tb[name], err_msg=name)
+        exact = self.cfg["variant"] == "proportional" or self.cfg["sort_interval"] == 1
+        law = self.model.law(ids, None if exact else self.used_ranks(ids))
+        assert all(law[i] > 0 for i in b.ids.tolist())
+        if pad:
+            expected = [law[i] for i in b.ids.tolist()]
+            np.testing.assert_allclose(b.probabilities, expected, rtol=1e-9)
+        else:
+            assert b.mask.all()
+            ratio = b.probabilities / np.array([law[i] for i in b.ids.tolist()])
+            np.testing.assert_allclose(ratio, ratio[0], rtol=1e-9)  # P renormalised
 
     def used_ranks(self, ids: list[int]) -> dict[int, int]:
         env, t, _ = self.buf._index.split_ids(np.array(ids, np.int64))

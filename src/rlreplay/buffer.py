@@ -638,6 +638,26 @@ class ReplayBuffer:
                 batch = apply_transform(transform, batch)
             return batch
 
+    def get_sequences(self, ids: Any, length: int, *, within_episode: bool = True) -> Batch:
+        """The sequences of ``length`` steps starting at the stored steps ``ids``.
+
+        The deterministic counterpart of :meth:`sample_sequences` (same fields and masking).
+
+        Raises:
+            InvalidIdError: An id never issued or overwritten.
+        """
+        length = _positive_int("length", length)
+        with self._lock:
+            self._check_open()
+            env_ids, t0, _ = self._stored_steps(ids)
+            if env_ids.ndim != 1:
+                raise InvalidIdError(f"ids: expected a 1-D array, got shape {env_ids.shape}")
+            n_real = run_lengths(self._index, env_ids, t0, length, within_episode)
+            data = gather_runs(self._cols, self._index, env_ids, t0, n_real, length)
+            data["ids"] = self._index.ids(env_ids, t0)
+            data["env_ids"] = env_ids
+            return Batch(data)
+
     def _draw_starts(
         self, batch_size: int, length: int, within_episode: bool, pad: bool
     ) -> tuple[Array, Array, dict[str, Array]]:

@@ -18,6 +18,7 @@ from rlreplay.errors import (
     ShapeError,
 )
 from rlreplay.sampling.priorities import VARIANTS, Priorities
+from rlreplay.sequences import valid_sequence_starts
 from rlreplay.spec import Field
 
 __all__ = ["PrioritizedReplayBuffer"]
@@ -52,7 +53,8 @@ class PrioritizedReplayBuffer(ReplayBuffer):
         w_i = (N * P(i))^-beta / max_k (N * P(k))^-beta = (P_min / P(i))^beta   (in (0, 1])
 
     ``beta`` moves linearly from ``beta`` to ``beta_final`` over ``beta_steps`` calls of
-    :meth:`sample` (``beta_steps=0``: ``beta`` throughout); see :attr:`beta`.
+    :meth:`sample` or :meth:`sample_sequences` (``beta_steps=0``: ``beta`` throughout); see
+    :attr:`beta`. :meth:`sample_sequences` draws sequence starts by priority the same way.
 
     A new transition gets priority ``max(initial_priority, largest priority ever applied by
     update_priorities)`` when it is written and is drawn once it becomes sampleable.
@@ -152,7 +154,7 @@ class PrioritizedReplayBuffer(ReplayBuffer):
     # ------------------------------------------------------------------ properties
     @property
     def beta(self) -> float:
-        """The importance exponent the next :meth:`sample` uses.
+        """The importance exponent the next :meth:`sample` (or ``sample_sequences``) uses.
 
         ``beta + (beta_final - beta) * min(1, k / beta_steps)`` after ``k`` samples; ``beta``
         when ``beta_steps == 0``.
@@ -273,6 +275,35 @@ class PrioritizedReplayBuffer(ReplayBuffer):
         )
         self._beta_step += 1
         return env_ids, t, {"weights": weights, "probabilities": probabilities}
+
+    def _draw_starts(
+        self, batch_size: int, length: int, within_episode: bool, pad: bool
+    ) -> tuple[Array, Array, dict[str, Array]]:
+        """Sequence starts by priority (R2D2): a sequence carries its first step's priority.
+
+        Starts are drawn among the sampleable transitions (those holding a priority), with the
+        same ``weights``, ``probabilities`` and ``beta`` schedule as :meth:`sample`; update a
+        sequence's priority through its ``batch.ids`` (first steps). With ``pad=False`` only
+        starts whose ``length`` steps are all real qualify and ``P`` is renormalised over
+        them: that draw enumerates the candidates, ``O(N)`` per call.
+        """
+        if pad:
+            return self._draw(batch_size)
+        index = self._index
+        env_ids, t = expand_ranges(index.env[:, LO], index.sizes())
+        ok = valid_sequence_starts(index, env_ids, t, length, within_episode)
+        env_ids, t = env_ids[ok], t[ok]
+        try:
+            pos, probabilities, weights = self._prios.draw_among(
+                index.slots(env_ids, t), batch_size, self._rng, self.stratified, self.beta
+            )
+        except EmptyBufferError:
+            raise EmptyBufferError(
+                f"sample_sequences: no start with a priority > 0 has {length} real steps "
+                f"(pad=False; {self.num_sampleable} sampleable transitions)"
+            ) from None
+        self._beta_step += 1
+        return env_ids[pos], t[pos], {"weights": weights, "probabilities": probabilities}
 
     # ------------------------------------------------------------------ state
     def _config(self) -> dict[str, Any]:

@@ -43,7 +43,7 @@ from typing import Any
 import numba
 import numpy as np
 
-from rlreplay.errors import PriorityError
+from rlreplay.errors import EmptyBufferError, PriorityError
 from rlreplay.sampling.trees import MinTree, SumTree
 
 __all__ = ["VARIANTS", "Priorities"]
@@ -183,6 +183,25 @@ def _update_kernel(
         if not stale[i] and prio[slots[i]] > top:
             top = prio[slots[i]]
     return _OK, 0, k, top
+
+
+@numba.njit(cache=True)
+def _rank_kernel(
+    prio: Array, slots: Array, order: Array, rank: Array, snapshot: Array
+) -> None:  # pragma: no cover - compiled
+    """Competition ranks ("1224") of ``slots`` sorted by descending priority (``order``).
+
+    Writes the sorted negated priorities to ``snapshot[:n]`` and each slot's rank: its sorted
+    position + 1, except that equal priorities all take the rank of the first of them.
+    """
+    r = 0
+    for j in range(order.shape[0]):
+        s = slots[order[j]]
+        neg = -prio[s]
+        if j == 0 or neg != snapshot[j - 1]:
+            r = j + 1
+        snapshot[j] = neg
+        rank[s] = r
 
 
 @numba.njit(cache=True)
@@ -422,6 +441,39 @@ class Priorities:
         )  # fmt: skip
         return env, t, probabilities, weights
 
+    def draw_among(
+        self, slots: Array, n: int, rng: np.random.Generator, stratified: bool, beta: float
+    ) -> tuple[Array, Array, Array]:
+        """Draw ``n`` of ``slots`` with probability ``mass / (sum of their masses)``: O(len).
+
+        For draws restricted to a subset (sequence starts that fit). The same stratified or
+        independent uniforms as :meth:`draw`; a zero-mass slot is never drawn, whatever the
+        rounding.
+
+        Returns:
+            ``(positions in slots, probabilities, weights)``, weights normalised by the
+            smallest positive mass among ``slots``.
+
+        Raises:
+            EmptyBufferError: Every slot has mass 0.
+        """
+        if self.rank_based and self.changes >= self._sort_threshold():
+            self.resort()
+        masses = self.sum_tree.get(slots)
+        positive = np.flatnonzero(masses > 0.0)
+        if positive.shape[0] == 0:
+            raise EmptyBufferError("no candidate has a priority > 0")
+        cum = np.cumsum(masses)
+        total = float(cum[-1])
+        u = rng.random(n)
+        mass = (np.arange(n) + u) * (total / n) if stratified else u * total
+        # The first position whose running sum exceeds the mass skips zero-mass slots; a mass
+        # rounded up to the total falls back to the last positive slot.
+        pos = np.minimum(np.searchsorted(cum, mass, side="right"), positive[-1])
+        m = masses[pos]
+        weights = (masses[positive].min() / m) ** beta
+        return pos, m / total, weights.astype(np.float32)
+
     def _sort_threshold(self) -> int:
         if self.sort_interval is not None:
             return self.sort_interval
@@ -430,18 +482,9 @@ class Priorities:
     def resort(self) -> None:
         """Rank every live slot with priority ``> 0`` exactly: ``1 + #{larger priorities}``."""
         slots = np.flatnonzero(self.live & (self.prio > 0.0))
-        neg = -self.prio[slots]
-        order = np.argsort(neg)
-        n = slots.shape[0]
-        snap = self.snapshot[:n]
-        snap[:] = neg[order]
-        self.snapshot_size = n
-        # Competition ranks ("1224"): position + 1 at the first of a run of equal priorities,
-        # carried over the rest of the run by the running maximum.
-        first = np.ones(n, np.bool_)
-        np.not_equal(snap[1:], snap[:-1], out=first[1:])
-        ranks = np.where(first, np.arange(1, n + 1, dtype=np.int64), 0)
-        self.rank[slots[order]] = np.maximum.accumulate(ranks) if n else ranks
+        order = np.argsort(-self.prio[slots])
+        _rank_kernel(self.prio, slots, order, self.rank, self.snapshot)
+        self.snapshot_size = slots.shape[0]
         self.changes = 0
         self.rebuild()
 
