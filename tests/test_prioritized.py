@@ -549,3 +549,25 @@ def test_nstep_and_frame_stacks_match_the_uniform_buffer(variant: str) -> None:
             if name != "weights":
                 np.testing.assert_array_equal(batch[name], ref[name], err_msg=name)
     np.testing.assert_array_equal(per.sampleable_ids(), uni.sampleable_ids())
+
+
+def test_sequence_priorities_reduce_per_step_errors_r2d2_style() -> None:
+    buf = rr.PrioritizedReplayBuffer(
+        64, {"obs": rr.Field((), np.float32)}, alpha=1.0, beta=0.0, eps=0.0, seed=0
+    )
+    for t in range(20):
+        buf.add(obs=float(t), reward=0.0, next_obs=0.0, terminated=t == 19, truncated=False)
+    seq = buf.sample_sequences(2, 4)
+    errors = np.array([[1.0, 3.0, 2.0, 10.0], [4.0, 0.0, 0.0, 0.0]])
+    mask = np.array([[True, True, True, False], [True, True, True, True]])
+    buf.update_priorities(seq.ids, errors, mask=mask, eta=0.9)
+    expected = {
+        int(seq.ids[0]): 0.9 * 3.0 + 0.1 * 2.0,
+        int(seq.ids[1]): 0.9 * 4.0 + 0.1 * 1.0,
+    }
+    if seq.ids[0] == seq.ids[1]:  # duplicates: the last one wins
+        expected = {int(seq.ids[1]): 0.9 * 4.0 + 0.1 * 1.0}
+    got = buf.get_priorities(np.array(list(expected)))
+    np.testing.assert_allclose(got, list(expected.values()))
+    with pytest.raises(rr.ShapeError, match="mask"):
+        buf.update_priorities(seq.ids, errors, mask=mask[:, :2])

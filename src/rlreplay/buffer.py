@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import threading
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import numpy as np
@@ -32,7 +33,7 @@ from rlreplay.errors import (
     ReplayTimeout,
     ShapeError,
 )
-from rlreplay.sampling.uniform import draw_uniform
+from rlreplay.sampling.uniform import draw_mixed, draw_uniform
 from rlreplay.sequences import gather_runs, run_lengths, valid_sequence_starts
 from rlreplay.spec import Field, Schema
 from rlreplay.storage import Columns, make_backend
@@ -87,6 +88,12 @@ class ReplayBuffer:
             carry ``discounted_return`` (``default_return`` for running episodes).
         reward_clip: ``(lo, hi)`` applied to rewards for ``discounted_return`` only.
         default_return: ``discounted_return`` of steps whose episode has not ended.
+        recent_ratio: Fraction of each :meth:`sample` batch drawn from recent data:
+            ``ceil(recent_ratio * B)`` draws uniform over the ``recent_steps`` newest
+            sampleable transitions of each env (ALF ``recent_data_ratio``).
+        recent_steps: How many newest transitions per env count as recent.
+        replacement: If False, a batch has no duplicates whenever enough transitions are
+            sampleable (ALF ``with_replacement``).
 
     Cost: :meth:`add` is O(fields) plus O(1) bookkeeping; :meth:`sample` is O(B * window)
     vectorised gathers, independent of the buffer's size. All public methods are thread-safe
@@ -132,6 +139,9 @@ class ReplayBuffer:
         record_episodic_return: bool = False,
         reward_clip: tuple[float, float] | None = None,
         default_return: float = -1000.0,
+        recent_ratio: float = 0.0,
+        recent_steps: int = 1,
+        replacement: bool = True,
     ) -> None:
         self.schema = Schema.build(fields)
         num_envs = _positive_int("num_envs", num_envs)
@@ -204,6 +214,7 @@ class ReplayBuffer:
             self._returns = self._cols.add_derived(
                 "discounted_return", np.dtype(np.float32), self.default_return
             )
+        self.draw_options = _draw_options(recent_ratio, recent_steps, replacement)
         self.transforms: tuple[Transform, ...] = tuple(transforms)
         for fn in self.transforms:
             self._bind(fn)
@@ -535,12 +546,23 @@ class ReplayBuffer:
             self._cond.notify_all()
 
     # ------------------------------------------------------------------ sampling
-    def sample(self, batch_size: int, *, transform: Transform | None = None) -> Batch:
+    def sample(
+        self,
+        batch_size: int,
+        *,
+        transform: Transform | None = None,
+        recent_ratio: float | None = None,
+        recent_steps: int | None = None,
+        replacement: bool | None = None,
+    ) -> Batch:
         """Draw ``batch_size`` transitions uniformly, with replacement, from the sampleable ones.
 
         Args:
             batch_size: Number of transitions.
             transform: A function ``Batch -> Batch`` applied after the buffer's ``transforms``.
+            recent_ratio: Overrides the constructor's ``recent_ratio`` for this call.
+            recent_steps: Overrides the constructor's ``recent_steps`` for this call.
+            replacement: Overrides the constructor's ``replacement`` for this call.
 
         Returns:
             A :class:`Batch` with every declared field, ``reward``, ``next_<obs>``,
@@ -551,9 +573,16 @@ class ReplayBuffer:
             EmptyBufferError: Nothing is sampleable yet.
         """
         batch_size = _positive_int("batch_size", batch_size)
+        opts = self.draw_options
+        if recent_ratio is not None or recent_steps is not None or replacement is not None:
+            opts = _draw_options(
+                opts.recent_ratio if recent_ratio is None else recent_ratio,
+                opts.recent_steps if recent_steps is None else recent_steps,
+                opts.replacement if replacement is None else replacement,
+            )
         with self._lock:
             self._check_open()
-            env_ids, t, extra = self._draw(batch_size)
+            env_ids, t, extra = self._draw(batch_size, opts)
             return self._transformed(self._batch(env_ids, t, extra), transform)
 
     def get_transitions(self, ids: Any) -> Batch:
@@ -604,7 +633,7 @@ class ReplayBuffer:
 
         Args:
             batch_size: Number of sequences ``B``.
-            length: Steps per sequence ``L`` (at most ``env_capacity``).
+            length: Steps per sequence ``L`` (longer than ``env_capacity`` only pads more).
             within_episode: Stop sequences at episode ends.
             pad: If False, only starts whose ``L`` steps are all real are drawn (found by
                 rejection; a buffer where such starts are very rare falls back to one scan).
@@ -620,10 +649,6 @@ class ReplayBuffer:
         """
         batch_size = _positive_int("batch_size", batch_size)
         length = _positive_int("length", length)
-        if length > self._env_capacity:
-            raise ConfigError(
-                f"length: expected at most env_capacity={self._env_capacity}, got {length}"
-            )
         with self._lock:
             self._check_open()
             env_ids, t0, extra = self._draw_starts(batch_size, length, within_episode, pad)
@@ -816,6 +841,7 @@ class ReplayBuffer:
     # ------------------------------------------------------------------ episodic queries
     def _stored_steps(self, ids: Any) -> tuple[Array, Array, Array]:
         """``(env_ids, t, slots)`` of stored steps; overwritten or never-issued ids raise."""
+        self._check_open()
         env_ids, t, stale = self._index.split_ids(ids)
         if stale.any():
             raise InvalidIdError(
@@ -866,13 +892,15 @@ class ReplayBuffer:
     def sampleable_ids(self) -> Array:
         """Ids of every sampleable transition, env by env in time order."""
         with self._lock:
+            self._check_open()
             env_ids, t = expand_ranges(self._index.env[:, LO], self._index.sizes())
             return self._index.ids(env_ids, t)
 
-    def _draw(self, batch_size: int) -> tuple[Array, Array, dict[str, Array]]:
+    def _draw(self, batch_size: int, opts: DrawOptions) -> tuple[Array, Array, dict[str, Array]]:
         """Choose ``(env_ids, t)`` to sample, plus per-draw arrays such as ``weights``.
 
-        Subclasses override this (prioritized sampling); the base draws uniformly.
+        Subclasses override this (prioritized sampling); the base draws uniformly, mixing in
+        recent data and avoiding duplicates as ``opts`` asks.
         """
         sizes = self._index.sizes()
         if not sizes.any():
@@ -880,7 +908,15 @@ class ReplayBuffer:
                 f"sample: nothing is sampleable yet ({len(self)} stored transitions; a "
                 f"transition becomes sampleable once its {self.n_step}-step window is known)"
             )
-        env_ids, t = draw_uniform(self._index.env[:, LO], sizes, batch_size, self._rng)
+        env = self._index.env
+        if opts.recent_ratio == 0 and opts.replacement:
+            env_ids, t = draw_uniform(env[:, LO], sizes, batch_size, self._rng)
+        else:
+            env_ids, t = draw_mixed(
+                env[:, LO], env[:, HI], batch_size, self._rng,
+                recent_ratio=opts.recent_ratio, recent_steps=opts.recent_steps,
+                replacement=opts.replacement,
+            )  # fmt: skip
         return env_ids, t, {"weights": np.ones(batch_size, np.float32)}
 
     def _bind(self, fn: Transform) -> None:
@@ -929,6 +965,9 @@ class ReplayBuffer:
             "record_episodic_return": self.record_episodic_return,
             "reward_clip": None if self.reward_clip is None else list(self.reward_clip),
             "default_return": self.default_return,
+            "recent_ratio": self.draw_options.recent_ratio,
+            "recent_steps": self.draw_options.recent_steps,
+            "replacement": self.draw_options.replacement,
         }
 
     def _state_meta(self) -> dict[str, Any]:
@@ -1040,6 +1079,27 @@ def load(path: str | os.PathLike[str], /, **overrides: Any) -> ReplayBuffer:
     if cls is None:
         raise CheckpointError(f"checkpoint {str(path)!r}: unknown buffer class {name!r}")
     return cls._from_checkpoint(reader, overrides)
+
+
+@dataclass(frozen=True)
+class DrawOptions:
+    """How :meth:`ReplayBuffer.sample` mixes recent data and whether it may repeat items."""
+
+    recent_ratio: float
+    recent_steps: int
+    replacement: bool
+
+
+def _draw_options(recent_ratio: Any, recent_steps: Any, replacement: Any) -> DrawOptions:
+    if isinstance(recent_ratio, bool) or not isinstance(recent_ratio, int | float | np.number):
+        raise ConfigError(f"recent_ratio: expected a number in [0, 1], got {recent_ratio!r}")
+    if not 0.0 <= float(recent_ratio) <= 1.0:
+        raise ConfigError(f"recent_ratio: expected a number in [0, 1], got {recent_ratio}")
+    if not isinstance(replacement, bool | np.bool_):
+        raise ConfigError(f"replacement: expected a bool, got {replacement!r}")
+    return DrawOptions(
+        float(recent_ratio), _positive_int("recent_steps", recent_steps), bool(replacement)
+    )
 
 
 def _clip_pair(name: str, value: Any) -> tuple[float, float] | None:

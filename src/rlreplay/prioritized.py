@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from rlreplay.buffer import ReplayBuffer
+from rlreplay.buffer import DrawOptions, ReplayBuffer
 from rlreplay.episodes import LO, expand_ranges
 from rlreplay.errors import (
     ConfigError,
@@ -137,6 +137,11 @@ class PrioritizedReplayBuffer(ReplayBuffer):
             sort_interval = _count("sort_interval", sort_interval, minimum=1)
         self.sort_interval = sort_interval
         super().__init__(capacity, fields, **kwargs)
+        if self.draw_options.recent_ratio > 0 or not self.draw_options.replacement:
+            raise ConfigError(
+                "recent_ratio/replacement: prioritized sampling draws by priority with "
+                "replacement; recency mixing and draws without replacement are uniform-only"
+            )
         self._beta_step = 0
         self._max_priority = 0.0
         self._prios = Priorities(
@@ -198,7 +203,9 @@ class PrioritizedReplayBuffer(ReplayBuffer):
             slots(added_env, added_t),
         )
 
-    def update_priorities(self, ids: Any, priorities: Any) -> int:
+    def update_priorities(
+        self, ids: Any, priorities: Any, *, mask: Any = None, eta: float = 0.9
+    ) -> int:
         """Set the priorities of transitions, typically ``abs(td_error)`` of a sampled batch.
 
         Each priority is clipped to ``priority_clip`` (if set), then ``eps`` is added. Ids of
@@ -207,9 +214,17 @@ class PrioritizedReplayBuffer(ReplayBuffer):
         take effect count towards :attr:`max_priority`). A transition that is stored but not
         sampleable yet keeps the priority for when it becomes sampleable.
 
+        For sequences (``batch.ids`` of :meth:`sample_sequences` are their first steps),
+        ``priorities`` may also hold per-step values shaped ``(B, L)``: each row is reduced
+        R2D2-style to ``eta * max + (1 - eta) * mean`` over its real steps (``mask``, default
+        all).
+
         Args:
             ids: Transition ids (``batch.ids``), any shape.
-            priorities: Finite numbers ``>= 0``, one per id (same shape).
+            priorities: Finite numbers ``>= 0``, one per id (same shape), or per step
+                (``ids.shape + (L,)``).
+            mask: With per-step priorities, which steps are real (``batch.mask``).
+            eta: With per-step priorities, the weight of the max in the reduction, in [0, 1].
 
         Returns:
             How many ids were ignored as overwritten.
@@ -226,6 +241,8 @@ class PrioritizedReplayBuffer(ReplayBuffer):
         """
         p = np.asarray(priorities)
         id_arr = np.asarray(ids)
+        if p.ndim == id_arr.ndim + 1 and p.shape[:-1] == id_arr.shape:
+            p = _reduce_steps(p, mask, eta)
         if p.shape != id_arr.shape:
             raise ShapeError(
                 f"priorities: expected one per id, shape {id_arr.shape}, got shape {p.shape}"
@@ -258,7 +275,14 @@ class PrioritizedReplayBuffer(ReplayBuffer):
             return out
 
     # ------------------------------------------------------------------ sampling
-    def _draw(self, batch_size: int) -> tuple[Array, Array, dict[str, Array]]:
+    def _draw(
+        self, batch_size: int, opts: DrawOptions | None = None
+    ) -> tuple[Array, Array, dict[str, Array]]:
+        if opts is not None and (opts.recent_ratio > 0 or not opts.replacement):
+            raise ConfigError(
+                "recent_ratio/replacement: prioritized sampling draws by priority with "
+                "replacement; recency mixing and draws without replacement are uniform-only"
+            )
         index = self._index
         if not self._prios.drawable:
             if not index.sizes().any():
@@ -347,6 +371,24 @@ class PrioritizedReplayBuffer(ReplayBuffer):
         super()._after_load()
         env_ids, t = expand_ranges(self._index.env[:, LO], self._index.sizes())
         self._prios.restore(self._index.slots(env_ids, t))
+
+
+def _reduce_steps(p: Array, mask: Any, eta: float) -> Array:
+    """R2D2's sequence priority: ``eta * max + (1 - eta) * mean`` over each row's real steps."""
+    if not 0.0 <= eta <= 1.0:
+        raise ConfigError(f"eta: expected a value in [0, 1], got {eta}")
+    if p.dtype.kind not in "iuf":
+        raise PriorityError(f"priorities: expected real numbers, got dtype {p.dtype}")
+    m = np.ones(p.shape, bool) if mask is None else np.asarray(mask, bool)
+    if m.shape != p.shape:
+        raise ShapeError(f"mask: expected shape {p.shape}, got {m.shape}")
+    if not m.any(axis=-1).all():
+        raise ShapeError("mask: every sequence needs at least one real step")
+    pf = p.astype(np.float64)
+    top = np.where(m, pf, -np.inf).max(axis=-1)
+    mean = np.where(m, pf, 0.0).sum(axis=-1) / m.sum(axis=-1)
+    out: Array = eta * top + (1.0 - eta) * mean
+    return out
 
 
 def _real(name: str, value: Any) -> float:

@@ -81,7 +81,8 @@ def draw_mixed(
     """
     sizes = np.maximum(hi - lo, 0)
     total = int(sizes.sum())
-    k = math.ceil(recent_ratio * batch_size) if recent_ratio > 0 else 0
+    # round() first: 0.55 * 100 is 55.000000000000007 in binary floating point.
+    k = math.ceil(round(recent_ratio * batch_size, 9)) if recent_ratio > 0 else 0
     distinct = not replacement and batch_size <= total
     if k == 0:
         pos = _distinct(total, batch_size, rng) if distinct else None
