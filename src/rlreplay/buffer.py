@@ -619,6 +619,7 @@ class ReplayBuffer:
         *,
         within_episode: bool = True,
         pad: bool = True,
+        balance_envs: bool = False,
         transform: Transform | None = None,
     ) -> Batch:
         """Draw ``batch_size`` sequences of ``length`` consecutive stored steps (R2D2, ALF).
@@ -637,6 +638,9 @@ class ReplayBuffer:
             within_episode: Stop sequences at episode ends.
             pad: If False, only starts whose ``L`` steps are all real are drawn (found by
                 rejection; a buffer where such starts are very rare falls back to one scan).
+            balance_envs: Pick each sequence's env uniformly among the envs that have a
+                start, then its start uniformly within that env (ALF ``get_batch``), instead
+                of uniformly over all stored steps. Rows come ordered by env.
             transform: A function ``Batch -> Batch`` applied to the result (the buffer's
                 ``transforms`` are for transitions and are not applied here).
 
@@ -651,7 +655,9 @@ class ReplayBuffer:
         length = _positive_int("length", length)
         with self._lock:
             self._check_open()
-            env_ids, t0, extra = self._draw_starts(batch_size, length, within_episode, pad)
+            env_ids, t0, extra = self._draw_starts(
+                batch_size, length, within_episode, pad, balance_envs
+            )
             n_real = run_lengths(self._index, env_ids, t0, length, within_episode)
             data = gather_runs(self._cols, self._index, env_ids, t0, n_real, length)
             data["ids"] = self._index.ids(env_ids, t0)
@@ -684,7 +690,7 @@ class ReplayBuffer:
             return Batch(data)
 
     def _draw_starts(
-        self, batch_size: int, length: int, within_episode: bool, pad: bool
+        self, batch_size: int, length: int, within_episode: bool, pad: bool, balance_envs: bool
     ) -> tuple[Array, Array, dict[str, Array]]:
         """Choose sequence starts; subclasses override (prioritized starts)."""
         heads = self._index.env[:, HEAD]
@@ -695,20 +701,38 @@ class ReplayBuffer:
             raise EmptyBufferError(
                 f"sample_sequences: no start for {length} steps ({len(self)} stored steps)"
             )
-        env_ids, t0 = draw_uniform(heads, stored, batch_size, self._rng)
+
+        def draw(n: int) -> tuple[Array, Array]:
+            if balance_envs:
+                return _draw_balanced(heads, stored, n, self._rng)
+            return draw_uniform(heads, stored, n, self._rng)
+
+        env_ids, t0 = draw(batch_size)
         if not pad and within_episode:
-            env_ids, t0 = self._reject_crossing_starts(env_ids, t0, heads, stored, length)
+            env_ids, t0 = self._reject_crossing_starts(
+                env_ids, t0, heads, stored, length, draw, balance_envs
+            )
+        if balance_envs:
+            order = np.argsort(env_ids, kind="stable")
+            env_ids, t0 = env_ids[order], t0[order]
         return env_ids, t0, {"weights": np.ones(batch_size, np.float32)}
 
     def _reject_crossing_starts(
-        self, env_ids: Array, t0: Array, heads: Array, sizes: Array, length: int
+        self,
+        env_ids: Array,
+        t0: Array,
+        heads: Array,
+        sizes: Array,
+        length: int,
+        draw: Callable[[int], tuple[Array, Array]],
+        balance_envs: bool,
     ) -> tuple[Array, Array]:
         """Redraw starts whose run crosses an episode end, until none does."""
         for _ in range(_REJECTION_ROUNDS):
             bad = ~valid_sequence_starts(self._index, env_ids, t0, length, True)
             if not bad.any():
                 return env_ids, t0
-            env_ids[bad], t0[bad] = draw_uniform(heads, sizes, int(bad.sum()), self._rng)
+            env_ids[bad], t0[bad] = draw(int(bad.sum()))
         # Such starts are rare: enumerate them once and draw among them exactly.
         all_env, all_t = expand_ranges(heads, sizes)
         ok = valid_sequence_starts(self._index, all_env, all_t, length, True)
@@ -716,9 +740,14 @@ class ReplayBuffer:
             raise EmptyBufferError(
                 f"sample_sequences: no episode has {length} consecutive stored steps (pad=False)"
             )
+        cand_env, cand_t = all_env[ok], all_t[ok]
+        p = None
+        if balance_envs:  # each env with a valid start equally likely, uniform within it
+            per_env = np.bincount(cand_env, minlength=self.num_envs)
+            p = 1.0 / (per_env[cand_env] * np.count_nonzero(per_env))
         bad = ~valid_sequence_starts(self._index, env_ids, t0, length, True)
-        pick = self._rng.integers(0, int(ok.sum()), size=int(bad.sum()))
-        env_ids[bad], t0[bad] = all_env[ok][pick], all_t[ok][pick]
+        pick = self._rng.choice(cand_env.shape[0], size=int(bad.sum()), p=p)
+        env_ids[bad], t0[bad] = cand_env[pick], cand_t[pick]
         return env_ids, t0
 
     def sample_episodes(self, n: int) -> Batch:
@@ -1079,6 +1108,17 @@ def load(path: str | os.PathLike[str], /, **overrides: Any) -> ReplayBuffer:
     if cls is None:
         raise CheckpointError(f"checkpoint {str(path)!r}: unknown buffer class {name!r}")
     return cls._from_checkpoint(reader, overrides)
+
+
+def _draw_balanced(
+    lo: Array, sizes: Array, batch_size: int, rng: np.random.Generator
+) -> tuple[Array, Array]:
+    """Env uniform among envs with ``size > 0``, then a step uniform within that env."""
+    envs = np.flatnonzero(sizes > 0)
+    env_ids = envs[rng.integers(0, envs.shape[0], size=batch_size)]
+    n = sizes[env_ids]
+    off = np.minimum((rng.random(batch_size) * n).astype(np.int64), n - 1)
+    return env_ids.astype(np.int64, copy=False), lo[env_ids] + off
 
 
 @dataclass(frozen=True)

@@ -301,7 +301,12 @@ class PrioritizedReplayBuffer(ReplayBuffer):
         return env_ids, t, {"weights": weights, "probabilities": probabilities}
 
     def _draw_starts(
-        self, batch_size: int, length: int, within_episode: bool, pad: bool
+        self,
+        batch_size: int,
+        length: int,
+        within_episode: bool,
+        pad: bool,
+        balance_envs: bool = False,
     ) -> tuple[Array, Array, dict[str, Array]]:
         """Sequence starts by priority (R2D2): a sequence carries its first step's priority.
 
@@ -311,6 +316,10 @@ class PrioritizedReplayBuffer(ReplayBuffer):
         starts whose ``length`` steps are all real qualify and ``P`` is renormalised over
         them: that draw enumerates the candidates, ``O(N)`` per call.
         """
+        if balance_envs:
+            raise ConfigError(
+                "balance_envs: prioritized sequence starts are drawn by priority over all envs"
+            )
         if pad:
             return self._draw(batch_size)
         index = self._index
