@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 import threading
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import numpy as np
@@ -22,7 +21,6 @@ from rlreplay.episodes import (
     expand_ranges,
     sampleable_delta,
 )
-from rlreplay.episodic import record_returns
 from rlreplay.errors import (
     CheckpointError,
     ConfigError,
@@ -33,11 +31,19 @@ from rlreplay.errors import (
     ReplayTimeout,
     ShapeError,
 )
-from rlreplay.sampling.uniform import draw_mixed, draw_uniform
+from rlreplay.sampling.uniform import (
+    DrawOptions,
+    draw_balanced,
+    draw_mixed,
+    draw_options,
+    draw_uniform,
+    uniform_below,
+)
 from rlreplay.sequences import gather_runs, run_lengths, valid_sequence_starts
-from rlreplay.spec import Field, Schema
+from rlreplay.spec import Field, Schema, clip_pair, positive_int
 from rlreplay.storage import Columns, make_backend
 from rlreplay.transforms import BindableTransform, Transform, apply_transform
+from rlreplay.writer import Prepared, ReturnsConfig, StepWriter
 
 __all__ = ["ReplayBuffer", "load"]
 
@@ -85,7 +91,9 @@ class ReplayBuffer:
             :mod:`rlreplay.transforms`); code, not data: give them again to :func:`load`.
         record_episodic_return: When an episode completes, store every step's discounted
             return to its end (``gamma``, rewards clipped to ``reward_clip``); samples then
-            carry ``discounted_return`` (``default_return`` for running episodes).
+            carry ``discounted_return`` (``default_return`` for running episodes). A truncated
+            episode counts as complete: its return runs to the truncation, with no bootstrap
+            (as ALF's).
         reward_clip: ``(lo, hi)`` applied to rewards for ``discounted_return`` only.
         default_return: ``discounted_return`` of steps whose episode has not ended.
         recent_ratio: Fraction of each :meth:`sample` batch drawn from recent data:
@@ -144,10 +152,10 @@ class ReplayBuffer:
         replacement: bool = True,
     ) -> None:
         self.schema = Schema.build(fields)
-        num_envs = _positive_int("num_envs", num_envs)
-        n_step = _positive_int("n_step", n_step)
-        frame_stack = _positive_int("frame_stack", frame_stack)
-        capacity = _positive_int("capacity", capacity)
+        num_envs = positive_int("num_envs", num_envs)
+        n_step = positive_int("n_step", n_step)
+        frame_stack = positive_int("frame_stack", frame_stack)
+        capacity = positive_int("capacity", capacity)
         if isinstance(gamma, bool) or not isinstance(gamma, int | float | np.number):
             raise ConfigError(f"gamma: expected a number in [0, 1], got {gamma!r}")
         gamma = float(gamma)
@@ -197,29 +205,25 @@ class ReplayBuffer:
         self._waiting = 0
         self._closed = False
         self._all_envs = np.arange(num_envs, dtype=np.int64)
-        self._one_env = np.zeros(1, np.int64)
-        self._done_row = np.ones(1, np.bool_)
-        self._not_done_row = np.zeros(1, np.bool_)
-        self._scratch = np.empty((3, 1), np.int64)
         self.record_episodic_return = bool(record_episodic_return)
-        self.reward_clip = _clip_pair("reward_clip", reward_clip)
+        self.reward_clip = clip_pair("reward_clip", reward_clip)
         self.default_return = float(default_return)
-        self._returns: Array | None = None
+        returns = None
         if self.record_episodic_return:
             if self.schema.fields["reward"].shape != ():
                 raise ConfigError(
                     "record_episodic_return: needs a scalar reward, got reward shape "
                     f"{self.schema.fields['reward'].shape}"
                 )
-            self._returns = self._cols.add_derived(
+            column = self._cols.add_derived(
                 "discounted_return", np.dtype(np.float32), self.default_return
             )
-        self.draw_options = _draw_options(recent_ratio, recent_steps, replacement)
+            returns = ReturnsConfig(column, gamma, self.reward_clip, self.default_return)
+        self._writer = StepWriter(self.schema, self._index, self._cols, returns)
+        self.draw_options = draw_options(recent_ratio, recent_steps, replacement)
         self.transforms: tuple[Transform, ...] = tuple(transforms)
         for fn in self.transforms:
             self._bind(fn)
-        self._plain_keys = frozenset(self.schema.fields)
-        self._full_keys = self._plain_keys | frozenset(self.schema.next_names())
 
     # ------------------------------------------------------------------ construction helpers
     @classmethod
@@ -314,14 +318,7 @@ class ReplayBuffer:
         """
         with self._lock:
             self._check_open()
-            wait = (block, timeout)
-            if env_ids is None:
-                if self.num_envs == 1:
-                    return self._add_one(values, wait)
-                rows_env = self._all_envs
-            else:
-                rows_env = self._check_env_ids(env_ids)
-            return self._write_rows(rows_env, values, (rows_env.shape[0],), wait)
+            return self._commit(self._writer.prepare_step(values, env_ids), block, timeout)
 
     def extend(
         self, *, env_id: int = 0, block: bool = False, timeout: float | None = None, **values: Any
@@ -339,103 +336,26 @@ class ReplayBuffer:
         """
         with self._lock:
             self._check_open()
-            env = self._check_env_ids([env_id], name="env_id")[0]
-            if "terminated" not in values:
-                self.schema.check_keys(values, ending=False)  # names what is missing
-            shape = np.shape(values["terminated"])
-            if len(shape) != 1:
-                raise ShapeError(f"terminated: extend expects shape (T,), got {shape}")
-            rows_env = np.full(shape[0], env, np.int64)
-            return self._write_rows(rows_env, values, (shape[0],), (block, timeout))
+            return self._commit(self._writer.prepare_extend(values, env_id), block, timeout)
 
-    def _add_one(self, values: dict[str, Any], wait: tuple[bool, float | None]) -> Array:
-        """The single-env, single-step path: scalar slot writes, no leading axis."""
-        schema = self.schema
-        keys = values.keys()
-        full = keys == self._full_keys
-        if not full and keys != self._plain_keys:
-            schema.check_keys(keys, ending=False)  # unknown/missing names; next_* checked below
-        converted = {name: schema.convert(name, v, ()) for name, v in values.items()}
-        ending = bool(converted["terminated"]) or bool(converted["truncated"])
-        if ending and not full:
-            schema.check_keys(keys, ending=True)  # names the missing next_<obs>
-        rows_done = self._done_row if ending else self._not_done_row
-        if wait[0]:
-            self._wait_for_room(self._one_env, wait[1])
-        if ending:
-            self._reserve_finals(self._one_env, rows_done)
+    def _commit(self, prep: Prepared, block: bool, timeout: float | None) -> Array:
+        """Store a validated call (after waiting for room if ``block``); tell the hooks."""
+        _check_timeout(timeout)
+        if block:
+            self._wait_for_room(prep.rows_env, timeout)
         before = self._index.bounds() if self._tracks_sampleable else None
-        t, slots, fpos = self._index.advance(self._one_env, rows_done, self._scratch)
-        self._cols.write(int(slots[0]), converted)
-        if ending:
-            self._cols.write_finals(fpos, converted, rows=None)
-        if self._returns is not None:
-            self._record_returns(self._one_env, t, rows_done)
+        ids, t = self._writer.store(prep)
         if before is not None:
-            self._notify_sampleable(before, self._one_env, t)
+            self._notify_sampleable(before, prep.rows_env, t)
         if self._waiting:
             self._cond.notify_all()
-        return t * self.num_envs
-
-    def _write_rows(
-        self,
-        rows_env: Array,
-        values: dict[str, Any],
-        lead: tuple[int, ...],
-        wait: tuple[bool, float | None],
-    ) -> Array:
-        """Validate batched values (leading axis ``lead``) and store one row per step."""
-        schema = self.schema
-        keys = values.keys()
-        full = keys == self._full_keys
-        if not full and keys != self._plain_keys:
-            schema.check_keys(keys, ending=False)  # unknown/missing names; next_* checked below
-        converted = {name: schema.convert(name, v, lead) for name, v in values.items()}
-        rows_done = np.logical_or(converted["terminated"], converted["truncated"])
-        if not full and rows_done.any():
-            schema.check_keys(keys, ending=True)  # names the missing next_<obs>
-        if wait[0]:
-            self._wait_for_room(rows_env, wait[1])
-        C = self._env_capacity
-        if rows_env.shape[0] > C and np.all(rows_env == rows_env[0]):
-            # extend() longer than the ring: write in chunks of at most C rows, so no slot is
-            # written twice in one fancy assignment (whose order NumPy does not define).
-            ids = [
-                self._store_rows(
-                    rows_env[s : s + C],
-                    rows_done[s : s + C],
-                    {k: np.asarray(v)[s : s + C] for k, v in converted.items()},
-                )
-                for s in range(0, rows_env.shape[0], C)
-            ]
-            return np.concatenate(ids)
-        return self._store_rows(rows_env, rows_done, converted)
-
-    def _store_rows(self, rows_env: Array, rows_done: Array, converted: dict[str, Any]) -> Array:
-        """Write validated rows: index first (slots), then columns and finals."""
-        ending = bool(rows_done.any())
-        if ending:
-            self._reserve_finals(rows_env, rows_done)
-        before = self._index.bounds() if self._tracks_sampleable else None
-        t, slots, fpos = self._index.advance(rows_env, rows_done)
-        self._cols.write(slots, converted)
-        if ending:
-            self._cols.write_finals(fpos[rows_done], converted, rows=rows_done)
-        if self._returns is not None:
-            self._record_returns(rows_env, t, rows_done)
-        if before is not None:
-            self._notify_sampleable(before, rows_env, t)
-        if self._waiting:
-            self._cond.notify_all()
-        return t * self.num_envs + rows_env
+        return ids
 
     # ------------------------------------------------------------------ waiting (FIFO use)
     def _wait(self, ready: Callable[[], bool], timeout: float | None, what: str) -> None:
         """Wait (releasing the lock) until ``ready()``; ``queue.Queue`` timeout semantics."""
         if ready():
             return
-        if timeout is not None and timeout < 0:
-            raise ConfigError(f"timeout: expected None or a non-negative number, got {timeout}")
         self._waiting += 1
         try:
             done = self._cond.wait_for(lambda: self._closed or ready(), timeout)
@@ -458,13 +378,6 @@ class ReplayBuffer:
             return bool((self._index.stored_per_env() <= room).all())
 
         self._wait(ready, timeout, "add(block=True)")
-
-    def _record_returns(self, rows_env: Array, rows_t: Array, rows_done: Array) -> None:
-        assert self._returns is not None
-        record_returns(
-            self._returns, self._cols.steps["reward"], self._index, rows_env, rows_t, rows_done,
-            self.gamma, self.reward_clip, self.default_return,
-        )  # fmt: skip
 
     def _notify_sampleable(self, before: Array, rows_env: Array, rows_t: Array) -> None:
         self._on_write(rows_env, rows_t, *sampleable_delta(before, self._index.bounds()))
@@ -490,27 +403,6 @@ class ReplayBuffer:
             added_env: Env of each transition that just became sampleable.
             added_t: Their absolute steps.
         """
-
-    def _reserve_finals(self, rows_env: Array, rows_done: Array) -> None:
-        moved = self._index.reserve_finals(rows_env, rows_done)
-        if moved is not None:
-            self._cols.grow_finals(self._index.finals_capacity, *moved)
-
-    def _check_env_ids(self, env_ids: Any, name: str = "env_ids") -> Array:
-        arr = np.asarray(env_ids)
-        if arr.ndim != 1 or arr.dtype.kind not in "iu":
-            raise InvalidIdError(
-                f"{name}: expected a 1-D sequence of ints, got {arr.dtype} with shape {arr.shape}"
-            )
-        arr = arr.astype(np.int64, copy=False)
-        if arr.size and (arr.min() < 0 or arr.max() >= self.num_envs):
-            bad = arr[(arr < 0) | (arr >= self.num_envs)]
-            raise InvalidIdError(
-                f"{name}: expected values in [0, {self.num_envs}), got {bad.tolist()}"
-            )
-        if np.unique(arr).size != arr.size:
-            raise InvalidIdError(f"{name}: expected unique env ids, got {arr.tolist()}")
-        return arr
 
     def close(self) -> None:
         """Flush storage and release it (a memmap directory becomes free for another buffer).
@@ -572,10 +464,10 @@ class ReplayBuffer:
         Raises:
             EmptyBufferError: Nothing is sampleable yet.
         """
-        batch_size = _positive_int("batch_size", batch_size)
+        batch_size = positive_int("batch_size", batch_size)
         opts = self.draw_options
         if recent_ratio is not None or recent_steps is not None or replacement is not None:
-            opts = _draw_options(
+            opts = draw_options(
                 opts.recent_ratio if recent_ratio is None else recent_ratio,
                 opts.recent_steps if recent_steps is None else recent_steps,
                 opts.replacement if replacement is None else replacement,
@@ -651,8 +543,8 @@ class ReplayBuffer:
         Raises:
             EmptyBufferError: No start can be drawn.
         """
-        batch_size = _positive_int("batch_size", batch_size)
-        length = _positive_int("length", length)
+        batch_size = positive_int("batch_size", batch_size)
+        length = positive_int("length", length)
         with self._lock:
             self._check_open()
             env_ids, t0, extra = self._draw_starts(
@@ -677,7 +569,7 @@ class ReplayBuffer:
         Raises:
             InvalidIdError: An id never issued or overwritten.
         """
-        length = _positive_int("length", length)
+        length = positive_int("length", length)
         with self._lock:
             self._check_open()
             env_ids, t0, _ = self._stored_steps(ids)
@@ -704,7 +596,7 @@ class ReplayBuffer:
 
         def draw(n: int) -> tuple[Array, Array]:
             if balance_envs:
-                return _draw_balanced(heads, stored, n, self._rng)
+                return draw_balanced(heads, stored, n, self._rng)
             return draw_uniform(heads, stored, n, self._rng)
 
         env_ids, t0 = draw(batch_size)
@@ -727,12 +619,20 @@ class ReplayBuffer:
         draw: Callable[[int], tuple[Array, Array]],
         balance_envs: bool,
     ) -> tuple[Array, Array]:
-        """Redraw starts whose run crosses an episode end, until none does."""
+        """Redraw starts whose run crosses an episode end, until none does.
+
+        With ``balance_envs`` a redraw keeps the row's env (the env was chosen uniformly; only
+        its start is redrawn), so every env with a valid start keeps the same mass.
+        """
         for _ in range(_REJECTION_ROUNDS):
             bad = ~valid_sequence_starts(self._index, env_ids, t0, length, True)
             if not bad.any():
                 return env_ids, t0
-            env_ids[bad], t0[bad] = draw(int(bad.sum()))
+            if balance_envs:
+                e = env_ids[bad]
+                t0[bad] = heads[e] + uniform_below(sizes[e], self._rng)
+            else:
+                env_ids[bad], t0[bad] = draw(int(bad.sum()))
         # Such starts are rare: enumerate them once and draw among them exactly.
         all_env, all_t = expand_ranges(heads, sizes)
         ok = valid_sequence_starts(self._index, all_env, all_t, length, True)
@@ -740,13 +640,17 @@ class ReplayBuffer:
             raise EmptyBufferError(
                 f"sample_sequences: no episode has {length} consecutive stored steps (pad=False)"
             )
-        cand_env, cand_t = all_env[ok], all_t[ok]
-        p = None
-        if balance_envs:  # each env with a valid start equally likely, uniform within it
-            per_env = np.bincount(cand_env, minlength=self.num_envs)
-            p = 1.0 / (per_env[cand_env] * np.count_nonzero(per_env))
+        cand_env, cand_t = all_env[ok], all_t[ok]  # grouped by env
         bad = ~valid_sequence_starts(self._index, env_ids, t0, length, True)
-        pick = self._rng.choice(cand_env.shape[0], size=int(bad.sum()), p=p)
+        if balance_envs:
+            per_env = np.bincount(cand_env, minlength=self.num_envs)
+            e = env_ids[bad]
+            lost = per_env[e] == 0  # envs without any valid start: choose among the others
+            valid_envs = np.flatnonzero(per_env)
+            e[lost] = valid_envs[self._rng.integers(0, valid_envs.shape[0], int(lost.sum()))]
+            pick = (np.cumsum(per_env) - per_env)[e] + uniform_below(per_env[e], self._rng)
+        else:
+            pick = self._rng.integers(0, cand_env.shape[0], size=int(bad.sum()))
         env_ids[bad], t0[bad] = cand_env[pick], cand_t[pick]
         return env_ids, t0
 
@@ -760,7 +664,7 @@ class ReplayBuffer:
         Raises:
             EmptyBufferError: No complete episode is stored.
         """
-        n = _positive_int("n", n)
+        n = positive_int("n", n)
         with self._lock:
             self._check_open()
             first, sizes = self._index.complete_episode_records()
@@ -827,14 +731,20 @@ class ReplayBuffer:
             ReplayTimeout: ``block`` and not enough steps within ``timeout``.
             ReplayClosed: The buffer is (or got) closed.
         """
-        n = _positive_int("n", n)
+        n = positive_int("n", n)
         with self._lock:
             self._check_open()
-            envs = self._all_envs if env_ids is None else self._check_env_ids(env_ids)
+            envs = self._all_envs if env_ids is None else self._writer.check_env_ids(env_ids)
 
             def ready() -> bool:
                 return bool((self._index.stored_per_env()[envs] >= n).all())
 
+            _check_timeout(timeout)
+            if n > self._env_capacity:
+                raise ShapeError(
+                    f"n: {n} steps per env can never be stored (env_capacity "
+                    f"{self._env_capacity}); dequeue at most that many"
+                )
             if not block and not ready():
                 have = self._index.stored_per_env()[envs].tolist()
                 raise EmptyBufferError(f"dequeue: {n} steps per env requested, envs hold {have}")
@@ -1110,53 +1020,9 @@ def load(path: str | os.PathLike[str], /, **overrides: Any) -> ReplayBuffer:
     return cls._from_checkpoint(reader, overrides)
 
 
-def _draw_balanced(
-    lo: Array, sizes: Array, batch_size: int, rng: np.random.Generator
-) -> tuple[Array, Array]:
-    """Env uniform among envs with ``size > 0``, then a step uniform within that env."""
-    envs = np.flatnonzero(sizes > 0)
-    env_ids = envs[rng.integers(0, envs.shape[0], size=batch_size)]
-    n = sizes[env_ids]
-    off = np.minimum((rng.random(batch_size) * n).astype(np.int64), n - 1)
-    return env_ids.astype(np.int64, copy=False), lo[env_ids] + off
-
-
-@dataclass(frozen=True)
-class DrawOptions:
-    """How :meth:`ReplayBuffer.sample` mixes recent data and whether it may repeat items."""
-
-    recent_ratio: float
-    recent_steps: int
-    replacement: bool
-
-
-def _draw_options(recent_ratio: Any, recent_steps: Any, replacement: Any) -> DrawOptions:
-    if isinstance(recent_ratio, bool) or not isinstance(recent_ratio, int | float | np.number):
-        raise ConfigError(f"recent_ratio: expected a number in [0, 1], got {recent_ratio!r}")
-    if not 0.0 <= float(recent_ratio) <= 1.0:
-        raise ConfigError(f"recent_ratio: expected a number in [0, 1], got {recent_ratio}")
-    if not isinstance(replacement, bool | np.bool_):
-        raise ConfigError(f"replacement: expected a bool, got {replacement!r}")
-    return DrawOptions(
-        float(recent_ratio), _positive_int("recent_steps", recent_steps), bool(replacement)
-    )
-
-
-def _clip_pair(name: str, value: Any) -> tuple[float, float] | None:
-    if value is None:
-        return None
-    try:
-        lo, hi = (float(v) for v in value)
-    except (TypeError, ValueError):
-        raise ConfigError(f"{name}: expected None or (lo, hi), got {value!r}") from None
-    if not lo <= hi:
-        raise ConfigError(f"{name}: expected lo <= hi, got ({lo}, {hi})")
-    return lo, hi
-
-
-def _positive_int(name: str, value: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, int | np.integer):
-        raise ConfigError(f"{name}: expected a positive int, got {type(value).__name__} {value!r}")
-    if value < 1:
-        raise ConfigError(f"{name}: expected a positive int, got {value}")
-    return int(value)
+def _check_timeout(timeout: float | None) -> None:
+    """``queue.Queue`` rules: ``None`` or a non-negative number, checked on every call."""
+    if timeout is not None and (
+        isinstance(timeout, bool) or not isinstance(timeout, int | float) or timeout < 0
+    ):
+        raise ConfigError(f"timeout: expected None or a non-negative number, got {timeout!r}")

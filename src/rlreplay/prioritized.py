@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from rlreplay.buffer import DrawOptions, ReplayBuffer
+from rlreplay.buffer import ReplayBuffer
 from rlreplay.episodes import LO, expand_ranges
 from rlreplay.errors import (
     ConfigError,
@@ -18,6 +18,7 @@ from rlreplay.errors import (
     ShapeError,
 )
 from rlreplay.sampling.priorities import VARIANTS, Priorities
+from rlreplay.sampling.uniform import DrawOptions
 from rlreplay.sequences import valid_sequence_starts
 from rlreplay.spec import Field
 

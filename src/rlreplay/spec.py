@@ -28,7 +28,16 @@ import numpy as np
 
 from rlreplay.errors import ConfigError, DTypeError, FieldError, ShapeError
 
-__all__ = ["BUILTIN_FIELDS", "RESERVED_NAMES", "Field", "FieldLike", "Schema", "as_field"]
+__all__ = [
+    "BUILTIN_FIELDS",
+    "RESERVED_NAMES",
+    "Field",
+    "FieldLike",
+    "Schema",
+    "as_field",
+    "clip_pair",
+    "positive_int",
+]
 
 ShapeLike: TypeAlias = int | tuple[int, ...] | list[int]
 FieldLike: TypeAlias = "Field | tuple[Any, Any]"
@@ -413,3 +422,23 @@ def _check_name(name: object) -> None:
             f"fields[{name!r}]: {name!r} is reserved (samples compute {sorted(RESERVED_NAMES)}); "
             "choose another name"
         )
+
+
+def positive_int(name: str, value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int | np.integer):
+        raise ConfigError(f"{name}: expected a positive int, got {type(value).__name__} {value!r}")
+    if value < 1:
+        raise ConfigError(f"{name}: expected a positive int, got {value}")
+    return int(value)
+
+
+def clip_pair(name: str, value: Any) -> tuple[float, float] | None:
+    if value is None:
+        return None
+    try:
+        lo, hi = (float(v) for v in value)
+    except (TypeError, ValueError):
+        raise ConfigError(f"{name}: expected None or (lo, hi), got {value!r}") from None
+    if not lo <= hi:
+        raise ConfigError(f"{name}: expected lo <= hi, got ({lo}, {hi})")
+    return lo, hi

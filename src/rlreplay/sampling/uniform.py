@@ -9,11 +9,23 @@ without replacement are distinct positions.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-__all__ = ["draw_mixed", "draw_uniform", "positions_to_steps"]
+from rlreplay.errors import ConfigError
+from rlreplay.spec import positive_int
+
+__all__ = [
+    "DrawOptions",
+    "draw_balanced",
+    "draw_mixed",
+    "draw_options",
+    "draw_uniform",
+    "positions_to_steps",
+    "uniform_below",
+]
 
 Array = np.ndarray[Any, Any]
 
@@ -114,3 +126,39 @@ def draw_mixed(
     else:
         rest_pos = rng.integers(0, total, size=rest, dtype=np.int64)
     return positions_to_steps(lo, sizes, np.concatenate([recent_pos, rest_pos]))
+
+
+def draw_balanced(
+    lo: Array, sizes: Array, batch_size: int, rng: np.random.Generator
+) -> tuple[Array, Array]:
+    """Env uniform among envs with ``size > 0``, then a step uniform within that env."""
+    envs = np.flatnonzero(sizes > 0)
+    env_ids = envs[rng.integers(0, envs.shape[0], size=batch_size)]
+    return env_ids.astype(np.int64, copy=False), lo[env_ids] + uniform_below(sizes[env_ids], rng)
+
+
+def uniform_below(n: Array, rng: np.random.Generator) -> Array:
+    """One integer uniform in ``[0, n_i)`` per entry of ``n`` (all ``n_i >= 1``)."""
+    out: Array = np.minimum((rng.random(n.shape[0]) * n).astype(np.int64), n - 1)
+    return out
+
+
+@dataclass(frozen=True)
+class DrawOptions:
+    """How :meth:`ReplayBuffer.sample` mixes recent data and whether it may repeat items."""
+
+    recent_ratio: float
+    recent_steps: int
+    replacement: bool
+
+
+def draw_options(recent_ratio: Any, recent_steps: Any, replacement: Any) -> DrawOptions:
+    if isinstance(recent_ratio, bool) or not isinstance(recent_ratio, int | float | np.number):
+        raise ConfigError(f"recent_ratio: expected a number in [0, 1], got {recent_ratio!r}")
+    if not 0.0 <= float(recent_ratio) <= 1.0:
+        raise ConfigError(f"recent_ratio: expected a number in [0, 1], got {recent_ratio}")
+    if not isinstance(replacement, bool | np.bool_):
+        raise ConfigError(f"replacement: expected a bool, got {replacement!r}")
+    return DrawOptions(
+        float(recent_ratio), positive_int("recent_steps", recent_steps), bool(replacement)
+    )

@@ -1,0 +1,188 @@
+"""The write side of a buffer: validate environment steps, then store them.
+
+Writing is split in two so that a blocking ``add`` can wait for room between them, and so that
+a rejected call leaves the buffer untouched:
+
+1. :meth:`StepWriter.prepare` checks names, shapes and dtypes (NumPy ``same_kind`` casts, the
+   weak-scalar rule for Python scalars) and finds which rows end their episode. It writes
+   nothing.
+2. :meth:`StepWriter.store` advances the episode index (which gives each row its slot), then
+   writes the columns, the final observations of ended episodes and, when recorded, the
+   discounted returns. Nothing in it can fail on user input.
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+import numpy as np
+
+from rlreplay.episodes import EpisodeIndex
+from rlreplay.episodic import record_returns
+from rlreplay.errors import InvalidIdError, ShapeError
+from rlreplay.spec import Schema
+from rlreplay.storage.columns import Columns
+
+__all__ = ["Prepared", "ReturnsConfig", "StepWriter"]
+
+Array = np.ndarray[Any, Any]
+
+
+class ReturnsConfig(NamedTuple):
+    """How per-step discounted returns are recorded (``record_episodic_return``)."""
+
+    column: Array
+    gamma: float
+    reward_clip: tuple[float, float] | None
+    default: float
+
+
+class Prepared(NamedTuple):
+    """A validated call: rows (env of each step), which rows end an episode, the values."""
+
+    rows_env: Array
+    rows_done: Array
+    values: dict[str, Any]
+    single: bool  # one unbatched step of env 0: scalar slot writes
+
+
+class StepWriter:
+    """Validates and stores steps for one buffer's schema, index and columns.
+
+    Cost: per call, one cached validation lookup per value (a full check the first time a
+    (field, dtype, shape) combination is seen), one Numba call for the index, one assignment
+    per column.
+    """
+
+    def __init__(
+        self,
+        schema: Schema,
+        index: EpisodeIndex,
+        cols: Columns,
+        returns: ReturnsConfig | None,
+    ) -> None:
+        self.schema = schema
+        self.index = index
+        self.cols = cols
+        self.returns = returns
+        self.num_envs = index.num_envs
+        self.env_capacity = index.env_capacity
+        self.all_envs = np.arange(self.num_envs, dtype=np.int64)
+        self._one_env = np.zeros(1, np.int64)
+        self._done_row = np.ones(1, np.bool_)
+        self._not_done_row = np.zeros(1, np.bool_)
+        self._scratch = np.empty((3, 1), np.int64)
+        self._plain_keys = frozenset(schema.fields)
+        self._full_keys = self._plain_keys | frozenset(schema.next_names())
+
+    # ------------------------------------------------------------------ validation
+    def prepare_step(self, values: dict[str, Any], env_ids: Any) -> Prepared:
+        """Validate one step of every env, of the envs in ``env_ids``, or (one env) unbatched."""
+        if env_ids is not None:
+            rows_env = self.check_env_ids(env_ids)
+            return self._prepare(rows_env, values, (rows_env.shape[0],))
+        if self.num_envs > 1:
+            return self._prepare(self.all_envs, values, (self.num_envs,))
+        return self._prepare(self._one_env, values, ())
+
+    def prepare_extend(self, values: dict[str, Any], env_id: Any) -> Prepared:
+        """Validate ``T`` consecutive steps of one env (leading axis ``T``)."""
+        env = self.check_env_ids([env_id], name="env_id")[0]
+        if "terminated" not in values:
+            self.schema.check_keys(values, ending=False)  # names what is missing
+        shape = np.shape(values["terminated"])
+        if len(shape) != 1:
+            raise ShapeError(f"terminated: extend expects shape (T,), got {shape}")
+        return self._prepare(np.full(shape[0], env, np.int64), values, (shape[0],))
+
+    def _prepare(self, rows_env: Array, values: dict[str, Any], lead: tuple[int, ...]) -> Prepared:
+        schema = self.schema
+        keys = values.keys()
+        full = keys == self._full_keys
+        if not full and keys != self._plain_keys:
+            schema.check_keys(keys, ending=False)  # unknown/missing names; next_* checked below
+        converted = {name: schema.convert(name, v, lead) for name, v in values.items()}
+        if lead:
+            rows_done = np.logical_or(converted["terminated"], converted["truncated"])
+            ending = bool(rows_done.any())
+        else:
+            ending = bool(converted["terminated"]) or bool(converted["truncated"])
+            rows_done = self._done_row if ending else self._not_done_row
+        if ending and not full:
+            schema.check_keys(keys, ending=True)  # names the missing next_<obs>
+        return Prepared(rows_env, rows_done, converted, not lead)
+
+    def check_env_ids(self, env_ids: Any, name: str = "env_ids") -> Array:
+        """``env_ids`` as unique int64 env numbers in ``[0, num_envs)``."""
+        arr = np.asarray(env_ids)
+        if arr.ndim != 1 or arr.dtype.kind not in "iu":
+            raise InvalidIdError(
+                f"{name}: expected a 1-D sequence of ints, got {arr.dtype} with shape {arr.shape}"
+            )
+        arr = arr.astype(np.int64, copy=False)
+        if arr.size and (arr.min() < 0 or arr.max() >= self.num_envs):
+            bad = arr[(arr < 0) | (arr >= self.num_envs)]
+            raise InvalidIdError(
+                f"{name}: expected values in [0, {self.num_envs}), got {bad.tolist()}"
+            )
+        if np.unique(arr).size != arr.size:
+            raise InvalidIdError(f"{name}: expected unique env ids, got {arr.tolist()}")
+        return arr
+
+    # ------------------------------------------------------------------ storing
+    def store(self, prep: Prepared) -> tuple[Array, Array]:
+        """Store a prepared call; returns ``(ids, t)`` of its rows."""
+        rows_env, rows_done, values, single = prep
+        if single:
+            t = self._store(rows_env, rows_done, values, self._scratch, single=True)
+            return t * self.num_envs, t.copy()
+        C = self.env_capacity
+        if rows_env.shape[0] > C and np.all(rows_env == rows_env[0]):
+            # extend() longer than the ring: write in chunks of at most C rows, so no slot is
+            # written twice in one fancy assignment (whose order NumPy does not define).
+            t = np.concatenate(
+                [
+                    self._store(
+                        rows_env[s : s + C],
+                        rows_done[s : s + C],
+                        {k: np.asarray(v)[s : s + C] for k, v in values.items()},
+                        None,
+                        single=False,
+                    )
+                    for s in range(0, rows_env.shape[0], C)
+                ]
+            )
+        else:
+            t = self._store(rows_env, rows_done, values, None, single=False)
+        return t * self.num_envs + rows_env, t
+
+    def _store(
+        self,
+        rows_env: Array,
+        rows_done: Array,
+        values: dict[str, Any],
+        out: Array | None,
+        *,
+        single: bool,
+    ) -> Array:
+        ending = bool(rows_done.any())
+        if ending:
+            moved = self.index.reserve_finals(rows_env, rows_done)
+            if moved is not None:
+                self.cols.grow_finals(self.index.finals_capacity, *moved)
+        t, slots, fpos = self.index.advance(rows_env, rows_done, out)
+        if single:
+            self.cols.write(int(slots[0]), values)
+            if ending:
+                self.cols.write_finals(fpos, values, rows=None)
+        else:
+            self.cols.write(slots, values)
+            if ending:
+                self.cols.write_finals(fpos[rows_done], values, rows=rows_done)
+        if self.returns is not None:
+            r = self.returns
+            record_returns(
+                r.column, self.cols.steps["reward"], self.index, rows_env, t, rows_done,
+                r.gamma, r.reward_clip, r.default,
+            )  # fmt: skip
+        return t
