@@ -144,6 +144,34 @@ def expand_ranges(lo: Array, sizes: Array) -> tuple[Array, Array]:
     return env_ids, t
 
 
+@numba.njit(cache=True)
+def _delta(before: Array, after: Array) -> tuple[Array, Array, Array, Array]:
+    E = before.shape[0]
+    n_rem = 0
+    n_add = 0
+    for e in range(E):
+        lo0, hi0, lo1, hi1 = before[e, 0], before[e, 1], after[e, 0], after[e, 1]
+        n_rem += max(0, min(hi0, lo1) - lo0)
+        n_add += max(0, hi1 - max(hi0, lo1))
+    rem_env = np.empty(n_rem, np.int64)
+    rem_t = np.empty(n_rem, np.int64)
+    add_env = np.empty(n_add, np.int64)
+    add_t = np.empty(n_add, np.int64)
+    i = 0
+    j = 0
+    for e in range(E):
+        lo0, hi0, lo1, hi1 = before[e, 0], before[e, 1], after[e, 0], after[e, 1]
+        for t in range(lo0, min(hi0, lo1)):
+            rem_env[i] = e
+            rem_t[i] = t
+            i += 1
+        for t in range(max(hi0, lo1), hi1):
+            add_env[j] = e
+            add_t[j] = t
+            j += 1
+    return rem_env, rem_t, add_env, add_t
+
+
 def sampleable_delta(before: Array, after: Array) -> tuple[Array, Array, Array, Array]:
     """What changed between two snapshots of the per-env ``[lo, hi)`` columns.
 
@@ -155,13 +183,10 @@ def sampleable_delta(before: Array, after: Array) -> tuple[Array, Array, Array, 
         after: The same after it.
 
     Returns:
-        ``(removed_env, removed_t, added_env, added_t)``.
+        ``(removed_env, removed_t, added_env, added_t)``, env by env in time order.
     """
-    lo0, hi0, lo1, hi1 = before[:, 0], before[:, 1], after[:, 0], after[:, 1]
-    removed = expand_ranges(lo0, np.minimum(hi0, lo1) - lo0)
-    start = np.maximum(hi0, lo1)
-    added = expand_ranges(start, hi1 - start)
-    return removed[0], removed[1], added[0], added[1]
+    out: tuple[Array, Array, Array, Array] = _delta(before, after)
+    return out
 
 
 class EpisodeIndex:
