@@ -340,13 +340,14 @@ class ReplayBuffer:
 
     def _commit(self, prep: Prepared, block: bool, timeout: float | None) -> Array:
         """Store a validated call (after waiting for room if ``block``); tell the hooks."""
-        _check_timeout(timeout)
+        if timeout is not None:
+            _check_timeout(timeout)
         if block:
             self._wait_for_room(prep.rows_env, timeout)
         before = self._index.bounds() if self._tracks_sampleable else None
-        ids, t = self._writer.store(prep)
+        ids = self._writer.store(prep)
         if before is not None:
-            self._notify_sampleable(before, prep.rows_env, t)
+            self._notify_sampleable(before, prep.rows_env, ids // self.num_envs)
         if self._waiting:
             self._cond.notify_all()
         return ids

@@ -276,6 +276,27 @@ class Schema:
                     "(terminated or truncated) needs its final observation"
                 )
 
+    def convert_all(self, values: Mapping[str, Any], lead: tuple[int, ...]) -> dict[str, Any]:
+        """:meth:`convert` every value (names already checked); the per-step hot path."""
+        ok, scalar_ok, bounds = self._ok, self._scalar_ok, self._scalar_bounds
+        out: dict[str, Any] = {}
+        for name, value in values.items():
+            tp = type(value)
+            if tp is np.ndarray:
+                if (name, value.dtype, value.shape, lead) in ok:
+                    out[name] = value
+                    continue
+            elif not lead:
+                if (name, tp) in scalar_ok:
+                    out[name] = value
+                    continue
+                b = bounds.get((name, tp))
+                if b is not None and b[0] <= value <= b[1]:
+                    out[name] = value
+                    continue
+            out[name] = self.convert(name, value, lead)
+        return out
+
     def convert(self, name: str, value: Any, lead: tuple[int, ...]) -> Any:
         """Validate ``value`` for field ``name`` with leading axes ``lead``.
 

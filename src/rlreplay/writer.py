@@ -44,6 +44,7 @@ class Prepared(NamedTuple):
     rows_done: Array
     values: dict[str, Any]
     single: bool  # one unbatched step of env 0: scalar slot writes
+    ending: bool  # some row ends its episode
 
 
 class StepWriter:
@@ -101,7 +102,7 @@ class StepWriter:
         full = keys == self._full_keys
         if not full and keys != self._plain_keys:
             schema.check_keys(keys, ending=False)  # unknown/missing names; next_* checked below
-        converted = {name: schema.convert(name, v, lead) for name, v in values.items()}
+        converted = schema.convert_all(values, lead)
         if lead:
             rows_done = np.logical_or(converted["terminated"], converted["truncated"])
             ending = bool(rows_done.any())
@@ -110,7 +111,7 @@ class StepWriter:
             rows_done = self._done_row if ending else self._not_done_row
         if ending and not full:
             schema.check_keys(keys, ending=True)  # names the missing next_<obs>
-        return Prepared(rows_env, rows_done, converted, not lead)
+        return Prepared(rows_env, rows_done, converted, not lead, ending)
 
     def check_env_ids(self, env_ids: Any, name: str = "env_ids") -> Array:
         """``env_ids`` as unique int64 env numbers in ``[0, num_envs)``."""
@@ -130,12 +131,11 @@ class StepWriter:
         return arr
 
     # ------------------------------------------------------------------ storing
-    def store(self, prep: Prepared) -> tuple[Array, Array]:
-        """Store a prepared call; returns ``(ids, t)`` of its rows."""
-        rows_env, rows_done, values, single = prep
-        if single:
-            t = self._store(rows_env, rows_done, values, self._scratch, single=True)
-            return t * self.num_envs, t.copy()
+    def store(self, prep: Prepared) -> Array:
+        """Store a prepared call; returns the ids of its rows (``t * E + env``)."""
+        rows_env, rows_done, values, single, ending = prep
+        if single:  # one env: the id is the step
+            return self._store(rows_env, rows_done, values, self._scratch, single, ending).copy()
         C = self.env_capacity
         if rows_env.shape[0] > C and np.all(rows_env == rows_env[0]):
             # extend() longer than the ring: write in chunks of at most C rows, so no slot is
@@ -147,14 +147,16 @@ class StepWriter:
                         rows_done[s : s + C],
                         {k: np.asarray(v)[s : s + C] for k, v in values.items()},
                         None,
-                        single=False,
+                        False,
+                        bool(rows_done[s : s + C].any()),
                     )
                     for s in range(0, rows_env.shape[0], C)
                 ]
             )
         else:
-            t = self._store(rows_env, rows_done, values, None, single=False)
-        return t * self.num_envs + rows_env, t
+            t = self._store(rows_env, rows_done, values, None, False, ending)
+        out: Array = t * self.num_envs + rows_env
+        return out
 
     def _store(
         self,
@@ -162,10 +164,9 @@ class StepWriter:
         rows_done: Array,
         values: dict[str, Any],
         out: Array | None,
-        *,
         single: bool,
+        ending: bool,
     ) -> Array:
-        ending = bool(rows_done.any())
         if ending:
             moved = self.index.reserve_finals(rows_env, rows_done)
             if moved is not None:
