@@ -1,0 +1,29 @@
+"""Stand-in for ``nnabla_rl.replay_buffers``: the replay buffers derived from ``ReplayBuffer``.
+
+Example:
+    >>> import rlreplay.compat.nnabla_rl.replay_buffers as RB
+    >>> RB.PrioritizedReplayBuffer(capacity=10, variant="rank_based").capacity
+    10
+"""
+
+from rlreplay.compat.nnabla_rl.replay_buffers.decorable_replay_buffer import DecorableReplayBuffer
+from rlreplay.compat.nnabla_rl.replay_buffers.hindsight_replay_buffer import HindsightReplayBuffer
+from rlreplay.compat.nnabla_rl.replay_buffers.memory_efficient_atari_buffer import (
+    MemoryEfficientAtariBuffer,
+    MemoryEfficientAtariTrajectoryBuffer,
+)
+from rlreplay.compat.nnabla_rl.replay_buffers.prioritized_replay_buffer import (
+    PrioritizedReplayBuffer,
+)
+from rlreplay.compat.nnabla_rl.replay_buffers.trajectory_replay_buffer import (
+    TrajectoryReplayBuffer,
+)
+
+__all__ = [
+    "DecorableReplayBuffer",
+    "HindsightReplayBuffer",
+    "MemoryEfficientAtariBuffer",
+    "MemoryEfficientAtariTrajectoryBuffer",
+    "PrioritizedReplayBuffer",
+    "TrajectoryReplayBuffer",
+]

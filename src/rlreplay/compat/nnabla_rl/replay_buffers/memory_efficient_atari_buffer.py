@@ -1,0 +1,165 @@
+"""Stand-in for ``nnabla_rl.replay_buffers.memory_efficient_atari_buffer`` over the rlreplay core.
+
+An Atari state is a stack of ``stacked_frames`` grayscale frames normalised to ``[0, 1]``. As
+in nnabla-rl, only the newest frame of each state is stored, as ``uint8`` (``round(255 * x)``),
+and the stack is rebuilt at sample time: here by the core's frame stacking
+(``frame_stack=stacked_frames``, ``stack_pad="first"``: before an episode's first frame the
+stack repeats that frame, which is what a frame-stacking wrapper shows after a reset).
+Sampled states are ``float32`` stacks ``frames / 255``, ``s_next`` being ``s`` shifted by one
+frame (or ending with the final frame at an episode's end).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from rlreplay.compat.nnabla_rl.replay_buffer import (
+    ReplayBuffer,
+    _Codec,
+    _infer_part,
+    _Part,
+    _Row,
+    _Slot,
+    check_capacity,
+    check_count,
+)
+from rlreplay.compat.nnabla_rl.replay_buffers.trajectory_replay_buffer import (
+    TrajectoryReplayBuffer,
+)
+from rlreplay.errors import DTypeError, ShapeError
+from rlreplay.spec import Field, Schema
+
+__all__ = ["MemoryEfficientAtariBuffer", "MemoryEfficientAtariTrajectoryBuffer"]
+
+Array = np.ndarray[Any, Any]
+
+
+def _quantize(what: str, value: Any, shape: tuple[int, ...]) -> Array:
+    """A ``uint8`` copy of a frame stack normalised to ``[0, 1]`` (or already in 0..255)."""
+    if isinstance(value, tuple):
+        raise ShapeError(f"{what}: expected a frame stack array, got a tuple")
+    arr = np.asarray(value)
+    if arr.shape != shape:
+        raise ShapeError(
+            f"{what}: expected a stack of frames of shape {shape} (stacked_frames first), "
+            f"got {arr.shape}"
+        )
+    if arr.dtype.kind == "f":
+        scaled = np.rint(arr * 255.0)
+        if not (scaled.min() >= 0 and scaled.max() <= 255):  # NaN fails too
+            raise ValueError(f"{what}: expected frames normalised to [0, 1]")
+        return scaled.astype(np.uint8)
+    if arr.dtype.kind in "biu":
+        if arr.size and (arr.min() < 0 or arr.max() > 255):
+            raise ValueError(f"{what}: expected integer frames in [0, 255]")
+        return arr.astype(np.uint8)  # a copy
+    raise DTypeError(f"{what}: expected float frames in [0, 1] or uint8 frames, got {arr.dtype}")
+
+
+class _AtariCodec(_Codec):
+    """Stores the last frame of ``s`` (uint8) in ``obs``; states come back as float stacks."""
+
+    def __init__(self, state: _Slot, action: _Slot, reward: _Part, stacked_frames: int) -> None:
+        super().__init__(state, action, reward)
+        self.stacked_frames = stacked_frames
+        self.stack_shape = (stacked_frames, *state.parts[0].field.shape)
+
+    @classmethod
+    def infer_atari(cls, experience: Sequence[Any], stacked_frames: int) -> _AtariCodec:
+        s = experience[0]
+        if isinstance(s, tuple):
+            raise ShapeError("s: the Atari buffers store one frame stack per state, got a tuple")
+        shape = np.shape(s)
+        if len(shape) < 2 or shape[0] != stacked_frames:
+            raise ShapeError(
+                f"s: expected a stack of {stacked_frames} frames (shape ({stacked_frames}, H, W)"
+                f"), got shape {shape}"
+            )
+        frame = _Part("obs", Field(shape[1:], np.uint8, observation=True), "array")
+        return cls(
+            _Slot((frame,), False),
+            _Slot.infer("action", experience[1], observation=False),
+            _infer_part("reward", experience[2], observation=False, reward=True),
+            stacked_frames,
+        )
+
+    def _convert_state(self, schema: Schema, prefix: str, what: str, value: Any) -> tuple[Any, ...]:
+        stack = _quantize(what, value, self.stack_shape)
+        schema.convert(prefix + "obs", stack[-1], ())
+        return (stack,)
+
+    def step_values(self, row: _Row) -> dict[str, Any]:
+        out = super().step_values(row)
+        out["obs"] = row.obs[0][-1]
+        return out
+
+    def final_values(self, row: _Row) -> dict[str, Any]:
+        return {"next_obs": row.next_obs[0][-1]}
+
+    def decode_state(self, batch: Any, prefix: str) -> list[Any]:
+        # (B, stacked_frames, *frame) uint8 -> float32 / 255, nnabla-rl's _normalize_state
+        states = np.asarray(batch[prefix + "obs"]).astype(np.float32)
+        states /= np.float32(255.0)
+        return list(states)
+
+
+class MemoryEfficientAtariBuffer(ReplayBuffer):
+    """Buffer designed to compactly save experiences of Atari environments used in DQN.
+
+    DQN (and other training algorithms) requires large replay buffer when training on Atari
+    games. This replay buffer reduces the size of experience by casting the images to uint8
+    and removing old frames concatenated to the observation: each experience stores one
+    ``uint8`` frame, and ``s``/``s_next`` are rebuilt from the stored frames at sample time
+    (the core's frame stacks). Designed for DQN style training on Atari: a state is
+    ``stacked_frames`` concatenated grayscale frames normalised between 0 and 1.
+
+    The ``stacked_frames - 1`` frames older than the oldest kept experience are kept too, so
+    every kept experience has its whole stack (nnabla-rl's ``sub_buffer``).
+
+    Args:
+        capacity: Experiences kept (required, ``>= 1``).
+        stacked_frames: Frames per state.
+        seed: Seed of the random generator (an rlreplay addition).
+
+    Example:
+        >>> import numpy as np
+        >>> from rlreplay.compat.nnabla_rl.replay_buffers import MemoryEfficientAtariBuffer
+        >>> frames = [np.full((84, 84), t, np.uint8) for t in range(6)]
+        >>> def stack(t):  # a FrameStack wrapper repeats the first frame after a reset
+        ...     return np.stack([frames[max(j, 0)] for j in range(t - 3, t + 1)]) / 255.0
+        >>> buffer = MemoryEfficientAtariBuffer(capacity=100)
+        >>> for t in range(5):
+        ...     buffer.append((stack(t), np.zeros(1), 0.0, float(t < 4), stack(t + 1), {}))
+        >>> s, a, r, non_terminal, s_next, info = buffer[1]
+        >>> s.dtype, s.shape, (s * 255).round()[:, 0, 0].tolist()
+        (dtype('float32'), (4, 84, 84), [0.0, 0.0, 0.0, 1.0])
+    """
+
+    def __init__(self, capacity: int, stacked_frames: int = 4, *, seed: int | None = None) -> None:
+        super().__init__(capacity=check_capacity("capacity", capacity, allow_none=False), seed=seed)
+        self._frame_stack = check_count("stacked_frames", stacked_frames)
+
+    def _make_codec(self, experience: Sequence[Any]) -> _Codec:
+        return _AtariCodec.infer_atari(experience, self._frame_stack)
+
+
+class MemoryEfficientAtariTrajectoryBuffer(TrajectoryReplayBuffer):
+    """A :class:`TrajectoryReplayBuffer` storing Atari states as single ``uint8`` frames.
+
+    Each trajectory's states are rebuilt as stacks of 4 frames (the stack repeats the
+    trajectory's first frame before it), as :class:`MemoryEfficientAtariBuffer` does.
+
+    Args:
+        num_trajectories: Most trajectories kept, or None for no limit.
+        seed: Seed of the random generator (an rlreplay addition).
+    """
+
+    def __init__(self, num_trajectories: int | None = None, *, seed: int | None = None) -> None:
+        super().__init__(num_trajectories, seed=seed)
+        self._frame_stack = 4  # nnabla-rl builds MemoryEfficientAtariBuffer(len(trajectory))
+
+    def _make_codec(self, experience: Sequence[Any]) -> _Codec:
+        return _AtariCodec.infer_atari(experience, self._frame_stack)

@@ -1,0 +1,959 @@
+"""nnabla-rl replay buffers front-end: seed behaviour, exact round trips, core agreement.
+
+Experiences are built so that a state names its step: ``s`` of step ``t`` of an episode
+starting at ``start`` is ``full(2, start + t)`` and ``s_next`` is ``full(2, start + t + 1)``.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from scipy.stats import chisquare
+
+import rlreplay as rr
+import rlreplay.compat.nnabla_rl as rl
+import rlreplay.compat.nnabla_rl.replay_buffer as rb_module
+from rlreplay.compat.nnabla_rl.replay_buffer import ReplayBuffer
+from rlreplay.compat.nnabla_rl.replay_buffers import (
+    DecorableReplayBuffer,
+    HindsightReplayBuffer,
+    MemoryEfficientAtariBuffer,
+    MemoryEfficientAtariTrajectoryBuffer,
+    PrioritizedReplayBuffer,
+    TrajectoryReplayBuffer,
+)
+
+P_CHI = 1e-3  # seeded chi-square tests: fail only on a real mismatch of the law
+
+
+# ---------------------------------------------------------------------------- helpers
+def episode(
+    n: int, start: float, *, end: str = "terminal", tuple_state: bool = False
+) -> list[tuple[Any, ...]]:
+    """``n`` experiences of one episode; ``end``: terminal, truncated, timelimit or open."""
+    out = []
+    for t in range(n):
+        s: Any = np.full(2, start + t, np.float32)
+        s_next: Any = np.full(2, start + t + 1, np.float32)
+        if tuple_state:
+            s = (s, np.array([start + t], np.int64))
+            s_next = (s_next, np.array([start + t + 1], np.int64))
+        last = t == n - 1
+        info: dict[str, Any] = {"t": t, "start": start}
+        if last and end == "timelimit":
+            info["TimeLimit.truncated"] = True
+        non_terminal = 0.0 if last and end == "terminal" else 1.0
+        out.append((s, np.array([t % 3]), float(start + t), non_terminal, s_next, info))
+    return out
+
+
+def same(got: Any, want: Any) -> bool:
+    """Exact equality, kinds included (arrays: dtype, shape and bytes; dicts: identity)."""
+    if isinstance(want, tuple):
+        return (
+            isinstance(got, tuple)
+            and len(got) == len(want)
+            and all(same(g, w) for g, w in zip(got, want, strict=True))
+        )
+    if isinstance(want, np.ndarray):
+        return (
+            isinstance(got, np.ndarray)
+            and got.dtype == want.dtype
+            and got.shape == want.shape
+            and got.tobytes() == want.tobytes()
+        )
+    if isinstance(want, dict):
+        return got is want
+    return type(got) is type(want) and bool(got == want)
+
+
+def all_items(buffer: ReplayBuffer) -> list[Any]:
+    return [buffer[i] for i in range(len(buffer))]
+
+
+def key(experience: tuple[Any, ...]) -> float:
+    """The step value that names an experience."""
+    s = experience[0]
+    return float((s[0] if isinstance(s, tuple) else s)[0])
+
+
+def fill(buffer: ReplayBuffer, experiences: list[tuple[Any, ...]]) -> ReplayBuffer:
+    buffer.append_all(experiences)
+    return buffer
+
+
+MIXED = (
+    episode(4, 0)
+    + episode(3, 100, end="truncated")
+    + episode(2, 200, end="timelimit")
+    + episode(5, 300, end="open")
+)
+
+
+# ---------------------------------------------------------------------------- module layout
+def test_module_paths_mirror_nnabla_rl() -> None:
+    import rlreplay.compat.nnabla_rl.replay_buffers.decorable_replay_buffer as dec
+    import rlreplay.compat.nnabla_rl.replay_buffers.hindsight_replay_buffer as her
+    import rlreplay.compat.nnabla_rl.replay_buffers.memory_efficient_atari_buffer as atari
+    import rlreplay.compat.nnabla_rl.replay_buffers.prioritized_replay_buffer as per
+    import rlreplay.compat.nnabla_rl.replay_buffers.trajectory_replay_buffer as traj
+
+    assert rl.ReplayBuffer is rl.replay_buffer.ReplayBuffer is ReplayBuffer
+    assert rl.replay_buffers.DecorableReplayBuffer is dec.DecorableReplayBuffer
+    assert rl.replay_buffers.HindsightReplayBuffer is her.HindsightReplayBuffer
+    assert rl.replay_buffers.MemoryEfficientAtariBuffer is atari.MemoryEfficientAtariBuffer
+    assert atari.MemoryEfficientAtariTrajectoryBuffer is MemoryEfficientAtariTrajectoryBuffer
+    assert rl.replay_buffers.PrioritizedReplayBuffer is per.PrioritizedReplayBuffer
+    assert rl.replay_buffers.TrajectoryReplayBuffer is traj.TrajectoryReplayBuffer
+    for cls in (
+        DecorableReplayBuffer,
+        HindsightReplayBuffer,
+        MemoryEfficientAtariBuffer,
+        PrioritizedReplayBuffer,
+        TrajectoryReplayBuffer,
+    ):
+        assert issubclass(cls, ReplayBuffer)  # "All replay_buffers are derived from ReplayBuffer"
+    assert issubclass(MemoryEfficientAtariTrajectoryBuffer, TrajectoryReplayBuffer)
+    assert rl.replay_buffers.__all__ == sorted(rl.replay_buffers.__all__)
+
+
+# ---------------------------------------------------------------------------- ReplayBuffer
+def test_capacity_property_and_checks() -> None:
+    assert ReplayBuffer().capacity is None
+    assert ReplayBuffer(capacity=7).capacity == 7
+    for bad in (0, -1, 1.5, True, "3"):
+        with pytest.raises(ValueError, match="capacity"):
+            ReplayBuffer(capacity=bad)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="seed"):
+        ReplayBuffer(seed=-1)
+
+
+@pytest.mark.parametrize("tuple_state", [False, True])
+def test_append_round_trip_is_exact(tuple_state: bool) -> None:
+    exps = (
+        episode(4, 0, tuple_state=tuple_state)
+        + episode(3, 10, end="truncated", tuple_state=tuple_state)
+        + episode(2, 20, end="timelimit", tuple_state=tuple_state)
+        + episode(3, 30, end="open", tuple_state=tuple_state)
+    )
+    buffer = fill(ReplayBuffer(), exps)
+    assert len(buffer) == len(exps)
+    got = all_items(buffer)
+    for g, w in zip(got, exps, strict=True):
+        assert same(g, w), (g, w)
+    assert [type(g[3]) for g in got] == [float] * len(exps)  # non_terminal: a Python float
+    assert [g[5] for g in got] == [w[5] for w in exps]
+
+
+def test_round_trip_keeps_kinds_of_values_and_extras() -> None:
+    s0, s1, s2 = (np.array([0.5, -0.0]), np.array([0.0, 1.0]), np.array([2.0, 3.0]))
+    info0: dict[str, Any] = {"a": 1}
+    info1: dict[str, Any] = {}
+    exps = [
+        (s0, (np.int64(2), np.array([0.1, 0.2])), np.float32(1.5), 1, s1, info0, "extra"),
+        (s1, (np.int64(0), np.array([0.3, 0.4])), np.float32(2.5), True, s2, info1, "more"),
+    ]
+    buffer = fill(ReplayBuffer(), exps)
+    for i, e in enumerate(exps):
+        got = buffer[i]
+        assert same(got[0], e[0]) and same(got[1], e[1]) and same(got[2], e[2])
+        assert got[3] == 1.0 and type(got[3]) is float
+        assert same(got[4], e[4]) and got[5] is e[5] and got[6] == e[6]
+
+
+def test_signed_zero_and_nan_states_come_back_bit_exact() -> None:
+    """A next ``s`` equal by value but not by bits to ``s_next`` is an episode boundary."""
+    s0, nxt, s1 = np.array([1.0, np.nan]), np.array([0.0, np.nan]), np.array([-0.0, np.nan])
+    exps = [(s0, np.zeros(1), 0.0, 1.0, nxt, {}), (s1, np.zeros(1), 0.0, 0.0, s0, {})]
+    buffer = fill(ReplayBuffer(), exps)
+    assert same(buffer[0][4], nxt) and not np.signbit(buffer[0][4][0])
+    assert same(buffer[1][0], s1) and np.signbit(buffer[1][0][0])
+
+
+def test_episode_boundaries_reach_the_core() -> None:
+    """non_terminal == 0 -> terminated; TimeLimit info or a changed s -> truncated."""
+    buffer = fill(ReplayBuffer(), MIXED)
+    core = buffer._core
+    assert core is not None
+    ids = np.arange(len(core))
+    # 14 experiences: the last (open episode) is held by the adapter until the next append.
+    assert len(core) == len(MIXED) - 1 and len(buffer) == len(MIXED)
+    ends = core.steps_to_episode_end(ids).tolist()
+    assert ends == [3, 2, 1, 0, 2, 1, 0, 1, 0, -1, -1, -1, -1]
+    batch = core.get_transitions(ids[:9])
+    assert batch.terminated.tolist() == [False] * 3 + [True] + [False] * 5
+    assert batch.truncated.tolist() == [False] * 6 + [True, False, True]
+
+
+def test_append_checks_and_leaves_buffer_unchanged_on_error() -> None:
+    buffer = fill(ReplayBuffer(), episode(3, 0, end="open"))
+    before = all_items(buffer)
+    s = np.zeros(2, np.float32)
+    bad = [
+        ((s, np.zeros(1), 0.0, 1.0, s), ValueError),  # 5 elements
+        ("not an experience", ValueError),
+        ((s, np.array([0]), 0.0, 0.5, s, {}), ValueError),  # non_terminal neither 1 nor 0
+        ((np.zeros(3, np.float32), np.array([0]), 0.0, 1.0, s, {}), rr.ShapeError),
+        ((s, np.array([0]), 0.0, 1.0, (s, s), {}), rr.ShapeError),  # s_next structure
+        ((s.astype(np.complex64), np.array([0]), 0.0, 1.0, s, {}), rr.DTypeError),
+        ((s, np.array([0.5]), 0.0, 1.0, s, {}), rr.DTypeError),  # float action, int field
+    ]
+    for exp, err in bad:
+        with pytest.raises(err):
+            buffer.append(exp)  # type: ignore[arg-type]
+    assert len(buffer) == 3
+    assert all(same(g, w) for g, w in zip(all_items(buffer), before, strict=True))
+    assert isinstance(rr.ShapeError("x"), ValueError) and isinstance(rr.DTypeError("x"), TypeError)
+
+
+def test_first_experience_fixes_the_schema() -> None:
+    buffer = ReplayBuffer()
+    with pytest.raises(rr.DTypeError):
+        buffer.append((np.array(["a"]), np.zeros(1), 0.0, 1.0, np.array(["b"]), {}))
+    assert len(buffer) == 0 and buffer._codec is None  # a failed first append builds nothing
+    buffer.append(episode(1, 0)[0])
+    core = buffer._core
+    assert core is not None
+    assert core.schema.fields["obs"] == rr.Field((2,), np.float32, observation=True)
+    assert core.schema.fields["action"] == rr.Field((1,), np.int64)
+    assert core.schema.fields["reward"] == rr.Field((), np.float64)
+
+
+def test_getitem_indexing() -> None:
+    buffer = fill(ReplayBuffer(), MIXED)
+    assert same(buffer[-1], MIXED[-1]) and same(buffer[-len(MIXED)], MIXED[0])
+    assert same(buffer[np.int64(2)], MIXED[2])
+    for bad in (len(MIXED), -len(MIXED) - 1):
+        with pytest.raises(IndexError):
+            buffer[bad]
+    with pytest.raises(TypeError):
+        buffer[1.0]  # type: ignore[index]
+    assert [key(e) for e in buffer] == [key(e) for e in MIXED]  # iteration protocol
+    with pytest.raises(IndexError):
+        ReplayBuffer()[0]
+
+
+def test_append_all_equals_appends() -> None:
+    a, b = ReplayBuffer(capacity=6), ReplayBuffer(capacity=6)
+    a.append_all(MIXED)
+    for e in MIXED:
+        b.append(e)
+    assert len(a) == len(b) == 6
+    assert all(same(x, y) for x, y in zip(all_items(a), all_items(b), strict=True))
+
+
+@pytest.mark.parametrize("capacity", [1, 2, 5, 9])
+def test_bounded_capacity_keeps_the_newest(capacity: int) -> None:
+    exps = MIXED + episode(6, 400) + episode(3, 500, end="open")
+    buffer = ReplayBuffer(capacity=capacity)
+    for n, e in enumerate(exps, 1):
+        buffer.append(e)
+        assert len(buffer) == min(n, capacity)
+        want = exps[max(0, n - capacity) : n]
+        assert all(same(g, w) for g, w in zip(all_items(buffer), want, strict=True))
+
+
+def test_unbounded_capacity_grows_and_keeps_everything(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(rb_module, "_INITIAL_CAPACITY", 4)
+    exps = [
+        e
+        for k in range(8)
+        for e in episode(3 + k % 4, 100 * k, end=("terminal", "truncated")[k % 2])
+    ]
+    buffer = fill(ReplayBuffer(seed=1), exps)
+    core = buffer._core
+    assert core is not None and core.capacity >= len(exps) - 1 and core.capacity % 4 == 0
+    assert buffer._generation > 1  # the core was rebuilt
+    assert all(same(g, w) for g, w in zip(all_items(buffer), exps, strict=True))
+    reference = fill(ReplayBuffer(), exps)._core
+    assert reference is not None
+    ids = np.arange(len(core))
+    assert core.steps_to_episode_end(ids).tolist() == reference.steps_to_episode_end(ids).tolist()
+
+
+def test_sample_structure_and_errors() -> None:
+    buffer = fill(ReplayBuffer(seed=0), MIXED)
+    experiences, info = buffer.sample(num_samples=4)
+    assert isinstance(experiences, list) and len(experiences) == 4
+    assert all(isinstance(e, tuple) and len(e) == 6 for e in experiences)
+    assert info["weights"].shape == (4, 1) and info["weights"].dtype == np.float64
+    assert np.all(info["weights"] == 1.0)
+    # without replacement: every experience once when num_samples == len
+    experiences, _ = buffer.sample(num_samples=len(MIXED))
+    assert sorted(key(e) for e in experiences) == sorted(key(e) for e in MIXED)
+    with pytest.raises(ValueError, match="num_samples"):
+        buffer.sample(num_samples=len(MIXED) + 1)
+    with pytest.raises(ValueError, match="num_samples"):
+        buffer.sample(num_samples=len(MIXED) - 1, num_steps=3)
+    for bad in (0, -1):
+        with pytest.raises(ValueError, match="num_steps"):
+            buffer.sample(num_samples=1, num_steps=bad)
+    with pytest.raises(ValueError):
+        buffer.sample(num_samples=0)
+    with pytest.raises(ValueError):
+        ReplayBuffer().sample()
+
+
+def test_sample_num_steps_gives_consecutive_experiences() -> None:
+    buffer = fill(ReplayBuffer(seed=3), MIXED)
+    experiences, info = buffer.sample(num_samples=5, num_steps=3)
+    assert isinstance(experiences, tuple) and len(experiences) == 3
+    assert all(len(step) == 5 for step in experiences) and info["weights"].shape == (5, 1)
+    position = {key(e): i for i, e in enumerate(MIXED)}
+    for b in range(5):
+        i = position[key(experiences[0][b])]
+        assert i <= len(MIXED) - 3
+        for j in range(3):
+            assert same(experiences[j][b], MIXED[i + j])
+
+
+def test_sample_indices() -> None:
+    buffer = fill(ReplayBuffer(), MIXED)
+    experiences, info = buffer.sample_indices([3, 0, 3, -1])
+    assert [key(e) for e in experiences] == [key(MIXED[i]) for i in (3, 0, 3, -1)]
+    assert info["weights"].shape == (4, 1)
+    steps, _ = buffer.sample_indices(np.array([0, 4]), num_steps=2)
+    assert isinstance(steps, tuple) and len(steps) == 2
+    assert [[key(e) for e in lst] for lst in steps] == [[0, 100], [1, 101]]
+    with pytest.raises(ValueError, match="Indices are empty"):
+        buffer.sample_indices([])
+    with pytest.raises(ValueError, match="num_steps"):
+        buffer.sample_indices([0], num_steps=0)
+    with pytest.raises(IndexError):
+        buffer.sample_indices([len(MIXED) - 1], num_steps=2)
+    with pytest.raises(TypeError):
+        buffer.sample_indices([0.5])  # type: ignore[list-item]
+
+
+def test_sample_indices_agree_with_core_transitions() -> None:
+    exps = episode(5, 0) + episode(4, 50, end="truncated") + episode(3, 90)
+    buffer = fill(ReplayBuffer(), exps)
+    core = buffer._core
+    assert core is not None and len(core) == len(exps)  # everything ended: nothing held
+    ids = np.array([7, 0, 11, 4, 5])
+    batch = core.get_transitions(ids)
+    experiences, _ = buffer.sample_indices(ids)
+    assert isinstance(experiences, list)
+    for b, (s, a, r, non_terminal, s_next, info) in enumerate(experiences):
+        assert np.array_equal(s, batch.obs[b]) and np.array_equal(s_next, batch.next_obs[b])
+        assert np.array_equal(a, batch.action[b]) and r == batch.reward[b]
+        assert non_terminal == (0.0 if batch.terminated[b] else 1.0)
+        assert np.array_equal(a, core.get_field("action", ids[b : b + 1])[0])
+        assert info is exps[int(ids[b])][5]
+
+
+def test_seeded_sampling_is_reproducible_and_is_nnabla_rl_draw() -> None:
+    a, b = fill(ReplayBuffer(seed=42), MIXED), fill(ReplayBuffer(seed=42), MIXED)
+    for _ in range(3):
+        ea, _ = a.sample(num_samples=5, num_steps=2)
+        eb, _ = b.sample(num_samples=5, num_steps=2)
+        assert [[key(e) for e in lst] for lst in ea] == [[key(e) for e in lst] for lst in eb]
+    # nnabla-rl's draw: drng.choice(max_index, size=num_samples, replace=False)
+    c = fill(ReplayBuffer(seed=7), MIXED)
+    experiences, _ = c.sample(num_samples=6)
+    want = np.random.default_rng(7).choice(len(MIXED), size=6, replace=False)
+    assert [key(e) for e in experiences] == [key(MIXED[i]) for i in want]
+
+
+def test_sample_is_uniform() -> None:
+    buffer = fill(ReplayBuffer(seed=5), episode(10, 0, end="open"))
+    counts = Counter(key(buffer.sample()[0][0]) for _ in range(3000))  # type: ignore[arg-type]
+    observed = [counts[float(t)] for t in range(10)]
+    assert chisquare(observed).pvalue > P_CHI
+
+
+def test_update_priorities_is_a_no_op() -> None:
+    buffer = fill(ReplayBuffer(), MIXED)
+    buffer.update_priorities(np.ones(3))
+    assert len(buffer) == len(MIXED)
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    capacity=st.one_of(st.none(), st.integers(1, 9)),
+    episodes=st.lists(
+        st.tuples(
+            st.integers(1, 5), st.sampled_from(["terminal", "truncated", "timelimit", "open"])
+        ),
+        min_size=1,
+        max_size=8,
+    ),
+)
+def test_against_a_list_model(capacity: int | None, episodes: list[tuple[int, str]]) -> None:
+    """nnabla-rl's ring (or deque) of tuples is the reference model."""
+    buffer = ReplayBuffer(capacity=capacity)
+    model: list[tuple[Any, ...]] = []
+    for k, (n, end) in enumerate(episodes):
+        for e in episode(n, 100 * k, end=end):
+            buffer.append(e)
+            model.append(e)
+            if capacity is not None:
+                model = model[-capacity:]
+            assert len(buffer) == len(model)
+        assert all(same(g, w) for g, w in zip(all_items(buffer), model, strict=True))
+
+
+# ---------------------------------------------------------------------------- Decorable
+def test_decorable_buffer_decorates_every_item_handed_out() -> None:
+    calls: list[float] = []
+
+    def decor(e: tuple[Any, ...]) -> tuple[Any, ...]:
+        calls.append(key(e))
+        s, a, r, non_terminal, s_next, info = e
+        return (s + 0.5, a, r, non_terminal, s_next, info)
+
+    buffer = fill(DecorableReplayBuffer(capacity=None, decor_fun=decor), MIXED)
+    assert buffer.capacity is None
+    assert same(buffer[2][0], MIXED[2][0] + 0.5)
+    experiences, _ = buffer.sample_indices([0, 1])
+    assert [key(e) for e in experiences] == [0.5, 1.5]
+    experiences, _ = buffer.sample(num_samples=3, num_steps=2)
+    assert all(key(e) % 1 == 0.5 for step in experiences for e in step)
+    assert same(buffer[2][0], MIXED[2][0] + 0.5)  # stored data unchanged
+    assert len(calls) == 1 + 2 + 6 + 1
+    with pytest.raises(TypeError, match="decor_fun"):
+        DecorableReplayBuffer(10, decor_fun=None)  # type: ignore[arg-type]
+
+
+# ---------------------------------------------------------------------------- Hindsight
+def goal_episode(n: int, start: float, *, end: str = "terminal") -> list[tuple[Any, ...]]:
+    """State ``(observation, desired_goal, achieved_goal)``; achieved goal of step t is t."""
+    out = []
+    goal = np.full(2, -1.0)
+    for t in range(n):
+        s = (np.full(3, start + t), goal, np.full(2, start + t, np.float64))
+        s_next = (np.full(3, start + t + 1), goal, np.full(2, start + t + 1, np.float64))
+        non_terminal = 0.0 if t == n - 1 and end == "terminal" else 1.0
+        info = {"TimeLimit.truncated": t == n - 1 and end == "timelimit", "t": t}
+        out.append((s, np.zeros(1), -1.0, non_terminal, s_next, info))
+    return out
+
+
+def her_reward(achieved: np.ndarray, goal: np.ndarray, info: dict[str, Any]) -> float:
+    return 100.0 * float(achieved[0] - goal[0]) + info["t"]
+
+
+def test_hindsight_append_checks() -> None:
+    buffer = HindsightReplayBuffer(her_reward)
+    s = np.zeros(2)
+    with pytest.raises(RuntimeError, match="tuple observation"):
+        buffer.append((s, np.zeros(1), 0.0, 1.0, s, {}))
+    with pytest.raises(RuntimeError, match="3 elements"):
+        buffer.append(((s, s), np.zeros(1), 0.0, 1.0, (s, s), {}))
+    with pytest.raises(ValueError):
+        buffer.append(((s, s, s), np.zeros(1), 0.0, 1.0, (s, s, s), None))
+    with pytest.raises(ValueError, match=r"hindsight_prob|relabel_prob"):
+        HindsightReplayBuffer(her_reward, hindsight_prob=1.5)
+    assert HindsightReplayBuffer(her_reward).capacity is None
+    assert len(buffer) == 0
+
+
+def test_hindsight_prob_zero_returns_stored_experiences() -> None:
+    exps = goal_episode(4, 0) + goal_episode(3, 10)
+    buffer = fill(HindsightReplayBuffer(her_reward, hindsight_prob=0.0, seed=0), exps)
+    assert all(same(g, w) for g, w in zip(all_items(buffer), exps, strict=True))
+    experiences, info = buffer.sample(num_samples=7)
+    assert sorted(key(e) for e in experiences) == sorted(key(e) for e in exps)
+    assert info["weights"].shape == (7, 1)
+
+
+def test_hindsight_relabels_with_future_goals_of_the_same_episode() -> None:
+    exps = (
+        goal_episode(4, 0) + goal_episode(5, 10, end="timelimit") + goal_episode(3, 20, end="open")
+    )
+    buffer = fill(HindsightReplayBuffer(her_reward, hindsight_prob=1.0, seed=1), exps)
+    core = buffer._core
+    assert core is not None
+    for _ in range(20):
+        experiences, _ = buffer.sample(num_samples=len(exps))
+        assert isinstance(experiences, list)
+        for s, _a, r, non_terminal, s_next, info in experiences:
+            t = float(s[0][0])
+            want = exps[[key(e) for e in exps].index(t)]
+            assert same(s[0], want[0][0]) and same(s[2], want[0][2]) and non_terminal == want[3]
+            assert info is want[5]
+            if t >= 20:  # the open episode is not finished: returned as stored
+                assert same(s[1], want[0][1]) and r == -1.0
+                continue
+            goal = s[1]
+            assert same(s_next[1], goal)
+            # the goal is the achieved goal of s_next at a step in [id, end] of the same episode
+            i = [key(e) for e in exps].index(t)
+            first = int(core.episode_begin(np.array([i]))[0])
+            last = first + int(core.steps_to_episode_end(np.array([first]))[0])
+            futures = [exps[j][4][2] for j in range(i, last + 1)]
+            assert any(same(goal, g) for g in futures)
+            assert r == her_reward(s_next[2], goal, info)
+
+
+def test_hindsight_goal_steps_are_uniform() -> None:
+    buffer = fill(HindsightReplayBuffer(her_reward, hindsight_prob=1.0, seed=2), goal_episode(4, 0))
+    counts: Counter[float] = Counter()
+    for _ in range(2000):
+        experiences, _ = buffer.sample_indices([0])
+        counts[float(experiences[0][0][1][0])] += 1  # type: ignore[index]
+    assert sorted(counts) == [1.0, 2.0, 3.0, 4.0]
+    assert chisquare([counts[g] for g in (1.0, 2.0, 3.0, 4.0)]).pvalue > P_CHI
+
+
+def test_hindsight_sample_indices_errors_and_reproducibility() -> None:
+    exps = goal_episode(4, 0) + goal_episode(4, 10)
+    a = fill(HindsightReplayBuffer(her_reward, seed=9), exps)
+    b = fill(HindsightReplayBuffer(her_reward, seed=9), exps)
+    for _ in range(3):
+        ea, _ = a.sample(num_samples=5)
+        eb, _ = b.sample(num_samples=5)
+        assert all(same(x[:5], y[:5]) for x, y in zip(ea, eb, strict=True))
+    with pytest.raises(ValueError, match="Indices are empty"):
+        a.sample_indices([])
+    with pytest.raises(ValueError, match="num_steps"):
+        a.sample_indices([0], num_steps=0)
+    with pytest.raises(NotImplementedError):
+        a.sample_indices([0], num_steps=2)
+    with pytest.raises(NotImplementedError):
+        a.sample(num_samples=2, num_steps=2)
+
+
+def test_hindsight_unbounded_buffer_relabels_after_growing(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(rb_module, "_INITIAL_CAPACITY", 4)
+    exps = [e for k in range(4) for e in goal_episode(4, 10 * k)]
+    buffer = fill(HindsightReplayBuffer(her_reward, hindsight_prob=1.0, seed=4), exps)
+    assert buffer._generation > 1 and len(buffer) == 16
+    for _ in range(10):
+        experiences, _ = buffer.sample(num_samples=16)
+        for s, _a, r, _nt, s_next, info in experiences:
+            t = float(s[0][0])
+            end = t - t % 10 + 3  # last step of the episode
+            assert t + 1 <= s[1][0] <= end + 1 and same(s_next[1], s[1])
+            assert r == her_reward(s_next[2], s[1], info)
+
+
+# ---------------------------------------------------------------------------- Atari
+FRAME = (6, 5)
+
+
+def atari_episode(frames: np.ndarray, *, end: str = "terminal", k: int = 4) -> list[Any]:
+    """Experiences whose states are FrameStack stacks (first frame repeated after reset)."""
+
+    def stack(t: int) -> np.ndarray:
+        return np.stack([frames[max(j, 0)] for j in range(t - k + 1, t + 1)]) / 255.0
+
+    n = len(frames) - 1
+    return [
+        (stack(t), np.array([t]), 1.0, 0.0 if t == n - 1 and end == "terminal" else 1.0,
+         stack(t + 1), {"t": t})
+        for t in range(n)
+    ]  # fmt: skip
+
+
+def random_frames(rng: np.random.Generator, n: int) -> np.ndarray:
+    return rng.integers(0, 256, (n, *FRAME), dtype=np.uint8)
+
+
+def test_atari_buffer_round_trip_and_uint8_storage() -> None:
+    rng = np.random.default_rng(0)
+    exps = (
+        atari_episode(random_frames(rng, 7))
+        + atari_episode(random_frames(rng, 3), end="truncated")
+        + atari_episode(random_frames(rng, 6), end="open")
+    )
+    buffer = fill(MemoryEfficientAtariBuffer(capacity=100), exps)
+    assert buffer.capacity == 100 and len(buffer) == len(exps)
+    for g, w in zip(all_items(buffer), exps, strict=True):
+        assert g[0].dtype == np.float32 and g[0].shape == (4, *FRAME)
+        assert same(g[0], w[0].astype(np.float32)) and same(g[4], w[4].astype(np.float32))
+        assert same(g[1], w[1]) and g[2] == w[2] and g[3] == w[3] and g[5] is w[5]
+    core = buffer._core
+    assert core is not None
+    assert core.schema.fields["obs"] == rr.Field(FRAME, np.uint8, observation=True)
+    assert core.frame_stack == 4 and core.stack_pad == "first"
+    experiences, info = buffer.sample(num_samples=5, num_steps=2)
+    assert len(experiences) == 2 and info["weights"].shape == (5, 1)
+    assert all(e[0].shape == (4, *FRAME) for step in experiences for e in step)
+
+
+def test_atari_stacks_are_the_core_frame_stacks() -> None:
+    rng = np.random.default_rng(1)
+    exps = atari_episode(random_frames(rng, 6)) + atari_episode(random_frames(rng, 5))
+    buffer = fill(MemoryEfficientAtariBuffer(capacity=50, stacked_frames=4), exps)
+    core = buffer._core
+    assert core is not None
+    ids = np.arange(len(exps))
+    batch = core.get_transitions(ids)
+    experiences, _ = buffer.sample_indices(ids)
+    for b, e in enumerate(experiences):
+        assert np.array_equal(e[0], batch.obs[b].astype(np.float32) / 255.0)
+        assert np.array_equal(e[4], batch.next_obs[b].astype(np.float32) / 255.0)
+    # one uint8 frame per experience: the stored frame is the last frame of s
+    assert np.array_equal(
+        core.get_field("obs", ids), np.rint(np.stack([e[0][-1] for e in exps]) * 255)
+    )
+
+
+@pytest.mark.parametrize("capacity", [1, 3, 5])
+def test_atari_oldest_experience_keeps_its_whole_stack(capacity: int) -> None:
+    rng = np.random.default_rng(2)
+    exps = atari_episode(random_frames(rng, 12), end="open", k=3)
+    buffer = MemoryEfficientAtariBuffer(capacity=capacity, stacked_frames=3)
+    for n, e in enumerate(exps, 1):
+        buffer.append(e)
+        want = exps[max(0, n - capacity) : n]
+        assert len(buffer) == len(want)
+        for g, w in zip(all_items(buffer), want, strict=True):
+            assert same(g[0], w[0].astype(np.float32)) and same(g[4], w[4].astype(np.float32))
+
+
+def test_atari_input_checks() -> None:
+    stack = np.zeros((4, *FRAME))
+    with pytest.raises(ValueError, match="capacity"):
+        MemoryEfficientAtariBuffer(capacity=None)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="stacked_frames"):
+        MemoryEfficientAtariBuffer(capacity=3, stacked_frames=0)
+    buffer = MemoryEfficientAtariBuffer(capacity=10)
+    with pytest.raises(rr.ShapeError):
+        buffer.append((np.zeros((3, *FRAME)), 0, 0.0, 1.0, np.zeros((3, *FRAME)), {}))
+    with pytest.raises(rr.ShapeError):
+        buffer.append(((stack, stack), 0, 0.0, 1.0, (stack, stack), {}))
+    buffer.append((stack, 0, 0.0, 1.0, stack, {}))
+    with pytest.raises(ValueError, match=r"\[0, 1\]"):
+        buffer.append((stack + 2.0, 0, 0.0, 1.0, stack, {}))
+    with pytest.raises(ValueError, match=r"\[0, 1\]"):
+        buffer.append((stack, 0, 0.0, 1.0, np.full((4, *FRAME), np.nan), {}))
+    with pytest.raises(rr.ShapeError):
+        buffer.append((np.zeros((4, 2, 2)), 0, 0.0, 1.0, np.zeros((4, 2, 2)), {}))
+    buffer.append((np.full((4, *FRAME), 255, np.uint8), 1, 0.0, 0.0, np.zeros((4, *FRAME)), {}))
+    assert buffer[1][0].dtype == np.float32 and np.all(buffer[1][0] == 1.0)
+    assert len(buffer) == 2 and type(buffer[1][1]) is int
+
+
+# ---------------------------------------------------------------------------- Prioritized
+def filled_per(**kwargs: Any) -> PrioritizedReplayBuffer:
+    kwargs.setdefault("seed", 0)
+    buffer = PrioritizedReplayBuffer(**kwargs)
+    for k in range(4):
+        buffer.append_all(episode(6, 100 * k))
+    return buffer
+
+
+def test_prioritized_constructor_checks() -> None:
+    buffer = PrioritizedReplayBuffer(capacity=10)
+    assert buffer.capacity == 10 and buffer.variant == "proportional"
+    for capacity in (None, 0, -3):
+        with pytest.raises(ValueError, match="buffer size must be greater than 0"):
+            PrioritizedReplayBuffer(capacity=capacity)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="Unknown prioritized replay buffer variant"):
+        PrioritizedReplayBuffer(capacity=10, variant="sum")
+    bad_arguments: list[dict[str, Any]] = [
+        {"alpha": -1},
+        {"beta": float("nan")},
+        {"error_clip": (1, -1)},
+        {"epsilon": -1},
+        {"betasteps": -1},
+        {"sort_interval": 0},
+        {"reset_segment_interval": 0},
+    ]
+    for bad in bad_arguments:
+        with pytest.raises(ValueError):
+            PrioritizedReplayBuffer(capacity=10, **bad)
+
+
+@pytest.mark.parametrize("variant", ["proportional", "rank_based"])
+def test_prioritized_sample_agrees_with_core(variant: str) -> None:
+    a = filled_per(capacity=30, variant=variant, sort_interval=1)
+    b = filled_per(capacity=30, variant=variant, sort_interval=1)
+    errors = np.linspace(-2.0, 2.0, 8)
+    for _ in range(5):
+        experiences, info = a.sample(num_samples=8)
+        assert b._core is not None
+        batch = b._core.sample(8)
+        assert info["weights"].shape == (8, 1) and info["weights"].dtype == np.float64
+        assert np.array_equal(info["weights"][:, 0], batch.weights.astype(np.float64))
+        first = a._first_id()
+        assert [key(e) for e in experiences] == [key(a[i - first]) for i in batch.ids]
+        a.update_priorities(errors)
+        b._core.update_priorities(batch.ids, np.abs(np.clip(errors, -1, 1)))
+    assert a._core is not None
+    sids = a._core.sampleable_ids()
+    assert np.array_equal(a._core.get_priorities(sids), b._core.get_priorities(sids))
+
+
+def test_prioritized_update_priorities_clips_errors() -> None:
+    buffer = filled_per(capacity=30, error_clip=(-0.5, 2.0), epsilon=0.25)
+    buffer.sample(num_samples=4)
+    ids = buffer._last_ids
+    assert ids is not None
+    buffer.update_priorities(np.array([[-3.0], [1.0], [3.0], [-0.1]]))
+    assert buffer._core is not None
+    last = {}
+    for i, p in zip(ids.tolist(), [0.5, 1.0, 2.0, 0.1], strict=True):
+        last[i] = p  # duplicates: the last one wins
+    got = buffer._core.get_priorities(np.array(list(last)))
+    assert np.allclose(got, np.array(list(last.values())) + 0.25)
+    assert buffer._last_ids is None
+
+
+def test_prioritized_sample_and_update_protocol() -> None:
+    buffer = filled_per(capacity=30)
+    with pytest.raises(RuntimeError, match="update"):
+        buffer.update_priorities(np.zeros(2))
+    buffer.sample(num_samples=2)
+    with pytest.raises(RuntimeError, match="without updating priority"):
+        buffer.sample(num_samples=2)
+    with pytest.raises(RuntimeError, match="without updating priority"):
+        buffer.sample_indices([0])
+    with pytest.raises(ValueError):
+        buffer.update_priorities(np.zeros(3))
+    buffer.update_priorities(np.zeros(2))
+    n = len(buffer)
+    with pytest.raises(ValueError, match="num_samples"):
+        buffer.sample(num_samples=n + 1)
+    with pytest.raises(ValueError, match="num_steps"):
+        buffer.sample(num_steps=0)
+    small = PrioritizedReplayBuffer(capacity=10)
+    small.append_all(episode(2, 0))
+    with pytest.raises(RuntimeError, match="Insufficient buffer length"):
+        small.sample(num_samples=1, num_steps=3)
+    with pytest.raises(ValueError, match="Indices are empty"):
+        buffer.sample_indices([])
+
+
+def test_prioritized_num_steps_draws_stay_in_range() -> None:
+    buffer = PrioritizedReplayBuffer(capacity=8, seed=4)
+    buffer.append_all(episode(20, 0, end="open"))
+    for _ in range(30):
+        experiences, _ = buffer.sample(num_samples=4, num_steps=3)
+        assert isinstance(experiences, tuple) and len(experiences) == 3
+        position = {key(buffer[i]): i for i in range(len(buffer))}
+        for b in range(4):
+            i = position[key(experiences[0][b])]
+            assert 0 <= i <= len(buffer) - 3
+            assert [key(experiences[j][b]) for j in range(3)] == [
+                key(buffer[i + j]) for j in range(3)
+            ]
+        buffer.update_priorities(np.arange(4.0))
+
+
+def test_prioritized_newest_experience_joins_later() -> None:
+    buffer = PrioritizedReplayBuffer(capacity=10, seed=0)
+    buffer.append(episode(1, 0, end="open")[0])
+    with pytest.raises(ValueError, match="newest experience"):
+        buffer.sample()
+    experiences, info = buffer.sample_indices([0])
+    assert key(experiences[0]) == 0.0 and info["weights"].tolist() == [[1.0]]  # type: ignore[arg-type]
+    buffer.update_priorities(np.ones(1))  # the held experience is not in the core: skipped
+    buffer.append(episode(1, 5, end="terminal")[0])  # 0 is truncated (s changed): drawable
+    seen = set()
+    for _ in range(20):
+        experiences, _ = buffer.sample(num_samples=2)
+        seen |= {key(e) for e in experiences}
+        buffer.update_priorities(np.ones(2))
+    assert seen == {0.0, 5.0}
+
+
+@pytest.mark.parametrize("variant", ["proportional", "rank_based"])
+def test_prioritized_sample_indices_weights_match_core(variant: str) -> None:
+    kwargs = {"capacity": 30, "variant": variant, "betasteps": 0, "sort_interval": 1, "alpha": 0.7}
+    a, b = filled_per(**kwargs), filled_per(**kwargs)
+    rng = np.random.default_rng(0)
+    for _ in range(3):
+        errors = rng.uniform(-1, 1, 8)
+        a.sample(num_samples=8)
+        b.sample(num_samples=8)
+        a.update_priorities(errors)
+        b.update_priorities(errors)
+    experiences, info = a.sample(num_samples=6)
+    position = {key(a[i]): i for i in range(len(a))}
+    _, info_b = b.sample_indices([position[key(e)] for e in experiences])  # type: ignore[union-attr]
+    assert np.allclose(info_b["weights"], info["weights"], rtol=1e-6)
+
+
+def test_prioritized_wrapped_ring_never_draws_dropped_experiences() -> None:
+    buffer = PrioritizedReplayBuffer(capacity=3, seed=2)
+    buffer.append_all(episode(10, 0, end="open"))
+    assert [key(e) for e in buffer] == [7.0, 8.0, 9.0]
+    for _ in range(30):
+        experiences, _ = buffer.sample(num_samples=3)
+        assert {key(e) for e in experiences} <= {7.0, 8.0}
+        buffer.update_priorities(np.ones(3))
+
+
+# ---------------------------------------------------------------------------- Trajectory
+TRAJS = [episode(3, 0), episode(5, 100, end="truncated"), episode(2, 200), episode(4, 300)]
+
+
+def filled_traj(num_trajectories: int | None = None, seed: int = 0) -> TrajectoryReplayBuffer:
+    buffer = TrajectoryReplayBuffer(num_trajectories=num_trajectories, seed=seed)
+    for t in TRAJS:
+        buffer.append_trajectory(t)
+    return buffer
+
+
+def test_trajectory_buffer_sizes_and_items() -> None:
+    buffer = filled_traj()
+    flat = [e for t in TRAJS for e in t]
+    assert len(buffer) == 14 and buffer.trajectory_num == 4 and buffer.capacity is None
+    assert all(same(g, w) for g, w in zip(all_items(buffer), flat, strict=True))
+    for i, t in enumerate(TRAJS):
+        assert same(buffer.get_trajectory(i), tuple(t))
+    with pytest.raises(IndexError):
+        buffer.get_trajectory(4)
+    experiences, _ = buffer.sample_indices([0, 3, 13], num_steps=1)
+    assert [key(e) for e in experiences] == [0.0, 100.0, 303.0]
+    experiences, _ = buffer.sample(num_samples=14)
+    assert sorted(key(e) for e in experiences) == sorted(key(e) for e in flat)
+
+
+def test_trajectory_is_a_core_episode() -> None:
+    buffer = filled_traj()
+    core = buffer._core
+    assert core is not None
+    start = 0
+    for t in TRAJS:
+        ep = core.get_episode(start)
+        assert ep.obs.shape[0] == len(t)
+        assert np.array_equal(ep.obs, np.stack([e[0] for e in t]))
+        assert np.array_equal(ep.next_obs, np.stack([e[4] for e in t]))
+        start += len(t)
+    assert core.get_episode(3).truncated[-1] and core.get_episode(0).terminated[-1]
+
+
+def test_num_trajectories_drops_the_oldest() -> None:
+    buffer = filled_traj(num_trajectories=2)
+    assert buffer.capacity == 2 and buffer.trajectory_num == 2 and len(buffer) == 6
+    assert same(buffer.get_trajectory(0), tuple(TRAJS[2])) and same(buffer[0], TRAJS[2][0])
+    assert buffer._core is not None and len(buffer._core) == 6
+    with pytest.raises(ValueError, match="num_trajectories"):
+        TrajectoryReplayBuffer(num_trajectories=0)
+
+
+def test_sample_trajectories() -> None:
+    buffer = filled_traj(seed=3)
+    one, info = buffer.sample_trajectories()
+    assert isinstance(one[0], tuple) and len(one[0]) == 6  # one trajectory, not a tuple of one
+    assert info["weights"].shape == (1, 1)
+    many, info = buffer.sample_trajectories(num_samples=4)
+    assert len(many) == 4 and info["weights"].shape == (4, 1)
+    assert sorted(key(t[0]) for t in many) == [0.0, 100.0, 200.0, 300.0]  # distinct
+    with pytest.raises(ValueError, match="num_samples"):
+        buffer.sample_trajectories(num_samples=5)
+    with pytest.raises(ValueError):
+        buffer.sample_trajectories(num_samples=0)
+    trajs, _ = buffer.sample_indices_trajectory([1, 3])
+    assert same(trajs, (tuple(TRAJS[1]), tuple(TRAJS[3])))
+    with pytest.raises(ValueError, match="Indices are empty"):
+        buffer.sample_indices_trajectory([])
+
+
+def test_sample_trajectories_portion() -> None:
+    buffer = filled_traj(seed=4)
+    portions, info = buffer.sample_trajectories_portion(num_samples=3, portion_length=2)
+    assert len(portions) == 3 and info["weights"].shape == (3, 1)
+    flat = [e for t in TRAJS for e in t]
+    for p in portions:
+        assert len(p) == 2 and key(p[1]) == key(p[0]) + 1  # consecutive, same trajectory
+        i = [key(e) for e in flat].index(key(p[0]))
+        assert same(p, tuple(flat[i : i + 2]))
+    with pytest.raises(RuntimeError, match="shorter than portion length"):
+        for _ in range(50):  # the 2-experience trajectory is drawn sooner or later
+            buffer.sample_trajectories_portion(num_samples=1, portion_length=3)
+    with pytest.raises(ValueError, match="num_samples"):
+        buffer.sample_trajectories_portion(num_samples=5)
+    with pytest.raises(ValueError, match="portion_length"):
+        buffer.sample_trajectories_portion(portion_length=0)
+
+
+def test_sample_trajectories_portion_law() -> None:
+    """Trajectory with probability proportional to its length, then a uniform start."""
+    buffer = TrajectoryReplayBuffer(seed=5)
+    buffer.append_trajectory(episode(2, 0))
+    buffer.append_trajectory(episode(4, 100))
+    counts: Counter[float] = Counter()
+    for _ in range(1500):
+        portions, _ = buffer.sample_trajectories_portion(num_samples=2, portion_length=2)
+        counts.update(key(p[0]) for p in portions)
+    starts = [0.0, 100.0, 101.0, 102.0]
+    assert set(counts) == set(starts)
+    expected = np.array([1 / 3, 2 / 9, 2 / 9, 2 / 9]) * 3000
+    assert chisquare([counts[s] for s in starts], expected).pvalue > P_CHI
+
+
+def test_sample_indices_portion_follows_the_seed_example() -> None:
+    buffer = TrajectoryReplayBuffer()
+    for k in range(10):
+        buffer.append_trajectory(episode(5, 100 * k))
+    portions, _ = buffer.sample_indices_portion([0, 1, 5, 6], portion_length=1)
+    assert [key(p[0]) for p in portions] == [0.0, 1.0, 100.0, 101.0]
+    portions, _ = buffer.sample_indices_portion([3, 9, 12], portion_length=3)
+    # past a trajectory's end: its last portion_length experiences
+    assert [[key(e) for e in p] for p in portions] == [
+        [2.0, 3.0, 4.0], [102.0, 103.0, 104.0], [202.0, 203.0, 204.0]
+    ]  # fmt: skip
+    with pytest.raises(RuntimeError, match="shorter than portion length"):
+        buffer.sample_indices_portion([0], portion_length=6)
+    with pytest.raises(ValueError, match="Indices are empty"):
+        buffer.sample_indices_portion([])
+    with pytest.raises(ValueError, match="portion_length"):
+        buffer.sample_indices_portion([0], portion_length=0)
+    with pytest.raises(IndexError):
+        buffer.sample_indices_portion([50])
+
+
+def test_append_trajectory_checks() -> None:
+    buffer = filled_traj()
+    with pytest.raises(ValueError, match="at least one"):
+        buffer.append_trajectory([])
+    with pytest.raises(ValueError, match="non_terminal"):
+        buffer.append_trajectory(episode(2, 0) + episode(2, 10))
+    with pytest.raises(ValueError, match="differs"):
+        buffer.append_trajectory(episode(2, 0, end="open") + episode(2, 10))
+    with pytest.raises(rr.ShapeError):
+        buffer.append_trajectory(episode(2, 0, end="open") + episode(1, 2, tuple_state=True))
+    assert len(buffer) == 14 and buffer.trajectory_num == 4
+
+
+def test_trajectory_append_builds_trajectories_at_episode_ends(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(rb_module, "_INITIAL_CAPACITY", 4)
+    buffer = TrajectoryReplayBuffer(num_trajectories=3)
+    buffer.append_all(episode(3, 0) + episode(4, 10, end="truncated") + episode(2, 20, end="open"))
+    # the 10 trajectory ended when 20 arrived (s changed); the 20 one is still being built
+    assert buffer.trajectory_num == 2 and len(buffer) == 7
+    buffer.append(episode(1, 30, end="timelimit")[0])  # ends 20 (s changed) and itself
+    assert buffer.trajectory_num == 3 and len(buffer) == 4 + 2 + 1  # the 0 one was dropped
+    last = episode(5, 40)
+    buffer.append_trajectory(last)
+    assert buffer.trajectory_num == 3 and len(buffer) == 2 + 1 + 5
+    assert [key(buffer.get_trajectory(i)[0]) for i in range(3)] == [20, 30, 40]
+    assert same(buffer.get_trajectory(2), tuple(last))
+
+
+def test_trajectory_buffer_is_reproducible() -> None:
+    a, b = filled_traj(seed=11), filled_traj(seed=11)
+    pa, _ = a.sample_trajectories_portion(num_samples=3, portion_length=2)
+    pb, _ = b.sample_trajectories_portion(num_samples=3, portion_length=2)
+    assert [key(p[0]) for p in pa] == [key(p[0]) for p in pb]
+    ta, _ = a.sample_trajectories(num_samples=2)
+    tb, _ = b.sample_trajectories(num_samples=2)
+    assert [key(t[0]) for t in ta] == [key(t[0]) for t in tb]
+
+
+def test_atari_trajectory_buffer() -> None:
+    rng = np.random.default_rng(6)
+    trajs = [atari_episode(random_frames(rng, n)) for n in (5, 3, 7)]
+    buffer = MemoryEfficientAtariTrajectoryBuffer(num_trajectories=2, seed=0)
+    for t in trajs:
+        buffer.append_trajectory(t)
+    assert buffer.trajectory_num == 2 and len(buffer) == 2 + 6
+    got = buffer.get_trajectory(0)
+    for g, w in zip(got, trajs[1], strict=True):
+        assert same(g[0], w[0].astype(np.float32)) and same(g[4], w[4].astype(np.float32))
+    portions, _ = buffer.sample_trajectories_portion(num_samples=2, portion_length=2)
+    assert all(p[0][0].shape == (4, *FRAME) for p in portions)
+    experiences, _ = buffer.sample(num_samples=3)
+    assert len(experiences) == 3
