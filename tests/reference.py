@@ -42,6 +42,16 @@ class RefBuffer:
         self.history[env].append(Step(stored, done))
         return (len(self.history[env]) - 1) * self.num_envs + env
 
+    def end(self, env: int, final: dict[str, Any]) -> bool:
+        """Truncate the running episode at env's newest stored step; False if there is none."""
+        h = self.history[env]
+        if len(h) <= self.oldest_stored(env) or h[-1].done:
+            return False
+        h[-1].values["truncated"] = np.array(True)
+        h[-1].values.update({k: np.array(v) for k, v in final.items()})
+        h[-1].done = True
+        return True
+
     def clear(self) -> None:
         self.cleared_at = [len(h) for h in self.history]
 

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -59,7 +60,8 @@ def op_lists(envs: int) -> st.SearchStrategy[list[tuple[Any, ...]]]:
     )
     extend = st.tuples(st.just("extend"), st.integers(0, envs - 1), st.lists(flags, max_size=12))
     other = st.tuples(st.sampled_from(["sample", "save_load", "clear"]))
-    return st.lists(st.one_of(add, add, add, extend, other), min_size=1, max_size=60)
+    end = st.tuples(st.just("end"), st.integers(0, envs - 1))
+    return st.lists(st.one_of(add, add, add, extend, other, end), min_size=1, max_size=60)
 
 
 class Pair:
@@ -141,6 +143,17 @@ class Pair:
             self.buf = rr.load(path)
             assert isinstance(self.buf, Tracking)
             self.buf.tracked = set(self.buf.sampleable_ids().tolist())
+        elif kind == "end":
+            env = op[1]
+            v = self.step_values(False, False)
+            final = {k: v[k] for k in v if k.startswith("next_")}
+            if self.ref.end(env, final):
+                ids = self.both("end_episode", env_id=env, **final)
+                assert ids.tolist() == [(len(self.ref.history[env]) - 1) * self.ref.num_envs + env]
+            else:
+                for b in (self.buf, self.twin):
+                    with pytest.raises(rr.InvalidIdError):
+                        b.end_episode(env_id=env, **final)
         elif kind == "clear":
             self.both("clear")
             self.ref.clear()

@@ -338,6 +338,37 @@ class ReplayBuffer:
             self._check_open()
             return self._commit(self._writer.prepare_extend(values, env_id), block, timeout)
 
+    def end_episode(self, env_id: int = 0, **final: Any) -> Array:
+        """End env ``env_id``'s running episode at its newest stored step, as truncated.
+
+        For callers that learn only afterwards that an episode was cut (a collection loop that
+        stops, a reset without a terminal flag, a front-end whose API gives no final
+        observation with the step): the newest step becomes the episode's last, flagged
+        ``truncated``, with ``final`` as its next observation, so its windows become known and
+        the next :meth:`add` starts a new episode.
+
+        Args:
+            env_id: The env.
+            **final: ``next_<name>`` for every observation field (e.g. ``next_obs=...``).
+
+        Returns:
+            The id of the step that now ends the episode (shape ``(1,)``).
+
+        Raises:
+            InvalidIdError: The env stores no step, or its newest step already ends an episode.
+            FieldError: Not exactly the ``next_<name>`` values.
+        """
+        with self._lock:
+            self._check_open()
+            before = self._index.bounds() if self._tracks_sampleable else None
+            ids = self._writer.end_episode(env_id, final)
+            if before is not None:
+                empty = np.zeros(0, np.int64)
+                self._notify_sampleable(before, empty, empty)
+            if self._waiting:
+                self._cond.notify_all()
+            return ids
+
     def _commit(self, prep: Prepared, block: bool, timeout: float | None) -> Array:
         """Store a validated call (after waiting for room if ``block``); tell the hooks."""
         if timeout is not None:

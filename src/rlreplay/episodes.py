@@ -289,6 +289,38 @@ class EpisodeIndex:
         out_t, out_slot, out_fpos = out
         return out_t, out_slot, out_fpos
 
+    def end_running(self, e: int) -> tuple[int, int, int]:
+        """Make env ``e``'s newest stored step the last step of its episode.
+
+        Room for one final record must have been reserved (:meth:`reserve_finals`).
+
+        Returns:
+            ``(t, slot, final_position)`` of that step.
+
+        Raises:
+            InvalidIdError: The env stores no step, or its newest step already ends an episode.
+        """
+        C, F = self.env_capacity, self.finals_capacity
+        t = int(self.env[e, COUNT]) - 1
+        head = int(self.env[e, HEAD])
+        slot = e * C + t % C
+        if t < head:
+            raise InvalidIdError(f"env_id: env {e} stores no step; there is no episode to end")
+        if self.slot_meta[slot, FINAL_FID] >= 0:
+            raise InvalidIdError(
+                f"env_id: the newest step of env {e} already ends its episode; nothing runs"
+            )
+        fid = int(self.env[e, F_COUNT])
+        pos = e * F + fid % F
+        self.final_owner[pos] = t
+        self.slot_meta[slot, FINAL_FID] = fid
+        self.env[e, F_COUNT] = fid + 1
+        self.env[e, LAST_END] = t
+        start = max(int(self.slot_meta[slot, EP_START]), head)
+        self.slot_meta[e * C + np.arange(start, t + 1) % C, EP_END] = t
+        _recompute_bounds(self.env, self.slot_meta, e, C, self.n_step, self.frame_stack)
+        return t, slot, pos
+
     def dequeue(self, env_ids: Array, n: int) -> None:
         """Drop the oldest ``n`` stored steps of each env in ``env_ids`` (all must have them)."""
         _dequeue(self.env, self.slot_meta, self.final_owner, env_ids, n, self._params)

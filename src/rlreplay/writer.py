@@ -17,9 +17,9 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from rlreplay.episodes import EpisodeIndex
+from rlreplay.episodes import COUNT, HEAD, EpisodeIndex
 from rlreplay.episodic import record_returns
-from rlreplay.errors import InvalidIdError, ShapeError
+from rlreplay.errors import FieldError, InvalidIdError, ShapeError
 from rlreplay.spec import Schema
 from rlreplay.storage.columns import Columns
 
@@ -129,6 +129,33 @@ class StepWriter:
         if np.unique(arr).size != arr.size:
             raise InvalidIdError(f"{name}: expected unique env ids, got {arr.tolist()}")
         return arr
+
+    def end_episode(self, env_id: Any, values: dict[str, Any]) -> Array:
+        """Truncate env ``env_id``'s running episode at its newest step (see the buffer)."""
+        e = int(self.check_env_ids([env_id], name="env_id")[0])
+        expected = set(self.schema.next_names())
+        if set(values) != expected:
+            raise FieldError(
+                f"end_episode: expected exactly {sorted(expected)} (the final observation), "
+                f"got {sorted(values)}"
+            )
+        converted = self.schema.convert_all(values, ())
+        row_env = np.array([e], np.int64)
+        done = np.ones(1, np.bool_)
+        if self.index.env[e, COUNT] > self.index.env[e, HEAD]:  # reserve only if a step exists
+            moved = self.index.reserve_finals(row_env, done)
+            if moved is not None:
+                self.cols.grow_finals(self.index.finals_capacity, *moved)
+        t, slot, pos = self.index.end_running(e)
+        self.cols.steps["truncated"][slot] = True
+        self.cols.write_finals(np.array([pos]), converted, rows=None)
+        if self.returns is not None:
+            r = self.returns
+            record_returns(
+                r.column, self.cols.steps["reward"], self.index, row_env, np.array([t]), done,
+                r.gamma, r.reward_clip, r.default,
+            )  # fmt: skip
+        return np.array([t * self.num_envs + e], np.int64)
 
     # ------------------------------------------------------------------ storing
     def store(self, prep: Prepared) -> Array:
