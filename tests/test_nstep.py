@@ -160,3 +160,10 @@ def test_next_fields_read_the_step_after_the_window() -> None:
         make(1, next_fields=("obs",))
     with pytest.raises(rr.ConfigError, match="next_fields"):
         make(1, next_fields=("nope",))
+
+
+def test_next_reward_is_allowed() -> None:
+    buf = make(1, next_fields=("reward",))
+    feed(buf, 3, "terminated")  # rewards 1, 2, 3
+    b = buf.get_transitions(buf.sampleable_ids())
+    assert b.next_reward.tolist() == [2.0, 3.0, 0.0]

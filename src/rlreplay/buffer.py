@@ -172,7 +172,7 @@ class ReplayBuffer:
         next_fields = tuple(next_fields)
         for name in next_fields:
             f = self.schema.fields.get(name)
-            if f is None or f.observation or name in ("reward", "terminated", "truncated"):
+            if f is None or f.observation:
                 raise ConfigError(
                     f"next_fields: {name!r} is not a declared non-observation field (observation "
                     f"fields always have next_<name>); declared: {list(self.schema.fields)}"

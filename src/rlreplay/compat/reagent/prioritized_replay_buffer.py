@@ -1,0 +1,321 @@
+"""Stand-in for ``reagent.replay_memory.prioritized_replay_buffer`` (Schaul et al., 2015).
+
+:class:`PrioritizedReplayBuffer` is the ReAgent buffer of :mod:`.circular_replay_buffer` with
+a priority per slot, over one :class:`rlreplay.PrioritizedReplayBuffer` configured as ReAgent
+samples: ``alpha = 1`` (a priority is its sampling mass; agents raise their TD errors to a power
+themselves), ``eps = 0``, no clipping, stratified draws. The priority of a slot is the core
+priority of the step it holds; padding rows and slots never written have priority 0 and hold
+none. When a slot is overwritten its old step's core priority is set to 0, so the core draws
+only steps the ring still holds; a draw of a slot that is not valid is redrawn, up to
+``max_sample_attempts`` times, as in ReAgent.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, ClassVar, cast
+
+import numpy as np
+
+from rlreplay.compat.reagent.circular_replay_buffer import (
+    ReplayBuffer,
+    ReplayElement,
+    _Batch,
+    shape_type,
+)
+from rlreplay.errors import CheckpointError, PriorityError, ShapeError
+from rlreplay.prioritized import PrioritizedReplayBuffer as CorePrioritizedReplayBuffer
+
+if TYPE_CHECKING:
+    import torch
+
+    from rlreplay.buffer import ReplayBuffer as CoreReplayBuffer
+
+__all__ = ["PrioritizedReplayBuffer"]
+
+Array = np.ndarray[Any, Any]
+
+
+class PrioritizedReplayBuffer(ReplayBuffer):
+    """ReAgent's prioritized replay buffer: slots drawn with probability ``p_i / sum_j p_j``.
+
+    ``add`` takes one more argument, ``priority`` (last, or by name; ``None`` gives
+    ``max_recorded_priority``). :meth:`sample_index_batch` draws stratified by priority among
+    the steps the ring holds, redrawing draws whose slot is not valid; the law of each index is
+    ``p_i / sum_{valid j} p_j``. :meth:`sample_transition_batch` adds
+    ``sampling_probabilities``: as in ReAgent, the *priorities* of the sampled slots (``(B, 1)``
+    float32), from which the agent computes its importance weights.
+
+    Invariants: the priority of slot ``s`` is the core priority of the step ``s`` holds (0 for
+    padding rows and unwritten slots); the core gives priority 0 to every step no slot holds.
+
+    Cost: as :class:`~rlreplay.compat.reagent.circular_replay_buffer.ReplayBuffer` plus
+    ``O(log capacity)`` per priority written; a sample is ``O(B log capacity)`` draws.
+
+    Args:
+        observation_shape: As for ``ReplayBuffer``.
+        stack_size: As for ``ReplayBuffer``.
+        replay_capacity: As for ``ReplayBuffer``.
+        batch_size: As for ``ReplayBuffer``.
+        update_horizon: As for ``ReplayBuffer``.
+        gamma: As for ``ReplayBuffer``.
+        max_sample_attempts: Redraws allowed (over a whole batch) for draws of invalid slots.
+        extra_storage_types: As for ``ReplayBuffer``.
+        observation_dtype: As for ``ReplayBuffer``.
+        action_shape: As for ``ReplayBuffer``.
+        action_dtype: As for ``ReplayBuffer``.
+        reward_shape: As for ``ReplayBuffer``.
+        reward_dtype: As for ``ReplayBuffer``.
+        seed: rlreplay extension, as for ``ReplayBuffer``.
+        **kwargs: rlreplay extension: ``return_everything_as_stack`` and
+            ``return_as_timeline_format`` (ReAgent's prioritized buffer lacks them).
+
+    Example:
+        >>> import numpy as np
+        >>> from rlreplay.compat.reagent import PrioritizedReplayBuffer
+        >>> buf = PrioritizedReplayBuffer((2,), 1, 100, 4, observation_dtype=np.float32, seed=0)
+        >>> for t in range(10):
+        ...     buf.add(np.full(2, t, np.float32), 0, 1.0, t == 9, float(t))
+        >>> batch = buf.sample_transition_batch()
+        >>> bool((batch.sampling_probabilities > 0).all())
+        True
+    """
+
+    _prioritized: ClassVar[bool] = True
+
+    def __init__(
+        self,
+        observation_shape: tuple[int, ...],
+        stack_size: int,
+        replay_capacity: int,
+        batch_size: int,
+        update_horizon: int = 1,
+        gamma: float = 0.99,
+        max_sample_attempts: int = 1000,
+        extra_storage_types: list[shape_type] | None = None,
+        observation_dtype: Any = np.uint8,
+        action_shape: tuple[int, ...] = (),
+        action_dtype: Any = np.int32,
+        reward_shape: tuple[int, ...] = (),
+        reward_dtype: Any = np.float32,
+        *,
+        seed: int | None = None,
+        **kwargs: Any,
+    ) -> None:
+        self._max_recorded_priority = 1.0
+        super().__init__(
+            observation_shape,
+            stack_size,
+            replay_capacity,
+            batch_size,
+            update_horizon=update_horizon,
+            gamma=gamma,
+            max_sample_attempts=max_sample_attempts,
+            extra_storage_types=extra_storage_types,
+            observation_dtype=observation_dtype,
+            action_shape=action_shape,
+            action_dtype=action_dtype,
+            reward_shape=reward_shape,
+            reward_dtype=reward_dtype,
+            seed=seed,
+            **kwargs,
+        )
+
+    def _make_core(self) -> CoreReplayBuffer:
+        return CorePrioritizedReplayBuffer(
+            self._replay_capacity,
+            self._core_fields(),
+            alpha=1.0,
+            beta=0.0,
+            eps=0.0,
+            initial_priority=1.0,
+            stratified=True,
+            **self._core_args(),
+        )
+
+    @property
+    def _prio_core(self) -> CorePrioritizedReplayBuffer:
+        return cast(CorePrioritizedReplayBuffer, self._core)
+
+    # ------------------------------------------------------------------ signatures
+    def get_add_args_signature(self) -> list[shape_type]:
+        """The storage signature with an added ``priority`` (float32 scalar)."""
+        return [*super().get_add_args_signature(), ReplayElement("priority", (), np.float32)]
+
+    def get_transition_elements(self, batch_size: int | None = None) -> list[shape_type]:
+        """The elements of ``ReplayBuffer`` plus ``sampling_probabilities`` (float32)."""
+        b = self._batch_size if batch_size is None else batch_size
+        return [
+            *super().get_transition_elements(batch_size),
+            ReplayElement("sampling_probabilities", (b,), np.dtype(np.float32)),
+        ]
+
+    # ------------------------------------------------------------------ priorities
+    @property
+    def sum_tree(self) -> _SlotPriorities:
+        """ReAgent's ``sum_tree`` attribute: ``get``/``set`` by slot, ``max_recorded_priority``."""
+        return _SlotPriorities(self)
+
+    def get_priority(self, indices: Any) -> Array:
+        """Fetches the priorities of slots; 0 for any slot not yet used (or a padding row).
+
+        Args:
+            indices: Slots in ``[0, replay_capacity)``: an array, tensor or list, any shape.
+
+        Returns:
+            float32 array of the priorities, flattened.
+        """
+        slots = self._as_slots(indices)
+        ids = self._slot_id[slots]
+        held = ids >= 0
+        out = np.zeros(slots.size, np.float32)
+        if held.any():
+            out[held] = self._prio_core.get_priorities(ids[held])
+        return out
+
+    def set_priority(self, indices: Any, priorities: Any) -> None:
+        """Sets the priorities of slots (ReAgent does not exponentiate them: ``alpha = 1``).
+
+        Slots that hold no transition (padding rows, never written) keep priority 0.
+
+        Args:
+            indices: Slots in ``[0, replay_capacity)``, any shape.
+            priorities: One finite priority ``>= 0`` per slot; with duplicates the last wins.
+
+        Raises:
+            ValueError: A negative or non-finite priority (:class:`rlreplay.PriorityError`), or
+                a count that differs from the number of slots.
+        """
+        slots = self._as_slots(indices)
+        p = _numpy(priorities).astype(np.float64).reshape(-1)
+        if p.size != slots.size:
+            raise ShapeError(f"priorities: expected {slots.size} (one per index), got {p.size}")
+        if p.size and not (np.isfinite(p).all() and (p >= 0).all()):
+            raise PriorityError(f"Sum tree values should be finite and nonnegative. Got {p}")
+        ids = self._slot_id[slots]
+        held = ids >= 0
+        if held.any():
+            self._prio_core.update_priorities(ids[held], p[held])
+        if p.size:
+            self._max_recorded_priority = max(self._max_recorded_priority, float(p.max()))
+
+    def _priority_of(self, values: Sequence[Any]) -> float:
+        given = values[-1]
+        p = self._max_recorded_priority if given is None else float(_numpy(given))
+        if not (math.isfinite(p) and p >= 0.0):
+            raise PriorityError(f"priority: expected a finite number >= 0, got {given!r}")
+        return p
+
+    # ------------------------------------------------------------------ writing
+    def _convert_step(self, values: Sequence[Any]) -> dict[str, Any]:
+        self._priority_of(values)  # validated before anything is written
+        return super()._convert_step(values)
+
+    def _on_step_written(self, new_id: int, values: Sequence[Any]) -> None:
+        p = self._priority_of(values)
+        self._prio_core.update_priorities(np.array([new_id]), np.array([p]))
+        self._max_recorded_priority = max(self._max_recorded_priority, p)
+
+    def _release(self, slot: int) -> None:
+        old = int(self._slot_id[slot])
+        if old >= 0:
+            # The core may still hold the step; it must never be drawn for this slot again.
+            self._prio_core.update_priorities(np.array([old]), np.zeros(1))
+        super()._release(slot)
+
+    # ------------------------------------------------------------------ sampling
+    def sample_index_batch(self, batch_size: int) -> torch.Tensor:
+        """Returns a batch of valid indices sampled by priority (Schaul et al., 2015).
+
+        Args:
+            batch_size: Number of indices.
+
+        Returns:
+            1-D int64 tensor of slot indices.
+
+        Raises:
+            Exception: A ``RuntimeError`` if the batch was not constructed after
+                ``max_sample_attempts`` redraws (or no valid slot has a priority ``> 0``).
+        """
+        return super().sample_index_batch(batch_size)
+
+    def _sample_exhausted(self, count: int, batch_size: int) -> Array:
+        raise RuntimeError(
+            f"Max sample attempts: Tried {self._max_sample_attempts} times but only sampled "
+            f"{batch_size - count} valid indices. Batch size is {batch_size} (valid slots: "
+            f"{self.size}; only valid slots with a priority > 0 can be drawn)"
+        )
+
+    def _transition_arrays(self, batch: _Batch) -> dict[str, Any]:
+        out = super()._transition_arrays(batch)
+        out["sampling_probabilities"] = self.get_priority(batch.slots)
+        return out
+
+    # ------------------------------------------------------------------ checkpoints
+    def _checkpoint_arrays(self) -> dict[str, Array]:
+        arrays = super()._checkpoint_arrays()
+        # ReAgent pickles its SumTree object here; this file holds its leaves as an array.
+        leaves = np.zeros(self._replay_capacity, np.float64)
+        held = self._slot_id >= 0
+        if held.any():
+            leaves[held] = self._prio_core.get_priorities(self._slot_id[held])
+        arrays["sum_tree"] = leaves
+        return arrays
+
+    def _required_files(self) -> list[str]:
+        return [*super()._required_files(), "sum_tree"]
+
+    def _check_loaded(
+        self, data: dict[str, Array], valid: Array | None
+    ) -> tuple[dict[str, Array], int]:
+        leaves = data["sum_tree"]
+        if leaves.shape != (self._replay_capacity,) or leaves.dtype.kind not in "iuf":
+            raise CheckpointError(
+                f"sum_tree: expected ({self._replay_capacity},) priorities, got "
+                f"{leaves.dtype}{leaves.shape}"
+            )
+        if not (np.isfinite(leaves).all() and (leaves >= 0).all()):
+            raise CheckpointError("sum_tree: priorities must be finite and >= 0")
+        return super()._check_loaded(data, valid)
+
+    def _replay_rows(self, rows: dict[str, Array], add_count: int, data: dict[str, Array]) -> None:
+        self._max_recorded_priority = 1.0
+        super()._replay_rows(rows, add_count, data)
+
+    def _loaded_value(
+        self, rows: dict[str, Array], data: dict[str, Array], name: str, slot: int
+    ) -> Any:
+        if name == "priority":
+            return float(data["sum_tree"][slot])
+        return super()._loaded_value(rows, data, name, slot)
+
+
+class _SlotPriorities:
+    """A view of a prioritized buffer's priorities shaped like ReAgent's ``sum_tree``."""
+
+    def __init__(self, buffer: PrioritizedReplayBuffer) -> None:
+        self._buffer = buffer
+
+    @property
+    def max_recorded_priority(self) -> float:
+        """The largest priority ever given (1.0 before any)."""
+        return self._buffer._max_recorded_priority
+
+    def get(self, node_index: int) -> float:
+        """The priority of slot ``node_index``."""
+        return float(self._buffer.get_priority([node_index])[0])
+
+    def set(self, node_index: int, value: float) -> None:
+        """Set the priority of slot ``node_index``."""
+        self._buffer.set_priority([node_index], [value])
+
+    def _total_priority(self) -> float:
+        return float(self._buffer.get_priority(np.arange(self._buffer._replay_capacity)).sum())
+
+
+def _numpy(value: Any) -> Array:
+    if hasattr(value, "detach"):
+        value = value.detach().cpu().numpy()
+    out: Array = np.asarray(value)
+    return out

@@ -1,0 +1,179 @@
+"""Stand-in for ``reagent.replay_memory.sum_tree``: ReAgent's ``SumTree`` over the core's tree.
+
+ReAgent's (and Dopamine's) sum tree keeps a list of per-level NumPy arrays and adjusts every
+ancestor by a delta on each ``set``. This adapter keeps one :class:`rlreplay.SumTree` (flat
+float64 array, every parent recomputed from its children, so no drift) and answers ReAgent's
+API on top of it: ``get``, ``set``, ``sample(query_value)``, ``stratified_sample`` and the
+``nodes`` levels, ``max_recorded_priority``. Query values are fractions of the total, drawn
+from Python's :mod:`random` as ReAgent does (so ``random.seed`` makes draws reproducible).
+"""
+
+from __future__ import annotations
+
+import math
+import operator
+import random
+from typing import Any
+
+import numpy as np
+
+from rlreplay.errors import ConfigError, EmptyBufferError
+from rlreplay.sampling.trees import SumTree as _CoreSumTree
+
+__all__ = ["SumTree"]
+
+Array = np.ndarray[Any, Any]
+
+
+class SumTree:
+    """A sum tree of non-negative priorities: proportional sampling in ``O(log capacity)``.
+
+    Leaves hold priorities; every internal node holds the sum of the leaves below it. For
+    ``capacity = 4`` with leaves ``0.5, 1, 0.5, 0.5`` the levels are::
+
+        nodes = [[2.5], [1.5, 1.0], [0.5, 1.0, 0.5, 0.5]]
+
+    Levels are allocated as powers of two; leaves past ``capacity`` are 0 and never drawn.
+
+    Invariants: every leaf is finite and ``>= 0``; every node is exactly the float64 sum of its
+    two children (recomputed, never adjusted by a delta). ``max_recorded_priority`` is the
+    largest value ever :meth:`set` (1.0 before any), as in ReAgent.
+
+    Cost: ``set``/``sample`` ``O(log capacity)``; ``stratified_sample(B)`` ``O(B log capacity)``;
+    ``nodes`` builds the levels afresh, ``O(capacity)`` (it is for inspection).
+
+    Args:
+        capacity: Number of leaves, an int ``>= 1``.
+
+    Raises:
+        ValueError: ``capacity`` is not a positive int (:class:`rlreplay.ConfigError`).
+
+    Example:
+        >>> from rlreplay.compat.reagent.sum_tree import SumTree
+        >>> tree = SumTree(4)
+        >>> for i, p in enumerate([0.5, 1.0, 0.5, 0.5]):
+        ...     tree.set(i, p)
+        >>> [level.tolist() for level in tree.nodes]
+        [[2.5], [1.5, 1.0], [0.5, 1.0, 0.5, 0.5]]
+        >>> tree.sample(query_value=0.3)
+        1
+    """
+
+    def __init__(self, capacity: int) -> None:
+        if isinstance(capacity, bool) or not isinstance(capacity, int | np.integer):
+            raise ConfigError(f"Sum tree capacity should be a positive int. Got: {capacity!r}")
+        if capacity <= 0:
+            raise ConfigError(f"Sum tree capacity should be positive. Got: {capacity}")
+        self._tree = _CoreSumTree(int(capacity))
+        self.max_recorded_priority = 1.0
+
+    @property
+    def capacity(self) -> int:
+        """Number of leaves."""
+        return self._tree.capacity
+
+    @property
+    def nodes(self) -> list[Array]:
+        """The tree level by level, root first, as ReAgent's ``nodes`` (fresh float64 copies).
+
+        Level ``d`` has ``2**d`` entries; the last level holds the leaves padded with zeros to
+        a power of two. Writing into these arrays does not change the tree: use :meth:`set`.
+        """
+        size = 1 << (self.capacity - 1).bit_length()
+        leaves = np.zeros(size, np.float64)
+        leaves[: self.capacity] = self._tree.get(np.arange(self.capacity))
+        # Pairwise sums bottom-up: the core computes each parent as left + right, so these are
+        # bit-identical to the nodes it holds.
+        levels = [leaves]
+        while levels[0].shape[0] > 1:
+            below = levels[0]
+            levels.insert(0, below[0::2] + below[1::2])
+        return levels
+
+    def _total_priority(self) -> float:
+        """The value at the root: the sum of all leaves."""
+        return self._tree.total
+
+    def sample(self, query_value: float | None = None) -> int:
+        """Samples an element: leaf ``i`` with probability ``p_i / sum_j p_j``.
+
+        Args:
+            query_value: A fraction in ``[0, 1]`` of the total: the leaf returned is the first
+                whose running sum exceeds ``query_value * total``. ``None`` draws it from
+                ``random.random()`` in ``[0, 1)``.
+
+        Returns:
+            The index of a leaf with a value ``> 0``.
+
+        Raises:
+            Exception: The tree is empty (its values sum to 0): an
+                :class:`rlreplay.EmptyBufferError`, which is a ``ValueError``.
+            ValueError: ``query_value`` lies outside ``[0, 1]``, i.e. beyond the total sum.
+        """
+        total = self._check_not_empty()
+        if query_value is None:
+            query_value = random.random()
+        elif not 0.0 <= query_value <= 1.0:  # also refuses NaN
+            raise ValueError(
+                f"query_value must be in [0, 1] (a fraction of the total sum {total}); "
+                f"got {query_value!r}"
+            )
+        # q <= 1 so q * total <= total exactly; at q == 1 the core returns the last non-zero
+        # leaf (ReAgent's walk can end on a zero padding leaf there).
+        return int(self._tree.find_prefix_sum(np.array([query_value * total]))[0])
+
+    def stratified_sample(self, batch_size: int) -> list[int]:
+        """Draws one element from each of ``batch_size`` equal strata of ``[0, total)``.
+
+        Stratum ``i`` is ``[i / B, (i + 1) / B)`` of the total (Schaul et al., 2015); its query
+        value is ``random.uniform`` over it, as in ReAgent.
+
+        Args:
+            batch_size: The number of strata ``B``.
+
+        Returns:
+            ``batch_size`` leaf indices, in stratum order.
+
+        Raises:
+            Exception: The tree is empty (:class:`rlreplay.EmptyBufferError`).
+        """
+        batch_size = operator.index(batch_size)
+        total = self._check_not_empty()
+        bounds = np.linspace(0.0, 1.0, batch_size + 1)
+        queries = np.array(
+            [random.uniform(bounds[i], bounds[i + 1]) for i in range(batch_size)], np.float64
+        )
+        masses = np.minimum(queries * total, total)
+        return [int(i) for i in self._tree.find_prefix_sum(masses)]
+
+    def get(self, node_index: int) -> float:
+        """Returns the value of leaf ``node_index``.
+
+        Raises:
+            ValueError: ``node_index`` outside ``[0, capacity)`` (:class:`rlreplay.InvalidIdError`).
+        """
+        return float(self._tree.get(np.array([operator.index(node_index)]))[0])
+
+    def set(self, node_index: int, value: float) -> None:
+        """Sets leaf ``node_index`` to ``value`` and updates its ancestors, ``O(log capacity)``.
+
+        Args:
+            node_index: The leaf to update.
+            value: A finite priority ``>= 0``; 0 means the element is never sampled.
+
+        Raises:
+            ValueError: ``value`` is negative (or NaN/infinite), or ``node_index`` is out of
+                range (:class:`rlreplay.PriorityError` / :class:`rlreplay.InvalidIdError`).
+        """
+        value = float(value)
+        self._tree.set(np.array([operator.index(node_index)]), np.array([value]))
+        self.max_recorded_priority = max(value, self.max_recorded_priority)
+
+    def _check_not_empty(self) -> float:
+        total = self._tree.total
+        if not total > 0.0 or not math.isfinite(total):
+            raise EmptyBufferError("Cannot sample from an empty sum tree (all values are 0).")
+        return total
+
+    def __repr__(self) -> str:
+        return f"SumTree(capacity={self.capacity}, total={self._tree.total!r})"
