@@ -1,0 +1,159 @@
+"""Where :meth:`ReplayBuffer.get_batch` sequences start, and ALF's returns from the core's.
+
+ALF's law of starts, over env ``e``'s possible starts ``[lo_e, hi_e)`` (the first
+``num_earliest_frames_ignored`` stored steps are never starts; ``hi_e = current_pos - L + 1``
+keeps every step of a sequence stored):
+
+* uniform: env ``e`` gets ``n // E`` starts and ``n % E`` distinct random envs one more (the
+  recent part and the rest are split separately); within an env the core's
+  :func:`~rlreplay.sampling.uniform.draw_mixed` draws them, recent ones among the env's newest
+  ``recent_steps`` starts, without duplicates unless ``replacement``;
+* prioritized: the core's :class:`~rlreplay.PrioritizedReplayBuffer` draws starts with
+  ``P(i) = p_i / sum p`` over the possible starts (``sample_sequences``'s law with
+  ``pad=False``, drawn from its sum tree with rejection) and ``importance_weight_i = N * P(i)
+  = p_i / mean(non-zero p)``.
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+import numpy as np
+
+from rlreplay.episodes import COUNT, HI, LO, expand_ranges
+from rlreplay.errors import ReplayError
+from rlreplay.prioritized import PrioritizedReplayBuffer
+from rlreplay.sampling.uniform import draw_mixed
+
+__all__ = [
+    "ReplayAssertionError",
+    "StartRanges",
+    "alf_returns",
+    "priority_starts",
+    "uniform_starts",
+]
+
+Array = np.ndarray[Any, Any]
+
+_REJECTION_ROUNDS = 64  # redraws of starts among ignored frames before the exact fallback
+
+
+class ReplayAssertionError(ReplayError, AssertionError):
+    """Raised where ALF raises ``AssertionError`` (not enough data, unequal env sizes, ...)."""
+
+
+class StartRanges(NamedTuple):
+    """Per env: possible starts ``[lo, hi)`` and stored steps; sequence length, ignored steps."""
+
+    lo: Array
+    hi: Array
+    sizes: Array
+    length: int
+    ignored: int
+
+
+def balanced(n: int, num_envs: int, rng: np.random.Generator) -> Array:
+    """ALF's split of ``n`` draws over envs: ``n // E`` each, the rest to distinct random envs."""
+    counts = np.full(num_envs, n // num_envs, np.int64)
+    counts[rng.permutation(num_envs)[: n % num_envs]] += 1
+    return counts
+
+
+def uniform_starts(
+    rng: np.random.Generator,
+    ranges: StartRanges,
+    n: int,
+    n_recent: int,
+    recent_steps: int,
+    replacement: bool,
+) -> tuple[Array, Array]:
+    """``n`` env-balanced uniform starts ``(env, pos)``, ``n_recent`` of them recent, by env.
+
+    Raises:
+        ReplayAssertionError: An env has no possible start (ALF's message).
+    """
+    if n == 0:
+        return np.zeros(0, np.int64), np.zeros(0, np.int64)
+    lo, hi = ranges.lo, ranges.hi
+    if (hi - lo).min() < 1:
+        raise ReplayAssertionError(
+            f"Not all environments has enough data. The smallest data size is: "
+            f"{int(ranges.sizes.min())}; get_batch needs batch_length + "
+            f"num_earliest_frames_ignored = {ranges.length + ranges.ignored} steps in every env. "
+            "Try storing more data "
+            "before calling get_batch"
+        )
+    recent = balanced(n_recent, lo.shape[0], rng)
+    total = recent + balanced(n - n_recent, lo.shape[0], rng)
+    envs, starts = [], []
+    for e in np.flatnonzero(total).tolist():
+        k = int(total[e])
+        # The core's kernel on this env's range alone: ratio k_recent / k gives exactly
+        # k_recent recent draws (it rounds ratio * k to 9 digits before its ceil).
+        _, t = draw_mixed(
+            lo[e : e + 1], hi[e : e + 1], k, rng,
+            recent_ratio=float(recent[e]) / k, recent_steps=recent_steps,
+            replacement=replacement,
+        )  # fmt: skip
+        envs.append(np.full(k, e, np.int64))
+        starts.append(t)
+    return np.concatenate(envs), np.concatenate(starts)
+
+
+def priority_starts(
+    core: PrioritizedReplayBuffer, ranges: StartRanges, n: int
+) -> tuple[Array, Array, Array]:
+    """``n`` starts drawn by the core by priority, and their weights ``N * P(i)`` (float32).
+
+    The core's sum tree draws among its sampleable steps (``O(n log size)``); the few that
+    are no possible start (among the ignored frames, or without ``L`` stored steps after
+    them: at most ``ignored + L - 1`` per env) are redrawn, so the law is ``P(i) = p_i /
+    (sum of p over the possible starts)``. ``N`` counts the possible starts with ``p > 0``.
+
+    Raises:
+        ReplayAssertionError: No possible start has a priority > 0 (ALF's message).
+    """
+    if n == 0:
+        return np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.float32)
+    E, C, L = core.num_envs, core.env_capacity, ranges.length
+    index, prios = core._index, core._prios
+    # Priorities of the possible starts, by slot (0 elsewhere): the sampleable ones, less the
+    # ignored frames and the starts too close to the newest step.
+    lo_c, hi_c = index.env[:, LO], index.env[:, HI]
+    possible = np.where(prios.live, prios.prio, 0.0)
+    for first, end in ((lo_c, np.minimum(hi_c, ranges.lo)), (np.maximum(lo_c, ranges.hi), hi_c)):
+        env, t = expand_ranges(first, end - first)
+        possible[env * C + t % C] = 0.0
+    mass = float(possible.sum())
+    if not mass > 0.0:
+        raise ReplayAssertionError(
+            "There is no data in the buffer or the data has not been assigned valid priority "
+            f"(no start of {L} stored steps has a priority > 0)"
+        )
+    env, t, _ = core._draw_starts(n, L, False, True, False)
+    for _ in range(_REJECTION_ROUNDS):
+        bad = (t < ranges.lo[env]) | (t >= ranges.hi[env])
+        if not bad.any():
+            break
+        env[bad], t[bad], _ = core._draw_starts(int(bad.sum()), L, False, True, False)
+    bad = (t < ranges.lo[env]) | (t >= ranges.hi[env])
+    if bad.any():  # the excluded starts hold nearly all the mass: draw among the rest exactly
+        slot = core._rng.choice(possible.shape[0], size=int(bad.sum()), p=possible / mass)
+        # Slot -> position: the stored step of env slot // C whose ring index is slot % C.
+        env[bad] = slot // C
+        newest = index.env[env[bad], COUNT] - 1
+        t[bad] = newest - (newest - slot % C) % C
+    weights = core.get_priorities(t * E + env) * (np.count_nonzero(possible) / mass)
+    return env, t, weights.astype(np.float32)
+
+
+def alf_returns(g: Array, mask: Array, ends: Array, length: int, default: float) -> Array:
+    """ALF's discounted returns of the first ``length`` steps of runs from the core's ``g``.
+
+    ``g``, ``mask`` and ``ends`` (the step ends its episode) are ``(B, length + 1)``: a step's
+    return is 0 at its episode's end, else the core's return of the next step (the rewards
+    after it), ``default`` where that step is not stored yet.
+    """
+    after = np.where(mask[:, 1 : length + 1], g[:, 1 : length + 1], default)
+    out: Array = np.where(ends[:, :length], 0.0, after).astype(np.float32)
+    return out

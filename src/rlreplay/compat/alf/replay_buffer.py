@@ -1,0 +1,831 @@
+"""Stand-in for ``alf.experience_replayers.replay_buffer``: ALF's replay buffer over rlreplay.
+
+:class:`ReplayBuffer` keeps ALF's constructor, methods, return types and shapes, and hands the
+replay work to one :class:`rlreplay.ReplayBuffer` (a :class:`rlreplay.PrioritizedReplayBuffer`
+with ``prioritized_sampling``):
+
+=================================  =============================================================
+ALF                                core
+=================================  =============================================================
+``num_environments``, env ``e``    ``num_envs=E``, env ``e``
+``max_length``                     ``env_capacity`` (``capacity = E * max_length``)
+``pos`` of env ``e``               absolute step ``t = pos``; core id ``pos * E + e``
+each leaf of ``data_spec``         one field; path ``a.b`` -> ``a__b`` (see ``field_names``)
+``reward`` (top level)             the core's ``reward`` (its shape and dtype)
+``step_type == LAST``              ends the episode: ``terminated`` if ``discount == 0`` (or
+                                   there is no ``discount``), else ``truncated``
+(no next observation in ALF)       a zero-byte observation field; its ``next_*`` is unused
+``get_batch``                      starts drawn by the core's ``draw_mixed`` per env (uniform)
+                                   or by priority (``sample_sequences`` law, ``pad=False``),
+                                   rows gathered by ``get_sequences(ids, L)``
+``dequeue``, ``gather_all``        ``dequeue``, ``gather_all`` (blocking waits, ``close``)
+episode queries                    ``episode_begin``, ``steps_to_episode_end``, ``get_field``
+``record_episodic_return``         the core's recorded returns, read one step later (below)
+=================================  =============================================================
+
+ALF stores raw time steps: the ``reward`` at ``pos`` is the one received on arriving there, so
+the return of a step counts the rewards *after* it. With ``G`` the core's recorded return
+(``G_t = r_t + gamma * G_{t+1}`` over the episode, rewards clipped to ``reward_clip``)::
+
+    discounted_return[pos] = 0                  if pos is its episode's LAST step
+                           = G[pos + 1]         if its episode has ended
+                           = default_return     while its episode runs
+
+Bookkeeping kept here (the issue allows it): the position where each step's discount-0
+segment begins, for :meth:`ReplayBuffer.get_disc_0_begin_position`, and with prioritized
+sampling a max tree of the current priorities, because ALF gives a new step ``max(
+initial_priority, current largest priority)`` where the core would use the largest priority
+ever applied. Everything else lives in the core, under its lock.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any, NamedTuple
+
+import numpy as np
+import torch
+
+from rlreplay.batch import Batch
+from rlreplay.buffer import ReplayBuffer as CoreBuffer
+from rlreplay.compat.alf._draws import (
+    ReplayAssertionError,
+    StartRanges,
+    alf_returns,
+    priority_starts,
+    uniform_starts,
+)
+from rlreplay.compat.alf.segment_tree import as_numpy, check_device
+from rlreplay.compat.alf.tensor_specs import (
+    Path,
+    core_field_names,
+    flatten_spec,
+    get_path,
+    is_namedtuple,
+    pack,
+    split_path,
+)
+from rlreplay.episodes import COUNT, HEAD
+from rlreplay.errors import (
+    ConfigError,
+    EmptyBufferError,
+    FieldError,
+    InvalidIdError,
+    ReplayClosed,
+    ShapeError,
+)
+from rlreplay.prioritized import PrioritizedReplayBuffer
+from rlreplay.sampling.trees import MaxTree
+from rlreplay.spec import Field
+
+__all__ = ["BatchInfo", "ReplayAssertionError", "ReplayBuffer", "StepType"]
+
+Array = np.ndarray[Any, Any]
+
+
+class StepType:
+    """ALF's step types (``alf.data_structures.StepType``)."""
+
+    FIRST = 0
+    MID = 1
+    LAST = 2
+
+
+class BatchInfo(NamedTuple):
+    """Information about a batch; a field that does not apply is ``()``, as in ALF.
+
+    Attributes:
+        env_ids: int64 ``[B]``: the env of each sequence.
+        positions: int64 ``[B]``: the position of each sequence's first step.
+        importance_weights: float32 ``[B]`` with prioritized sampling: priority divided by the
+            average of the non-zero priorities among the possible starts (``N * P(i)``).
+        replay_buffer: The buffer the batch came from.
+        discounted_return: float32 ``[B, T]`` with ``record_episodic_return``.
+    """
+
+    env_ids: Any = ()
+    positions: Any = ()
+    importance_weights: Any = ()
+    replay_buffer: Any = ()
+    discounted_return: Any = ()
+
+
+def _int_array(value: Any, what: str) -> Array:
+    arr = as_numpy(value)
+    if arr.dtype.kind not in "iu":
+        raise InvalidIdError(f"{what}: expected integers, got dtype {arr.dtype}")
+    return arr.astype(np.int64, copy=False)
+
+
+def _positive(name: str, value: Any, minimum: int = 1) -> int:
+    if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < minimum:
+        raise ConfigError(f"{name}: expected an int >= {minimum}, got {value!r}")
+    return int(value)
+
+
+class ReplayBuffer(torch.nn.Module):
+    """ALF's multi-env replay buffer of raw time steps, on rlreplay's core buffer.
+
+    Terminology (ALF's): ``pos`` is the always increasing position of a step in the infinitely
+    long buffer of its env; env ``e`` keeps its newest ``max_length`` steps, positions
+    ``[current_pos - current_size, current_pos)``.
+
+    Args:
+        data_spec: Nest (dict, tuple, list, namedtuple) of :class:`TensorSpec` of one step.
+        num_environments: Number of parallel environments ``E``.
+        max_length: Steps kept per environment (at least 2).
+        num_earliest_frames_ignored: The earliest so many steps of each env are never the
+            start of a :meth:`get_batch` sequence (for ``FrameStacker``); implies
+            ``keep_episodic_info``.
+        prioritized_sampling: Draw :meth:`get_batch` starts by priority.
+        initial_priority: Priority of new steps: ``max(initial_priority, current largest
+            priority)``.
+        recent_data_steps: The newest so many starts per env count as recent.
+        recent_data_ratio: ``ceil(ratio * batch_size)`` sequences start at recent data, when
+            ``(total_size / E - batch_length + 1 - num_earliest_frames_ignored) * ratio >
+            recent_data_steps`` (otherwise plain draws already reach recent data).
+        with_replacement: If False, a batch has no duplicate sequence whenever an env has
+            enough starts for its share. Prioritized draws are always with replacement.
+        device: ``"cpu"`` or ``"cuda"``: where :meth:`dequeue`, :meth:`get_field`, the position
+            queries and ``gather_all(convert_to_default_device=False)`` create tensors.
+            :meth:`get_batch` and ``gather_all()`` return on torch's default device, which is
+            ALF's default device.
+        allow_multiprocess: Must be False: the buffer is thread-safe, not shared across
+            processes.
+        keep_episodic_info: Index episode boundaries (from ``step_type``; needs a scalar
+            ``step_type`` leaf at the top of the nest). ``None``: True when
+            ``num_earliest_frames_ignored > 0`` or ``record_episodic_return``.
+        record_episodic_return: Record each step's discounted return when its episode ends
+            (needs a scalar top-level ``reward``); see the module docstring.
+        default_return: ``discounted_return`` of steps of unfinished episodes.
+        gamma: Discount of ``discounted_return``.
+        reward_clip: ``None`` or ``(min, max)`` applied to rewards for ``discounted_return``.
+        enable_checkpoint: Whether ``state_dict()`` carries the buffer's contents.
+        name: Name of the buffer.
+
+    Cost: :meth:`add_batch` is O(fields) plus O(log n) per step with priorities;
+    :meth:`get_batch` gathers ``B * L`` rows (and enumerates the possible starts, O(n), with
+    priorities). Every method is thread-safe (the core's lock).
+
+    Example:
+        >>> import torch
+        >>> from rlreplay.compat.alf import TensorSpec
+        >>> from rlreplay.compat.alf.replay_buffer import ReplayBuffer
+        >>> spec = {"step_type": TensorSpec((), torch.int32), "x": TensorSpec((2,))}
+        >>> rb = ReplayBuffer(spec, num_environments=2, max_length=8)
+        >>> for t in range(4):
+        ...     rb.add_batch({"step_type": torch.tensor([1, 1], dtype=torch.int32),
+        ...                   "x": torch.full((2, 2), float(t))})
+        >>> batch, info = rb.get_batch(batch_size=4, batch_length=2)
+        >>> batch["x"].shape, info.env_ids.tolist()
+        (torch.Size([4, 2, 2]), [0, 0, 1, 1])
+    """
+
+    ONE_MINUS = np.float32(1) - np.finfo(np.float32).eps
+
+    def __init__(
+        self,
+        data_spec: Any,
+        num_environments: int,
+        max_length: int = 1024,
+        num_earliest_frames_ignored: int = 0,
+        prioritized_sampling: bool = False,
+        initial_priority: float = 1.0,
+        recent_data_steps: int = 1,
+        recent_data_ratio: float = 0.0,
+        with_replacement: bool = False,
+        device: Any = "cpu",
+        allow_multiprocess: bool = False,
+        keep_episodic_info: bool | None = None,
+        record_episodic_return: bool = False,
+        default_return: float = -1000.0,
+        gamma: float = 0.99,
+        reward_clip: tuple[float, float] | None = None,
+        enable_checkpoint: bool = False,
+        name: str = "ReplayBuffer",
+    ) -> None:
+        super().__init__()
+        E = _positive("num_environments", num_environments)
+        C = _positive("max_length", max_length, minimum=2)
+        ignored = _positive("num_earliest_frames_ignored", num_earliest_frames_ignored, 0)
+        if allow_multiprocess:
+            raise ConfigError(
+                "allow_multiprocess: rlreplay's buffer is thread-safe but lives in one process; "
+                "use threads (or one buffer per process)"
+            )
+        if keep_episodic_info is None:
+            keep_episodic_info = ignored > 0 or bool(record_episodic_return)
+        if not keep_episodic_info and (ignored > 0 or record_episodic_return):
+            raise ConfigError(
+                "keep_episodic_info=False: num_earliest_frames_ignored > 0 and "
+                "record_episodic_return need episode information; leave it None or True"
+            )
+        if (
+            isinstance(recent_data_ratio, bool)
+            or not isinstance(recent_data_ratio, int | float | np.number)
+            or not 0.0 <= float(recent_data_ratio) <= 1.0
+        ):
+            raise ConfigError(
+                f"recent_data_ratio: expected a number in [0, 1], got {recent_data_ratio!r}"
+            )
+        self._spec = data_spec
+        self._leaves = flatten_spec(data_spec)
+        self._names = core_field_names([p for p, _ in self._leaves])
+        self._step_type = self._scalar_leaf(("step_type",), "iu")
+        self._discount = self._scalar_leaf(("discount",), "iuf")
+        if keep_episodic_info and self._step_type is None:
+            raise ConfigError(
+                "keep_episodic_info: needs a scalar integer 'step_type' at the top of "
+                f"data_spec (episodes end at StepType.LAST); leaves: {self.field_names}"
+            )
+        self._has_reward = ("reward",) in self._names
+        fields = {self._names[p]: Field(tuple(s.shape), s.numpy_dtype) for p, s in self._leaves}
+        self._placeholder = "obs"
+        while self._placeholder in fields:
+            self._placeholder += "_"
+        fields[self._placeholder] = Field((0,), np.uint8, observation=True)
+
+        self._num_envs = E
+        self._max_length = C
+        self._ignored = ignored
+        self._keep_episodic_info = bool(keep_episodic_info)
+        self._prioritized = bool(prioritized_sampling)
+        self._initial_priority = float(initial_priority)
+        self._recent_steps = _positive("recent_data_steps", recent_data_steps)
+        self._recent_ratio = float(recent_data_ratio)
+        self._with_replacement = bool(with_replacement)
+        self._device = check_device(device, "device")
+        self._record = bool(record_episodic_return)
+        self._default_return = float(default_return)
+        self._enable_checkpoint = bool(enable_checkpoint)
+        self._name = name
+        # ALF draws from torch's global generator: seed the core's from it, so that
+        # torch.manual_seed makes runs repeatable.
+        seed = int(torch.randint(0, 2**62, (), dtype=torch.int64))
+        common: dict[str, Any] = {
+            "num_envs": E,
+            "gamma": gamma,
+            "seed": seed,
+            "record_episodic_return": self._record,
+            "reward_clip": reward_clip,
+            "default_return": default_return,
+        }
+        self._core: CoreBuffer
+        self._pcore: PrioritizedReplayBuffer | None = None
+        if self._prioritized:
+            self._core = self._pcore = PrioritizedReplayBuffer(
+                E * C, fields, alpha=1.0, beta=0.0, eps=0.0,
+                initial_priority=initial_priority, **common,
+            )  # fmt: skip
+        else:
+            self._core = CoreBuffer(E * C, fields, **common)
+        self._lock = self._core._lock  # one lock: blocking waits release it (RLock condition)
+        self._all_envs = np.arange(E, dtype=np.int64)
+        self._stopped = False
+        # Discount-0 segments: where the segment of each stored step begins (by slot), and
+        # the newest discount-0 position per env.
+        self._disc0_begin = np.zeros(E * C, np.int64)
+        self._last_disc0 = np.full(E, -1, np.int64)
+        self._max_prio = MaxTree(E * C) if self._prioritized else None
+
+    # ------------------------------------------------------------------ construction helpers
+    def _scalar_leaf(self, path: Path, kinds: str) -> str | None:
+        for p, spec in self._leaves:
+            if p == path:
+                if spec.shape == () and spec.numpy_dtype.kind in kinds:
+                    return self._names[p]
+                return None
+        return None
+
+    # ------------------------------------------------------------------ properties
+    @property
+    def num_environments(self) -> int:
+        """Number of environments ``E``."""
+        return self._num_envs
+
+    @property
+    def max_length(self) -> int:
+        """Steps kept per environment."""
+        return self._max_length
+
+    @property
+    def data_spec(self) -> Any:
+        """The nest of :class:`TensorSpec` of one step."""
+        return self._spec
+
+    @property
+    def device(self) -> torch.device:
+        """Where the buffer creates the tensors it hands back (see the class docstring)."""
+        return self._device
+
+    @property
+    def name(self) -> str:
+        """The buffer's name."""
+        return self._name
+
+    @property
+    def core(self) -> CoreBuffer:
+        """The :class:`rlreplay.ReplayBuffer` underneath (id of ``(env, pos)``: ``pos*E+env``)."""
+        return self._core
+
+    @property
+    def field_names(self) -> dict[str, str]:
+        """Dotted leaf path -> name of the core field that stores it."""
+        return {".".join(p): n for p, n in self._names.items()}
+
+    @property
+    def total_size(self) -> torch.Tensor:
+        """Total number of stored steps over all environments (int64 scalar tensor)."""
+        return torch.tensor(len(self._core), dtype=torch.int64, device=self._device)
+
+    @property
+    def initial_priority(self) -> torch.Tensor:
+        """The priority new steps get: ``max(initial_priority, current largest priority)``.
+
+        We use a large value so that new experience is used for training soon.
+        """
+        with self._lock:
+            return torch.tensor(self._new_priority(), dtype=torch.float32, device=self._device)
+
+    def _new_priority(self) -> float:
+        top = self._max_prio.max if self._max_prio is not None else -math.inf
+        return max(self._initial_priority, top)
+
+    def extra_repr(self) -> str:
+        return (
+            f"name={self._name!r}, num_environments={self._num_envs}, "
+            f"max_length={self._max_length}, prioritized_sampling={self._prioritized}"
+        )
+
+    # ------------------------------------------------------------------ core internals
+    def _bounds(self) -> tuple[Array, Array]:
+        """Per env: the oldest stored position and ``current_pos`` (copies; under the lock)."""
+        env = self._core._index.env
+        return env[:, HEAD].copy(), env[:, COUNT].copy()
+
+    def _out(self, array: Array, device: torch.device) -> torch.Tensor:
+        tensor = torch.from_numpy(np.ascontiguousarray(array))
+        return tensor if device.type == "cpu" else tensor.to(device)
+
+    def _nest(
+        self, data: Mapping[str, Array], device: torch.device, length: int | None = None
+    ) -> Any:
+        def leaf(path: Path) -> torch.Tensor:
+            arr = data[self._names[path]]
+            return self._out(arr if length is None else arr[:, :length], device)
+
+        return pack(self._spec, leaf)
+
+    def _env_array(self, env_ids: Any) -> Array:
+        if env_ids is None:
+            return self._all_envs
+        arr = _int_array(env_ids, "env_ids")
+        if arr.ndim != 1:
+            raise InvalidIdError(f"env_ids: expected a 1-D tensor, got shape {arr.shape}")
+        return arr
+
+    def _ids(self, env_ids: Any, positions: Any) -> tuple[Array, Array, Array]:
+        """Broadcast ``env_ids`` and ``positions``; return ``(env, pos, core ids)``."""
+        env = _int_array(env_ids, "env_ids")
+        pos = _int_array(positions, "positions")
+        try:
+            env, pos = np.broadcast_arrays(env, pos)
+        except ValueError:
+            raise ShapeError(
+                f"env_ids {env.shape} and positions {pos.shape} do not broadcast"
+            ) from None
+        bad = (env < 0) | (env >= self._num_envs) | (pos < 0)
+        if bad.any():
+            raise InvalidIdError(
+                f"env_ids must be in [0, {self._num_envs}) and positions >= 0; got env "
+                f"{env[bad][:5].tolist()} at positions {pos[bad][:5].tolist()}"
+            )
+        return env, pos, pos * self._num_envs + env
+
+    def _require_episodic(self, what: str) -> None:
+        if not self._keep_episodic_info:
+            raise ReplayAssertionError(f"{what}: needs keep_episodic_info=True")
+
+    # ------------------------------------------------------------------ writing
+    def add_batch(
+        self,
+        batch: Any,
+        env_ids: Any = None,
+        blocking: bool = False,
+        *,
+        timeout: float | None = None,
+    ) -> None:
+        """Add one step of each of ``env_ids`` (default: every env).
+
+        Args:
+            batch: Nest of the structure of ``data_spec``, each leaf ``[batch_size] + shape``
+                (torch tensors on any device, or arrays).
+            env_ids: 1-D int64, unique; ``batch[i]`` is from env ``env_ids[i]``. ``None``:
+                ``batch_size`` must be ``num_environments``.
+            blocking: Wait for a free slot in every env instead of overwriting the oldest step.
+            timeout: With ``blocking``, the most seconds to wait (rlreplay extension; ``None``
+                waits for ever).
+
+        Raises:
+            rlreplay.FieldError: A leaf of ``data_spec`` missing from ``batch``.
+            rlreplay.ShapeError, rlreplay.DTypeError: A leaf of the wrong shape or dtype.
+            rlreplay.InvalidIdError: Bad ``env_ids``.
+            rlreplay.ReplayTimeout: ``blocking`` and no room within ``timeout``.
+            rlreplay.ReplayClosed: The buffer was stopped (a blocking add that :meth:`stop`
+                interrupts returns without adding, as in ALF).
+        """
+        envs = self._env_array(env_ids)
+        B = envs.shape[0]
+        values: dict[str, Any] = {}
+        for path, _ in self._leaves:
+            value = get_path(batch, path)
+            values[self._names[path]] = (
+                as_numpy(value) if isinstance(value, torch.Tensor) else value
+            )
+        last = np.zeros(B, np.bool_)
+        disc0 = None
+        if self._step_type is not None:
+            last = self._flag(values, self._step_type, B) == StepType.LAST
+        if self._discount is not None:
+            disc0 = self._flag(values, self._discount, B) == 0
+        values["terminated"] = last if disc0 is None else last & disc0
+        values["truncated"] = np.zeros(B, np.bool_) if disc0 is None else last & ~disc0
+        if not self._has_reward:
+            values["reward"] = np.zeros(B, np.float32)
+        empty = np.zeros((B, 0), np.uint8)
+        values[self._placeholder] = empty
+        values["next_" + self._placeholder] = empty
+        with self._lock:
+            try:
+                ids = self._core.add(env_ids=envs, block=blocking, timeout=timeout, **values)
+            except ReplayClosed:
+                if blocking and self._stopped:
+                    return
+                raise
+            t = ids // self._num_envs
+            slots = envs * self._max_length + t % self._max_length
+            self._disc0_begin[slots] = self._last_disc0[envs] + 1
+            if disc0 is not None:
+                self._last_disc0[envs[disc0]] = t[disc0]
+            if self._pcore is not None and self._max_prio is not None:
+                # ALF's rule, not the core's: max(initial, current largest priority).
+                p0 = self._new_priority()
+                self._pcore.update_priorities(ids, np.full(B, p0))
+                self._max_prio.set(slots, p0)
+
+    @staticmethod
+    def _flag(values: dict[str, Any], name: str, rows: int) -> Array:
+        arr = np.asarray(values[name])
+        if arr.shape != (rows,):
+            raise ShapeError(f"{name}: expected shape ({rows},), got {arr.shape}")
+        return arr
+
+    def stop(self) -> None:
+        """Wake every blocked :meth:`add_batch` / :meth:`dequeue` and close the buffer.
+
+        Blocked calls return (``dequeue`` returns ``None``); later calls raise
+        :class:`rlreplay.ReplayClosed` (ALF's buffer can be revived, this one cannot).
+        """
+        self._stopped = True
+        self._core.close()
+
+    def clear(self, env_ids: Any = None) -> None:
+        """Remove every stored step of ``env_ids`` (default: all). Positions keep counting."""
+        with self._lock:
+            if env_ids is None:
+                self._core.clear()
+                if self._max_prio is not None:
+                    self._max_prio.set(np.arange(self._max_prio.capacity), -math.inf)
+                return
+            envs = self._env_array(env_ids)
+            heads, counts = self._bounds()
+            for e in envs.tolist():
+                if counts[e] > heads[e]:
+                    got = self._core.dequeue(int(counts[e] - heads[e]), [e])
+                    self._forget(got)
+
+    def _forget(self, got: Batch) -> None:
+        """Dequeued steps no longer count towards the largest priority."""
+        if self._max_prio is not None and got.ids.size:
+            t = got.ids.reshape(-1) // self._num_envs
+            env = got.ids.reshape(-1) % self._num_envs
+            self._max_prio.set(env * self._max_length + t % self._max_length, -math.inf)
+
+    # ------------------------------------------------------------------ FIFO
+    def dequeue(
+        self,
+        env_ids: Any = None,
+        n: int = 1,
+        blocking: bool = False,
+        *,
+        timeout: float | None = None,
+    ) -> Any:
+        """Return the earliest ``n`` steps of each env and remove them from the buffer.
+
+        Args:
+            env_ids: 1-D int64 of unique envs (default: all); ``result[i]`` is from
+                ``env_ids[i]``.
+            n: Steps per env.
+            blocking: Wait until every env in ``env_ids`` holds ``n`` steps.
+            timeout: With ``blocking``, the most seconds to wait (rlreplay extension).
+
+        Returns:
+            A nest of tensors ``[batch_size, n, ...]`` on ``device``, or ``None`` when a
+            blocking dequeue is ended by :meth:`stop`.
+
+        Raises:
+            ReplayAssertionError: Not enough data and not ``blocking`` (an AssertionError).
+            rlreplay.ReplayTimeout: ``blocking`` and not enough data within ``timeout``.
+        """
+        envs = self._env_array(env_ids)
+        with self._lock:
+            try:
+                got = self._core.dequeue(n, envs, block=blocking, timeout=timeout)
+            except EmptyBufferError as exc:
+                raise ReplayAssertionError(f"dequeue: not enough data: {exc}") from None
+            except ReplayClosed:
+                if blocking and self._stopped:
+                    return None
+                raise
+            self._forget(got)
+        return self._nest(got, self._device)
+
+    def gather_all(
+        self, ignore_earliest_frames: bool = False, convert_to_default_device: bool = True
+    ) -> tuple[Any, BatchInfo]:
+        """Every stored step: a nest ``[E, T, ...]`` and its :class:`BatchInfo` (``[E]``).
+
+        Args:
+            ignore_earliest_frames: Drop the first ``num_earliest_frames_ignored`` steps of
+                every env.
+            convert_to_default_device: Return on torch's (ALF's) default device instead of
+                ``device``.
+
+        Returns:
+            ``(nest, BatchInfo(env_ids=[0..E-1], positions=first position per env,
+            replay_buffer=self, discounted_return=[E, T] if recorded))``.
+
+        Raises:
+            ReplayAssertionError: The envs hold different numbers of steps.
+        """
+        with self._lock:
+            heads, counts = self._bounds()
+            sizes = counts - heads
+            if (sizes != sizes[0]).any():
+                raise ReplayAssertionError(
+                    f"gather_all: every environment must hold the same number of steps, got "
+                    f"{sizes.tolist()}"
+                )
+            got = self._core.gather_all()
+        k = min(self._ignored, int(sizes[0])) if ignore_earliest_frames else 0
+        device = torch.get_default_device() if convert_to_default_device else self._device
+        data = {name: arr[:, k:] for name, arr in got.items()}
+        returns: Any = ()
+        if self._record:
+            E = self._num_envs
+            g = np.concatenate([data["discounted_return"], np.zeros((E, 1), np.float32)], 1)
+            mask = np.concatenate([data["mask"], np.zeros((E, 1), np.bool_)], 1)
+            ends = data["terminated"] | data["truncated"]
+            returns = self._out(
+                alf_returns(g, mask, ends, ends.shape[1], self._default_return), device
+            )
+        info = BatchInfo(
+            env_ids=self._out(self._all_envs.copy(), device),
+            positions=self._out(heads + k, device),
+            replay_buffer=self,
+            discounted_return=returns,
+        )
+        return self._nest(data, device), info
+
+    # ------------------------------------------------------------------ sampling
+    def get_batch(self, batch_size: int, batch_length: int) -> tuple[Any, BatchInfo]:
+        """Randomly get ``batch_size`` sequences of ``batch_length`` consecutive steps.
+
+        A sequence never crosses an env's newest step (it may cross episode boundaries, as in
+        ALF: ``step_type`` shows them). Rows come ordered by env.
+
+        Uniform sampling (``prioritized_sampling=False``): env ``e`` gets ``B // E`` sequences
+        and ``B % E`` distinct random envs one more; each start is uniform over the env's
+        starts ``[earliest + num_earliest_frames_ignored, current_pos - L]``, without
+        duplicates unless ``with_replacement``. Prioritized: starts are drawn over all envs
+        with probability ``priority / sum``; ``importance_weights = N * P(i)``, ``N`` the
+        number of possible starts with a non-zero priority. The recent part (see
+        ``recent_data_ratio``) is uniform over each env's newest ``recent_data_steps`` starts.
+
+        Returns:
+            ``(nest [B, L, ...], BatchInfo)`` on torch's (ALF's) default device.
+
+        Raises:
+            ReplayAssertionError: Uniform draws and an env holds fewer than ``batch_length +
+                num_earliest_frames_ignored`` steps; or, prioritized, no possible start has a
+                non-zero priority.
+        """
+        B = _positive("batch_size", batch_size)
+        L = _positive("batch_length", batch_length)
+        with self._lock:
+            self._core._check_open()
+            env, t, weights = self._draw(B, L)
+            order = np.argsort(env, kind="stable")
+            env, t = env[order], t[order]
+            ids = t * self._num_envs + env
+            seq = self._core.get_sequences(ids, L + int(self._record), within_episode=False)
+        device = torch.get_default_device()
+        returns: Any = ()
+        if self._record:
+            ends = seq["terminated"] | seq["truncated"]
+            returns = self._out(
+                alf_returns(seq["discounted_return"], seq["mask"], ends, L, self._default_return),
+                device,
+            )
+        info = BatchInfo(
+            env_ids=self._out(env, device),
+            positions=self._out(t, device),
+            importance_weights=() if weights is None else self._out(weights[order], device),
+            replay_buffer=self,
+            discounted_return=returns,
+        )
+        return self._nest(seq, device, L), info
+
+    def _draw(self, B: int, L: int) -> tuple[Array, Array, Array | None]:
+        """Starts ``(env, pos)`` of ``B`` sequences, and importance weights if prioritized."""
+        heads, counts = self._bounds()
+        n_recent = 0
+        if self._recent_ratio > 0:
+            avg = (counts - heads).sum() / self._num_envs - (L - 1 + self._ignored)
+            if avg * self._recent_ratio > self._recent_steps:
+                n_recent = min(B, math.ceil(round(B * self._recent_ratio, 9)))
+        ranges = StartRanges(
+            heads + self._ignored, counts - L + 1, counts - heads, L, self._ignored
+        )
+        rng = self._core._rng
+        if self._pcore is None:
+            env, t = uniform_starts(rng, ranges, B, n_recent, self._recent_steps,
+                                    self._with_replacement)  # fmt: skip
+            return env, t, None
+        env_p, t_p, w_p = priority_starts(self._pcore, ranges, B - n_recent)
+        env_r, t_r = uniform_starts(rng, ranges, n_recent, n_recent, self._recent_steps,
+                                    self._with_replacement)  # fmt: skip
+        weights = np.concatenate([w_p, np.ones(n_recent, np.float32)])
+        return np.concatenate([env_p, env_r]), np.concatenate([t_p, t_r]), weights
+
+    def update_priority(self, env_ids: Any, positions: Any, priorities: Any) -> None:
+        """Set the priorities of the steps ``(env_ids, positions)`` (from a :class:`BatchInfo`).
+
+        Overwritten steps are ignored. With duplicates the last priority wins.
+
+        Raises:
+            ReplayAssertionError: ``prioritized_sampling`` is False.
+            rlreplay.PriorityError: A negative, NaN or infinite priority.
+            rlreplay.InvalidIdError: A position never added.
+        """
+        if self._pcore is None or self._max_prio is None:
+            raise ReplayAssertionError("update_priority: needs prioritized_sampling=True")
+        env, pos, ids = self._ids(env_ids, positions)
+        prio = as_numpy(priorities)
+        if prio.shape != ids.shape:
+            raise ShapeError(f"priorities: expected shape {ids.shape}, got {prio.shape}")
+        with self._lock:
+            self._pcore.update_priorities(ids, prio)  # validates; ignores overwritten steps
+            heads, _ = self._bounds()
+            live = pos >= heads[env]
+            slots = env * self._max_length + pos % self._max_length
+            self._max_prio.set(slots[live], prio[live].astype(np.float64))
+
+    # ------------------------------------------------------------------ episodic queries
+    def get_field(self, field_name: Any, env_ids: Any, positions: Any) -> Any:
+        """The stored value of a field at ``(env_ids, positions)``.
+
+        Args:
+            field_name: A dotted path (``"observation.image"``; a path to a sub-nest gives that
+                nest), or a nest of such paths.
+            env_ids: int64 tensor.
+            positions: int64 tensor broadcastable with ``env_ids`` (from a :class:`BatchInfo`).
+
+        Returns:
+            Tensors (on ``device``) of shape ``broadcast(env_ids, positions) + leaf shape``,
+            in the structure of ``field_name``.
+
+        Raises:
+            rlreplay.FieldError: No such field.
+            rlreplay.InvalidIdError: A position not stored (overwritten or never added).
+        """
+        _, _, ids = self._ids(env_ids, positions)
+
+        def one(name: str) -> Any:
+            if not isinstance(name, str):
+                raise FieldError(f"get_field: expected dotted field names, got {name!r}")
+            path = split_path(name)
+            sub = get_path(self._spec, path)
+            return pack(
+                sub,
+                lambda rel: self._out(self._core.get_field(self._names[path + rel], ids),
+                                      self._device),
+            )  # fmt: skip
+
+        with self._lock:
+            return _map_names(field_name, one)
+
+    def steps_to_episode_end(self, pos: Any, env_ids: Any) -> torch.Tensor:
+        """The distance from each step to the closest episode end (``LAST`` step) in future.
+
+        For an episode still running, the distance to the env's newest step.
+
+        Args:
+            pos: int64 positions of stored steps.
+            env_ids: int64, broadcastable with ``pos``.
+
+        Raises:
+            ReplayAssertionError: ``keep_episodic_info`` is False.
+            rlreplay.InvalidIdError: A position not stored.
+        """
+        self._require_episodic("steps_to_episode_end")
+        env, p, ids = self._ids(env_ids, pos)
+        with self._lock:
+            dist = self._core.steps_to_episode_end(ids)
+            _, counts = self._bounds()
+            out = np.where(dist < 0, counts[env] - 1 - p, dist)
+        return self._out(out, self._device)
+
+    def get_episode_begin_position(self, pos: Any, env_ids: Any) -> torch.Tensor:
+        """The position of the first step of the episode holding each step.
+
+        Note that the episode begin may not still be in the replay buffer.
+
+        Raises:
+            ReplayAssertionError: ``keep_episodic_info`` is False.
+            rlreplay.InvalidIdError: A position not stored.
+        """
+        self._require_episodic("get_episode_begin_position")
+        _, _, ids = self._ids(env_ids, pos)
+        with self._lock:
+            begin = self._core.episode_begin(ids) // self._num_envs
+        return self._out(begin, self._device)
+
+    def get_disc_0_begin_position(self, pos: Any, env_ids: Any) -> torch.Tensor:
+        """Where the discount-0 segment of each step begins.
+
+        Steps with ``discount == 0`` close segments as ``LAST`` steps close episodes: the
+        result is the position right after the newest step before ``pos`` whose discount is
+        0 (0 if there is none). Note that the discount 0 step may no longer be in the
+        replay buffer.
+
+        Raises:
+            ReplayAssertionError: ``keep_episodic_info`` is False.
+            rlreplay.FieldError: ``data_spec`` has no scalar top-level ``discount``.
+            rlreplay.InvalidIdError: A position not stored.
+        """
+        self._require_episodic("get_disc_0_begin_position")
+        if self._discount is None:
+            raise FieldError("get_disc_0_begin_position: data_spec has no scalar 'discount'")
+        env, p, _ = self._ids(env_ids, pos)
+        with self._lock:
+            heads, counts = self._bounds()
+            bad = (p < heads[env]) | (p >= counts[env])
+            if bad.any():
+                raise InvalidIdError(
+                    f"positions {p[bad][:5].tolist()} of envs {env[bad][:5].tolist()} are not "
+                    "stored (overwritten or never added)"
+                )
+            out = self._disc0_begin[env * self._max_length + p % self._max_length]
+        return self._out(out, self._device)
+
+    # ------------------------------------------------------------------ state
+    def get_extra_state(self) -> dict[str, Any]:
+        """The full state for ``state_dict()`` (``{}`` unless ``enable_checkpoint``)."""
+        if not self._enable_checkpoint:
+            return {}
+        with self._lock:
+            return {
+                "core": self._core.state_dict(),
+                "disc0_begin": self._disc0_begin.copy(),
+                "last_disc0": self._last_disc0.copy(),
+                "max_priority": None if self._max_prio is None else self._max_prio.state_dict(),
+            }
+
+    def set_extra_state(self, state: Any) -> None:
+        """Restore :meth:`get_extra_state` (ignored unless ``enable_checkpoint``)."""
+        if not self._enable_checkpoint or not state:
+            return
+        with self._lock:
+            core_state = dict(state["core"])
+            # The seed only names how the generator started; its state is restored from meta.
+            core_state["config"] = {**core_state["config"], "seed": self._core.seed}
+            self._core.load_state_dict(core_state)
+            self._disc0_begin[...] = state["disc0_begin"]
+            self._last_disc0[...] = state["last_disc0"]
+            if self._max_prio is not None and state["max_priority"] is not None:
+                self._max_prio.load_state_dict(state["max_priority"])
+
+
+def _map_names(names: Any, fn: Any) -> Any:
+    """Apply ``fn`` to every string of a nest of field names, keeping its structure."""
+    if isinstance(names, str):
+        return fn(names)
+    if isinstance(names, Mapping):
+        return {k: _map_names(v, fn) for k, v in names.items()}
+    if is_namedtuple(names):
+        return type(names)(*(_map_names(v, fn) for v in names))
+    if isinstance(names, tuple | list):
+        return type(names)(_map_names(v, fn) for v in names)
+    return fn(names)

@@ -1,0 +1,277 @@
+"""Stand-in for ``alf.experience_replayers.segment_tree``: ALF's segment trees on rlreplay's.
+
+ALF keeps a segment tree in one torch tensor of ``2 * capacity`` nodes in ``dtype``. Here the
+tree is rlreplay's float64 Numba tree (:class:`rlreplay.SumTree`, :class:`rlreplay.MinTree`,
+:class:`rlreplay.MaxTree`): the same leaves, the same summaries and the same
+:meth:`SumSegmentTree.find_sum_bound`, with the torch API on top. Values are rounded to
+``dtype`` when they are set, so every leaf equals ALF's; sums are then accumulated in float64,
+so a summary can differ from ALF's float32 one in its last bits (it is the more exact one).
+Tensors handed back are of ``dtype`` on ``device``.
+"""
+
+from __future__ import annotations
+
+import operator
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import torch
+
+from rlreplay.errors import ConfigError, DTypeError, PriorityError
+from rlreplay.sampling.trees import MaxTree, MinTree, SumTree
+
+__all__ = ["MaxSegmentTree", "MinSegmentTree", "SegmentTree", "SumSegmentTree"]
+
+Array = np.ndarray[Any, Any]
+
+#: ALF's ``op`` argument -> the rlreplay tree that computes it.
+_TREES: dict[Any, type[SumTree | MinTree | MaxTree]] = {
+    torch.add: SumTree,
+    operator.add: SumTree,
+    np.add: SumTree,
+    torch.min: MinTree,
+    min: MinTree,
+    np.minimum: MinTree,
+    torch.max: MaxTree,
+    max: MaxTree,
+    np.maximum: MaxTree,
+}
+
+
+def check_device(device: Any, what: str) -> torch.device:
+    """``device`` as a :class:`torch.device`: ``"cpu"`` or an available CUDA device.
+
+    Raises:
+        ConfigError: Another device type, or CUDA asked for where it is not available.
+    """
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, TypeError):
+        raise ConfigError(f"{what}: expected 'cpu' or 'cuda', got {device!r}") from None
+    if dev.type not in ("cpu", "cuda"):
+        raise ConfigError(f"{what}: expected 'cpu' or 'cuda', got {device!r}")
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise ConfigError(
+            f"{what}: device={device!r} but CUDA is not available in this torch build "
+            f"({torch.__version__}); use device='cpu'"
+        )
+    return dev
+
+
+def as_numpy(value: Any) -> Array:
+    """A NumPy array from a torch tensor (any device), an array or an array-like."""
+    if isinstance(value, torch.Tensor):
+        out: Array = value.detach().cpu().numpy()
+        return out
+    return np.asarray(value)
+
+
+class SegmentTree(torch.nn.Module):
+    """Summary (sum, min or max) over ``capacity`` leaves, each update O(log capacity).
+
+    All leaves start at 0, as in ALF. ``values[capacity:]`` of ALF's layout are the leaves of
+    rlreplay's tree; its internal nodes are recomputed from their children on every update
+    (float64, no drift).
+
+    Args:
+        capacity: Number of leaves.
+        op: ``torch.add``, ``torch.min`` or ``torch.max`` (``operator.add``, ``min`` and
+            ``max`` and their NumPy counterparts also work).
+        dtype: dtype of the values handed back (and the precision values are stored with).
+        device: ``"cpu"`` or ``"cuda"``: where handed-back tensors are created.
+        name: Name of the tree.
+
+    Raises:
+        ConfigError: An unsupported ``op``, a bad ``capacity`` or an unavailable device.
+    """
+
+    def __init__(
+        self,
+        capacity: int,
+        op: Callable[..., Any],
+        dtype: torch.dtype = torch.float32,
+        device: Any = "cpu",
+        name: str = "SegmentTree",
+    ) -> None:
+        super().__init__()
+        tree_cls = _TREES.get(op)
+        if tree_cls is None:
+            raise ConfigError(
+                f"op: expected torch.add, torch.min or torch.max (the trees rlreplay "
+                f"computes), got {op!r}"
+            )
+        if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
+            raise ConfigError(f"dtype: expected a floating-point torch dtype, got {dtype!r}")
+        self._name = name
+        self._op = op
+        self._dtype = dtype
+        self._device = check_device(device, "device")
+        self._tree: SumTree | MinTree | MaxTree = tree_cls(capacity)
+        self._capacity = self._tree.capacity
+        if tree_cls is not SumTree:  # ALF's nodes start at 0, rlreplay's at the neutral element
+            self._tree.set(np.arange(self._capacity), 0.0)
+        self._nnz = 0
+
+    @property
+    def capacity(self) -> int:
+        """Number of leaves."""
+        return self._capacity
+
+    @property
+    def name(self) -> str:
+        """The tree's name."""
+        return self._name
+
+    def _out(self, array: Array) -> torch.Tensor:
+        return torch.from_numpy(np.ascontiguousarray(array)).to(self._device, self._dtype)
+
+    def _indices(self, indices: Any) -> Array:
+        idx = as_numpy(indices)
+        if idx.dtype.kind not in "iu":
+            raise DTypeError(f"indices: expected integers, got dtype {idx.dtype}")
+        return idx.astype(np.int64, copy=False)
+
+    def __setitem__(self, indices: Any, values: Any) -> None:
+        """Set the leaves ``indices`` to ``values`` (same shape, or a scalar).
+
+        Values are rounded to ``dtype`` first; with duplicate indices the last value wins.
+
+        Raises:
+            rlreplay.InvalidIdError: An index outside ``[0, capacity)``.
+            rlreplay.ShapeError: ``values`` of another shape than ``indices``.
+            rlreplay.PriorityError: A NaN (or, in a sum tree, a negative or infinite) value.
+        """
+        idx = self._indices(indices)
+        if isinstance(values, torch.Tensor):
+            vals = values.detach().to(self._dtype).cpu().numpy().astype(np.float64)
+        else:
+            vals = torch.as_tensor(np.asarray(values, np.float64)).to(self._dtype).double().numpy()
+        old = self._tree.get(idx)  # validates the indices before anything is written
+        self._tree.set(idx, vals)
+        # The number of non-zero leaves changes by the final value of each distinct index.
+        flat = idx.reshape(-1)
+        uniq, first_rev = np.unique(flat[::-1], return_index=True)
+        final = self._tree.get(uniq)
+        before = old.reshape(-1)[flat.size - 1 - first_rev]
+        self._nnz += int(np.count_nonzero(final)) - int(np.count_nonzero(before))
+
+    def __getitem__(self, indices: Any) -> torch.Tensor:
+        """The leaves at ``indices`` (same shape), as ``dtype`` on ``device``."""
+        return self._out(self._tree.get(self._indices(indices)))
+
+    def summary(self) -> torch.Tensor:
+        """The sum (``torch.add``), min (``torch.min``) or max (``torch.max``) of all leaves.
+
+        Returns:
+            A scalar tensor of ``dtype`` on ``device``.
+        """
+        return self._out(np.array(self._total()))
+
+    def _total(self) -> float:
+        if isinstance(self._tree, SumTree):
+            return self._tree.total
+        if isinstance(self._tree, MinTree):
+            return self._tree.min
+        return self._tree.max
+
+    @property
+    def nnz(self) -> torch.Tensor:
+        """The number of non-zero leaves (a scalar int64 tensor on ``device``)."""
+        return torch.tensor(self._nnz, dtype=torch.int64, device=self._device)
+
+    def get_extra_state(self) -> dict[str, Any]:
+        """The leaves (``state_dict()`` carries them under ``_extra_state``)."""
+        return self._tree.state_dict()
+
+    def set_extra_state(self, state: Any) -> None:
+        """Restore the leaves of :meth:`get_extra_state`."""
+        self._tree.load_state_dict(state)
+        self._nnz = int(np.count_nonzero(self._tree.get(np.arange(self._capacity))))
+
+    def extra_repr(self) -> str:
+        return f"name={self._name!r}, capacity={self._capacity}, dtype={self._dtype}"
+
+
+class SumSegmentTree(SegmentTree):
+    """Segment tree with the sum operation; finds the leaf under a prefix sum.
+
+    Example:
+        >>> import torch
+        >>> from rlreplay.compat.alf.segment_tree import SumSegmentTree
+        >>> tree = SumSegmentTree(4)
+        >>> tree[torch.tensor([0, 2])] = torch.tensor([1.0, 2.0])
+        >>> tree.find_sum_bound(torch.tensor([0.5, 1.0, 3.0])).tolist()
+        [0, 2, 2]
+    """
+
+    def __init__(
+        self,
+        capacity: int,
+        dtype: torch.dtype = torch.float32,
+        device: Any = "cpu",
+        name: str = "SumSegmentTree",
+    ) -> None:
+        super().__init__(capacity, torch.add, dtype=dtype, device=device, name=name)
+
+    def find_sum_bound(self, thresholds: Any) -> torch.Tensor:
+        """For each threshold, the smallest ``idx`` with ``threshold < sum(values[: idx + 1])``.
+
+        ``values[result[i]]`` is never 0. A threshold equal to :meth:`summary` (no index
+        qualifies) gives the largest index of a non-zero value.
+
+        Args:
+            thresholds: 1-D tensor of thresholds in ``[0, summary()]``.
+
+        Returns:
+            int64 tensor of the shape of ``thresholds``, on ``device``.
+
+        Raises:
+            ValueError: A threshold greater than :meth:`summary` (``rlreplay.PriorityError``,
+                also for a negative or NaN one), or every value is 0
+                (``rlreplay.EmptyBufferError``).
+        """
+        th = as_numpy(thresholds)
+        if th.dtype.kind not in "iuf":
+            raise DTypeError(f"thresholds: expected real numbers, got dtype {th.dtype}")
+        th = th.astype(np.float64)
+        total = self._total()
+        # The summary the caller sees is rounded to dtype; a threshold equal to it is "== root".
+        shown = float(torch.tensor(total, dtype=torch.float64).to(self._dtype).item())
+        if th.size and np.nanmax(th) > shown:
+            bad = float(th[th > shown].reshape(-1)[0])
+            raise PriorityError(
+                f"find_sum_bound: thresholds must not exceed summary() = {shown!r}, got {bad!r}"
+            )
+        th = np.where(th >= shown, total, th)
+        tree = self._tree
+        if not isinstance(tree, SumTree):  # pragma: no cover - the constructor fixes the op
+            raise TypeError("find_sum_bound needs a sum tree")
+        out = tree.find_prefix_sum(th)
+        return torch.from_numpy(out).to(self._device)
+
+
+class MinSegmentTree(SegmentTree):
+    """Segment tree with the min operation (all leaves start at 0, as in ALF)."""
+
+    def __init__(
+        self,
+        capacity: int,
+        dtype: torch.dtype = torch.float32,
+        device: Any = "cpu",
+        name: str = "MinSegmentTree",
+    ) -> None:
+        super().__init__(capacity, torch.min, dtype=dtype, device=device, name=name)
+
+
+class MaxSegmentTree(SegmentTree):
+    """Segment tree with the max operation (all leaves start at 0, as in ALF)."""
+
+    def __init__(
+        self,
+        capacity: int,
+        dtype: torch.dtype = torch.float32,
+        device: Any = "cpu",
+        name: str = "MaxSegmentTree",
+    ) -> None:
+        super().__init__(capacity, torch.max, dtype=dtype, device=device, name=name)
