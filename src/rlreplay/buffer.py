@@ -33,13 +33,11 @@ from rlreplay.errors import (
 )
 from rlreplay.sampling.uniform import (
     DrawOptions,
-    draw_balanced,
     draw_mixed,
     draw_options,
     draw_uniform,
-    uniform_below,
 )
-from rlreplay.sequences import gather_runs, run_lengths, valid_sequence_starts
+from rlreplay.sequences import draw_sequence_starts, gather_runs, run_lengths
 from rlreplay.spec import Field, Schema, clip_pair, positive_int
 from rlreplay.storage import Columns, make_backend
 from rlreplay.transforms import BindableTransform, Transform, apply_transform
@@ -50,7 +48,6 @@ __all__ = ["ReplayBuffer", "load"]
 Array = np.ndarray[Any, Any]
 
 _INITIAL_FINALS = 16  # final-observation records per env before the first doubling
-_REJECTION_ROUNDS = 32  # sequence-start redraws before the exact fallback
 
 
 class ReplayBuffer:
@@ -617,74 +614,11 @@ class ReplayBuffer:
         self, batch_size: int, length: int, within_episode: bool, pad: bool, balance_envs: bool
     ) -> tuple[Array, Array, dict[str, Array]]:
         """Choose sequence starts; subclasses override (prioritized starts)."""
-        heads = self._index.env[:, HEAD]
-        stored = self._index.stored_per_env()
-        if not pad:
-            stored = np.maximum(stored - length + 1, 0)  # runs must fit before the cursor
-        if not stored.any():
-            raise EmptyBufferError(
-                f"sample_sequences: no start for {length} steps ({len(self)} stored steps)"
-            )
-
-        def draw(n: int) -> tuple[Array, Array]:
-            if balance_envs:
-                return draw_balanced(heads, stored, n, self._rng)
-            return draw_uniform(heads, stored, n, self._rng)
-
-        env_ids, t0 = draw(batch_size)
-        if not pad and within_episode:
-            env_ids, t0 = self._reject_crossing_starts(
-                env_ids, t0, heads, stored, length, draw, balance_envs
-            )
-        if balance_envs:
-            order = np.argsort(env_ids, kind="stable")
-            env_ids, t0 = env_ids[order], t0[order]
+        env_ids, t0 = draw_sequence_starts(
+            self._index, self._rng, batch_size, length,
+            within_episode=within_episode, pad=pad, balance_envs=balance_envs,
+        )  # fmt: skip
         return env_ids, t0, {"weights": np.ones(batch_size, np.float32)}
-
-    def _reject_crossing_starts(
-        self,
-        env_ids: Array,
-        t0: Array,
-        heads: Array,
-        sizes: Array,
-        length: int,
-        draw: Callable[[int], tuple[Array, Array]],
-        balance_envs: bool,
-    ) -> tuple[Array, Array]:
-        """Redraw starts whose run crosses an episode end, until none does.
-
-        With ``balance_envs`` a redraw keeps the row's env (the env was chosen uniformly; only
-        its start is redrawn), so every env with a valid start keeps the same mass.
-        """
-        for _ in range(_REJECTION_ROUNDS):
-            bad = ~valid_sequence_starts(self._index, env_ids, t0, length, True)
-            if not bad.any():
-                return env_ids, t0
-            if balance_envs:
-                e = env_ids[bad]
-                t0[bad] = heads[e] + uniform_below(sizes[e], self._rng)
-            else:
-                env_ids[bad], t0[bad] = draw(int(bad.sum()))
-        # Such starts are rare: enumerate them once and draw among them exactly.
-        all_env, all_t = expand_ranges(heads, sizes)
-        ok = valid_sequence_starts(self._index, all_env, all_t, length, True)
-        if not ok.any():
-            raise EmptyBufferError(
-                f"sample_sequences: no episode has {length} consecutive stored steps (pad=False)"
-            )
-        cand_env, cand_t = all_env[ok], all_t[ok]  # grouped by env
-        bad = ~valid_sequence_starts(self._index, env_ids, t0, length, True)
-        if balance_envs:
-            per_env = np.bincount(cand_env, minlength=self.num_envs)
-            e = env_ids[bad]
-            lost = per_env[e] == 0  # envs without any valid start: choose among the others
-            valid_envs = np.flatnonzero(per_env)
-            e[lost] = valid_envs[self._rng.integers(0, valid_envs.shape[0], int(lost.sum()))]
-            pick = (np.cumsum(per_env) - per_env)[e] + uniform_below(per_env[e], self._rng)
-        else:
-            pick = self._rng.integers(0, cand_env.shape[0], size=int(bad.sum()))
-        env_ids[bad], t0[bad] = cand_env[pick], cand_t[pick]
-        return env_ids, t0
 
     def sample_episodes(self, n: int) -> Batch:
         """Draw ``n`` complete episodes uniformly (with replacement) among those fully stored.
