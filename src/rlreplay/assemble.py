@@ -81,10 +81,15 @@ def nstep_window(
 def stack_frames(
     col: Array, base: Array, t: Array, ep_start: Array, k: int, C: int, zero_pad: bool
 ) -> Array:
-    """Frames ``t-k+1 .. t`` of each sampled episode, shape ``(B, k, *frame)``."""
-    pos = t[:, None] + np.arange(1 - k, 1)
-    pad = pos < ep_start[:, None]
-    frames: Array = col[base[:, None] + np.maximum(pos, ep_start[:, None]) % C]
+    """Frames ``t-k+1 .. t`` of each sampled episode, shape ``t.shape + (k, *frame)``.
+
+    ``t`` may have any shape whose last axis is the batch's (``base`` and ``ep_start`` are
+    per row): ``(2, B)`` gathers the current and next stacks in one go.
+    """
+    pos = t[..., None] + np.arange(1 - k, 1)
+    first = ep_start[:, None]
+    pad = pos < first
+    frames: Array = col[base[:, None] + np.maximum(pos, first) % C]
     if zero_pad and pad.any():
         frames[pad] = 0
     return frames
@@ -132,14 +137,19 @@ def assemble_transitions(
         if name not in cols.finals:
             out[name] = col[slot]
             continue
+        # Current and next values are gathered into one (2, B, ...) array: one fancy index
+        # instead of two, and one fresh allocation (two large ones in a row make glibc trim
+        # and re-fault the heap on every call). Its two halves are independent arrays.
         if name == "obs" and ep_start is not None:
-            out[name] = stack_frames(col, base, t, ep_start, frame_stack, C, zero_pad)
-            nxt = stack_frames(col, base, t_next, ep_start, frame_stack, C, zero_pad)
+            both = stack_frames(
+                col, base, np.stack([t, t_next]), ep_start, frame_stack, C, zero_pad
+            )
+            out[name], nxt = both[0], both[1]
             if ended_rows.size:
                 nxt[ended_rows, -1] = cols.finals[name][final_pos]
         else:
-            out[name] = col[slot]
-            nxt = col[next_slot]
+            both = col[np.stack([slot, next_slot])]
+            out[name], nxt = both[0], both[1]
             if ended_rows.size:
                 nxt[ended_rows] = cols.finals[name][final_pos]
         nexts["next_" + name] = nxt
