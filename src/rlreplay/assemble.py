@@ -164,6 +164,11 @@ def assemble_transitions(
     out.update(nexts)
     out["terminated"] = win.terminated
     out["truncated"] = win.truncated
-    out["discount"] = np.where(win.terminated, 0.0, np.float64(gamma) ** win.m).astype(np.float32)
+    if n_step == 1:  # m = 1 everywhere: one select instead of a power, a select and a cast
+        out["discount"] = np.where(win.terminated, np.float32(0.0), np.float32(gamma))
+    else:
+        out["discount"] = np.where(win.terminated, 0.0, np.float64(gamma) ** win.m).astype(
+            np.float32
+        )
     out["steps"] = win.m
     return out

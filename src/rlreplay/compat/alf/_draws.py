@@ -16,6 +16,8 @@ keeps every step of a sequence stored):
 
 from __future__ import annotations
 
+import math
+from collections.abc import Mapping
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -29,7 +31,10 @@ __all__ = [
     "ReplayAssertionError",
     "StartRanges",
     "alf_returns",
+    "draw_starts",
+    "gathered_returns",
     "priority_starts",
+    "sequence_returns",
     "uniform_starts",
 ]
 
@@ -147,6 +152,39 @@ def priority_starts(
     return env, t, weights.astype(np.float32)
 
 
+def draw_starts(
+    rng: np.random.Generator,
+    pcore: PrioritizedReplayBuffer | None,
+    heads: Array,
+    counts: Array,
+    B: int,
+    L: int,
+    *,
+    ignored: int,
+    recent_ratio: float,
+    recent_steps: int,
+    replacement: bool,
+) -> tuple[Array, Array, Array | None]:
+    """Starts ``(env, pos)`` of ``B`` sequences, and importance weights if prioritized.
+
+    ``heads`` and ``counts`` are each env's oldest stored position and ``current_pos``;
+    ``pcore`` is the prioritized core (``None``: uniform starts drawn with ``rng``).
+    """
+    n_recent = 0
+    if recent_ratio > 0:
+        avg = (counts - heads).sum() / heads.shape[0] - (L - 1 + ignored)
+        if avg * recent_ratio > recent_steps:
+            n_recent = min(B, math.ceil(round(B * recent_ratio, 9)))
+    ranges = StartRanges(heads + ignored, counts - L + 1, counts - heads, L, ignored)
+    if pcore is None:
+        env, t = uniform_starts(rng, ranges, B, n_recent, recent_steps, replacement)
+        return env, t, None
+    env_p, t_p, w_p = priority_starts(pcore, ranges, B - n_recent)
+    env_r, t_r = uniform_starts(rng, ranges, n_recent, n_recent, recent_steps, replacement)
+    weights = np.concatenate([w_p, np.ones(n_recent, np.float32)])
+    return np.concatenate([env_p, env_r]), np.concatenate([t_p, t_r]), weights
+
+
 def alf_returns(g: Array, mask: Array, ends: Array, length: int, default: float) -> Array:
     """ALF's discounted returns of the first ``length`` steps of runs from the core's ``g``.
 
@@ -157,3 +195,18 @@ def alf_returns(g: Array, mask: Array, ends: Array, length: int, default: float)
     after = np.where(mask[:, 1 : length + 1], g[:, 1 : length + 1], default)
     out: Array = np.where(ends[:, :length], 0.0, after).astype(np.float32)
     return out
+
+
+def sequence_returns(seq: Mapping[str, Array], length: int, default: float) -> Array:
+    """:func:`alf_returns` of the first ``length`` steps of runs of ``length + 1`` steps."""
+    ends = seq["terminated"] | seq["truncated"]
+    return alf_returns(seq["discounted_return"], seq["mask"], ends, length, default)
+
+
+def gathered_returns(data: Mapping[str, Array], num_envs: int, default: float) -> Array:
+    """:func:`alf_returns` of every step of ``gather_all`` data (``(E, T)``; none stored after)."""
+    E = num_envs
+    g = np.concatenate([data["discounted_return"], np.zeros((E, 1), np.float32)], 1)
+    mask = np.concatenate([data["mask"], np.zeros((E, 1), np.bool_)], 1)
+    ends = data["terminated"] | data["truncated"]
+    return alf_returns(g, mask, ends, ends.shape[1], default)

@@ -36,6 +36,10 @@ segment begins, for :meth:`ReplayBuffer.get_disc_0_begin_position`, and with pri
 sampling a max tree of the current priorities, because ALF gives a new step ``max(
 initial_priority, current largest priority)`` where the core would use the largest priority
 ever applied. Everything else lives in the core, under its lock.
+
+The parts live in private modules of this package: ``_setup`` (option checks, the core),
+``_nest`` (nests and tensors to and from core arrays), ``_draws`` (where sequences start,
+returns) and ``_episodic`` (the discount-0 segments).
 """
 
 from __future__ import annotations
@@ -51,33 +55,24 @@ from rlreplay.batch import Batch
 from rlreplay.buffer import ReplayBuffer as CoreBuffer
 from rlreplay.compat.alf._draws import (
     ReplayAssertionError,
-    StartRanges,
-    alf_returns,
-    priority_starts,
-    uniform_starts,
+    draw_starts,
+    gathered_returns,
+    sequence_returns,
 )
+from rlreplay.compat.alf._episodic import Disc0Segments
+from rlreplay.compat.alf._nest import (
+    broadcast_ids,
+    env_array,
+    field_tensors,
+    pack_rows,
+    step_values,
+    to_tensor,
+)
+from rlreplay.compat.alf._setup import check_options, make_core, positive, spec_layout
 from rlreplay.compat.alf.segment_tree import as_numpy, check_device
-from rlreplay.compat.alf.tensor_specs import (
-    Path,
-    core_field_names,
-    flatten_spec,
-    get_path,
-    is_namedtuple,
-    pack,
-    split_path,
-)
 from rlreplay.episodes import COUNT, HEAD
-from rlreplay.errors import (
-    ConfigError,
-    EmptyBufferError,
-    FieldError,
-    InvalidIdError,
-    ReplayClosed,
-    ShapeError,
-)
-from rlreplay.prioritized import PrioritizedReplayBuffer
+from rlreplay.errors import EmptyBufferError, FieldError, ReplayClosed, ShapeError
 from rlreplay.sampling.trees import MaxTree
-from rlreplay.spec import Field
 
 __all__ = ["BatchInfo", "ReplayAssertionError", "ReplayBuffer", "StepType"]
 
@@ -109,19 +104,6 @@ class BatchInfo(NamedTuple):
     importance_weights: Any = ()
     replay_buffer: Any = ()
     discounted_return: Any = ()
-
-
-def _int_array(value: Any, what: str) -> Array:
-    arr = as_numpy(value)
-    if arr.dtype.kind not in "iu":
-        raise InvalidIdError(f"{what}: expected integers, got dtype {arr.dtype}")
-    return arr.astype(np.int64, copy=False)
-
-
-def _positive(name: str, value: Any, minimum: int = 1) -> int:
-    if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < minimum:
-        raise ConfigError(f"{name}: expected an int >= {minimum}, got {value!r}")
-    return int(value)
 
 
 class ReplayBuffer(torch.nn.Module):
@@ -206,45 +188,13 @@ class ReplayBuffer(torch.nn.Module):
         name: str = "ReplayBuffer",
     ) -> None:
         super().__init__()
-        E = _positive("num_environments", num_environments)
-        C = _positive("max_length", max_length, minimum=2)
-        ignored = _positive("num_earliest_frames_ignored", num_earliest_frames_ignored, 0)
-        if allow_multiprocess:
-            raise ConfigError(
-                "allow_multiprocess: rlreplay's buffer is thread-safe but lives in one process; "
-                "use threads (or one buffer per process)"
-            )
-        if keep_episodic_info is None:
-            keep_episodic_info = ignored > 0 or bool(record_episodic_return)
-        if not keep_episodic_info and (ignored > 0 or record_episodic_return):
-            raise ConfigError(
-                "keep_episodic_info=False: num_earliest_frames_ignored > 0 and "
-                "record_episodic_return need episode information; leave it None or True"
-            )
-        if (
-            isinstance(recent_data_ratio, bool)
-            or not isinstance(recent_data_ratio, int | float | np.number)
-            or not 0.0 <= float(recent_data_ratio) <= 1.0
-        ):
-            raise ConfigError(
-                f"recent_data_ratio: expected a number in [0, 1], got {recent_data_ratio!r}"
-            )
+        E, C, ignored, keep_episodic_info = check_options(
+            num_environments, max_length, num_earliest_frames_ignored, allow_multiprocess,
+            keep_episodic_info, record_episodic_return, recent_data_ratio,
+        )  # fmt: skip
         self._spec = data_spec
-        self._leaves = flatten_spec(data_spec)
-        self._names = core_field_names([p for p, _ in self._leaves])
-        self._step_type = self._scalar_leaf(("step_type",), "iu")
-        self._discount = self._scalar_leaf(("discount",), "iuf")
-        if keep_episodic_info and self._step_type is None:
-            raise ConfigError(
-                "keep_episodic_info: needs a scalar integer 'step_type' at the top of "
-                f"data_spec (episodes end at StepType.LAST); leaves: {self.field_names}"
-            )
-        self._has_reward = ("reward",) in self._names
-        fields = {self._names[p]: Field(tuple(s.shape), s.numpy_dtype) for p, s in self._leaves}
-        self._placeholder = "obs"
-        while self._placeholder in fields:
-            self._placeholder += "_"
-        fields[self._placeholder] = Field((0,), np.uint8, observation=True)
+        self._layout = spec_layout(data_spec, keep_episodic_info)
+        self._names, self._discount = self._layout.names, self._layout.discount
 
         self._num_envs = E
         self._max_length = C
@@ -252,7 +202,7 @@ class ReplayBuffer(torch.nn.Module):
         self._keep_episodic_info = bool(keep_episodic_info)
         self._prioritized = bool(prioritized_sampling)
         self._initial_priority = float(initial_priority)
-        self._recent_steps = _positive("recent_data_steps", recent_data_steps)
+        self._recent_steps = positive("recent_data_steps", recent_data_steps)
         self._recent_ratio = float(recent_data_ratio)
         self._with_replacement = bool(with_replacement)
         self._device = check_device(device, "device")
@@ -260,43 +210,16 @@ class ReplayBuffer(torch.nn.Module):
         self._default_return = float(default_return)
         self._enable_checkpoint = bool(enable_checkpoint)
         self._name = name
-        # ALF draws from torch's global generator: seed the core's from it, so that
-        # torch.manual_seed makes runs repeatable.
-        seed = int(torch.randint(0, 2**62, (), dtype=torch.int64))
-        common: dict[str, Any] = {
-            "num_envs": E,
-            "gamma": gamma,
-            "seed": seed,
-            "record_episodic_return": self._record,
-            "reward_clip": reward_clip,
-            "default_return": default_return,
-        }
-        self._core: CoreBuffer
-        self._pcore: PrioritizedReplayBuffer | None = None
-        if self._prioritized:
-            self._core = self._pcore = PrioritizedReplayBuffer(
-                E * C, fields, alpha=1.0, beta=0.0, eps=0.0,
-                initial_priority=initial_priority, **common,
-            )  # fmt: skip
-        else:
-            self._core = CoreBuffer(E * C, fields, **common)
+        self._core, self._pcore = make_core(
+            E, C, self._layout.fields, prioritized=self._prioritized,
+            initial_priority=initial_priority, gamma=gamma, record_episodic_return=self._record,
+            reward_clip=reward_clip, default_return=default_return,
+        )  # fmt: skip
         self._lock = self._core._lock  # one lock: blocking waits release it (RLock condition)
         self._all_envs = np.arange(E, dtype=np.int64)
         self._stopped = False
-        # Discount-0 segments: where the segment of each stored step begins (by slot), and
-        # the newest discount-0 position per env.
-        self._disc0_begin = np.zeros(E * C, np.int64)
-        self._last_disc0 = np.full(E, -1, np.int64)
+        self._disc0 = Disc0Segments(E, C)
         self._max_prio = MaxTree(E * C) if self._prioritized else None
-
-    # ------------------------------------------------------------------ construction helpers
-    def _scalar_leaf(self, path: Path, kinds: str) -> str | None:
-        for p, spec in self._leaves:
-            if p == path:
-                if spec.shape == () and spec.numpy_dtype.kind in kinds:
-                    return self._names[p]
-                return None
-        return None
 
     # ------------------------------------------------------------------ properties
     @property
@@ -364,44 +287,14 @@ class ReplayBuffer(torch.nn.Module):
         env = self._core._index.env
         return env[:, HEAD].copy(), env[:, COUNT].copy()
 
-    def _out(self, array: Array, device: torch.device) -> torch.Tensor:
-        tensor = torch.from_numpy(np.ascontiguousarray(array))
-        return tensor if device.type == "cpu" else tensor.to(device)
-
     def _nest(
         self, data: Mapping[str, Array], device: torch.device, length: int | None = None
     ) -> Any:
-        def leaf(path: Path) -> torch.Tensor:
-            arr = data[self._names[path]]
-            return self._out(arr if length is None else arr[:, :length], device)
-
-        return pack(self._spec, leaf)
-
-    def _env_array(self, env_ids: Any) -> Array:
-        if env_ids is None:
-            return self._all_envs
-        arr = _int_array(env_ids, "env_ids")
-        if arr.ndim != 1:
-            raise InvalidIdError(f"env_ids: expected a 1-D tensor, got shape {arr.shape}")
-        return arr
+        return pack_rows(self._spec, self._names, data, device, length)
 
     def _ids(self, env_ids: Any, positions: Any) -> tuple[Array, Array, Array]:
         """Broadcast ``env_ids`` and ``positions``; return ``(env, pos, core ids)``."""
-        env = _int_array(env_ids, "env_ids")
-        pos = _int_array(positions, "positions")
-        try:
-            env, pos = np.broadcast_arrays(env, pos)
-        except ValueError:
-            raise ShapeError(
-                f"env_ids {env.shape} and positions {pos.shape} do not broadcast"
-            ) from None
-        bad = (env < 0) | (env >= self._num_envs) | (pos < 0)
-        if bad.any():
-            raise InvalidIdError(
-                f"env_ids must be in [0, {self._num_envs}) and positions >= 0; got env "
-                f"{env[bad][:5].tolist()} at positions {pos[bad][:5].tolist()}"
-            )
-        return env, pos, pos * self._num_envs + env
+        return broadcast_ids(env_ids, positions, self._num_envs)
 
     def _require_episodic(self, what: str) -> None:
         if not self._keep_episodic_info:
@@ -435,27 +328,9 @@ class ReplayBuffer(torch.nn.Module):
             rlreplay.ReplayClosed: The buffer was stopped (a blocking add that :meth:`stop`
                 interrupts returns without adding, as in ALF).
         """
-        envs = self._env_array(env_ids)
+        envs = env_array(env_ids, self._all_envs)
         B = envs.shape[0]
-        values: dict[str, Any] = {}
-        for path, _ in self._leaves:
-            value = get_path(batch, path)
-            values[self._names[path]] = (
-                as_numpy(value) if isinstance(value, torch.Tensor) else value
-            )
-        last = np.zeros(B, np.bool_)
-        disc0 = None
-        if self._step_type is not None:
-            last = self._flag(values, self._step_type, B) == StepType.LAST
-        if self._discount is not None:
-            disc0 = self._flag(values, self._discount, B) == 0
-        values["terminated"] = last if disc0 is None else last & disc0
-        values["truncated"] = np.zeros(B, np.bool_) if disc0 is None else last & ~disc0
-        if not self._has_reward:
-            values["reward"] = np.zeros(B, np.float32)
-        empty = np.zeros((B, 0), np.uint8)
-        values[self._placeholder] = empty
-        values["next_" + self._placeholder] = empty
+        values, disc0 = step_values(batch, self._layout, B, StepType.LAST)
         with self._lock:
             try:
                 ids = self._core.add(env_ids=envs, block=blocking, timeout=timeout, **values)
@@ -465,21 +340,12 @@ class ReplayBuffer(torch.nn.Module):
                 raise
             t = ids // self._num_envs
             slots = envs * self._max_length + t % self._max_length
-            self._disc0_begin[slots] = self._last_disc0[envs] + 1
-            if disc0 is not None:
-                self._last_disc0[envs[disc0]] = t[disc0]
+            self._disc0.record(envs, t, slots, disc0)
             if self._pcore is not None and self._max_prio is not None:
                 # ALF's rule, not the core's: max(initial, current largest priority).
                 p0 = self._new_priority()
                 self._pcore.update_priorities(ids, np.full(B, p0))
                 self._max_prio.set(slots, p0)
-
-    @staticmethod
-    def _flag(values: dict[str, Any], name: str, rows: int) -> Array:
-        arr = np.asarray(values[name])
-        if arr.shape != (rows,):
-            raise ShapeError(f"{name}: expected shape ({rows},), got {arr.shape}")
-        return arr
 
     def stop(self) -> None:
         """Wake every blocked :meth:`add_batch` / :meth:`dequeue` and close the buffer.
@@ -498,7 +364,7 @@ class ReplayBuffer(torch.nn.Module):
                 if self._max_prio is not None:
                     self._max_prio.set(np.arange(self._max_prio.capacity), -math.inf)
                 return
-            envs = self._env_array(env_ids)
+            envs = env_array(env_ids, self._all_envs)
             heads, counts = self._bounds()
             for e in envs.tolist():
                 if counts[e] > heads[e]:
@@ -538,7 +404,7 @@ class ReplayBuffer(torch.nn.Module):
             ReplayAssertionError: Not enough data and not ``blocking`` (an AssertionError).
             rlreplay.ReplayTimeout: ``blocking`` and not enough data within ``timeout``.
         """
-        envs = self._env_array(env_ids)
+        envs = env_array(env_ids, self._all_envs)
         with self._lock:
             try:
                 got = self._core.dequeue(n, envs, block=blocking, timeout=timeout)
@@ -583,16 +449,11 @@ class ReplayBuffer(torch.nn.Module):
         data = {name: arr[:, k:] for name, arr in got.items()}
         returns: Any = ()
         if self._record:
-            E = self._num_envs
-            g = np.concatenate([data["discounted_return"], np.zeros((E, 1), np.float32)], 1)
-            mask = np.concatenate([data["mask"], np.zeros((E, 1), np.bool_)], 1)
-            ends = data["terminated"] | data["truncated"]
-            returns = self._out(
-                alf_returns(g, mask, ends, ends.shape[1], self._default_return), device
-            )
+            g = gathered_returns(data, self._num_envs, self._default_return)
+            returns = to_tensor(g, device)
         info = BatchInfo(
-            env_ids=self._out(self._all_envs.copy(), device),
-            positions=self._out(heads + k, device),
+            env_ids=to_tensor(self._all_envs.copy(), device),
+            positions=to_tensor(heads + k, device),
             replay_buffer=self,
             discounted_return=returns,
         )
@@ -621,11 +482,15 @@ class ReplayBuffer(torch.nn.Module):
                 num_earliest_frames_ignored`` steps; or, prioritized, no possible start has a
                 non-zero priority.
         """
-        B = _positive("batch_size", batch_size)
-        L = _positive("batch_length", batch_length)
+        B = positive("batch_size", batch_size)
+        L = positive("batch_length", batch_length)
         with self._lock:
             self._core._check_open()
-            env, t, weights = self._draw(B, L)
+            env, t, weights = draw_starts(
+                self._core._rng, self._pcore, *self._bounds(), B, L,
+                ignored=self._ignored, recent_ratio=self._recent_ratio,
+                recent_steps=self._recent_steps, replacement=self._with_replacement,
+            )  # fmt: skip
             order = np.argsort(env, kind="stable")
             env, t = env[order], t[order]
             ids = t * self._num_envs + env
@@ -633,41 +498,15 @@ class ReplayBuffer(torch.nn.Module):
         device = torch.get_default_device()
         returns: Any = ()
         if self._record:
-            ends = seq["terminated"] | seq["truncated"]
-            returns = self._out(
-                alf_returns(seq["discounted_return"], seq["mask"], ends, L, self._default_return),
-                device,
-            )
+            returns = to_tensor(sequence_returns(seq, L, self._default_return), device)
         info = BatchInfo(
-            env_ids=self._out(env, device),
-            positions=self._out(t, device),
-            importance_weights=() if weights is None else self._out(weights[order], device),
+            env_ids=to_tensor(env, device),
+            positions=to_tensor(t, device),
+            importance_weights=() if weights is None else to_tensor(weights[order], device),
             replay_buffer=self,
             discounted_return=returns,
         )
         return self._nest(seq, device, L), info
-
-    def _draw(self, B: int, L: int) -> tuple[Array, Array, Array | None]:
-        """Starts ``(env, pos)`` of ``B`` sequences, and importance weights if prioritized."""
-        heads, counts = self._bounds()
-        n_recent = 0
-        if self._recent_ratio > 0:
-            avg = (counts - heads).sum() / self._num_envs - (L - 1 + self._ignored)
-            if avg * self._recent_ratio > self._recent_steps:
-                n_recent = min(B, math.ceil(round(B * self._recent_ratio, 9)))
-        ranges = StartRanges(
-            heads + self._ignored, counts - L + 1, counts - heads, L, self._ignored
-        )
-        rng = self._core._rng
-        if self._pcore is None:
-            env, t = uniform_starts(rng, ranges, B, n_recent, self._recent_steps,
-                                    self._with_replacement)  # fmt: skip
-            return env, t, None
-        env_p, t_p, w_p = priority_starts(self._pcore, ranges, B - n_recent)
-        env_r, t_r = uniform_starts(rng, ranges, n_recent, n_recent, self._recent_steps,
-                                    self._with_replacement)  # fmt: skip
-        weights = np.concatenate([w_p, np.ones(n_recent, np.float32)])
-        return np.concatenate([env_p, env_r]), np.concatenate([t_p, t_r]), weights
 
     def update_priority(self, env_ids: Any, positions: Any, priorities: Any) -> None:
         """Set the priorities of the steps ``(env_ids, positions)`` (from a :class:`BatchInfo`).
@@ -712,19 +551,11 @@ class ReplayBuffer(torch.nn.Module):
         """
         _, _, ids = self._ids(env_ids, positions)
 
-        def one(name: str) -> Any:
-            if not isinstance(name, str):
-                raise FieldError(f"get_field: expected dotted field names, got {name!r}")
-            path = split_path(name)
-            sub = get_path(self._spec, path)
-            return pack(
-                sub,
-                lambda rel: self._out(self._core.get_field(self._names[path + rel], ids),
-                                      self._device),
-            )  # fmt: skip
+        def get(name: str) -> Array:
+            return self._core.get_field(name, ids)
 
         with self._lock:
-            return _map_names(field_name, one)
+            return field_tensors(field_name, self._spec, self._names, get, self._device)
 
     def steps_to_episode_end(self, pos: Any, env_ids: Any) -> torch.Tensor:
         """The distance from each step to the closest episode end (``LAST`` step) in future.
@@ -745,7 +576,7 @@ class ReplayBuffer(torch.nn.Module):
             dist = self._core.steps_to_episode_end(ids)
             _, counts = self._bounds()
             out = np.where(dist < 0, counts[env] - 1 - p, dist)
-        return self._out(out, self._device)
+        return to_tensor(out, self._device)
 
     def get_episode_begin_position(self, pos: Any, env_ids: Any) -> torch.Tensor:
         """The position of the first step of the episode holding each step.
@@ -760,7 +591,7 @@ class ReplayBuffer(torch.nn.Module):
         _, _, ids = self._ids(env_ids, pos)
         with self._lock:
             begin = self._core.episode_begin(ids) // self._num_envs
-        return self._out(begin, self._device)
+        return to_tensor(begin, self._device)
 
     def get_disc_0_begin_position(self, pos: Any, env_ids: Any) -> torch.Tensor:
         """Where the discount-0 segment of each step begins.
@@ -781,14 +612,8 @@ class ReplayBuffer(torch.nn.Module):
         env, p, _ = self._ids(env_ids, pos)
         with self._lock:
             heads, counts = self._bounds()
-            bad = (p < heads[env]) | (p >= counts[env])
-            if bad.any():
-                raise InvalidIdError(
-                    f"positions {p[bad][:5].tolist()} of envs {env[bad][:5].tolist()} are not "
-                    "stored (overwritten or never added)"
-                )
-            out = self._disc0_begin[env * self._max_length + p % self._max_length]
-        return self._out(out, self._device)
+            out = self._disc0.begin_of(env, p, heads, counts)
+        return to_tensor(out, self._device)
 
     # ------------------------------------------------------------------ state
     def get_extra_state(self) -> dict[str, Any]:
@@ -798,8 +623,7 @@ class ReplayBuffer(torch.nn.Module):
         with self._lock:
             return {
                 "core": self._core.state_dict(),
-                "disc0_begin": self._disc0_begin.copy(),
-                "last_disc0": self._last_disc0.copy(),
+                **self._disc0.state_dict(),
                 "max_priority": None if self._max_prio is None else self._max_prio.state_dict(),
             }
 
@@ -812,20 +636,6 @@ class ReplayBuffer(torch.nn.Module):
             # The seed only names how the generator started; its state is restored from meta.
             core_state["config"] = {**core_state["config"], "seed": self._core.seed}
             self._core.load_state_dict(core_state)
-            self._disc0_begin[...] = state["disc0_begin"]
-            self._last_disc0[...] = state["last_disc0"]
+            self._disc0.load_state_dict(state)
             if self._max_prio is not None and state["max_priority"] is not None:
                 self._max_prio.load_state_dict(state["max_priority"])
-
-
-def _map_names(names: Any, fn: Any) -> Any:
-    """Apply ``fn`` to every string of a nest of field names, keeping its structure."""
-    if isinstance(names, str):
-        return fn(names)
-    if isinstance(names, Mapping):
-        return {k: _map_names(v, fn) for k, v in names.items()}
-    if is_namedtuple(names):
-        return type(names)(*(_map_names(v, fn) for v in names))
-    if isinstance(names, tuple | list):
-        return type(names)(_map_names(v, fn) for v in names)
-    return fn(names)

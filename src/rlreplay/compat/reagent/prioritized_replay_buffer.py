@@ -18,12 +18,8 @@ from typing import TYPE_CHECKING, Any, ClassVar, cast
 
 import numpy as np
 
-from rlreplay.compat.reagent.circular_replay_buffer import (
-    ReplayBuffer,
-    ReplayElement,
-    _Batch,
-    shape_type,
-)
+from rlreplay.compat.reagent._assembly import _Batch
+from rlreplay.compat.reagent.circular_replay_buffer import ReplayBuffer, ReplayElement, shape_type
 from rlreplay.errors import CheckpointError, PriorityError, ShapeError
 from rlreplay.prioritized import PrioritizedReplayBuffer as CorePrioritizedReplayBuffer
 

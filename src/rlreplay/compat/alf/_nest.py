@@ -1,0 +1,193 @@
+"""ALF's nests and tensors to and from the core's named arrays (private to the ALF front-end).
+
+Inputs (tensors on any device, arrays) become NumPy arrays: a batch of steps becomes the
+core's ``add`` arguments (:func:`step_values`), env ids and positions become core ids
+(:func:`env_array`, :func:`broadcast_ids`; the core id of ``(env, pos)`` is ``pos * E + env``).
+Outputs are tensors (:func:`to_tensor`) packed in the structure of the ``data_spec``
+(:func:`pack_rows`) or of a nest of dotted field names (:func:`field_tensors`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import torch
+
+from rlreplay.compat.alf.segment_tree import as_numpy
+from rlreplay.compat.alf.tensor_specs import (
+    Path,
+    TensorSpec,
+    get_path,
+    is_namedtuple,
+    pack,
+    split_path,
+)
+from rlreplay.errors import FieldError, InvalidIdError, ShapeError
+
+if TYPE_CHECKING:
+    from rlreplay.compat.alf._setup import SpecLayout
+
+__all__ = [
+    "broadcast_ids",
+    "env_array",
+    "field_tensors",
+    "flag",
+    "int_array",
+    "leaf_values",
+    "map_names",
+    "pack_rows",
+    "step_values",
+    "to_tensor",
+]
+
+Array = np.ndarray[Any, Any]
+
+
+# ---------------------------------------------------------------------- inputs
+def int_array(value: Any, what: str) -> Array:
+    """An int64 array of ``value`` (a tensor, array or list of integers)."""
+    arr = as_numpy(value)
+    if arr.dtype.kind not in "iu":
+        raise InvalidIdError(f"{what}: expected integers, got dtype {arr.dtype}")
+    return arr.astype(np.int64, copy=False)
+
+
+def env_array(env_ids: Any, all_envs: Array) -> Array:
+    """The 1-D env ids given, or ``all_envs`` for ``None``."""
+    if env_ids is None:
+        return all_envs
+    arr = int_array(env_ids, "env_ids")
+    if arr.ndim != 1:
+        raise InvalidIdError(f"env_ids: expected a 1-D tensor, got shape {arr.shape}")
+    return arr
+
+
+def broadcast_ids(env_ids: Any, positions: Any, num_envs: int) -> tuple[Array, Array, Array]:
+    """Broadcast ``env_ids`` and ``positions``; return ``(env, pos, core ids)``."""
+    env = int_array(env_ids, "env_ids")
+    pos = int_array(positions, "positions")
+    try:
+        env, pos = np.broadcast_arrays(env, pos)
+    except ValueError:
+        raise ShapeError(
+            f"env_ids {env.shape} and positions {pos.shape} do not broadcast"
+        ) from None
+    bad = (env < 0) | (env >= num_envs) | (pos < 0)
+    if bad.any():
+        raise InvalidIdError(
+            f"env_ids must be in [0, {num_envs}) and positions >= 0; got env "
+            f"{env[bad][:5].tolist()} at positions {pos[bad][:5].tolist()}"
+        )
+    return env, pos, pos * num_envs + env
+
+
+def step_values(
+    batch: Any, layout: SpecLayout, rows: int, last_type: int
+) -> tuple[dict[str, Any], Array | None]:
+    """The core ``add`` arguments of a batch of ``rows`` steps, and which have discount 0.
+
+    A step whose ``step_type`` is ``last_type`` ends its episode: ``terminated`` if its
+    discount is 0 (or there is no discount), else ``truncated``. Without a top-level
+    ``reward`` the core's reward is 0; the observation placeholder gets zero bytes.
+    """
+    values = leaf_values(batch, layout.leaves, layout.names)
+    last = np.zeros(rows, np.bool_)
+    disc0 = None
+    if layout.step_type is not None:
+        last = flag(values, layout.step_type, rows) == last_type
+    if layout.discount is not None:
+        disc0 = flag(values, layout.discount, rows) == 0
+    values["terminated"] = last if disc0 is None else last & disc0
+    values["truncated"] = np.zeros(rows, np.bool_) if disc0 is None else last & ~disc0
+    if ("reward",) not in layout.names:
+        values["reward"] = np.zeros(rows, np.float32)
+    empty = np.zeros((rows, 0), np.uint8)
+    values[layout.placeholder] = empty
+    values["next_" + layout.placeholder] = empty
+    return values, disc0
+
+
+def leaf_values(
+    batch: Any, leaves: list[tuple[Path, TensorSpec]], names: dict[Path, str]
+) -> dict[str, Any]:
+    """Core field name -> the batch's value of that leaf (tensors as NumPy arrays)."""
+    values: dict[str, Any] = {}
+    for path, _ in leaves:
+        value = get_path(batch, path)
+        values[names[path]] = as_numpy(value) if isinstance(value, torch.Tensor) else value
+    return values
+
+
+def flag(values: dict[str, Any], name: str, rows: int) -> Array:
+    """The ``(rows,)`` array of scalar field ``name`` of ``values``."""
+    arr = np.asarray(values[name])
+    if arr.shape != (rows,):
+        raise ShapeError(f"{name}: expected shape ({rows},), got {arr.shape}")
+    return arr
+
+
+# ---------------------------------------------------------------------- outputs
+def to_tensor(array: Array, device: torch.device) -> torch.Tensor:
+    """A tensor of ``array`` on ``device`` (sharing memory on the CPU)."""
+    tensor = torch.from_numpy(np.ascontiguousarray(array))
+    return tensor if device.type == "cpu" else tensor.to(device)
+
+
+def pack_rows(
+    spec: Any,
+    names: dict[Path, str],
+    data: Mapping[str, Array],
+    device: torch.device,
+    length: int | None = None,
+) -> Any:
+    """The nest of ``spec`` whose leaves are tensors of the core fields in ``data``.
+
+    With ``length``, each field is cut to its first ``length`` steps (axis 1).
+    """
+
+    def leaf(path: Path) -> torch.Tensor:
+        arr = data[names[path]]
+        return to_tensor(arr if length is None else arr[:, :length], device)
+
+    return pack(spec, leaf)
+
+
+def field_tensors(
+    field_name: Any,
+    spec: Any,
+    names: dict[Path, str],
+    get: Callable[[str], Array],
+    device: torch.device,
+) -> Any:
+    """Tensors of the core fields ``get`` reads, for a dotted path or a nest of them.
+
+    A path to a sub-nest of ``spec`` gives that nest; the result has the structure of
+    ``field_name``.
+
+    Raises:
+        rlreplay.FieldError: A name that is not a string, or no such field.
+    """
+
+    def one(name: str) -> Any:
+        if not isinstance(name, str):
+            raise FieldError(f"get_field: expected dotted field names, got {name!r}")
+        path = split_path(name)
+        sub = get_path(spec, path)
+        return pack(sub, lambda rel: to_tensor(get(names[path + rel]), device))
+
+    return map_names(field_name, one)
+
+
+def map_names(names: Any, fn: Any) -> Any:
+    """Apply ``fn`` to every string of a nest of field names, keeping its structure."""
+    if isinstance(names, str):
+        return fn(names)
+    if isinstance(names, Mapping):
+        return {k: map_names(v, fn) for k, v in names.items()}
+    if is_namedtuple(names):
+        return type(names)(*(map_names(v, fn) for v in names))
+    if isinstance(names, tuple | list):
+        return type(names)(map_names(v, fn) for v in names)
+    return fn(names)

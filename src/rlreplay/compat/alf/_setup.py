@@ -1,0 +1,166 @@
+"""Construction of the ALF buffer (private to the ALF front-end).
+
+The constructor's options are checked here (:func:`check_options`, :func:`positive`), the
+``data_spec`` is laid out as core fields (:func:`spec_layout`) and the core is made
+(:func:`make_core`), seeded from torch's global generator as ALF's draws are.
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+import numpy as np
+import torch
+
+from rlreplay.buffer import ReplayBuffer as CoreBuffer
+from rlreplay.compat.alf.tensor_specs import Path, TensorSpec, core_field_names, flatten_spec
+from rlreplay.errors import ConfigError
+from rlreplay.prioritized import PrioritizedReplayBuffer
+from rlreplay.spec import Field
+
+__all__ = [
+    "SpecLayout",
+    "check_options",
+    "make_core",
+    "positive",
+    "spec_layout",
+]
+
+
+def positive(name: str, value: Any, minimum: int = 1) -> int:
+    """``value`` as an int ``>= minimum`` (bools refused)."""
+    if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < minimum:
+        raise ConfigError(f"{name}: expected an int >= {minimum}, got {value!r}")
+    return int(value)
+
+
+def check_options(
+    num_environments: Any,
+    max_length: Any,
+    num_earliest_frames_ignored: Any,
+    allow_multiprocess: bool,
+    keep_episodic_info: bool | None,
+    record_episodic_return: bool,
+    recent_data_ratio: Any,
+) -> tuple[int, int, int, bool]:
+    """``(E, max_length, num_earliest_frames_ignored, keep_episodic_info)``, checked in order.
+
+    ``keep_episodic_info=None`` resolves to whether episode information is needed.
+
+    Raises:
+        rlreplay.ConfigError: An option out of range, or options that contradict each other.
+    """
+    E = positive("num_environments", num_environments)
+    C = positive("max_length", max_length, minimum=2)
+    ignored = positive("num_earliest_frames_ignored", num_earliest_frames_ignored, 0)
+    if allow_multiprocess:
+        raise ConfigError(
+            "allow_multiprocess: rlreplay's buffer is thread-safe but lives in one process; "
+            "use threads (or one buffer per process)"
+        )
+    if keep_episodic_info is None:
+        keep_episodic_info = ignored > 0 or bool(record_episodic_return)
+    if not keep_episodic_info and (ignored > 0 or record_episodic_return):
+        raise ConfigError(
+            "keep_episodic_info=False: num_earliest_frames_ignored > 0 and "
+            "record_episodic_return need episode information; leave it None or True"
+        )
+    if (
+        isinstance(recent_data_ratio, bool)
+        or not isinstance(recent_data_ratio, int | float | np.number)
+        or not 0.0 <= float(recent_data_ratio) <= 1.0
+    ):
+        raise ConfigError(
+            f"recent_data_ratio: expected a number in [0, 1], got {recent_data_ratio!r}"
+        )
+    return E, C, ignored, bool(keep_episodic_info)
+
+
+class SpecLayout(NamedTuple):
+    """How a ``data_spec`` is stored in the core.
+
+    Attributes:
+        leaves: ``(path, spec)`` of every leaf, in the nest's order.
+        names: Leaf path -> core field name.
+        step_type: Core field of a scalar integer top-level ``step_type``, else ``None``.
+        discount: Core field of a scalar numeric top-level ``discount``, else ``None``.
+        fields: The core's fields: one per leaf, and the zero-byte observation placeholder.
+        placeholder: Name of the placeholder field (ALF has no next observation).
+    """
+
+    leaves: list[tuple[Path, TensorSpec]]
+    names: dict[Path, str]
+    step_type: str | None
+    discount: str | None
+    fields: dict[str, Field]
+    placeholder: str
+
+
+def spec_layout(data_spec: Any, keep_episodic_info: bool) -> SpecLayout:
+    """The core fields of ``data_spec``.
+
+    Raises:
+        rlreplay.ConfigError: Not a nest of TensorSpec, or ``keep_episodic_info`` without a
+            scalar integer ``step_type`` at the top.
+    """
+    leaves = flatten_spec(data_spec)
+    names = core_field_names([p for p, _ in leaves])
+    step_type = _scalar_leaf(leaves, names, ("step_type",), "iu")
+    discount = _scalar_leaf(leaves, names, ("discount",), "iuf")
+    if keep_episodic_info and step_type is None:
+        field_names = {".".join(p): n for p, n in names.items()}
+        raise ConfigError(
+            "keep_episodic_info: needs a scalar integer 'step_type' at the top of "
+            f"data_spec (episodes end at StepType.LAST); leaves: {field_names}"
+        )
+    fields = {names[p]: Field(tuple(s.shape), s.numpy_dtype) for p, s in leaves}
+    placeholder = "obs"
+    while placeholder in fields:
+        placeholder += "_"
+    fields[placeholder] = Field((0,), np.uint8, observation=True)
+    return SpecLayout(leaves, names, step_type, discount, fields, placeholder)
+
+
+def _scalar_leaf(
+    leaves: list[tuple[Path, TensorSpec]], names: dict[Path, str], path: Path, kinds: str
+) -> str | None:
+    for p, spec in leaves:
+        if p == path:
+            if spec.shape == () and spec.numpy_dtype.kind in kinds:
+                return names[p]
+            return None
+    return None
+
+
+def make_core(
+    num_envs: int,
+    max_length: int,
+    fields: dict[str, Field],
+    *,
+    prioritized: bool,
+    initial_priority: float,
+    gamma: float,
+    record_episodic_return: bool,
+    reward_clip: tuple[float, float] | None,
+    default_return: float,
+) -> tuple[CoreBuffer, PrioritizedReplayBuffer | None]:
+    """The core (``E * max_length`` steps) and, with ``prioritized``, the same core typed."""
+    E, C = num_envs, max_length
+    # ALF draws from torch's global generator: seed the core's from it, so that
+    # torch.manual_seed makes runs repeatable.
+    seed = int(torch.randint(0, 2**62, (), dtype=torch.int64))
+    common: dict[str, Any] = {
+        "num_envs": E,
+        "gamma": gamma,
+        "seed": seed,
+        "record_episodic_return": record_episodic_return,
+        "reward_clip": reward_clip,
+        "default_return": default_return,
+    }
+    if prioritized:
+        pcore = PrioritizedReplayBuffer(
+            E * C, fields, alpha=1.0, beta=0.0, eps=0.0,
+            initial_priority=initial_priority, **common,
+        )  # fmt: skip
+        return pcore, pcore
+    return CoreBuffer(E * C, fields, **common), None

@@ -1,0 +1,186 @@
+"""ReAgent's transition elements, assembled from core batches (private to the ReAgent front-end).
+
+:func:`transition_arrays` turns the core's transitions of a batch of slots into the elements
+ReAgent returns: plain ones, the ``return_everything_as_stack`` stacks of other fields, and the
+``return_as_timeline_format`` per-step windows. Stacks of fields other than observations are
+raw runs of ``core.get_sequences`` stacked by the core's :func:`rlreplay.assemble.stack_frames`.
+Arrays are NumPy throughout; :func:`to_torch` makes the returned tensors.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+import numpy as np
+
+from rlreplay.assemble import stack_frames
+from rlreplay.batch import Batch
+
+if TYPE_CHECKING:
+    from rlreplay.buffer import ReplayBuffer as CoreReplayBuffer
+    from rlreplay.compat.reagent.circular_replay_buffer import ReplayBuffer
+
+__all__ = [
+    "EXTRA",
+    "core_name",
+    "field_stacks",
+    "shift_in",
+    "stack_last",
+    "timeline",
+    "to_torch",
+    "transition_arrays",
+]
+
+Array = np.ndarray[Any, Any]
+
+EXTRA = "extra_"  # prefix of extra storage fields in the core (never clashes with its names)
+
+
+class _Batch(NamedTuple):
+    """Core data for a batch of slots (internal)."""
+
+    slots: Array
+    ids: Array
+    core: Batch
+
+
+def core_name(name: str) -> str:
+    """The core field storing ReAgent element ``name`` (extras get the ``extra_`` prefix)."""
+    return {"observation": "obs", "action": "action", "reward": "reward"}.get(name, EXTRA + name)
+
+
+def transition_arrays(buf: ReplayBuffer, batch: _Batch) -> dict[str, Any]:
+    """Element name -> NumPy array (or list of arrays in timeline format)."""
+    tb, ids = batch.core, batch.ids
+    k = buf._stack_size
+    stack_all = buf._return_everything_as_stack and k > 1
+    m = tb.steps
+    ended = tb.terminated
+    extras = [e.name for e in buf._extra_storage_types]
+    # next_reward: the reward at t+m (0 where the window reached a terminal).
+    next_reward = np.zeros((ids.size, *buf._reward_shape), buf._reward_dtype)
+    go_on = ~ended
+    if go_on.any():
+        next_reward[go_on] = buf._core.get_field("reward", ids[go_on] + m[go_on])
+    out: dict[str, Any] = {
+        "state": stack_last(tb.obs, k),
+        "next_state": stack_last(tb.next_obs, k),
+        "action": tb.action,
+        "reward": tb.reward.astype(buf._reward_dtype, copy=False),
+        "next_action": tb.next_action,
+        "next_reward": next_reward,
+        "terminal": ended,
+        "indices": batch.slots,
+    }
+    for x in extras:
+        out[x] = tb[EXTRA + x]
+        out["next_" + x] = tb["next_" + EXTRA + x]
+    if stack_all:
+        names = ["action", "reward", *extras]
+        now = field_stacks(buf._core, k, ids, [core_name(x) for x in names])
+        last = field_stacks(buf._core, k, ids + m - 1, [core_name(x) for x in names])
+        for x in names:
+            c = core_name(x)
+            out[x] = stack_last(now[c], k)
+            out["next_" + x] = stack_last(shift_in(last[c], out["next_" + x]), k)
+        term = np.zeros((ids.size, k), np.bool_)
+        term[:, -1] = ended
+        out["terminal"] = term
+    if buf._return_as_timeline_format:
+        out.update(timeline(buf._core, k, buf._update_horizon, batch, stack_all, extras))
+    return out
+
+
+def field_stacks(core: CoreReplayBuffer, k: int, ids: Array, names: list[str]) -> dict[str, Array]:
+    """``(B, k, ...)`` stacks of raw core fields over steps ``ids-k+1 .. ids``.
+
+    Frames before the episode's first step are zero (what ReAgent's padding rows hold). The
+    raw runs come from ``core.get_sequences`` and are stacked by the core's
+    :func:`rlreplay.assemble.stack_frames`.
+    """
+    b = ids.size
+    if b == 0:
+        fields = core.schema.fields
+        return {c: np.zeros((0, k, *fields[c].shape), fields[c].dtype) for c in names}
+    start = np.maximum(ids - (k - 1), core.episode_begin(ids))
+    runs = core.get_sequences(start, k, within_episode=True)
+    base = np.arange(b, dtype=np.int64) * k
+    last = ids - start  # where step `ids` sits in its run
+    zero = np.zeros(b, np.int64)
+    out = {}
+    for c in names:
+        col = runs[c].reshape(b * k, *runs[c].shape[2:])
+        out[c] = stack_frames(col, base, last, zero, k, k, True)
+    return out
+
+
+def timeline(
+    core: CoreReplayBuffer, k: int, n: int, batch: _Batch, stack_all: bool, extras: list[str]
+) -> dict[str, Any]:
+    """ReAgent's timeline format: per transition, the ``m`` per-step values of its window.
+
+    ``reward[i]`` holds the rewards at ``t .. t+m-1``; ``next_state[i]``, ``next_action[i]``,
+    ``next_reward[i]`` and ``next_<x>[i]`` hold the values at ``t+1 .. t+m`` (at a terminal
+    the last of them is the zero placeholder / zeros). Each is a ``(m, ...)`` array. ``k`` is
+    the stack size, ``n`` the update horizon.
+    """
+    tb, ids = batch.core, batch.ids
+    m = tb.steps
+    runs = core.get_sequences(ids, n + 1, within_episode=True)  # raw t .. t+n
+    offs = np.concatenate([[0], np.cumsum(m)])
+    targets = np.repeat(ids, m) + np.arange(int(offs[-1])) - np.repeat(offs[:-1], m)
+    stacked = (["obs"] if k > 1 else []) + (
+        [core_name(x) for x in ("action", "reward", *extras)] if stack_all else []
+    )
+    stacks = field_stacks(core, k, targets, stacked) if stacked else {}
+
+    def window(c: str, nxt: bool) -> list[Array]:
+        rows = []
+        for i in range(ids.size):
+            lo, mi = int(offs[i]), int(m[i])
+            if c not in stacks:
+                raw = runs["next_obs"][i, :mi] if c == "obs" else runs[c][i, int(nxt) : mi + nxt]
+                rows.append(raw)
+                continue
+            own = stacks[c][lo : lo + mi]
+            if not nxt:
+                rows.append(stack_last(own, k))
+                continue
+            newest = runs["next_obs"][i, mi - 1] if c == "obs" else runs[c][i, mi]
+            after = shift_in(own[-1:], newest[None])
+            rows.append(stack_last(np.concatenate([own[1:], after]), k))
+        return rows
+
+    out: dict[str, Any] = {
+        "reward": window("reward", False),
+        "next_state": window("obs", True),
+        "next_action": window("action", True),
+        "next_reward": window("reward", True),
+    }
+    for x in extras:
+        out["next_" + x] = window(EXTRA + x, True)
+    return out
+
+
+def stack_last(frames: Array, k: int) -> Array:
+    """``(B, k, *shape)`` stacks as ReAgent returns them, the stack axis last.
+
+    With ``k == 1`` nothing is stacked (the core returns ``(B, *shape)``): returned unchanged.
+    """
+    return frames if k == 1 else np.moveaxis(frames, 1, -1)
+
+
+def shift_in(stacks: Array, newest: Array) -> Array:
+    """Stacks one step later: drop the oldest frame, append ``newest`` (``(B, *shape)``)."""
+    out: Array = np.concatenate([stacks[:, 1:], np.asarray(newest)[:, None]], axis=1)
+    return out
+
+
+def to_torch(value: Any) -> Any:
+    """A tensor (or list of tensors) of ``value``; a 1-D result becomes ``(B, 1)``."""
+    import torch
+
+    if isinstance(value, list):
+        return [torch.from_numpy(np.ascontiguousarray(v)) for v in value]
+    t = torch.from_numpy(np.ascontiguousarray(value))
+    return t.reshape(-1, 1) if t.ndim == 1 else t

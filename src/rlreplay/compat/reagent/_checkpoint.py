@@ -1,0 +1,152 @@
+"""Dopamine's checkpoint layout for the ReAgent buffer (private to the ReAgent front-end).
+
+A checkpoint of iteration ``N`` is one gzipped ``.npy`` file per attribute,
+``<name>_ckpt.N.gz``: ``$store$_<element>`` per storage element (one row per slot),
+``add_count``, ``invalid_range`` and ``_is_valid``. Arrays only: files are written and read
+without pickle. Loading replays the rows into a fresh core in ring order (:func:`replay_rows`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gzip
+import os
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from rlreplay.compat.reagent._assembly import core_name
+from rlreplay.compat.reagent._slots import write_padding, write_step
+from rlreplay.errors import CheckpointError
+
+if TYPE_CHECKING:
+    from rlreplay.compat.reagent.circular_replay_buffer import ReplayBuffer, shape_type
+
+__all__ = [
+    "CHECKPOINT_DURATION",
+    "STORE_FILENAME_PREFIX",
+    "check_rows",
+    "filename",
+    "read_array",
+    "replay_rows",
+    "store_arrays",
+    "write_arrays",
+]
+
+Array = np.ndarray[Any, Any]
+
+#: Prefix of the checkpoint files of stored arrays (cannot collide with attribute names).
+STORE_FILENAME_PREFIX = "$store$_"
+#: A checkpoint file is deleted when one this many iterations newer is written.
+CHECKPOINT_DURATION = 4
+
+
+def filename(checkpoint_dir: str | os.PathLike[str], name: str, suffix: Any) -> str:
+    """The path of attribute ``name``'s file for iteration ``suffix``."""
+    return os.path.join(os.fspath(checkpoint_dir), f"{name}_ckpt.{suffix}.gz")
+
+
+def write_arrays(
+    checkpoint_dir: str | os.PathLike[str], iteration_number: int, arrays: dict[str, Array]
+) -> None:
+    """Write each array to its gzipped file (via a temporary name); drop stale iterations.
+
+    ``checkpoint_dir`` must exist.
+    """
+    for name, arr in arrays.items():
+        path = filename(checkpoint_dir, name, iteration_number)
+        tmp = path + ".tmp"
+        with open(tmp, "wb") as f, gzip.GzipFile(fileobj=f, mode="wb") as out:
+            np.save(out, arr, allow_pickle=False)
+        os.replace(tmp, path)
+        stale = iteration_number - CHECKPOINT_DURATION
+        if stale >= 0:
+            with contextlib.suppress(FileNotFoundError):
+                os.remove(filename(checkpoint_dir, name, stale))
+
+
+def read_array(path: str) -> Array:
+    """One gzipped ``.npy`` array; pickled content is refused, never unpickled."""
+    try:
+        with open(path, "rb") as f, gzip.GzipFile(fileobj=f, mode="rb") as infile:
+            out: Array = np.load(infile, allow_pickle=False)
+    except (ValueError, OSError, EOFError) as exc:
+        raise CheckpointError(
+            f"{path}: expected a gzipped NumPy array written without pickle; {exc}"
+        ) from None
+    return out
+
+
+def store_arrays(buf: ReplayBuffer) -> dict[str, Array]:
+    """Attribute name -> array, in Dopamine's layout (store arrays per slot, scalars)."""
+    cap = buf._replay_capacity
+    ids = buf._slot_id
+    held = ids >= 0
+    arrays: dict[str, Array] = {}
+    for e in buf.get_storage_signature():
+        arr = np.zeros((cap, *e.shape), e.type)
+        if held.any():
+            name = "terminated" if e.name == "terminal" else core_name(e.name)
+            arr[held] = buf._core.get_field(name, ids[held])
+        arrays[STORE_FILENAME_PREFIX + e.name] = arr
+    arrays["add_count"] = np.array(buf._add_count, np.int64)
+    arrays["invalid_range"] = buf.invalid_range
+    arrays["_is_valid"] = buf._is_valid.copy()
+    return arrays
+
+
+def check_rows(
+    signature: Sequence[shape_type], cap: int, data: dict[str, Array], valid: Array | None
+) -> tuple[dict[str, Array], int]:
+    """Per-element rows (cast to the element dtypes) and ``add_count`` of loaded files.
+
+    Raises:
+        rlreplay.CheckpointError: An array of the wrong shape or dtype.
+    """
+    rows = {}
+    for e in signature:
+        arr = data[STORE_FILENAME_PREFIX + e.name]
+        if arr.shape != (cap, *e.shape):
+            raise CheckpointError(
+                f"{e.name}: expected shape {(cap, *e.shape)}, the checkpoint has {arr.shape}"
+            )
+        if e.name == "terminal":
+            rows[e.name] = arr != 0
+        elif np.can_cast(arr.dtype, e.type, "same_kind"):
+            rows[e.name] = arr.astype(e.type, copy=False)
+        else:
+            raise CheckpointError(f"{e.name}: cannot read dtype {arr.dtype} as {e.type}")
+    count = data["add_count"]
+    if count.shape != () or count.dtype.kind not in "iu" or int(count) < 0:
+        raise CheckpointError(f"add_count: expected an int >= 0, got {count!r}")
+    if valid is not None and (valid.shape != (cap,) or valid.dtype != np.bool_):
+        raise CheckpointError(f"_is_valid: expected ({cap},) bool, got {valid.dtype}{valid.shape}")
+    return rows, int(count)
+
+
+def replay_rows(
+    buf: ReplayBuffer, rows: dict[str, Array], add_count: int, data: dict[str, Array]
+) -> None:
+    """Rebuild the core and the slot bookkeeping from per-slot rows, oldest first."""
+    cap, k = buf._replay_capacity, buf._stack_size
+    if add_count <= cap:
+        order = np.arange(add_count)
+        pad = k - 1  # the first add of all wrote padding rows
+    else:
+        # Wrapped: the oldest rows start at the cursor. Rows before its first terminal are
+        # taken as steps of one (cut) episode; its padding rows, if still there, are zero
+        # and among the oldest stack_size - 1 slots, which are never valid.
+        order = (np.arange(cap) + add_count) % cap
+        pad = 0
+    buf._add_count = add_count - order.size
+    signature = buf.get_add_args_signature()
+    for slot in order.tolist():
+        if pad > 0:
+            write_padding(buf)
+            pad -= 1
+            continue
+        values = [buf._loaded_value(rows, data, e.name, slot) for e in signature]
+        write_step(buf, buf._convert_step(values), values)
+        if values[3]:
+            pad = k - 1

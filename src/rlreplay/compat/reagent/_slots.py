@@ -1,0 +1,171 @@
+"""Slot bookkeeping of the ReAgent buffer (private to the ReAgent front-end).
+
+The ring of ``replay_capacity`` slots maps onto core ids: ``slot_id[s]`` is the core id slot
+``s`` holds (``-1`` for a padding row or a slot never written) and ``id_slot[i % capacity]`` the
+slot that holds core id ``i`` (``-1`` once released). Writing a step marks validity as
+ReAgent's ``add`` does; sampling draws core ids and keeps those whose slot is valid.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from rlreplay.compat.reagent._args import positive_int
+from rlreplay.compat.reagent._assembly import _Batch
+from rlreplay.errors import EmptyBufferError, InvalidIdError, ShapeError
+
+if TYPE_CHECKING:
+    from rlreplay.buffer import ReplayBuffer as CoreReplayBuffer
+    from rlreplay.compat.reagent.circular_replay_buffer import ReplayBuffer
+
+__all__ = [
+    "as_slots",
+    "choose_slots",
+    "drawable_slots",
+    "gather",
+    "sample_slots",
+    "slot_index",
+    "slots_of_ids",
+    "write_padding",
+    "write_step",
+]
+
+Array = np.ndarray[Any, Any]
+
+
+# ---------------------------------------------------------------------- writing
+def write_padding(buf: ReplayBuffer) -> None:
+    """Write one zero padding row: counted in add_count, stored nowhere."""
+    cur = buf.cursor()
+    buf._release(cur)
+    buf._slot_id[cur] = -1
+    buf.set_index_valid_status(cur, False)
+    buf._add_count += 1
+
+
+def write_step(buf: ReplayBuffer, step: dict[str, Any], values: Sequence[Any]) -> None:
+    """Store one real step in the core and mark validity exactly as ReAgent's ``add``."""
+    cap, n = buf._replay_capacity, buf._update_horizon
+    new_id = int(buf._core.add(**step)[0])
+    if buf._episode_ended:
+        buf._num_transitions_in_current_episode = 0
+    cur = buf.cursor()
+    buf.set_index_valid_status(cur, False)
+    if buf._num_transitions_in_current_episode >= n:
+        buf.set_index_valid_status((cur - n) % cap, True)
+    buf._release(cur)
+    buf._slot_id[cur] = new_id
+    buf._id_slot[new_id % cap] = cur
+    buf._on_step_written(new_id, values)
+    buf._add_count += 1
+    buf._num_transitions_in_current_episode += 1
+    done = bool(step["terminated"])
+    buf._episode_ended = done
+    # The stacks of the oldest stack_size - 1 slots would read the row just overwritten.
+    for i in range(buf._stack_size - 1):
+        buf.set_index_valid_status((buf.cursor() + i) % cap, False)
+    if done:
+        for i in range(min(n, buf._num_transitions_in_current_episode)):
+            buf.set_index_valid_status((buf.cursor() - i - 1) % cap, True)
+
+
+# ---------------------------------------------------------------------- slots and ids
+def slot_index(index: Any, cap: int) -> int:
+    """One slot number in ``[0, cap)`` from an int, array or tensor of one integer."""
+    arr = np.asarray(index.cpu() if hasattr(index, "cpu") else index)
+    if arr.size != 1 or arr.dtype.kind not in "iu":
+        raise InvalidIdError(f"index: expected one int slot, got {index!r}")
+    i = int(arr.reshape(-1)[0])
+    if not 0 <= i < cap:
+        raise InvalidIdError(f"index: expected a slot in [0, {cap}), got {index!r}")
+    return i
+
+
+def as_slots(indices: Any, cap: int) -> Array:
+    """Slot numbers from a tensor/array/list of any shape, flattened to int64."""
+    arr = np.asarray(indices.cpu() if hasattr(indices, "cpu") else indices).reshape(-1)
+    if arr.size and arr.dtype.kind not in "iu":
+        raise InvalidIdError(f"indices: expected integers, got dtype {arr.dtype}")
+    arr = arr.astype(np.int64)
+    bad = (arr < 0) | (arr >= cap)
+    if bad.any():
+        raise InvalidIdError(f"indices: expected slots in [0, {cap}), got {arr[bad][:5].tolist()}")
+    return arr
+
+
+def slots_of_ids(slot_id: Array, id_slot: Array, ids: Array) -> Array:
+    """Slot of each core id, or -1 if no slot holds it any more."""
+    slots = id_slot[ids % id_slot.size]
+    held = slots >= 0
+    held[held] = slot_id[slots[held]] == ids[held]
+    out: Array = np.where(held, slots, -1)
+    return out
+
+
+def gather(core: CoreReplayBuffer, slot_id: Array, slots: Array) -> _Batch:
+    """Core transitions of the given slots (each must hold an assemblable step)."""
+    ids = slot_id[slots]
+    empty = ids < 0
+    if empty.any():
+        raise InvalidIdError(
+            f"indices: slots {slots[empty][:5].tolist()} hold no transition (padding rows "
+            "or never written)"
+        )
+    try:
+        batch = core.get_transitions(ids)
+    except InvalidIdError as exc:
+        raise InvalidIdError(
+            f"indices: some of slots {slots[:8].tolist()} cannot be assembled (window not "
+            f"known yet, or frames overwritten): {exc}"
+        ) from None
+    return _Batch(slots, ids, batch)
+
+
+# ---------------------------------------------------------------------- sampling
+def sample_slots(buf: ReplayBuffer, batch_size: int) -> Array:
+    """``batch_size`` valid slots: core draws, redrawn where the slot is not valid here.
+
+    After ``max_sample_attempts`` rejected draws the rest come from ``buf._sample_exhausted``.
+    """
+    if buf._num_valid_indices == 0:
+        raise RuntimeError(f"Cannot sample {batch_size} since there are no valid indices so far.")
+    out = np.empty(batch_size, np.int64)
+    todo = np.arange(batch_size)
+    rejected = 0
+    while todo.size and rejected <= buf._max_sample_attempts:
+        try:
+            ids = buf._core.sample(int(todo.size)).ids
+        except EmptyBufferError:
+            break
+        slots = slots_of_ids(buf._slot_id, buf._id_slot, ids)
+        ok = slots >= 0
+        ok[ok] = buf._is_valid[slots[ok]]
+        out[todo[ok]] = slots[ok]
+        todo = todo[~ok]
+        rejected += int(todo.size)
+    if todo.size:
+        out[todo] = buf._sample_exhausted(int(todo.size), batch_size)
+    return out
+
+
+def choose_slots(buf: ReplayBuffer, batch_size: int | None, indices: Any) -> Array:
+    """The slots of a transition batch: ``indices`` checked, or sampled (``batch_size``)."""
+    if indices is None:
+        b = buf._batch_size if batch_size is None else positive_int("batch_size", batch_size)
+        return sample_slots(buf, b)
+    slots = buf._as_slots(indices)
+    if batch_size is not None and batch_size != slots.size:
+        raise ShapeError(f"batch_size={batch_size} but {slots.size} indices were given")
+    return slots
+
+
+def drawable_slots(core: CoreReplayBuffer, slot_id: Array, is_valid: Array) -> Array:
+    """The valid slots holding a step the core can assemble (and so draw)."""
+    valid = np.flatnonzero(is_valid)
+    ids = slot_id[valid]
+    ok = np.isin(ids, core.sampleable_ids()) & (ids >= 0)
+    out: Array = valid[ok]
+    return out
