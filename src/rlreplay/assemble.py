@@ -45,12 +45,11 @@ class Window:
 
 
 def nstep_window(
-    cols: Columns, index: EpisodeIndex, base: Array, t: Array, n: int, gamma: float
+    cols: Columns, index: EpisodeIndex, base: Array, t: Array, n: int, gamma: float, slot: Array
 ) -> Window:
-    """Compute the n-step window of steps ``t`` of envs whose first slot is ``base``."""
+    """The n-step window of steps ``t`` (stored in ``slot``) of envs starting at slot ``base``."""
     C = index.env_capacity
     rew, te_col, tr_col = cols.steps["reward"], cols.steps["terminated"], cols.steps["truncated"]
-    slot = base + t % C
     if n == 1:
         te, tr = te_col[slot], tr_col[slot]
         return Window(
@@ -118,8 +117,8 @@ def assemble_transitions(
     C = index.env_capacity
     base = env_ids * C
     slot = base + t % C
-    win = nstep_window(cols, index, base, t, n_step, gamma)
-    t_next = t + win.m
+    win = nstep_window(cols, index, base, t, n_step, gamma, slot)
+    t_next = t + 1 if n_step == 1 else t + win.m
     next_slot = base + t_next % C
     ended_rows = np.flatnonzero(win.ended)
     if ended_rows.size:

@@ -808,7 +808,7 @@ class ReplayBuffer:
         recent data and avoiding duplicates as ``opts`` asks.
         """
         sizes = self._index.sizes()
-        if not sizes.any():
+        if not sizes.sum():
             raise EmptyBufferError(
                 f"sample: nothing is sampleable yet ({len(self)} stored transitions; a "
                 f"transition becomes sampleable once its {self.n_step}-step window is known)"
@@ -850,7 +850,8 @@ class ReplayBuffer:
             zero_pad=self.stack_pad == "zero",
             next_fields=self.next_fields,
         )
-        data["ids"] = self._index.ids(env_ids, t)
+        # One env: the id is the step (t is a fresh array that nothing else keeps).
+        data["ids"] = t if self.num_envs == 1 else self._index.ids(env_ids, t)
         data["env_ids"] = env_ids
         data.update(extra)
         return Batch(data)

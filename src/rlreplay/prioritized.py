@@ -20,7 +20,7 @@ from rlreplay.errors import (
 from rlreplay.sampling.priorities import VARIANTS, Priorities
 from rlreplay.sampling.uniform import DrawOptions
 from rlreplay.sequences import valid_sequence_starts
-from rlreplay.spec import Field
+from rlreplay.spec import Field, int_at_least
 
 __all__ = ["PrioritizedReplayBuffer"]
 
@@ -120,7 +120,7 @@ class PrioritizedReplayBuffer(ReplayBuffer):
         self.alpha = _real("alpha", alpha)
         self._beta0 = _real("beta", beta)
         self.beta_final = _real("beta_final", beta_final)
-        self.beta_steps = _count("beta_steps", beta_steps, minimum=0)
+        self.beta_steps = int_at_least("beta_steps", beta_steps, 0)
         self.eps = _real("eps", eps)
         if variant not in VARIANTS:
             raise ConfigError(f"variant: expected one of {VARIANTS}, got {variant!r}")
@@ -135,7 +135,7 @@ class PrioritizedReplayBuffer(ReplayBuffer):
         if sort_interval is not None:
             if variant != "rank_based":
                 raise ConfigError("sort_interval: applies to variant='rank_based' only")
-            sort_interval = _count("sort_interval", sort_interval, minimum=1)
+            sort_interval = int_at_least("sort_interval", sort_interval, 1)
         self.sort_interval = sort_interval
         super().__init__(capacity, fields, **kwargs)
         if self.draw_options.recent_ratio > 0 or not self.draw_options.replacement:
@@ -409,12 +409,6 @@ def _real(name: str, value: Any) -> float:
     if not math.isfinite(out) or out < 0.0:
         raise ConfigError(f"{name}: expected a finite number >= 0, got {value!r}")
     return out
-
-
-def _count(name: str, value: Any, *, minimum: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < minimum:
-        raise ConfigError(f"{name}: expected an int >= {minimum}, got {value!r}")
-    return int(value)
 
 
 def _clip_range(clip: Any) -> tuple[float, float] | None:

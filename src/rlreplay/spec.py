@@ -36,6 +36,7 @@ __all__ = [
     "Schema",
     "as_field",
     "clip_pair",
+    "int_at_least",
     "positive_int",
 ]
 
@@ -450,6 +451,13 @@ def positive_int(name: str, value: Any) -> int:
         raise ConfigError(f"{name}: expected a positive int, got {type(value).__name__} {value!r}")
     if value < 1:
         raise ConfigError(f"{name}: expected a positive int, got {value}")
+    return int(value)
+
+
+def int_at_least(name: str, value: Any, minimum: int) -> int:
+    """``value`` as an int ``>= minimum`` (bools rejected), else ``ConfigError`` naming it."""
+    if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < minimum:
+        raise ConfigError(f"{name}: expected an int >= {minimum}, got {value!r}")
     return int(value)
 
 

@@ -31,7 +31,7 @@ from rlreplay.compat.nnabla_rl.replay_buffer import (
 )
 from rlreplay.errors import ConfigError, EmptyBufferError, ShapeError
 from rlreplay.prioritized import PrioritizedReplayBuffer as CorePrioritized
-from rlreplay.spec import Field
+from rlreplay.spec import Field, clip_pair, int_at_least
 
 __all__ = ["PrioritizedReplayBuffer"]
 
@@ -118,11 +118,13 @@ class PrioritizedReplayBuffer(ReplayBuffer):
         self.variant = variant
         self._alpha = _real("alpha", alpha)
         self._beta = _real("beta", beta)
-        self._betasteps = _int("betasteps", betasteps, minimum=0)
-        self._error_clip = _clip(error_clip)
+        self._betasteps = int_at_least("betasteps", betasteps, 0)
+        self._error_clip = clip_pair("error_clip", error_clip)
         self._epsilon = _real("epsilon", epsilon)
-        self._reset_segment_interval = _int("reset_segment_interval", reset_segment_interval)
-        self._sort_interval = _int("sort_interval", sort_interval)
+        self._reset_segment_interval = int_at_least(
+            "reset_segment_interval", reset_segment_interval, 1
+        )
+        self._sort_interval = int_at_least("sort_interval", sort_interval, 1)
         self._last_ids: Array | None = None  # core ids awaiting update_priorities
 
     def _build_core(self, capacity: int, fields: dict[str, Field], seed: int | None) -> CoreBuffer:
@@ -308,21 +310,3 @@ def _real(name: str, value: Any) -> float:
     if not math.isfinite(out) or out < 0.0:
         raise ConfigError(f"{name}: expected a finite number >= 0, got {value!r}")
     return out
-
-
-def _int(name: str, value: Any, *, minimum: int = 1) -> int:
-    if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < minimum:
-        raise ConfigError(f"{name}: expected an int >= {minimum}, got {value!r}")
-    return int(value)
-
-
-def _clip(value: Any) -> tuple[float, float] | None:
-    if value is None:
-        return None
-    try:
-        lo, hi = (float(v) for v in value)
-    except (TypeError, ValueError):
-        raise ConfigError(f"error_clip: expected None or (lo, hi), got {value!r}") from None
-    if not lo <= hi:
-        raise ConfigError(f"error_clip: expected lo <= hi, got ({lo}, {hi})")
-    return lo, hi
