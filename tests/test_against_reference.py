@@ -116,8 +116,11 @@ class Pair:
             if not envs:
                 return
             steps = [self.step_values(*op[2][e]) for e in envs]
-            batched = {k: np.stack([np.asarray(s[k]) for s in steps]) for k in steps[0]}
-            ids = self.both("add", env_ids=np.array(envs), **batched)
+            if self.ref.num_envs == 1:  # unbatched: the per-step fast path
+                ids = self.both("add", **steps[0])
+            else:
+                batched = {k: np.stack([np.asarray(s[k]) for s in steps]) for k in steps[0]}
+                ids = self.both("add", env_ids=np.array(envs), **batched)
             expected = [self.ref.add(e, s) for e, s in zip(envs, steps, strict=True)]
             assert ids.tolist() == expected
         elif kind == "extend":

@@ -217,6 +217,9 @@ class ReplayBuffer:
             )
             returns = ReturnsConfig(column, gamma, self.reward_clip, self.default_return)
         self._writer = StepWriter(self.schema, self._index, self._cols, returns)
+        # The per-step fast path skips the write hook, so subclasses that track the sampleable
+        # set (prioritized) take the general path.
+        self._fast_add = num_envs == 1 and not self._tracks_sampleable
         self.draw_options = draw_options(recent_ratio, recent_steps, replacement)
         self.transforms: tuple[Transform, ...] = tuple(transforms)
         for fn in self.transforms:
@@ -315,6 +318,12 @@ class ReplayBuffer:
         """
         with self._lock:
             self._check_open()
+            if self._fast_add and env_ids is None and not block and timeout is None:
+                ids = self._writer.add_single(values)
+                if ids is not None:
+                    if self._waiting:
+                        self._cond.notify_all()
+                    return ids
             return self._commit(self._writer.prepare_step(values, env_ids), block, timeout)
 
     def extend(

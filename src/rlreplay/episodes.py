@@ -345,6 +345,10 @@ class EpisodeIndex:
         out: Array = self.env[:, COUNT] - self.env[:, HEAD]
         return out
 
+    def advance_into(self, rows_env: Array, rows_done: Array, out: Array) -> None:
+        """:meth:`advance` writing into ``out`` only: the per-step fast path's one call."""
+        _advance(self.env, self.slot_meta, self.final_owner, rows_env, rows_done, self._params, out)
+
     def clear(self) -> None:
         """Forget every stored step; counters (and so ids) keep counting."""
         self.env[:, HEAD] = self.env[:, COUNT]

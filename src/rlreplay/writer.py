@@ -157,6 +157,29 @@ class StepWriter:
             )  # fmt: skip
         return np.array([t * self.num_envs + e], np.int64)
 
+    def add_single(self, values: dict[str, Any]) -> Array | None:
+        """Validate and store one unbatched step of a one-env buffer, if it is the plain case.
+
+        The per-step hot path: the same checks as :meth:`prepare_step` then :meth:`store`, with
+        no intermediate objects. Returns ``None`` (having changed nothing) for a step that ends
+        its episode or names unexpected fields: the caller then takes the general path.
+        """
+        keys = values.keys()
+        if keys != self._full_keys and keys != self._plain_keys:
+            return None
+        conv = self.schema.convert_all(values, ())
+        if conv["terminated"] or conv["truncated"]:
+            return None
+        out = self._scratch
+        self.index.advance_into(self._one_env, self._not_done_row, out)
+        slot = int(out[1, 0])
+        for name, col in self.cols.steps.items():
+            col[slot] = conv[name]
+        if self.returns is not None:
+            self.returns.column[slot] = self.returns.default
+        ids: Array = out[0].copy()  # one env: the id is the step
+        return ids
+
     # ------------------------------------------------------------------ storing
     def store(self, prep: Prepared) -> Array:
         """Store a prepared call; returns the ids of its rows (``t * E + env``)."""
