@@ -609,7 +609,6 @@ class ReplayBuffer:
         """
         length = positive_int("length", length)
         with self._lock:
-            self._check_open()
             env_ids, t0, _ = self._stored_steps(ids)
             if env_ids.ndim != 1:
                 raise InvalidIdError(f"ids: expected a 1-D array, got shape {env_ids.shape}")
@@ -666,7 +665,6 @@ class ReplayBuffer:
             InvalidIdError: ``id`` never issued or overwritten.
         """
         with self._lock:
-            self._check_open()
             env_ids, _, slots = self._stored_steps(np.array([id]))
             start = np.maximum(self._index.ep_start[slots], self._index.env[env_ids, HEAD])
             end = self._index.ep_end[slots]

@@ -69,6 +69,15 @@ def _recompute_bounds(env: Array, slot_meta: Array, e: int, C: int, n: int, k: i
 
 
 @numba.njit(cache=True)
+def _free_dead_finals(env: Array, final_owner: Array, e: int, F: int) -> None:
+    """Drop env ``e``'s oldest final records whose owner step is no longer stored."""
+    while env[e, F_HEAD] < env[e, F_COUNT] and (
+        final_owner[e * F + env[e, F_HEAD] % F] < env[e, HEAD]
+    ):
+        env[e, F_HEAD] += 1
+
+
+@numba.njit(cache=True)
 def _advance(
     env: Array,
     slot_meta: Array,
@@ -111,11 +120,7 @@ def _advance(
             # The episode's stored steps learn where it ended (amortised O(1) per step).
             for j in range(max(slot_meta[slot, EP_START], env[e, HEAD]), t + 1):
                 slot_meta[e * C + j % C, EP_END] = t
-        # Final records whose owner step was overwritten are dead.
-        while env[e, F_HEAD] < env[e, F_COUNT] and (
-            final_owner[e * F + env[e, F_HEAD] % F] < env[e, HEAD]
-        ):
-            env[e, F_HEAD] += 1
+        _free_dead_finals(env, final_owner, e, F)  # their owner step was overwritten
         _recompute_bounds(env, slot_meta, e, C, n, k)
 
 
@@ -128,10 +133,7 @@ def _dequeue(
     for i in range(env_ids.shape[0]):
         e = env_ids[i]
         env[e, HEAD] += n
-        while env[e, F_HEAD] < env[e, F_COUNT] and (
-            final_owner[e * F + env[e, F_HEAD] % F] < env[e, HEAD]
-        ):
-            env[e, F_HEAD] += 1
+        _free_dead_finals(env, final_owner, e, F)
         _recompute_bounds(env, slot_meta, e, C, n_step, k)
 
 
@@ -285,7 +287,7 @@ class EpisodeIndex:
         """
         if out is None:
             out = np.empty((3, rows_env.shape[0]), np.int64)
-        _advance(self.env, self.slot_meta, self.final_owner, rows_env, rows_done, self._params, out)
+        self.advance_into(rows_env, rows_done, out)
         out_t, out_slot, out_fpos = out
         return out_t, out_slot, out_fpos
 

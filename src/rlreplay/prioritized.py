@@ -138,11 +138,7 @@ class PrioritizedReplayBuffer(ReplayBuffer):
             sort_interval = int_at_least("sort_interval", sort_interval, 1)
         self.sort_interval = sort_interval
         super().__init__(capacity, fields, **kwargs)
-        if self.draw_options.recent_ratio > 0 or not self.draw_options.replacement:
-            raise ConfigError(
-                "recent_ratio/replacement: prioritized sampling draws by priority with "
-                "replacement; recency mixing and draws without replacement are uniform-only"
-            )
+        _check_uniform_only(self.draw_options)
         self._beta_step = 0
         self._max_priority = 0.0
         self._prios = Priorities(
@@ -279,11 +275,8 @@ class PrioritizedReplayBuffer(ReplayBuffer):
     def _draw(
         self, batch_size: int, opts: DrawOptions | None = None
     ) -> tuple[Array, Array, dict[str, Array]]:
-        if opts is not None and (opts.recent_ratio > 0 or not opts.replacement):
-            raise ConfigError(
-                "recent_ratio/replacement: prioritized sampling draws by priority with "
-                "replacement; recency mixing and draws without replacement are uniform-only"
-            )
+        if opts is not None:
+            _check_uniform_only(opts)
         index = self._index
         if not self._prios.drawable:
             if not index.sizes().any():
@@ -381,6 +374,14 @@ class PrioritizedReplayBuffer(ReplayBuffer):
         super()._after_load()
         env_ids, t = expand_ranges(self._index.env[:, LO], self._index.sizes())
         self._prios.restore(self._index.slots(env_ids, t))
+
+
+def _check_uniform_only(opts: DrawOptions) -> None:
+    if opts.recent_ratio > 0 or not opts.replacement:
+        raise ConfigError(
+            "recent_ratio/replacement: prioritized sampling draws by priority with "
+            "replacement; recency mixing and draws without replacement are uniform-only"
+        )
 
 
 def _reduce_steps(p: Array, mask: Any, eta: float) -> Array:

@@ -143,18 +143,11 @@ class StepWriter:
         row_env = np.array([e], np.int64)
         done = np.ones(1, np.bool_)
         if self.index.env[e, COUNT] > self.index.env[e, HEAD]:  # reserve only if a step exists
-            moved = self.index.reserve_finals(row_env, done)
-            if moved is not None:
-                self.cols.grow_finals(self.index.finals_capacity, *moved)
+            self._reserve_finals(row_env, done)
         t, slot, pos = self.index.end_running(e)
         self.cols.steps["truncated"][slot] = True
         self.cols.write_finals(np.array([pos]), converted, rows=None)
-        if self.returns is not None:
-            r = self.returns
-            record_returns(
-                r.column, self.cols.steps["reward"], self.index, row_env, np.array([t]), done,
-                r.gamma, r.reward_clip, r.default,
-            )  # fmt: skip
+        self._record_returns(row_env, np.array([t]), done)
         return np.array([t * self.num_envs + e], np.int64)
 
     def add_single(self, values: dict[str, Any]) -> Array | None:
@@ -218,9 +211,7 @@ class StepWriter:
         ending: bool,
     ) -> Array:
         if ending:
-            moved = self.index.reserve_finals(rows_env, rows_done)
-            if moved is not None:
-                self.cols.grow_finals(self.index.finals_capacity, *moved)
+            self._reserve_finals(rows_env, rows_done)
         t, slots, fpos = self.index.advance(rows_env, rows_done, out)
         if single:
             self.cols.write(int(slots[0]), values)
@@ -230,10 +221,19 @@ class StepWriter:
             self.cols.write(slots, values)
             if ending:
                 self.cols.write_finals(fpos[rows_done], values, rows=rows_done)
+        self._record_returns(rows_env, t, rows_done)
+        return t
+
+    def _reserve_finals(self, rows_env: Array, rows_done: Array) -> None:
+        """Room for the final records of ending rows (the columns follow a doubling)."""
+        moved = self.index.reserve_finals(rows_env, rows_done)
+        if moved is not None:
+            self.cols.grow_finals(self.index.finals_capacity, *moved)
+
+    def _record_returns(self, rows_env: Array, rows_t: Array, rows_done: Array) -> None:
         if self.returns is not None:
             r = self.returns
             record_returns(
-                r.column, self.cols.steps["reward"], self.index, rows_env, t, rows_done,
+                r.column, self.cols.steps["reward"], self.index, rows_env, rows_t, rows_done,
                 r.gamma, r.reward_clip, r.default,
             )  # fmt: skip
-        return t
