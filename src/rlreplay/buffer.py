@@ -219,7 +219,7 @@ class ReplayBuffer:
         self._writer = StepWriter(self.schema, self._index, self._cols, returns)
         # The per-step fast path skips the write hook, so subclasses that track the sampleable
         # set (prioritized) take the general path.
-        self._fast_add = num_envs == 1 and not self._tracks_sampleable
+        self._fast_add = not self._tracks_sampleable
         self.draw_options = draw_options(recent_ratio, recent_steps, replacement)
         self.transforms: tuple[Transform, ...] = tuple(transforms)
         for fn in self.transforms:
@@ -285,15 +285,13 @@ class ReplayBuffer:
         )
 
     # ------------------------------------------------------------------ writing
-    def add(
-        self,
-        *,
-        env_ids: Any = None,
-        block: bool = False,
-        timeout: float | None = None,
-        **values: Any,
-    ) -> Array:
+    def add(self, **values: Any) -> Array:
         """Store one environment step (of every env, or of the envs in ``env_ids``).
+
+        ``add(*, env_ids=None, block=False, timeout=None, **values)``. The three options are
+        keyword arguments like the fields (their names are reserved): taking them out of
+        ``values`` only when they are there keeps the per-step call about 0.2 µs cheaper than
+        binding three named parameters on every call.
 
         Args:
             env_ids: Which envs this step belongs to (unique ints in ``[0, num_envs)``); every
@@ -316,14 +314,19 @@ class ReplayBuffer:
             ReplayTimeout: ``block`` and no room within ``timeout``.
             ReplayClosed: The buffer is (or got) closed.
         """
+        if self._fast_add:  # add_plain takes exactly the fields (+ next_*): no options given
+            with self._lock:
+                if not self._closed:
+                    ids = self._writer.add_plain(values)
+                    if ids is not None:
+                        if self._waiting:
+                            self._cond.notify_all()
+                        return ids
+        env_ids = values.pop("env_ids", None)
+        block = bool(values.pop("block", False))
+        timeout = values.pop("timeout", None)
         with self._lock:
             self._check_open()
-            if self._fast_add and env_ids is None and not block and timeout is None:
-                ids = self._writer.add_single(values)
-                if ids is not None:
-                    if self._waiting:
-                        self._cond.notify_all()
-                    return ids
             return self._commit(self._writer.prepare_step(values, env_ids), block, timeout)
 
     def extend(

@@ -86,17 +86,21 @@ def _advance(
     rows_done: Array,
     params: Array,
     out: Array,
-) -> None:  # pragma: no cover - compiled
+) -> bool:  # pragma: no cover - compiled
     """Account for one new step per row (rows of one env must be in time order).
 
     Writes each row's absolute step, slot and (for rows that end an episode) the position of its
     final-observation record into ``out[0]``, ``out[1]``, ``out[2]``, and updates every counter.
     Room for the final records must have been reserved (:meth:`EpisodeIndex.reserve_finals`).
+    Returns whether every row got the same absolute step.
     """
     C, F, n, k = params[P_C], params[P_F], params[P_N], params[P_K]
+    same = True
     for i in range(rows_env.shape[0]):
         e = rows_env[i]
         t = env[e, COUNT]
+        if t != out[0, 0] and i > 0:
+            same = False
         slot = e * C + t % C
         out[0, i] = t
         out[1, i] = slot
@@ -122,6 +126,45 @@ def _advance(
                 slot_meta[e * C + j % C, EP_END] = t
         _free_dead_finals(env, final_owner, e, F)  # their owner step was overwritten
         _recompute_bounds(env, slot_meta, e, C, n, k)
+    return same
+
+
+@numba.njit(cache=True)
+def _advance_plain(
+    env: Array, slot_meta: Array, final_owner: Array, params: Array, n: int
+) -> None:  # pragma: no cover - compiled
+    """Account for ``n`` steps of every env, none of which ends its episode.
+
+    The same end state as ``n`` calls of :func:`_advance` with every env's row not done: only
+    the last ``C`` steps of an env leave slot records, ``head`` and the dead final records
+    follow ``count``, and the bounds depend on the end state alone.
+    """
+    C, F, n_step, k = params[P_C], params[P_F], params[P_N], params[P_K]
+    for e in range(env.shape[0]):
+        t0 = env[e, COUNT]
+        start = env[e, LAST_END] + 1
+        for t in range(max(t0, t0 + n - C), t0 + n):
+            slot = e * C + t % C
+            slot_meta[slot, EP_START] = start
+            slot_meta[slot, FINAL_FID] = -1
+            slot_meta[slot, EP_END] = -1
+        env[e, COUNT] = t0 + n
+        env[e, HEAD] = max(env[e, HEAD], t0 + n - C)
+        _free_dead_finals(env, final_owner, e, F)
+        _recompute_bounds(env, slot_meta, e, C, n_step, k)
+
+
+@numba.njit(cache=True)
+def _finals_needed(env: Array, rows_env: Array, rows_done: Array) -> int:  # pragma: no cover
+    """The most final records one env holds once the ending rows are added."""
+    ends = np.zeros(env.shape[0], np.int64)
+    for i in range(rows_env.shape[0]):
+        if rows_done[i]:
+            ends[rows_env[i]] += 1
+    need = 0
+    for e in range(env.shape[0]):
+        need = max(need, env[e, F_COUNT] - env[e, F_HEAD] + ends[e])
+    return need
 
 
 @numba.njit(cache=True)
@@ -213,13 +256,72 @@ class EpisodeIndex:
         self.n_step = n_step
         self.frame_stack = frame_stack
         self.finals_capacity = finals_capacity
-        self.env = np.zeros((E, _NCOLS), np.int64)
-        self.env[:, LAST_END] = -1
-        self.slot_meta = np.zeros((E * C, 3), np.int64)
-        self.slot_meta[:, FINAL_FID] = -1
-        self.slot_meta[:, EP_END] = -1
-        self.final_owner = np.full(E * finals_capacity, -1, np.int64)
+        self._env = np.zeros((E, _NCOLS), np.int64)
+        self._env[:, LAST_END] = -1
+        self._slot_meta = np.zeros((E * C, 3), np.int64)
+        self._slot_meta[:, FINAL_FID] = -1
+        self._slot_meta[:, EP_END] = -1
+        self._final_owner = np.full(E * finals_capacity, -1, np.int64)
         self._params = np.array([C, finals_capacity, n_step, frame_stack], np.int64)
+        # Deferred plain steps (see defer_plain): how many, and the step the next one gets.
+        self._pending = 0
+        self._next_t = -1
+        self._max_pending = 4096  # bounds the work of one settle()
+
+    # ------------------------------------------------------------------ the tables
+    # Every read goes through these properties, which first account for deferred steps: the
+    # tables are never seen out of date.
+    @property
+    def env(self) -> Array:
+        """Per-env counters ``(E, 7)`` int64, columns ``COUNT .. F_HEAD`` (a live view)."""
+        if self._pending:
+            self.settle()
+        return self._env
+
+    @property
+    def slot_meta(self) -> Array:
+        """Per-slot ``(E * C, 3)`` int64, columns ``EP_START, FINAL_FID, EP_END`` (live)."""
+        if self._pending:
+            self.settle()
+        return self._slot_meta
+
+    @property
+    def final_owner(self) -> Array:
+        """Per final record: the absolute step that owns it, -1 if none (live)."""
+        if self._pending:
+            self.settle()
+        return self._final_owner
+
+    def defer_plain(self) -> int:
+        """Take one step of every env, none ending its episode, and account for it later.
+
+        The per-step fast path: no kernel call per step. The deferred steps are accounted for
+        (one kernel call for all of them) before anything reads the tables, or once
+        4096 of them are waiting (any number is correct: a ring of ``C`` keeps the last ``C``).
+
+        Returns:
+            The absolute step every env's new step gets (the envs are in lockstep: their
+            counters are equal), or ``-1``, having deferred nothing, if they are not.
+        """
+        t = self._next_t
+        if t < 0:
+            counts = self._env[:, COUNT]
+            t = int(counts[0])
+            if self.num_envs > 1 and not (counts == t).all():
+                return -1
+        self._next_t = t + 1
+        self._pending += 1
+        if self._pending >= self._max_pending:
+            self.settle()
+        return t
+
+    def settle(self) -> None:
+        """Account for the deferred plain steps now (one kernel call)."""
+        n = self._pending
+        if n:
+            self._pending = 0
+            self._next_t = -1
+            _advance_plain(self._env, self._slot_meta, self._final_owner, self._params, n)
 
     @property
     def ep_start(self) -> Array:
@@ -247,11 +349,10 @@ class EpisodeIndex:
             ``None`` when the ring was big enough, else ``(old_positions, new_positions)`` of
             the live records after doubling ``F``; the storage must move its finals likewise.
         """
-        ends = np.bincount(rows_env[rows_done], minlength=self.num_envs)
-        live = self.env[:, F_COUNT] - self.env[:, F_HEAD]
-        need = int((live + ends).max())
+        need = _finals_needed(self.env, rows_env, rows_done)
         if need <= self.finals_capacity:
             return None
+        live = self.env[:, F_COUNT] - self.env[:, F_HEAD]
         old_F = self.finals_capacity
         new_F = old_F
         while new_F < need:
@@ -265,31 +366,34 @@ class EpisodeIndex:
         new_pos = env_of * new_F + fid % new_F
         owner = np.full(self.num_envs * new_F, -1, np.int64)
         owner[new_pos] = self.final_owner[old_pos]
-        self.final_owner = owner
+        self._final_owner = owner
         self.finals_capacity = new_F
         self._params[P_F] = new_F
         return old_pos, new_pos
 
     def advance(
         self, rows_env: Array, rows_done: Array, out: Array | None = None
-    ) -> tuple[Array, Array, Array]:
+    ) -> tuple[Array, Array, Array, bool]:
         """Account for new steps (after :meth:`reserve_finals`).
 
         Args:
             rows_env: int64 env of each new step; one env's rows in time order.
             rows_done: bool, whether each step ends its episode.
-            out: Optional preallocated ``(3, rows)`` int64 result array (the per-step path
+            out: Optional preallocated ``(3, rows)`` int64 result array (the one-env path
                 reuses one).
 
         Returns:
-            ``(t, slots, final_positions)`` per row; ``final_positions`` is -1 where the step
-            does not end its episode.
+            ``(t, slots, final_positions, same_t)``: per row, its absolute step, slot and
+            final-record position (-1 where the step does not end its episode); and whether
+            every row got the same step (a lockstep step of envs: slots ``C`` apart).
         """
         if out is None:
             out = np.empty((3, rows_env.shape[0]), np.int64)
-        self.advance_into(rows_env, rows_done, out)
+        same = _advance(
+            self.env, self.slot_meta, self.final_owner, rows_env, rows_done, self._params, out
+        )
         out_t, out_slot, out_fpos = out
-        return out_t, out_slot, out_fpos
+        return out_t, out_slot, out_fpos, same
 
     def end_running(self, e: int) -> tuple[int, int, int]:
         """Make env ``e``'s newest stored step the last step of its episode.
@@ -346,10 +450,6 @@ class EpisodeIndex:
         """Stored steps per env (``count - head``)."""
         out: Array = self.env[:, COUNT] - self.env[:, HEAD]
         return out
-
-    def advance_into(self, rows_env: Array, rows_done: Array, out: Array) -> None:
-        """:meth:`advance` writing into ``out`` only: the per-step fast path's one call."""
-        _advance(self.env, self.slot_meta, self.final_owner, rows_env, rows_done, self._params, out)
 
     def clear(self) -> None:
         """Forget every stored step; counters (and so ids) keep counting."""
@@ -412,6 +512,7 @@ class EpisodeIndex:
 
     def set_finals_capacity(self, finals_capacity: int) -> None:
         """Resize (empty) final-record bookkeeping before loading a checkpoint into it."""
+        self.settle()
         self.finals_capacity = finals_capacity
         self._params[P_F] = finals_capacity
-        self.final_owner = np.full(self.num_envs * finals_capacity, -1, np.int64)
+        self._final_owner = np.full(self.num_envs * finals_capacity, -1, np.int64)

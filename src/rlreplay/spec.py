@@ -20,7 +20,7 @@ from __future__ import annotations
 import functools
 import keyword
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeAlias
 
@@ -142,6 +142,9 @@ BUILTIN_FIELDS: dict[str, Field] = {
 }
 
 _PY_SCALARS = (bool, int, float, complex)
+# What Schema.plain_check's tests return for values stored as they are: no row ends its
+# episode, or some row does (0: some value needs converting).
+PLAIN, ENDING = 1, 2
 _MAX_CACHED = 512
 
 
@@ -230,6 +233,59 @@ class Schema:
     def names(self) -> tuple[str, ...]:
         """All stored field names, declaration order, built-ins last."""
         return tuple(self.fields)
+
+    def lookup(self, name: str) -> Field:
+        """The field ``name`` (a ``next_<obs>`` name gives its observation field)."""
+        return self._by_name[name]
+
+    def plain_check(
+        self, names: Sequence[str], lead: tuple[int, ...]
+    ) -> Callable[[Mapping[str, Any]], int]:
+        """Compile the test of the per-step fast path for values named ``names``.
+
+        The returned function tells, without raising, whether a mapping that has exactly the
+        keys ``names`` (the caller checks the count) holds, for each name, a value that needs
+        no conversion: a NumPy array of the field's dtype and shape ``lead + shape``; with no
+        ``lead``, also a Python scalar that fits, or the field's NumPy scalar type. Such values
+        are valid by the same rules as :meth:`convert` and can be stored as they are. It
+        returns :data:`PLAIN` if they are and no ``terminated``/``truncated`` flag is set,
+        :data:`ENDING` if some flag is set, and ``0`` if some value needs :meth:`convert`.
+
+        The test is generated as straight-line Python (like :mod:`dataclasses` generates
+        ``__init__``): a loop over field descriptions costs about twice as much per value.
+        """
+        consts: dict[str, Any] = {"nd": np.ndarray, "zeros": bytes(math.prod(lead))}
+        lines = ["def check(values):", "    get = values.get", f"    kind = {PLAIN}"]
+        for i, name in enumerate(names):
+            f = self._by_name[name]
+            consts[f"d{i}"], consts[f"s{i}"] = f.dtype, lead + f.shape
+            lines.append(f"    v = get({name!r})")
+            array_ok = f"v.dtype is d{i} and v.shape == s{i}"
+            if lead or f.shape:
+                lines.append(f"    if type(v) is not nd or not ({array_ok}):")
+                lines.append("        return 0")
+            else:
+                lines += ["    tp = type(v)", "    if tp is nd:", f"        if not ({array_ok}):"]
+                lines.append("            return 0")
+                consts[f"n{i}"] = f.dtype.type  # the field's own NumPy scalar type
+                lines.append(f"    elif tp is n{i}:\n        pass")
+                for tp in _PY_SCALARS:
+                    if (name, tp) in self._scalar_ok:
+                        lines.append(f"    elif tp is {tp.__name__}:\n        pass")
+                    elif (name, tp) in self._scalar_bounds:
+                        lo, hi = f"lo{i}_{tp.__name__}", f"hi{i}_{tp.__name__}"
+                        consts[lo], consts[hi] = self._scalar_bounds[(name, tp)]
+                        lines.append(f"    elif tp is {tp.__name__}:")
+                        lines.append(f"        if not {lo} <= v <= {hi}:")
+                        lines.append("            return 0")
+                lines.append("    else:\n        return 0")
+            if name in ("terminated", "truncated"):
+                lines.append("    if v.tobytes() != zeros:" if lead else "    if v:")
+                lines.append(f"        kind = {ENDING}")
+        lines.append("    return kind")
+        exec("\n".join(lines), consts)  # built above from field metadata only
+        check: Callable[[Mapping[str, Any]], int] = consts["check"]
+        return check
 
     def next_names(self) -> tuple[str, ...]:
         """``next_<name>`` for every observation field."""

@@ -20,7 +20,7 @@ import numpy as np
 from rlreplay.episodes import COUNT, HEAD, EpisodeIndex
 from rlreplay.episodic import record_returns
 from rlreplay.errors import FieldError, InvalidIdError, ShapeError
-from rlreplay.spec import Schema
+from rlreplay.spec import ENDING, PLAIN, Schema
 from rlreplay.storage.columns import Columns
 
 __all__ = ["Prepared", "ReturnsConfig", "StepWriter"]
@@ -72,9 +72,25 @@ class StepWriter:
         self._one_env = np.zeros(1, np.int64)
         self._done_row = np.ones(1, np.bool_)
         self._not_done_row = np.zeros(1, np.bool_)
-        self._scratch = np.empty((3, 1), np.int64)
+        self._scratch = np.empty((3, 1), np.int64)  # advance() results, one-env steps
+        self._scratch_envs = np.empty((3, self.num_envs), np.int64)  # ... and all-env steps
         self._plain_keys = frozenset(schema.fields)
         self._full_keys = self._plain_keys | frozenset(schema.next_names())
+        self._init_plain_path()
+
+    def _init_plain_path(self) -> None:
+        """What :meth:`add_plain` checks and writes, worked out once."""
+        E, schema = self.num_envs, self.schema
+        self._single = E == 1
+        lead = () if E == 1 else (E,)
+        self._n_plain = len(self._plain_keys)
+        self._n_full = len(self._full_keys)
+        fields, next_names = tuple(schema.fields), schema.next_names()
+        self._check_plain = schema.plain_check(fields, lead)
+        self._check_full = schema.plain_check(fields + next_names, lead)
+        self._one_id = np.zeros(1, np.int64)
+        self._no_rows_done = np.zeros(E, np.bool_)
+        self._step_cols = tuple(self.cols.steps.items())
 
     # ------------------------------------------------------------------ validation
     def prepare_step(self, values: dict[str, Any], env_ids: Any) -> Prepared:
@@ -150,79 +166,116 @@ class StepWriter:
         self._record_returns(row_env, np.array([t]), done)
         return np.array([t * self.num_envs + e], np.int64)
 
-    def add_single(self, values: dict[str, Any]) -> Array | None:
-        """Validate and store one unbatched step of a one-env buffer, if it is the plain case.
+    def add_plain(self, values: dict[str, Any]) -> Array | None:
+        """Store one step of every env if its values need no conversion; else ``None``.
 
-        The per-step hot path: the same checks as :meth:`prepare_step` then :meth:`store`, with
-        no intermediate objects. Returns ``None`` (having changed nothing) for a step that ends
-        its episode or names unexpected fields: the caller then takes the general path.
+        The per-step hot path. It applies when the values are exactly the fields (and maybe
+        every ``next_<obs>``), each already of the field's dtype and shape: NumPy arrays, or for
+        a one-env buffer Python scalars that fit, or the field's NumPy scalar type
+        (:meth:`Schema.plain_check`). Anything else returns ``None`` having changed nothing,
+        and the caller takes the general path, which validates in full (casts, error
+        messages); this path accepts a subset of what that one accepts and stores it the same.
+
+        When no row ends its episode and the envs are in lockstep, the columns are written in
+        place (``E`` rows through one strided slice per column) and the index accounts for the
+        step later (:meth:`EpisodeIndex.defer_plain`): no kernel call and no temporary
+        objects. Otherwise the step goes straight to :meth:`store`.
         """
-        keys = values.keys()
-        if keys != self._full_keys and keys != self._plain_keys:
+        # Dict keys are unique: the right count and every expected name present is equality.
+        n = len(values)
+        if n == self._n_full:
+            kind = self._check_full(values)
+        elif n == self._n_plain:
+            kind = self._check_plain(values)  # an ending step needs next_<obs>: general path
+            if kind != PLAIN:
+                return None
+        else:
             return None
-        conv = self.schema.convert_all(values, ())
-        if conv["terminated"] or conv["truncated"]:
+        if kind == PLAIN:
+            t = self.index.defer_plain()
+            if t >= 0:
+                return self._write_plain(values, t)
+            rows_done = self._not_done_row if self._single else self._no_rows_done
+        elif kind == ENDING:
+            rows_done = (
+                self._done_row
+                if self._single
+                else np.logical_or(values["terminated"], values["truncated"])
+            )
+        else:
             return None
-        out = self._scratch
-        self.index.advance_into(self._one_env, self._not_done_row, out)
-        slot = int(out[1, 0])
-        for name, col in self.cols.steps.items():
-            col[slot] = conv[name]
-        if self.returns is not None:
-            self.returns.column[slot] = self.returns.default
-        ids: Array = out[0].copy()  # one env: the id is the step
-        return ids
+        rows_env = self._one_env if self._single else self.all_envs
+        return self.store(Prepared(rows_env, rows_done, values, self._single, kind == ENDING))
+
+    def _write_plain(self, values: dict[str, Any], t: int) -> Array:
+        """Write step ``t`` of every env (deferred in the index) in place; returns its ids."""
+        r = t % self.env_capacity
+        returns = self.returns
+        if self._single:
+            for name, col in self._step_cols:
+                col[r] = values[name]
+            if returns is not None:
+                returns.column[r] = returns.default
+            ids = self._one_id.copy()
+            ids[0] = t
+            return ids
+        rows = slice(r, None, self.env_capacity)  # env e's step t is row e * C + t % C
+        for name, col in self._step_cols:
+            col[rows] = values[name]
+        if returns is not None:
+            returns.column[rows] = returns.default
+        E = self.num_envs
+        return np.arange(t * E, t * E + E, dtype=np.int64)
 
     # ------------------------------------------------------------------ storing
     def store(self, prep: Prepared) -> Array:
         """Store a prepared call; returns the ids of its rows (``t * E + env``)."""
         rows_env, rows_done, values, single, ending = prep
-        if single:  # one env: the id is the step
-            return self._store(rows_env, rows_done, values, self._scratch, single, ending).copy()
         C = self.env_capacity
-        if rows_env.shape[0] > C and np.all(rows_env == rows_env[0]):
+        if not single and rows_env.shape[0] > C and np.all(rows_env == rows_env[0]):
             # extend() longer than the ring: write in chunks of at most C rows, so no slot is
             # written twice in one fancy assignment (whose order NumPy does not define).
-            t = np.concatenate(
+            return np.concatenate(
                 [
                     self._store(
                         rows_env[s : s + C],
                         rows_done[s : s + C],
                         {k: np.asarray(v)[s : s + C] for k, v in values.items()},
-                        None,
                         False,
                         bool(rows_done[s : s + C].any()),
                     )
                     for s in range(0, rows_env.shape[0], C)
                 ]
             )
-        else:
-            t = self._store(rows_env, rows_done, values, None, False, ending)
-        out: Array = t * self.num_envs + rows_env
-        return out
+        return self._store(rows_env, rows_done, values, single, ending)
 
     def _store(
-        self,
-        rows_env: Array,
-        rows_done: Array,
-        values: dict[str, Any],
-        out: Array | None,
-        single: bool,
-        ending: bool,
+        self, rows_env: Array, rows_done: Array, values: dict[str, Any], single: bool, ending: bool
     ) -> Array:
         if ending:
             self._reserve_finals(rows_env, rows_done)
-        t, slots, fpos = self.index.advance(rows_env, rows_done, out)
+        lockstep = rows_env is self.all_envs  # one row per env: reuse the result array
+        out = self._scratch if single else self._scratch_envs if lockstep else None
+        t, slots, fpos, same_t = self.index.advance(rows_env, rows_done, out)
+        E = self.num_envs
         if single:
             self.cols.write(int(slots[0]), values)
             if ending:
                 self.cols.write_finals(fpos, values, rows=None)
+            ids = t.copy()  # one env: the id is the step
         else:
-            self.cols.write(slots, values)
+            if lockstep and same_t:  # env e's row is e * C + t % C: a strided slice
+                t0 = int(t[0])
+                self.cols.write(slice(int(slots[0]), None, self.env_capacity), values)
+                ids = np.arange(t0 * E, t0 * E + E, dtype=np.int64)
+            else:
+                self.cols.write(slots, values)
+                ids = t * E + rows_env
             if ending:
-                self.cols.write_finals(fpos[rows_done], values, rows=rows_done)
+                which = rows_done.nonzero()[0]
+                self.cols.write_finals(fpos[which], values, rows=which)
         self._record_returns(rows_env, t, rows_done)
-        return t
+        return ids
 
     def _reserve_finals(self, rows_env: Array, rows_done: Array) -> None:
         """Room for the final records of ending rows (the columns follow a doubling)."""

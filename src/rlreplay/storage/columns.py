@@ -76,8 +76,8 @@ class Columns:
         arrays = [*self.steps.values(), *self.finals.values(), *self.derived.values()]
         return sum(a.nbytes for a in arrays)
 
-    def write(self, slots: Array | int, values: Mapping[str, Any]) -> None:
-        """Store validated ``values`` (one entry per field) at ``slots``."""
+    def write(self, slots: Array | int | slice, values: Mapping[str, Any]) -> None:
+        """Store validated ``values`` (one entry per field) at ``slots`` (or a slice of rows)."""
         for name, col in self.steps.items():
             col[slots] = values[name]
 
@@ -87,8 +87,8 @@ class Columns:
         Args:
             positions: Final-record positions, one per ending step.
             values: The call's validated values (``next_<name>`` entries are read).
-            rows: Which rows of the call's values end their episode (``None`` for a single,
-                unbatched step).
+            rows: Which rows of the call's values end their episode (a bool mask or row
+                numbers; ``None`` for a single, unbatched step).
         """
         for name, col in self.finals.items():
             v = values["next_" + name]

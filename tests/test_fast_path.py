@@ -1,0 +1,214 @@
+"""The per-step fast path (``StepWriter.add_plain`` and deferred index steps) against the
+general path: the same calls must leave identical state, outputs and errors."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import rlreplay as rr
+from rlreplay.spec import ENDING, PLAIN
+
+FIELDS = {"obs": rr.Field((2,), np.float32), "action": rr.Field((), np.int64)}
+
+
+def make(fast: bool, **kw: Any) -> rr.ReplayBuffer:
+    buf = rr.ReplayBuffer(kw.pop("capacity", 24), FIELDS, seed=3, **kw)
+    buf._fast_add = fast  # the general path only: the reference
+    return buf
+
+
+def pair(**kw: Any) -> tuple[rr.ReplayBuffer, rr.ReplayBuffer]:
+    return make(True, **kw), make(False, **kw)
+
+
+def assert_same_state(a: rr.ReplayBuffer, b: rr.ReplayBuffer) -> None:
+    sa, sb = a.state_dict(), b.state_dict()
+    assert sa["meta"] == sb["meta"]
+    assert sa["arrays"].keys() == sb["arrays"].keys()
+    for k in sa["arrays"]:
+        np.testing.assert_array_equal(sa["arrays"][k], sb["arrays"][k], err_msg=k)
+
+
+def step(c: int, envs: int, ends: list[tuple[bool, bool]], exact: bool) -> dict[str, Any]:
+    """One step's values; ``exact`` gives every value its field's dtype (fast-path eligible)."""
+    if envs == 1:
+        term, trunc = ends[0]
+        return {
+            "obs": np.array([c, -c], np.float32 if exact else np.float64),
+            "action": c if exact else np.int32(c),
+            "reward": float(c % 5),
+            "terminated": term,
+            "truncated": trunc,
+            "next_obs": np.array([c + 0.5, -c], np.float32),
+        }
+    e = np.arange(envs)
+    flags = np.array(ends, bool).reshape(envs, 2)
+    return {
+        "obs": np.stack([c + e, -c - e], 1).astype(np.float32 if exact else np.float64),
+        "action": (c * 10 + e).astype(np.int64 if exact else np.int32),
+        "reward": (e % 3).astype(np.float32),
+        "terminated": flags[:, 0].copy(),
+        "truncated": flags[:, 1].copy(),
+        "next_obs": np.stack([c + e + 0.5, -c - e], 1).astype(np.float32),
+    }
+
+
+FLAGS = st.sampled_from([(False, False)] * 6 + [(True, False), (False, True)])
+
+
+@st.composite
+def scenario(draw: st.DrawFn) -> tuple[dict[str, Any], list[tuple[Any, ...]]]:
+    envs = draw(st.integers(1, 3))
+    n, k = draw(st.integers(1, 3)), draw(st.integers(1, 3))
+    cfg = {
+        "num_envs": envs,
+        "capacity": envs * draw(st.integers(n + k, n + k + 5)),
+        "n_step": n,
+        "frame_stack": k,
+        "record_episodic_return": draw(st.booleans()),
+    }
+    add = st.tuples(
+        st.just("add"), st.lists(FLAGS, min_size=envs, max_size=envs), st.booleans(), st.booleans()
+    )
+    other = st.tuples(st.sampled_from(["sample", "len", "clear", "dequeue", "state", "end"]))
+    ops = draw(st.lists(st.one_of(add, add, add, add, other), min_size=1, max_size=80))
+    return cfg, ops
+
+
+@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(scenario())
+def test_fast_path_leaves_the_same_state_as_the_general_path(
+    sc: tuple[dict[str, Any], list[tuple[Any, ...]]],
+) -> None:
+    cfg, ops = sc
+    fast, ref = pair(**cfg)
+    envs = cfg["num_envs"]
+    for c, op in enumerate(ops):
+        kind = op[0]
+        if kind == "add":
+            _, ends, exact, some_envs = op
+            values = step(c, envs, ends, exact)
+            if envs > 1 and some_envs:  # one env only: the envs leave lockstep
+                values = {k: v[1:2] for k, v in values.items()}
+                values["env_ids"] = np.array([1])
+            np.testing.assert_array_equal(fast.add(**values), ref.add(**values))
+        elif kind == "sample":
+            if ref.num_sampleable:
+                a, b = fast.sample(5), ref.sample(5)
+                for name in b:
+                    np.testing.assert_array_equal(a[name], b[name], err_msg=name)
+        elif kind == "len":
+            assert len(fast) == len(ref)
+            assert fast.num_sampleable == ref.num_sampleable
+            np.testing.assert_array_equal(fast.sampleable_ids(), ref.sampleable_ids())
+        elif kind == "clear":
+            fast.clear()
+            ref.clear()
+        elif kind == "dequeue":
+            if len(ref) >= envs and min(ref._index.stored_per_env()) >= 1:
+                a, b = fast.dequeue(1), ref.dequeue(1)
+                for name in b:
+                    np.testing.assert_array_equal(a[name], b[name], err_msg=name)
+        elif kind == "end":
+            final = {"next_obs": np.array([-1.0, 1.0], np.float32)}
+            try:
+                want = ref.end_episode(0, **final)
+            except rr.InvalidIdError:
+                with pytest.raises(rr.InvalidIdError):
+                    fast.end_episode(0, **final)
+            else:
+                np.testing.assert_array_equal(fast.end_episode(0, **final), want)
+        else:
+            assert_same_state(fast, ref)
+    assert_same_state(fast, ref)
+
+
+@pytest.mark.parametrize("envs", [1, 4])
+def test_more_deferred_steps_than_the_settle_limit_and_the_capacity(envs: int) -> None:
+    fast, ref = pair(capacity=8 * envs, num_envs=envs)
+    fast._index._max_pending = 5
+    for c in range(40):
+        values = step(c, envs, [(c % 13 == 12, False)] * envs, exact=True)
+        np.testing.assert_array_equal(fast.add(**values), ref.add(**values))
+        if c % 7 == 0:
+            assert_same_state(fast, ref)
+    assert_same_state(fast, ref)
+    fast, ref = pair(capacity=8 * envs, num_envs=envs)
+    for c in range(30):  # 30 deferred steps of an 8-slot ring, settled at once
+        values = step(c, envs, [(False, False)] * envs, exact=True)
+        fast.add(**values)
+        ref.add(**values)
+    assert fast._index._pending == 30
+    assert_same_state(fast, ref)
+
+
+def test_the_fast_path_takes_the_plain_steps_and_defers_them() -> None:
+    buf = make(True, capacity=20)
+    for c in range(3):
+        buf.add(**step(c, 1, [(False, False)], exact=True))
+    assert buf._index._pending == 3
+    buf.add(**step(3, 1, [(True, False)], exact=True))  # an ending step: stored at once
+    assert buf._index._pending == 0
+    assert len(buf) == 4
+    vec = make(True, capacity=20, num_envs=2)
+    vec.add(**step(0, 2, [(False, False)] * 2, exact=True))
+    assert vec._index._pending == 1
+    vec.add(**step(0, 2, [(False, False)] * 2, exact=False))  # needs casts: general path
+    assert vec._index._pending == 0
+
+
+@pytest.mark.parametrize(
+    ("change", "error"),
+    [
+        ({"obs": np.zeros(3, np.float32)}, rr.ShapeError),
+        ({"obs": np.zeros(2, np.complex64)}, rr.DTypeError),
+        ({"action": 2**70}, rr.DTypeError),
+        ({"action": 1.5}, rr.DTypeError),
+        ({"reward": "x"}, rr.DTypeError),
+        ({"terminated": None}, rr.DTypeError),
+        ({"extra": 1}, rr.FieldError),
+        ({"next_obs": np.zeros(5, np.float32)}, rr.ShapeError),
+    ],
+)
+def test_bad_values_get_the_general_paths_errors_and_change_nothing(
+    change: dict[str, Any], error: type[Exception]
+) -> None:
+    fast, ref = pair()
+    for buf in (fast, ref):
+        buf.add(**step(0, 1, [(False, False)], exact=True))
+    for buf in (fast, ref):
+        with pytest.raises(error):
+            buf.add(**{**step(1, 1, [(False, False)], exact=True), **change})
+    assert_same_state(fast, ref)
+
+
+def test_options_are_still_keywords_of_add() -> None:
+    buf = rr.ReplayBuffer(4, FIELDS, num_envs=2)
+    values = step(0, 2, [(False, False)] * 2, exact=True)
+    one = {k: v[:1] for k, v in values.items()}
+    assert buf.add(env_ids=[1], **one).tolist() == [1]
+    assert buf.add(env_ids=[1], block=True, timeout=0.5, **one).tolist() == [3]
+    with pytest.raises(rr.ReplayTimeout):
+        buf.add(env_ids=[1], block=True, timeout=0.01, **one)
+    with pytest.raises(ValueError, match="timeout"):
+        buf.add(timeout=-1.0, **values)
+
+
+def test_plain_check_tells_plain_ending_and_convertible_values() -> None:
+    buf = make(True)
+    names = (*buf.schema.fields, *buf.schema.next_names())
+    check = buf.schema.plain_check(names, ())
+    assert check(step(0, 1, [(False, False)], exact=True)) == PLAIN
+    assert check(step(0, 1, [(False, True)], exact=True)) == ENDING
+    assert check(step(0, 1, [(False, False)], exact=False)) == 0
+    assert check({**step(0, 1, [(False, False)], exact=True), "reward": np.float32(1)}) == PLAIN
+    assert check({**step(0, 1, [(False, False)], exact=True), "action": 2**63}) == 0
+    vcheck = buf.schema.plain_check(names, (3,))
+    assert vcheck(step(0, 3, [(False, False)] * 3, exact=True)) == PLAIN
+    assert vcheck(step(0, 3, [(False, False), (True, False), (False, False)], exact=True)) == ENDING
+    assert vcheck(step(0, 2, [(False, False)] * 2, exact=True)) == 0
