@@ -44,7 +44,17 @@ import numba
 import numpy as np
 
 from rlreplay.errors import EmptyBufferError, PriorityError
-from rlreplay.sampling.trees import MinTree, SumTree
+from rlreplay.sampling.trees import (
+    _MIN,
+    _SUM,
+    MinTree,
+    SumTree,
+    _build_kernel,
+    _check_sample,
+    _recompute_ancestors_pair,
+    _sample_kernel,
+    _sum_min_pair,
+)
 
 __all__ = ["VARIANTS", "Priorities"]
 
@@ -78,6 +88,13 @@ def _snapshot_rank(snap: Array, p: float) -> int:
     return int(np.searchsorted(snap, -p)) + 1
 
 
+@numba.njit(cache=True, inline="always")
+def _set_leaf(sums: Array, mins: Array, node: int, m: float) -> None:  # pragma: no cover - compiled
+    """Leaf ``node`` of both trees: the mass in the sum tree, ``+inf`` for 0 in the min tree."""
+    sums[node] = m
+    mins[node] = m if m > 0.0 else np.inf
+
+
 @numba.njit(cache=True)
 def _write_kernel(
     prio: Array,
@@ -90,22 +107,22 @@ def _write_kernel(
     added: Array,
     alpha: float,
     rank_based: bool,
-    out_slot: Array,
-    out_sum: Array,
-    out_min: Array,
+    sums: Array,
+    mins: Array,
+    size: int,
 ) -> None:  # pragma: no cover - compiled
     """Apply one write: removals, then new priorities, then additions (see ``on_write``).
 
-    Fills ``out_*`` (length ``len(removed) + len(added)``) with the leaves to set, removals
-    first: the tree kernels apply duplicates in call order, so a reused slot ends up added.
+    Leaves of both trees are set in that order, so a reused slot (removed, then added) ends up
+    added; then the ancestors of every touched leaf are recomputed in both trees in one pass.
     """
+    nodes = np.empty(removed.shape[0] + added.shape[0], np.int64)
     k = 0
     for i in range(removed.shape[0]):
         s = removed[i]
         live[s] = False
-        out_slot[k] = s
-        out_sum[k] = 0.0
-        out_min[k] = np.inf
+        _set_leaf(sums, mins, size + s, 0.0)
+        nodes[k] = size + s
         k += 1
     for i in range(written.shape[0]):
         prio[written[i]] = priority
@@ -117,11 +134,11 @@ def _write_kernel(
         if rank_based:
             r = _snapshot_rank(snap, p)
             rank[s] = r
-        m = _mass(p, r, alpha, rank_based)
-        out_slot[k] = s
-        out_sum[k] = m
-        out_min[k] = m if m > 0.0 else np.inf
+        _set_leaf(sums, mins, size + s, _mass(p, r, alpha, rank_based))
+        nodes[k] = size + s
         k += 1
+    if k > 0:
+        _recompute_ancestors_pair(sums, _SUM, mins, _MIN, size, nodes)
 
 
 @numba.njit(cache=True)
@@ -139,17 +156,17 @@ def _update_kernel(
     alpha: float,
     rank_based: bool,
     limit: float,
-    out_slot: Array,
-    out_sum: Array,
-    out_min: Array,
+    sums: Array,
+    mins: Array,
+    size: int,
 ) -> tuple[int, int, int, float]:  # pragma: no cover - compiled
     """Check, then apply, priority updates in call order (a later duplicate wins).
 
     Returns ``(status, position, leaves, max)``: on ``_BAD_VALUE`` (NaN, infinite or negative
     at ``position``) or ``_TOO_LARGE`` (a priority above ``limit``) nothing was changed;
-    otherwise ``out_*[:leaves]`` are the tree leaves to set and ``max`` is the largest
-    priority now held by an updated slot (values overwritten by a later duplicate do not
-    count).
+    otherwise ``leaves`` tree leaves were set (one per non-stale id of a live slot, duplicates
+    counted; their ancestors recomputed in both trees) and ``max`` is the largest priority now
+    held by an updated slot (values overwritten by a later duplicate do not count).
     """
     n = values.shape[0]
     for i in range(n):
@@ -161,6 +178,7 @@ def _update_kernel(
             v = min(max(values[i], clip_lo), clip_hi) + eps
             if v > limit:
                 return _TOO_LARGE, i, 0, v
+    nodes = np.empty(n, np.int64)
     k = 0
     for i in range(n):
         if stale[i]:
@@ -173,11 +191,11 @@ def _update_kernel(
             if rank_based:
                 r = _snapshot_rank(snap, v)
                 rank[s] = r
-            m = _mass(v, r, alpha, rank_based)
-            out_slot[k] = slots[i]
-            out_sum[k] = m
-            out_min[k] = m if m > 0.0 else np.inf
+            _set_leaf(sums, mins, size + s, _mass(v, r, alpha, rank_based))
+            nodes[k] = size + s
             k += 1
+    if k > 0:
+        _recompute_ancestors_pair(sums, _SUM, mins, _MIN, size, nodes[:k])
     top = 0.0
     for i in range(n):
         if not stale[i] and prio[slots[i]] > top:
@@ -205,44 +223,62 @@ def _rank_kernel(
 
 
 @numba.njit(cache=True)
-def _masses_kernel(
-    prio: Array, rank: Array, live: Array, alpha: float, rank_based: bool, out_sum: Array
+def _rebuild_kernel(
+    prio: Array,
+    rank: Array,
+    live: Array,
+    alpha: float,
+    rank_based: bool,
+    sums: Array,
+    mins: Array,
+    size: int,
 ) -> None:  # pragma: no cover - compiled
-    """Every slot's leaf, from scratch (0 where not live)."""
+    """Every slot's leaf from scratch (0 where not live), then every node of both trees."""
     for s in range(prio.shape[0]):
         r = rank[s] if rank_based else 1
-        out_sum[s] = _mass(prio[s], r, alpha, rank_based) if live[s] else 0.0
+        m = _mass(prio[s], r, alpha, rank_based) if live[s] else 0.0
+        _set_leaf(sums, mins, size + s, m)
+    _build_kernel(sums, size, _SUM)
+    _build_kernel(mins, size, _MIN)
 
 
 @numba.njit(cache=True)
 def _draw_kernel(
-    slots: Array,
-    masses: Array,
-    total: float,
+    sums: Array,
+    size: int,
     min_mass: float,
+    uniforms: Array,
+    stratified: bool,
     beta: float,
     lo: Array,
     C: int,
-    out_env: Array,
-    out_t: Array,
-    out_p: Array,
-    out_w: Array,
-) -> None:  # pragma: no cover - compiled
-    """Per draw: env, absolute step, ``P = m / total`` and ``w = (min_mass / m) ** beta``.
+) -> tuple[Array, Array, Array, Array]:  # pragma: no cover - compiled
+    """Draw one slot per uniform from the sum tree, then per draw: env, absolute step,
+    ``P = m / total`` and ``w = (min_mass / m) ** beta``; returns ``(env, t, P, w)``.
 
+    The slots are those of :meth:`SumTree.sample` for the same uniforms (the same kernel).
     Slot ``s = e * C + r`` holds, of env ``e``'s sampleable range ``[lo_e, hi_e)`` (at most
     ``C`` long, so ``t -> t % C`` is one-to-one on it), the one step ``t`` with ``t % C == r``:
     ``t = lo_e + ((r - lo_e) mod C)``. The weight is computed as a ratio ``<= 1`` raised to
     ``beta``, so it cannot overflow (it may underflow to 0).
     """
-    for i in range(slots.shape[0]):
+    n = uniforms.shape[0]
+    total = sums[1]
+    slots = _sample_kernel(sums, size, uniforms, stratified)
+    out_env = np.empty(n, np.int64)
+    out_t = np.empty(n, np.int64)
+    out_p = np.empty(n, np.float64)
+    out_w = np.empty(n, np.float32)
+    for i in range(n):
         s = slots[i]
+        m = sums[size + s]
         e = s // C
         base = lo[e]
         out_env[i] = e
         out_t[i] = base + (s - e * C - base) % C
-        out_p[i] = masses[i] / total
-        out_w[i] = (min_mass / masses[i]) ** beta
+        out_p[i] = m / total
+        out_w[i] = (min_mass / m) ** beta
+    return out_env, out_t, out_p, out_w
 
 
 class Priorities:
@@ -264,7 +300,10 @@ class Priorities:
 
     Cost: every write or update of ``k`` slots is ``O(k log n)`` (tree updates); a draw of
     ``B`` is ``O(B log n)``; a rank-based re-sort is ``O(n log n)``, amortised over at least
-    ``sort_interval`` changes.
+    ``sort_interval`` changes. Each of ``on_write``, ``update`` and ``draw`` is one kernel call
+    that does all of its work, both trees included: the two trees share one interleaved array
+    (node ``i`` of both in one cache line, see ``_sum_min_pair``), so updating the min tree
+    along the sum tree's paths costs almost no extra memory traffic.
     """
 
     def __init__(
@@ -283,8 +322,14 @@ class Priorities:
         self.sort_interval = sort_interval
         self.prio = np.zeros(num_slots, np.float64)
         self.live = np.zeros(num_slots, np.bool_)
-        self.sum_tree = SumTree(num_slots)
-        self.min_tree = MinTree(num_slots)
+        # Both trees in one array, node i of each in the same cache line (see _sum_min_pair);
+        # the kernels get the trees' arrays (strided views) and their common leaf offset.
+        self.sum_tree: SumTree
+        self.min_tree: MinTree
+        self.sum_tree, self.min_tree, self._nodes = _sum_min_pair(num_slots)
+        self._sums = self.sum_tree._tree
+        self._mins = self.min_tree._tree
+        self._size = self.sum_tree._size
         n_rank = num_slots if self.rank_based else 0
         self.rank = np.ones(n_rank, np.int64)
         # Priorities of the last re-sort, negated so that the array is ascending.
@@ -304,15 +349,6 @@ class Priorities:
     def _snapshot(self) -> Array:
         return self.snapshot[: self.snapshot_size]
 
-    def _set_leaves(self, slots: Array, sums: Array, mins: Array) -> None:
-        """Set leaves of both trees through their kernel entry point ``_apply``.
-
-        The public ``set`` would re-validate what the kernels here built (int64 slots in
-        range, finite masses ``>= 0`` below the overflow limit), at a few microseconds a call.
-        """
-        self.sum_tree._apply(slots, sums)
-        self.min_tree._apply(slots, mins)
-
     def on_write(self, removed: Array, written: Array, priority: float, added: Array) -> None:
         """Apply one buffer write.
 
@@ -323,15 +359,12 @@ class Priorities:
             priority: The priority of new transitions (already passed :meth:`check_priority`).
             added: Slots whose occupants just became sampleable.
         """
-        n = removed.shape[0] + added.shape[0]
-        out_slot, out_sum, out_min = np.empty(n, np.int64), np.empty(n), np.empty(n)
         _write_kernel(
             self.prio, self.live, self.rank, self._snapshot(), removed, written, priority,
-            added, self.alpha, self.rank_based, out_slot, out_sum, out_min,
+            added, self.alpha, self.rank_based, self._sums, self._mins, self._size,
         )  # fmt: skip
         if self.rank_based:
-            self.changes += n
-        self._set_leaves(out_slot, out_sum, out_min)
+            self.changes += removed.shape[0] + added.shape[0]
 
     def _mass_limit(self) -> float:
         # Masses at most max/(2n) keep any sum over the n slots finite, rounding included.
@@ -388,12 +421,10 @@ class Priorities:
             PriorityError: A value NaN, infinite or negative, or too large; then nothing
                 changed.
         """
-        n = values.shape[0]
-        out_slot, out_sum, out_min = np.empty(n, np.int64), np.empty(n), np.empty(n)
         lo, hi = clip if clip is not None else (0.0, np.inf)
         status, pos, k, top = _update_kernel(
             self.prio, self.live, self.rank, self._snapshot(), slots, stale, values, lo, hi,
-            eps, self.alpha, self.rank_based, self._limit, out_slot, out_sum, out_min,
+            eps, self.alpha, self.rank_based, self._limit, self._sums, self._mins, self._size,
         )  # fmt: skip
         if status == _BAD_VALUE:
             raise PriorityError(
@@ -404,7 +435,6 @@ class Priorities:
             raise self._too_large(top)
         if self.rank_based:
             self.changes += k
-        self._set_leaves(out_slot[:k], out_sum[:k], out_min[:k])
         return float(top)
 
     # ------------------------------------------------------------------ drawing
@@ -432,14 +462,18 @@ class Priorities:
         """
         if self.rank_based and self.changes >= self._sort_threshold():
             self.resort()
-        slots = self.sum_tree.sample(n, rng, stratified=stratified)
-        env, t = np.empty(n, np.int64), np.empty(n, np.int64)
-        probabilities, weights = np.empty(n), np.empty(n, np.float32)
-        _draw_kernel(
-            slots, self.sum_tree.get(slots), self.sum_tree.total, self.min_tree.min, beta,
-            lo, self.env_capacity, env, t, probabilities, weights,
+        n = _check_sample(n, rng)
+        if not self._sums[1] > 0.0:
+            raise EmptyBufferError(
+                "cannot sample from a SumTree whose total is 0 (set some priorities first)"
+            )
+        # One rng.random(n) call, exactly as SumTree.sample: the same stream of draws.
+        uniforms = rng.random(n)
+        out: tuple[Array, Array, Array, Array] = _draw_kernel(
+            self._sums, self._size, float(self._mins[1]), uniforms, bool(stratified), beta,
+            lo, self.env_capacity,
         )  # fmt: skip
-        return env, t, probabilities, weights
+        return out
 
     def draw_among(
         self, slots: Array, n: int, rng: np.random.Generator, stratified: bool, beta: float
@@ -490,10 +524,10 @@ class Priorities:
 
     def rebuild(self) -> None:
         """Recompute both trees from ``prio``, ``live`` (and ``rank``): O(n)."""
-        masses = np.empty(self.num_slots)
-        _masses_kernel(self.prio, self.rank, self.live, self.alpha, self.rank_based, masses)
-        _load_leaves(self.sum_tree, masses)
-        _load_leaves(self.min_tree, np.where(masses > 0.0, masses, np.inf))
+        _rebuild_kernel(
+            self.prio, self.rank, self.live, self.alpha, self.rank_based, self._sums,
+            self._mins, self._size,
+        )  # fmt: skip
 
     def restore(self, live_slots: Array) -> None:
         """After loading ``prio`` (and ``rank``, ``snapshot``): set the live set, rebuild."""
@@ -518,10 +552,3 @@ class Priorities:
             out["rank"] = self.rank
             out["snapshot"] = self.snapshot
         return out
-
-
-def _load_leaves(tree: SumTree | MinTree, leaves: Array) -> None:
-    """Replace every leaf of ``tree`` and rebuild its nodes bottom-up in one O(n) pass."""
-    state = tree.state_dict()
-    state["leaves"] = leaves
-    tree.load_state_dict(state)

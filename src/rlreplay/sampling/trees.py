@@ -15,7 +15,12 @@ tree is one float64 array of ``2 * size`` slots, 1-based like a binary heap:
 * slot ``0`` is unused (it holds the neutral element too).
 
 Because every leaf sits at the same depth, ``log2(size)`` levels separate a leaf from the root,
-which lets :func:`_set_kernel` recompute the ancestors of a batch one level at a time.
+which lets :func:`_recompute_ancestors` recompute the ancestors of a batch one level at a time
+and :func:`_descend_all` walk a batch of prefix sums down one level at a time.
+
+The kernels index the tree array and nothing else, so they also run on a strided view: the
+prioritized sampler keeps its sum and min trees interleaved in one ``(2 * size, 2)`` array (see
+:func:`_sum_min_pair`), node ``i`` of both trees in one cache line, and updates both in one pass.
 
 Every internal node is *recomputed* from its two children, never adjusted by a delta, so the
 tree is a pure function of its leaves: no drift after any number of updates, and rebuilding
@@ -70,6 +75,72 @@ def _combine(op: int, a: float, b: float) -> float:
     return a if a >= b else b
 
 
+@numba.njit(cache=True, inline="always")
+def _recompute_ancestors(
+    tree: NDArray[np.float64], size: int, op: int, nodes: NDArray[np.int64]
+) -> None:  # pragma: no cover - compiled
+    """Recomputes every ancestor of the leaf nodes ``nodes`` from its children, bottom-up.
+
+    ``nodes`` holds leaf node numbers (``size + k``) whose leaves are already written, in any
+    order, duplicates allowed; it is used as scratch and overwritten. Every other internal node
+    must already equal the combination of its children (the invariant of every tree here).
+
+    Level by level, so every child is final before its parent is recomputed. While a level is
+    wider than the batch, each path recomputes its own parent: a parent shared by several paths
+    is recomputed once per path, from the same final children, so repeats are harmless and no
+    sort or deduplication is needed (the loop has no data-dependent branch, which lets the CPU
+    overlap the cache misses of all paths). Once a level is no wider than the batch, the whole
+    level is recomputed in order, at most ``len(nodes)`` nodes. A node off every path is
+    recomputed from unchanged children, which reproduces its value bit for bit. Cost:
+    ``O(k log(size / k) + k)`` for ``k`` nodes.
+    """
+    n = nodes.shape[0]
+    level = size  # first node of the level ``nodes`` are on (leaves: size .. 2 * size - 1)
+    while level > 1 and (level >> 1) > n:
+        level >>= 1
+        for j in range(n):
+            parent = nodes[j] >> 1
+            left = parent << 1
+            tree[parent] = _combine(op, tree[left], tree[left + 1])
+            nodes[j] = parent
+    while level > 1:
+        level >>= 1
+        for parent in range(level, level << 1):
+            tree[parent] = _combine(op, tree[2 * parent], tree[2 * parent + 1])
+
+
+@numba.njit(cache=True, inline="always")
+def _recompute_ancestors_pair(
+    tree_a: NDArray[np.float64],
+    op_a: int,
+    tree_b: NDArray[np.float64],
+    op_b: int,
+    size: int,
+    nodes: NDArray[np.int64],
+) -> None:  # pragma: no cover - compiled
+    """:func:`_recompute_ancestors` on two trees of the same ``size`` in one pass.
+
+    Both trees get the same paths; when they are interleaved (:func:`_sum_min_pair`) a node of
+    one shares its cache line with the same node of the other, so the second costs no miss.
+    """
+    n = nodes.shape[0]
+    level = size
+    while level > 1 and (level >> 1) > n:
+        level >>= 1
+        for j in range(n):
+            parent = nodes[j] >> 1
+            left = parent << 1
+            tree_a[parent] = _combine(op_a, tree_a[left], tree_a[left + 1])
+            tree_b[parent] = _combine(op_b, tree_b[left], tree_b[left + 1])
+            nodes[j] = parent
+    while level > 1:
+        level >>= 1
+        for parent in range(level, level << 1):
+            left = parent << 1
+            tree_a[parent] = _combine(op_a, tree_a[left], tree_a[left + 1])
+            tree_b[parent] = _combine(op_b, tree_b[left], tree_b[left + 1])
+
+
 @numba.njit(cache=True)
 def _set_kernel(
     tree: NDArray[np.float64],
@@ -77,111 +148,114 @@ def _set_kernel(
     op: int,
     indices: NDArray[np.int64],
     values: NDArray[np.float64],
-) -> None:
-    """Writes ``values`` to the leaves ``indices`` and recomputes every affected ancestor once.
+) -> None:  # pragma: no cover - compiled
+    """Writes ``values`` to the leaves ``indices`` and recomputes every affected ancestor.
 
     Indices must be valid and ``values`` as long as ``indices`` (the caller checks both).
-    Cost: ``O(k log k)`` to sort plus one recomputation per distinct ancestor, at most
-    ``O(k log(size))`` for ``k`` indices.
+    Leaves are written in call order, so a duplicated index keeps its last value; then
+    :func:`_recompute_ancestors`. Cost: ``O(k log(size / k) + k)`` for ``k`` indices.
     """
     n = indices.shape[0]
     if n == 0:
         return
-    # Leaves first, in call order: a duplicated index keeps its last value.
+    nodes = np.empty(n, dtype=np.int64)
     for j in range(n):
-        tree[size + indices[j]] = values[j]
-    # Sorted leaf nodes. Halving keeps them sorted, so after each halving equal parents are
-    # adjacent and one pass over the array drops the duplicates of a level.
-    nodes = np.sort(indices) + size
-    count = n
-    # All nodes of one pass are at the same depth; the pass that produces node 1 (the root) is
-    # the last. With size == 1 the leaf is the root and there is nothing to recompute.
-    while nodes[0] > 1:
-        kept = 0
-        for j in range(count):
-            parent = nodes[j] >> 1
-            # Compare with the last parent written in this pass (kept <= j, so nodes[j] is
-            # always read before slot j can be overwritten).
-            if kept == 0 or nodes[kept - 1] != parent:
-                nodes[kept] = parent
-                kept += 1
-                left = parent << 1
-                tree[parent] = _combine(op, tree[left], tree[left + 1])
-        count = kept
+        node = size + indices[j]
+        tree[node] = values[j]
+        nodes[j] = node
+    _recompute_ancestors(tree, size, op, nodes)
 
 
 @numba.njit(cache=True)
-def _build_kernel(tree: NDArray[np.float64], size: int, op: int) -> None:
+def _build_kernel(
+    tree: NDArray[np.float64], size: int, op: int
+) -> None:  # pragma: no cover - compiled
     """Recomputes every internal node from the leaves (children before parents: high to low)."""
     for node in range(size - 1, 0, -1):
         tree[node] = _combine(op, tree[2 * node], tree[2 * node + 1])
 
 
 @numba.njit(cache=True, inline="always")
-def _descend(tree: NDArray[np.float64], size: int, mass: float) -> int:
-    """Returns the smallest leaf ``k`` with ``mass < leaf[0] + ... + leaf[k]`` in a sum tree.
+def _descend_all(
+    tree: NDArray[np.float64], size: int, rest: NDArray[np.float64], out: NDArray[np.int64]
+) -> None:  # pragma: no cover - compiled
+    """Finds, for each mass ``rest[i]``, the smallest leaf ``k`` with ``mass < leaf[0] + ... +
+    leaf[k]`` in a sum tree whose total is ``> 0``, and writes it to ``out[i]``.
 
-    If ``mass >= total`` (no leaf qualifies), returns the rightmost non-zero leaf. If rounding
-    pushes the remaining mass past the end of a subtree on the way down, returns the rightmost
-    non-zero leaf of that subtree.
+    ``rest`` is overwritten (it holds each mass still to cover). If ``mass >= total`` (no leaf
+    qualifies), the result is the rightmost non-zero leaf. If rounding pushes the remaining mass
+    past the end of a subtree on the way down, it is the rightmost non-zero leaf of that subtree.
+
+    All masses descend together, one level per pass: a pass has no data-dependent branch (the
+    choices are selects) and its draws are independent, so the CPU overlaps their cache misses
+    instead of waiting for each path in turn. The result is that of a per-mass descent:
+
+    * start at the root; a mass ``>= total`` is "at the end" from the start;
+    * at node ``v`` with children ``l`` and ``r``: go to ``l`` if ``mass < l``; otherwise
+      ``mass -= l`` and go to ``r`` if ``mass < r``; otherwise the mass is at the end of
+      ``v``'s subtree: from then on take, at each level, ``r`` if ``r > 0`` else ``l`` (the
+      rightmost non-zero leaf). "At the end" is stored as ``mass = inf``, which fails both
+      comparisons at every later level (subtracting a finite ``l`` keeps it ``inf``), so one
+      rule serves both phases.
 
     Rounding safety: the descent only ever enters a node whose sum is ``> 0``. The root
-    qualifies (the caller checks ``total > 0``); going left needs ``mass < left``, going right
-    needs ``mass - left < right``; the final walk goes right when ``right > 0`` and otherwise
-    left, where the whole (positive) sum of the parent then is. Padding leaves hold 0, so the
-    leaf reached is a real leaf ``< capacity`` whose value is ``> 0``.
+    qualifies; going left needs ``mass < l``, going right needs ``mass - l < r``; at the end,
+    right is taken when ``r > 0`` and otherwise left, where the whole (positive) sum of the
+    parent then is. Padding leaves hold 0, so the leaf reached is a real leaf ``< capacity``
+    whose value is ``> 0``.
     """
-    node = 1
-    if mass < tree[1]:
-        while node < size:  # nodes below ``size`` are internal
-            left = node << 1
+    n = rest.shape[0]
+    total = tree[1]
+    for i in range(n):
+        out[i] = 1
+        if not rest[i] < total:
+            rest[i] = np.inf
+    level = size
+    while level > 1:  # one pass per level below the root
+        level >>= 1
+        for i in range(n):
+            left = out[i] << 1
             left_sum = tree[left]
-            if mass < left_sum:
-                node = left
-                continue
-            # Skip the left subtree: the prefix sum of everything before the right child grows
-            # by left_sum, i.e. the mass still to cover shrinks by it.
-            mass -= left_sum
-            if mass < tree[left + 1]:
-                node = left + 1
-                continue
-            # Rounding carried the mass past the end of this subtree: finish as "at the end".
-            break
-    # At the end of ``node``'s subtree (or already on a leaf): take its rightmost non-zero leaf.
-    while node < size:
-        left = node << 1
-        node = left + 1 if tree[left + 1] > 0.0 else left
-    return node - size
+            right_sum = tree[left + 1]
+            mass = rest[i]
+            # ``&`` and ``|`` (not ``and``/``or``, which branch) keep the pass branch-free.
+            right = mass >= left_sum
+            after = mass - left_sum  # the mass still to cover once the left subtree is skipped
+            at_end = right & (after >= right_sum)
+            rest[i] = np.inf if at_end else (after if right else mass)
+            out[i] = left + (right & ((not at_end) | (right_sum > 0.0)))
+    for i in range(n):
+        out[i] -= size
 
 
 @numba.njit(cache=True)
 def _find_prefix_sum_kernel(
     tree: NDArray[np.float64], size: int, masses: NDArray[np.float64]
-) -> NDArray[np.int64]:
-    """Applies :func:`_descend` to every mass (``masses`` must lie in ``[0, total]``)."""
+) -> NDArray[np.int64]:  # pragma: no cover - compiled
+    """Applies :func:`_descend_all` to every mass (``masses`` must lie in ``[0, total]``)."""
     out = np.empty(masses.shape[0], dtype=np.int64)
-    for j in range(masses.shape[0]):
-        out[j] = _descend(tree, size, masses[j])
+    _descend_all(tree, size, masses.copy(), out)
     return out
 
 
 @numba.njit(cache=True)
 def _sample_kernel(
     tree: NDArray[np.float64], size: int, uniforms: NDArray[np.float64], stratified: bool
-) -> NDArray[np.int64]:
+) -> NDArray[np.int64]:  # pragma: no cover - compiled
     """Turns uniforms in ``[0, 1)`` into leaves drawn with probability ``leaf / total``.
 
     Stratified: ``mass_i = (i + u_i) * (total / n)``, one draw in each of ``n`` equal strata of
     ``[0, total)``; otherwise ``mass_i = u_i * total``. A mass that rounds up to ``total`` or
-    beyond gets the rightmost non-zero leaf from :func:`_descend`, never a zero leaf.
+    beyond gets the rightmost non-zero leaf from :func:`_descend_all`, never a zero leaf.
     """
     n = uniforms.shape[0]
     total = tree[1]
     stratum = total / n if n > 0 else 0.0
-    out = np.empty(n, dtype=np.int64)
+    masses = np.empty(n, dtype=np.float64)
     for i in range(n):
-        mass = (i + uniforms[i]) * stratum if stratified else uniforms[i] * total
-        out[i] = _descend(tree, size, mass)
+        masses[i] = (i + uniforms[i]) * stratum if stratified else uniforms[i] * total
+    out = np.empty(n, dtype=np.int64)
+    _descend_all(tree, size, masses, out)
     return out
 
 
@@ -194,6 +268,29 @@ def _first_bad(mask: NDArray[np.bool_], array: NDArray[Any]) -> tuple[int, Any]:
     """Returns ``(flat position, value)`` of the first ``True`` of ``mask`` (for messages)."""
     position = int(np.flatnonzero(mask.ravel())[0])
     return position, array.ravel()[position].item()
+
+
+def _check_sample(n: int, rng: np.random.Generator) -> int:
+    """Checks the arguments of a sample of ``n`` draws from ``rng``; returns ``n`` as an int.
+
+    Raises:
+        TypeError: If ``rng`` is not a ``numpy.random.Generator``.
+        ValueError: If ``n`` is negative or not an integer.
+    """
+    if isinstance(n, bool):
+        raise ValueError(f"n must be an integer >= 0; got {n!r}")
+    try:
+        n = operator.index(n)
+    except TypeError:
+        raise ValueError(f"n must be an integer >= 0; got {n!r}") from None
+    if n < 0:
+        raise ValueError(f"n must be an integer >= 0; got {n}")
+    if not isinstance(rng, np.random.Generator):
+        raise TypeError(
+            f"rng must be a numpy.random.Generator (e.g. numpy.random.default_rng(seed)); "
+            f"got {type(rng).__name__}"
+        )
+    return n
 
 
 def _state_int(state: dict[str, Any], key: str) -> int:
@@ -249,6 +346,24 @@ class _SegmentTree:
         # needed for the largest leaf index, so 1 << it covers every index (1 -> 1, 5 -> 8).
         self._size = 1 << (capacity - 1).bit_length()
         self._tree = np.full(2 * self._size, self._NEUTRAL, dtype=np.float64)
+
+    @classmethod
+    def _over(cls, capacity: int, tree: NDArray[np.float64]) -> Self:
+        """Returns a tree of ``capacity`` leaves kept in ``tree`` (not copied; may be strided).
+
+        ``tree`` must be a float64 array of ``2 * next_pow2(capacity)`` slots that already is
+        a valid tree of this kind (e.g. all neutral). For :func:`_sum_min_pair`.
+        """
+        size = 1 << (capacity - 1).bit_length()
+        if tree.dtype != np.float64 or tree.shape != (2 * size,):
+            raise ValueError(
+                f"tree must be float64 of shape ({2 * size},); got {tree.dtype} {tree.shape}"
+            )
+        out = cls.__new__(cls)
+        out._capacity = capacity
+        out._size = size
+        out._tree = tree
+        return out
 
     @property
     def capacity(self) -> int:
@@ -430,9 +545,10 @@ class SumTree(_SegmentTree):
         * a node is ``> 0`` exactly when some leaf below it is, so a descent that enters only
           positive nodes ends on a positive leaf.
 
-    Cost, with ``n`` the capacity and ``k`` the batch size: ``set`` is ``O(k log n)`` (each
-    distinct ancestor recomputed once), ``get`` is ``O(k)``, ``find_prefix_sum`` and ``sample``
-    are ``O(k log n)``, ``total`` is ``O(1)``. Memory: ``2 * next_pow2(n)`` float64.
+    Cost, with ``n`` the capacity and ``k`` the batch size: ``set`` is ``O(k log n)`` (the
+    ancestors of the batch, level by level), ``get`` is ``O(k)``, ``find_prefix_sum`` and
+    ``sample`` are ``O(k log n)`` (all masses descend together, one level per pass), ``total`` is
+    ``O(1)``. Memory: ``2 * next_pow2(n)`` float64.
 
     Example:
         >>> import numpy as np
@@ -518,19 +634,7 @@ class SumTree(_SegmentTree):
             TypeError: If ``rng`` is not a ``numpy.random.Generator``.
             ValueError: If ``n`` is negative or not an integer.
         """
-        if isinstance(n, bool):
-            raise ValueError(f"n must be an integer >= 0; got {n!r}")
-        try:
-            n = operator.index(n)
-        except TypeError:
-            raise ValueError(f"n must be an integer >= 0; got {n!r}") from None
-        if n < 0:
-            raise ValueError(f"n must be an integer >= 0; got {n}")
-        if not isinstance(rng, np.random.Generator):
-            raise TypeError(
-                f"rng must be a numpy.random.Generator (e.g. numpy.random.default_rng(seed)); "
-                f"got {type(rng).__name__}"
-            )
+        n = _check_sample(n, rng)
         if self._tree[1] <= 0.0:
             raise EmptyBufferError(
                 "cannot sample from a SumTree whose total is 0 (set some priorities first)"
@@ -624,3 +728,19 @@ class MaxTree(_SegmentTree):
     def max(self) -> float:
         """Largest leaf (the root); ``-inf`` when every leaf is ``-inf``."""
         return float(self._tree[1])
+
+
+def _sum_min_pair(capacity: int) -> tuple[SumTree, MinTree, NDArray[np.float64]]:
+    """A :class:`SumTree` and a :class:`MinTree` of ``capacity`` leaves sharing one array.
+
+    Returns ``(sums, mins, nodes)``: ``nodes`` has shape ``(2 * size, 2)``, column 0 is the sum
+    tree and column 1 the min tree (``sums._tree`` and ``mins._tree`` are views of them), so
+    node ``i`` of both trees sits in the same 16 bytes, hence the same cache line. Kernels that
+    update both trees along the same paths (:func:`_recompute_ancestors_pair`) then miss once
+    per node instead of twice. Both are ordinary trees for every public method.
+    """
+    size = 1 << (capacity - 1).bit_length()
+    nodes = np.empty((2 * size, 2), dtype=np.float64)
+    nodes[:, 0] = SumTree._NEUTRAL
+    nodes[:, 1] = MinTree._NEUTRAL
+    return SumTree._over(capacity, nodes[:, 0]), MinTree._over(capacity, nodes[:, 1]), nodes
