@@ -1,5 +1,5 @@
-"""The per-step fast path (``StepWriter.add_plain`` and deferred index steps) against the
-general path: the same calls must leave identical state, outputs and errors."""
+"""The per-step fast path (``StepWriter.plain_kind``/``store_deferred``, deferred index steps)
+against the general path: the same calls must leave identical state, outputs and errors."""
 
 from __future__ import annotations
 
@@ -212,3 +212,37 @@ def test_plain_check_tells_plain_ending_and_convertible_values() -> None:
     assert vcheck(step(0, 3, [(False, False)] * 3, exact=True)) == PLAIN
     assert vcheck(step(0, 3, [(False, False), (True, False), (False, False)], exact=True)) == ENDING
     assert vcheck(step(0, 2, [(False, False)] * 2, exact=True)) == 0
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(scenario())
+def test_prioritized_fast_path_hears_of_deferred_steps_like_the_general_path(
+    sc: tuple[dict[str, Any], list[tuple[Any, ...]]],
+) -> None:
+    """Proportional: identical state. (Rank-based counts the changes of a batch of deferred
+    steps net, so it may re-sort at other times; its rank bound is tested with either path.)"""
+    cfg, ops = sc
+    cfg = {k: v for k, v in cfg.items() if k != "record_episodic_return"}
+    bufs = []
+    for fast in (True, False):
+        kw = {k: v for k, v in cfg.items() if k != "capacity"}
+        buf = rr.PrioritizedReplayBuffer(cfg["capacity"], FIELDS, seed=5, **kw)
+        buf._fast_add = fast
+        bufs.append(buf)
+    envs = cfg["num_envs"]
+    for c, op in enumerate(ops):
+        if op[0] == "add":
+            values = step(c, envs, op[1], exact=op[2])
+            np.testing.assert_array_equal(bufs[0].add(**values), bufs[1].add(**values))
+        elif op[0] == "sample" and bufs[1].num_sampleable:
+            a, b = bufs[0].sample(4), bufs[1].sample(4)
+            for name in b:
+                np.testing.assert_array_equal(a[name], b[name], err_msg=name)
+            new = np.arange(1, 5, dtype=np.float64) * (c + 1)
+            assert bufs[0].update_priorities(a.ids, new) == bufs[1].update_priorities(b.ids, new)
+        elif op[0] == "clear":
+            for buf in bufs:
+                buf.clear()
+        elif op[0] == "state":
+            assert_same_state(bufs[0], bufs[1])
+    assert_same_state(bufs[0], bufs[1])

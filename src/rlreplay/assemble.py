@@ -20,12 +20,14 @@ the episode's first step are zeros (``stack_pad="zero"``) or copies of the first
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any
+import functools
+from collections.abc import Callable
+from typing import Any, NamedTuple
 
+import numba
 import numpy as np
 
-from rlreplay.episodes import EpisodeIndex
+from rlreplay.episodes import FINAL_FID, EpisodeIndex
 from rlreplay.storage.columns import Columns
 
 __all__ = ["Window", "assemble_transitions", "nstep_window", "stack_frames"]
@@ -33,8 +35,7 @@ __all__ = ["Window", "assemble_transitions", "nstep_window", "stack_frames"]
 Array = np.ndarray[Any, Any]
 
 
-@dataclass(frozen=True)
-class Window:
+class Window(NamedTuple):
     """The n-step window of each sampled step (arrays of length ``B``)."""
 
     m: Array  # int64 window length
@@ -77,18 +78,107 @@ def nstep_window(
     return Window(m=m, reward=ret, terminated=te, truncated=tr, ended=~alive)
 
 
-def stack_frames(
-    col: Array, base: Array, t: Array, ep_start: Array, k: int, C: int, zero_pad: bool
-) -> Array:
-    """Frames ``t-k+1 .. t`` of each sampled episode, shape ``t.shape + (k, *frame)``.
+def _pair(a: Array, b: Array) -> Array:
+    """``np.stack([a, b])`` for two 1-D arrays, without its generic overhead."""
+    out = np.empty((2, a.shape[0]), a.dtype)
+    out[0] = a
+    out[1] = b
+    return out
 
-    ``t`` may have any shape whose last axis is the batch's (``base`` and ``ep_start`` are
-    per row): ``(2, B)`` gathers the current and next stacks in one go.
+
+@numba.njit(cache=True)
+def _window_kernel(
+    rew: Array,
+    te_col: Array,
+    tr_col: Array,
+    slot_meta: Array,
+    env_ids: Array,
+    t: Array,
+    C: int,
+    F: int,
+    n: int,
+    gamma: float,
+    out_i: Array,
+    out_f: Array,
+    out_b: Array,
+) -> None:  # pragma: no cover - compiled
+    """:func:`nstep_window` for a scalar float32 reward, plus the slots, in one pass.
+
+    Per row ``i`` writes ``out_i[:, i] = (slot, next_slot, m, final_pos)``
+    (``final_pos`` -1 unless the window reached its episode's end), ``out_f[:, i] = (reward,
+    discount)`` and ``out_b[:, i] = (terminated, truncated)``. The reward sum uses the same
+    float32 operations as the NumPy path: ``float32(gamma ** j) * r`` added in float32.
+    """
+    for i in range(t.shape[0]):
+        e = env_ids[i]
+        base = e * C
+        ret = np.float32(0.0)
+        m = 0
+        te = False
+        tr = False
+        out_i[3, i] = -1
+        for j in range(n):
+            s = base + (t[i] + j) % C
+            ret = np.float32(ret + np.float32(gamma**j) * rew[s])
+            m += 1
+            a, b = te_col[s], tr_col[s]
+            if a or b:
+                te = a
+                tr = b and not a
+                out_i[3, i] = e * F + slot_meta[s, FINAL_FID] % F
+                break
+        slot = base + t[i] % C
+        out_i[0, i] = slot
+        out_i[1, i] = base + (t[i] + m) % C
+        out_i[2, i] = m
+        out_f[0, i] = ret
+        out_f[1, i] = 0.0 if te else np.float32(gamma**m)
+        out_b[0, i] = te
+        out_b[1, i] = tr
+
+
+def _fast_windows(
+    cols: Columns, index: EpisodeIndex, env_ids: Array, t: Array, n: int, gamma: float
+) -> tuple[Array, Array, Window, Array, Array] | None:
+    """``(slot, next_slot, window, final_pos, discount)`` from one kernel call, for
+    the usual scalar float32 reward (``None`` otherwise: the NumPy path handles any reward)."""
+    rew = cols.steps["reward"]
+    if rew.ndim != 1 or rew.dtype != np.float32:
+        return None
+    B = t.shape[0]
+    out_i = np.empty((4, B), np.int64)
+    out_f = np.empty((2, B), np.float32)
+    out_b = np.empty((2, B), np.bool_)
+    te_col, tr_col = cols.steps["terminated"], cols.steps["truncated"]
+    C, F = index.env_capacity, index.finals_capacity
+    _window_kernel(
+        rew, te_col, tr_col, index.slot_meta, env_ids, t, C, F, n, gamma, out_i, out_f, out_b
+    )
+    slot, next_slot, m, final_pos = out_i
+    te, tr = out_b
+    win = Window(m=m, reward=out_f[0], terminated=te, truncated=tr, ended=final_pos >= 0)
+    return slot, next_slot, win, final_pos, out_f[1]
+
+
+def stack_frames(
+    take: Callable[[Array], Array],
+    base: Array,
+    t: Array,
+    ep_start: Array,
+    k: int,
+    C: int,
+    zero_pad: bool,
+) -> Array:
+    """Frames ``t-k+1 .. t`` per sampled row, shape ``t.shape + (k, *frame)``.
+
+    ``take(rows)`` gathers rows of the frame column (e.g. ``col.__getitem__``). ``t`` may have
+    any shape whose last axis is the batch's (``base`` and ``ep_start`` are per row):
+    ``(2, B)`` gathers the current and next stacks in one go.
     """
     pos = t[..., None] + np.arange(1 - k, 1)
     first = ep_start[:, None]
     pad = pos < first
-    frames: Array = col[base[:, None] + np.maximum(pos, first) % C]
+    frames: Array = take(base[:, None] + np.maximum(pos, first) % C)
     if zero_pad and pad.any():
         frames[pad] = 0
     return frames
@@ -116,46 +206,53 @@ def assemble_transitions(
     """
     C = index.env_capacity
     base = env_ids * C
-    slot = base + t % C
-    win = nstep_window(cols, index, base, t, n_step, gamma, slot)
-    t_next = t + 1 if n_step == 1 else t + win.m
-    next_slot = base + t_next % C
-    ended_rows = np.flatnonzero(win.ended)
-    if ended_rows.size:
-        # The final record of the episode whose last step t+m-1 the window reached.
-        F = index.finals_capacity
-        last_slot = base[ended_rows] + (t_next[ended_rows] - 1) % C
-        final_pos = env_ids[ended_rows] * F + index.final_fid[last_slot] % F
+    fast = _fast_windows(cols, index, env_ids, t, n_step, gamma)
+    discount = None
+    if fast is not None:
+        slot, next_slot, win, final_pos, discount = fast
+        t_next = t + win.m
+        ended_rows = win.ended.nonzero()[0]
+        final_pos = final_pos[ended_rows]
+    else:
+        slot = base + t % C
+        win = nstep_window(cols, index, base, t, n_step, gamma, slot)
+        t_next = t + 1 if n_step == 1 else t + win.m
+        next_slot = base + t_next % C
+        ended_rows = win.ended.nonzero()[0]
+        if ended_rows.size:
+            # The final record of the episode whose last step t+m-1 the window reached.
+            F = index.finals_capacity
+            last_slot = base[ended_rows] + (t_next[ended_rows] - 1) % C
+            final_pos = env_ids[ended_rows] * F + index.final_fid[last_slot] % F
     ep_start = index.ep_start[slot] if frame_stack > 1 else None
 
     out: dict[str, Array] = {}
     nexts: dict[str, Array] = {}
-    for name, col in cols.steps.items():
+    for name in cols.steps:
         if name in ("reward", "terminated", "truncated"):
             continue
         if name not in cols.finals:
-            out[name] = col[slot]
+            out[name] = cols.take(name, slot)
             continue
         # Current and next values are gathered into one (2, B, ...) array: one fancy index
         # instead of two, and one fresh allocation (two large ones in a row make glibc trim
         # and re-fault the heap on every call). Its two halves are independent arrays.
         if name == "obs" and ep_start is not None:
-            both = stack_frames(
-                col, base, np.stack([t, t_next]), ep_start, frame_stack, C, zero_pad
-            )
+            take = functools.partial(cols.take, name)
+            both = stack_frames(take, base, _pair(t, t_next), ep_start, frame_stack, C, zero_pad)
             out[name], nxt = both[0], both[1]
             if ended_rows.size:
-                nxt[ended_rows, -1] = cols.finals[name][final_pos]
+                nxt[ended_rows, -1] = cols.take_finals(name, final_pos)
         else:
-            both = col[np.stack([slot, next_slot])]
+            both = cols.take(name, _pair(slot, next_slot))
             out[name], nxt = both[0], both[1]
             if ended_rows.size:
-                nxt[ended_rows] = cols.finals[name][final_pos]
+                nxt[ended_rows] = cols.take_finals(name, final_pos)
         nexts["next_" + name] = nxt
     for name, col in cols.derived.items():
         out[name] = col[slot]
     for name in next_fields:
-        nxt = cols.steps[name][next_slot]
+        nxt = cols.take(name, next_slot)
         if ended_rows.size:
             nxt[ended_rows] = 0
         nexts["next_" + name] = nxt
@@ -163,7 +260,9 @@ def assemble_transitions(
     out.update(nexts)
     out["terminated"] = win.terminated
     out["truncated"] = win.truncated
-    if n_step == 1:  # m = 1 everywhere: one select instead of a power, a select and a cast
+    if discount is not None:
+        out["discount"] = discount
+    elif n_step == 1:  # m = 1 everywhere: one select instead of a power, a select and a cast
         out["discount"] = np.where(win.terminated, np.float32(0.0), np.float32(gamma))
     else:
         out["discount"] = np.where(win.terminated, 0.0, np.float64(gamma) ** win.m).astype(

@@ -38,7 +38,7 @@ from rlreplay.sampling.uniform import (
     draw_uniform,
 )
 from rlreplay.sequences import draw_sequence_starts, gather_runs, run_lengths
-from rlreplay.spec import Field, Schema, clip_pair, positive_int
+from rlreplay.spec import PLAIN, Field, Schema, clip_pair, positive_int
 from rlreplay.storage import Columns, make_backend
 from rlreplay.transforms import BindableTransform, Transform, apply_transform
 from rlreplay.writer import Prepared, ReturnsConfig, StepWriter
@@ -217,9 +217,11 @@ class ReplayBuffer:
             )
             returns = ReturnsConfig(column, gamma, self.reward_clip, self.default_return)
         self._writer = StepWriter(self.schema, self._index, self._cols, returns)
-        # The per-step fast path skips the write hook, so subclasses that track the sampleable
-        # set (prioritized) take the general path.
-        self._fast_add = not self._tracks_sampleable
+        # The per-step fast path defers the index's accounting; a subclass that tracks the
+        # sampleable set (prioritized) hears about deferred steps when they are accounted for.
+        self._fast_add = True
+        if self._tracks_sampleable:
+            self._index.on_settle = self._settled
         self.draw_options = draw_options(recent_ratio, recent_steps, replacement)
         self.transforms: tuple[Transform, ...] = tuple(transforms)
         for fn in self.transforms:
@@ -314,14 +316,19 @@ class ReplayBuffer:
             ReplayTimeout: ``block`` and no room within ``timeout``.
             ReplayClosed: The buffer is (or got) closed.
         """
-        if self._fast_add:  # add_plain takes exactly the fields (+ next_*): no options given
+        if self._fast_add:  # plain values are exactly the fields (+ next_*): no options given
             with self._lock:
                 if not self._closed:
-                    ids = self._writer.add_plain(values)
-                    if ids is not None:
-                        if self._waiting:
-                            self._cond.notify_all()
-                        return ids
+                    writer = self._writer
+                    kind = writer.plain_kind(values)
+                    if kind == PLAIN:
+                        ids = writer.store_deferred(values)
+                        if ids is not None:
+                            if self._waiting:
+                                self._cond.notify_all()
+                            return ids
+                    if kind:
+                        return self._commit(writer.prepared_plain(values, kind), False, None)
         env_ids = values.pop("env_ids", None)
         block = bool(values.pop("block", False))
         timeout = values.pop("timeout", None)
@@ -419,6 +426,18 @@ class ReplayBuffer:
             return bool((self._index.stored_per_env() <= room).all())
 
         self._wait(ready, timeout, "add(block=True)")
+
+    def _settled(self, before: Array, t0: int, n: int) -> None:
+        """The write hook for deferred plain steps ``t0 .. t0+n-1`` of every env.
+
+        Called by the index when it accounts for them, which happens before anything reads
+        it (the prioritized buffer also settles before reading its priorities).
+        """
+        first = max(t0, t0 + n - self._env_capacity)  # earlier ones were overwritten since
+        E = self.num_envs
+        rows_t = np.repeat(np.arange(first, t0 + n, dtype=np.int64), E)
+        rows_env = np.tile(np.arange(E, dtype=np.int64), t0 + n - first)
+        self._notify_sampleable(before, rows_env, rows_t)
 
     def _notify_sampleable(self, before: Array, rows_env: Array, rows_t: Array) -> None:
         self._on_write(rows_env, rows_t, *sampleable_delta(before, self._index.bounds()))
@@ -818,14 +837,15 @@ class ReplayBuffer:
         recent data and avoiding duplicates as ``opts`` asks.
         """
         sizes = self._index.sizes()
-        if not sizes.sum():
+        total = int(sizes.sum())
+        if not total:
             raise EmptyBufferError(
                 f"sample: nothing is sampleable yet ({len(self)} stored transitions; a "
                 f"transition becomes sampleable once its {self.n_step}-step window is known)"
             )
         env = self._index.env
         if opts.recent_ratio == 0 and opts.replacement:
-            env_ids, t = draw_uniform(env[:, LO], sizes, batch_size, self._rng)
+            env_ids, t = draw_uniform(env[:, LO], sizes, batch_size, self._rng, total)
         else:
             env_ids, t = draw_mixed(
                 env[:, LO], env[:, HI], batch_size, self._rng,

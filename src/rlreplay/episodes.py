@@ -26,6 +26,7 @@ by doubling when needed) that the storage mirrors; a record dies with its owner 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import numba
@@ -267,6 +268,9 @@ class EpisodeIndex:
         self._pending = 0
         self._next_t = -1
         self._max_pending = 4096  # bounds the work of one settle()
+        # Called after deferred steps are accounted for, with the [lo, hi] table before them,
+        # their first step and their number (the buffer's write hook, when it has one).
+        self.on_settle: Callable[[Array, int, int], None] | None = None
 
     # ------------------------------------------------------------------ the tables
     # Every read goes through these properties, which first account for deferred steps: the
@@ -319,9 +323,14 @@ class EpisodeIndex:
         """Account for the deferred plain steps now (one kernel call)."""
         n = self._pending
         if n:
+            hook = self.on_settle
+            before = self._env[:, LO : HI + 1].copy() if hook is not None else None
+            t0 = self._next_t - n
             self._pending = 0
             self._next_t = -1
             _advance_plain(self._env, self._slot_meta, self._final_owner, self._params, n)
+            if hook is not None and before is not None:
+                hook(before, t0, n)
 
     @property
     def ep_start(self) -> Array:

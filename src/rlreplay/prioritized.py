@@ -141,7 +141,7 @@ class PrioritizedReplayBuffer(ReplayBuffer):
         _check_uniform_only(self.draw_options)
         self._beta_step = 0
         self._max_priority = 0.0
-        self._prios = Priorities(
+        self._priorities = Priorities(
             self.num_envs,
             self.env_capacity,
             alpha=self.alpha,
@@ -154,6 +154,12 @@ class PrioritizedReplayBuffer(ReplayBuffer):
             raise ConfigError(f"initial_priority: {exc}") from None
 
     # ------------------------------------------------------------------ properties
+    @property
+    def _prios(self) -> Priorities:
+        """The priorities, up to date: steps the index deferred are accounted for first."""
+        self._index.settle()
+        return self._priorities
+
     @property
     def beta(self) -> float:
         """The importance exponent the next :meth:`sample` (or ``sample_sequences``) uses.
@@ -278,7 +284,8 @@ class PrioritizedReplayBuffer(ReplayBuffer):
         if opts is not None:
             _check_uniform_only(opts)
         index = self._index
-        if not self._prios.drawable:
+        prios = self._prios  # settles the index first
+        if not prios.drawable:
             if not index.sizes().any():
                 raise EmptyBufferError(
                     f"sample: nothing is sampleable yet ({len(self)} stored transitions; a "
@@ -288,7 +295,7 @@ class PrioritizedReplayBuffer(ReplayBuffer):
                 "sample: every sampleable transition has priority 0; give some a priority > 0 "
                 "with update_priorities"
             )
-        env_ids, t, probabilities, weights = self._prios.draw(
+        env_ids, t, probabilities, weights = prios.draw(
             batch_size, self._rng, self.stratified, self.beta, index.env[:, LO]
         )
         self._beta_step += 1

@@ -79,7 +79,7 @@ class StepWriter:
         self._init_plain_path()
 
     def _init_plain_path(self) -> None:
-        """What :meth:`add_plain` checks and writes, worked out once."""
+        """What the per-step fast path (:meth:`plain_kind`, :meth:`store_deferred`) needs."""
         E, schema = self.num_envs, self.schema
         self._single = E == 1
         lead = () if E == 1 else (E,)
@@ -166,46 +166,48 @@ class StepWriter:
         self._record_returns(row_env, np.array([t]), done)
         return np.array([t * self.num_envs + e], np.int64)
 
-    def add_plain(self, values: dict[str, Any]) -> Array | None:
-        """Store one step of every env if its values need no conversion; else ``None``.
+    def plain_kind(self, values: dict[str, Any]) -> int:
+        """Whether one step of every env can skip conversion: :data:`PLAIN`, :data:`ENDING`, 0.
 
-        The per-step hot path. It applies when the values are exactly the fields (and maybe
-        every ``next_<obs>``), each already of the field's dtype and shape: NumPy arrays, or for
-        a one-env buffer Python scalars that fit, or the field's NumPy scalar type
-        (:meth:`Schema.plain_check`). Anything else returns ``None`` having changed nothing,
-        and the caller takes the general path, which validates in full (casts, error
-        messages); this path accepts a subset of what that one accepts and stores it the same.
-
-        When no row ends its episode and the envs are in lockstep, the columns are written in
-        place (``E`` rows through one strided slice per column) and the index accounts for the
-        step later (:meth:`EpisodeIndex.defer_plain`): no kernel call and no temporary
-        objects. Otherwise the step goes straight to :meth:`store`.
+        The per-step hot path's check. It passes when the values are exactly the fields (and
+        maybe every ``next_<obs>``), each already of the field's dtype and shape: NumPy
+        arrays, or for a one-env buffer Python scalars that fit, or the field's NumPy scalar
+        type (:meth:`Schema.plain_check`). ``PLAIN`` when no row ends its episode, ``ENDING``
+        when some does (and every ``next_<obs>`` is given); anything else gets 0 and takes
+        the general path (:meth:`prepare_step`), which validates in full (casts, error
+        messages). So the fast path accepts a subset of what that one accepts, stored the same.
         """
         # Dict keys are unique: the right count and every expected name present is equality.
         n = len(values)
         if n == self._n_full:
-            kind = self._check_full(values)
-        elif n == self._n_plain:
-            kind = self._check_plain(values)  # an ending step needs next_<obs>: general path
-            if kind != PLAIN:
-                return None
+            return self._check_full(values)
+        if n == self._n_plain and self._check_plain(values) == PLAIN:
+            return PLAIN  # an ending step needs its next_<obs>: the general path names it
+        return 0
+
+    def prepared_plain(self, values: dict[str, Any], kind: int) -> Prepared:
+        """The :class:`Prepared` of values that passed :meth:`plain_kind` as ``kind``."""
+        if self._single:
+            return Prepared(self._one_env, self._done_row if kind == ENDING else
+                            self._not_done_row, values, True, kind == ENDING)  # fmt: skip
+        if kind == ENDING:
+            rows_done = np.logical_or(values["terminated"], values["truncated"])
         else:
+            rows_done = self._no_rows_done
+        return Prepared(self.all_envs, rows_done, values, False, kind == ENDING)
+
+    def store_deferred(self, values: dict[str, Any]) -> Array | None:
+        """Store a :data:`PLAIN` step of every env with the index's accounting deferred.
+
+        The columns are written in place (``E`` rows through one strided slice per column)
+        and the index accounts for the step later (:meth:`EpisodeIndex.defer_plain`): no
+        kernel call and no temporary objects. Returns the ids, or ``None`` (nothing done) if
+        the envs are not in lockstep; then :meth:`store` the :meth:`prepared_plain` values.
+        """
+        t = self.index.defer_plain()
+        if t < 0:
             return None
-        if kind == PLAIN:
-            t = self.index.defer_plain()
-            if t >= 0:
-                return self._write_plain(values, t)
-            rows_done = self._not_done_row if self._single else self._no_rows_done
-        elif kind == ENDING:
-            rows_done = (
-                self._done_row
-                if self._single
-                else np.logical_or(values["terminated"], values["truncated"])
-            )
-        else:
-            return None
-        rows_env = self._one_env if self._single else self.all_envs
-        return self.store(Prepared(rows_env, rows_done, values, self._single, kind == ENDING))
+        return self._write_plain(values, t)
 
     def _write_plain(self, values: dict[str, Any], t: int) -> Array:
         """Write step ``t`` of every env (deferred in the index) in place; returns its ids."""

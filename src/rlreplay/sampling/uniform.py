@@ -41,17 +41,18 @@ def positions_to_steps(lo: Array, sizes: Array, pos: Array) -> tuple[Array, Arra
 
 
 def draw_uniform(
-    lo: Array, sizes: Array, batch_size: int, rng: np.random.Generator
+    lo: Array, sizes: Array, batch_size: int, rng: np.random.Generator, total: int | None = None
 ) -> tuple[Array, Array]:
     """Draw ``batch_size`` steps uniformly, with replacement, from ranges ``[lo_e, lo_e+size_e)``.
 
     Every step has probability ``1 / sum(sizes)``; one integer per draw from ``rng`` (the only
-    source of randomness).
+    source of randomness). ``total`` is ``sum(sizes)`` if the caller has it already.
 
     Returns:
         ``(env_ids, t)``, int64 arrays of length ``batch_size``.
     """
-    pos = rng.integers(0, int(sizes.sum()), size=batch_size, dtype=np.int64)
+    n = int(sizes.sum()) if total is None else total
+    pos = rng.integers(0, n, size=batch_size, dtype=np.int64)
     return positions_to_steps(lo, sizes, pos)
 
 

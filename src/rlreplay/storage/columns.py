@@ -17,9 +17,32 @@ import numpy as np
 from rlreplay.spec import Schema
 from rlreplay.storage.backends import Backend
 
-__all__ = ["Columns"]
+__all__ = ["Columns", "row_items"]
 
 Array = np.ndarray[Any, Any]
+
+
+def row_items(col: Array) -> Array:
+    """A 1-D view of ``col`` whose items are its whole rows (opaque bytes); ``col`` itself if it
+    is 1-D (or its rows are empty).
+
+    Gathering rows through it (:meth:`Columns.take`) is one 1-D fancy index of fixed-size
+    items: for small rows (``float32[4]``) several times faster than NumPy's n-d fancy
+    indexing, which copies row by row through its general path.
+    """
+    row_bytes = col.dtype.itemsize * int(np.prod(col.shape[1:]))
+    if col.ndim == 1 or row_bytes == 0 or not col.flags.c_contiguous:
+        return col
+    base = np.asarray(col)  # a memmap's buffer, without the subclass
+    items: Array = base.reshape(base.shape[0], -1).view(np.dtype((np.void, row_bytes)))[:, 0]
+    return items
+
+
+def _take(items: Array, col: Array, rows: Array) -> Array:
+    out: Array = items[rows]
+    if items is not col:  # rows gathered as opaque items: see them as the column's again
+        out = out.view(col.dtype).reshape(rows.shape + col.shape[1:])
+    return out
 
 
 class Columns:
@@ -56,6 +79,8 @@ class Columns:
         }
         # Per-step values the buffer computes (not given to add), e.g. discounted_return.
         self.derived: dict[str, Array] = {}
+        self._step_items = {name: row_items(col) for name, col in self.steps.items()}
+        self._final_items = {name: row_items(col) for name, col in self.finals.items()}
 
     def add_derived(self, name: str, dtype: np.dtype[Any], fill: float) -> Array:
         """Allocate a computed per-step column, filled with ``fill``."""
@@ -75,6 +100,14 @@ class Columns:
         """Bytes allocated for stored data."""
         arrays = [*self.steps.values(), *self.finals.values(), *self.derived.values()]
         return sum(a.nbytes for a in arrays)
+
+    def take(self, name: str, slots: Array) -> Array:
+        """``steps[name][slots]``, a fresh array of shape ``slots.shape + field shape``."""
+        return _take(self._step_items[name], self.steps[name], slots)
+
+    def take_finals(self, name: str, positions: Array) -> Array:
+        """``finals[name][positions]``, a fresh array."""
+        return _take(self._final_items[name], self.finals[name], positions)
 
     def write(self, slots: Array | int | slice, values: Mapping[str, Any]) -> None:
         """Store validated ``values`` (one entry per field) at ``slots`` (or a slice of rows)."""
@@ -102,6 +135,7 @@ class Columns:
             fresh = self._alloc_finals(name, new_capacity)
             fresh[new_pos] = old[old_pos]
             self.finals[name] = fresh
+            self._final_items[name] = row_items(fresh)
         self.finals_capacity = new_capacity
 
     def set_finals_capacity(self, finals_capacity: int) -> None:
@@ -110,6 +144,7 @@ class Columns:
             name: self._alloc_finals(name, finals_capacity)
             for name in self.schema.observation_names
         }
+        self._final_items = {name: row_items(col) for name, col in self.finals.items()}
         self.finals_capacity = finals_capacity
 
     def state_arrays(self) -> dict[str, Array]:

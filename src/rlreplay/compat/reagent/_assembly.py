@@ -110,7 +110,7 @@ def field_stacks(core: CoreReplayBuffer, k: int, ids: Array, names: list[str]) -
     out = {}
     for c in names:
         col = runs[c].reshape(b * k, *runs[c].shape[2:])
-        out[c] = stack_frames(col, base, last, zero, k, k, True)
+        out[c] = stack_frames(col.__getitem__, base, last, zero, k, k, True)
     return out
 
 
