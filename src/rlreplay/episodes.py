@@ -169,6 +169,33 @@ def _finals_needed(env: Array, rows_env: Array, rows_done: Array) -> int:  # pra
 
 
 @numba.njit(cache=True)
+def _locate_kernel(
+    env: Array, ids: Array, C: int, out: Array, stale: Array
+) -> tuple[int, int]:  # pragma: no cover - compiled
+    """Per id: env, step, slot into ``out[0..2]`` and whether it is stale.
+
+    Returns ``(position of the first id never issued or -1, number of stale ids)``.
+    """
+    E = env.shape[0]
+    n_stale = 0
+    for i in range(ids.shape[0]):
+        a = ids[i]
+        if a < 0:
+            return i, 0
+        e = a % E
+        t = a // E
+        if t >= env[e, COUNT]:
+            return i, 0
+        out[0, i] = e
+        out[1, i] = t
+        out[2, i] = e * C + t % C
+        s = t < env[e, HEAD]
+        stale[i] = s
+        n_stale += s
+    return -1, n_stale
+
+
+@numba.njit(cache=True)
 def _dequeue(
     env: Array, slot_meta: Array, final_owner: Array, env_ids: Array, n: int, params: Array
 ) -> None:  # pragma: no cover - compiled
@@ -499,20 +526,35 @@ class EpisodeIndex:
         Raises:
             InvalidIdError: An id that was never issued.
         """
+        env_ids, t, _, stale, _ = self.locate(ids, name=name)
+        return env_ids, t, stale
+
+    def locate(self, ids: Any, *, name: str = "ids") -> tuple[Array, Array, Array, Array, int]:
+        """:meth:`split_ids` plus each id's slot and the number of stale ids (one kernel call).
+
+        Returns:
+            ``(env_ids, t, slots, stale, n_stale)``, arrays shaped like ``ids`` (a stale id's
+            slot holds a newer step).
+
+        Raises:
+            InvalidIdError: Non-integer ids, or an id that was never issued.
+        """
         arr = np.asarray(ids)
         if arr.dtype.kind not in "iu":
             raise InvalidIdError(f"{name}: expected integer ids, got dtype {arr.dtype}")
-        arr = arr.astype(np.int64, copy=False)
-        env_ids = arr % self.num_envs
-        t = arr // self.num_envs
-        bad = (arr < 0) | (t >= self.env[env_ids, COUNT])
-        if bad.any():
+        flat = np.ascontiguousarray(arr, np.int64).reshape(-1)
+        out = np.empty((3, flat.shape[0]), np.int64)
+        stale = np.empty(flat.shape[0], np.bool_)
+        bad, n_stale = _locate_kernel(self.env, flat, self.env_capacity, out, stale)
+        if bad >= 0:
+            never = (flat < 0) | (flat // self.num_envs >= self.env[flat % self.num_envs, COUNT])
             raise InvalidIdError(
-                f"{name}: {arr[bad][:5].tolist()} were never issued by this buffer "
+                f"{name}: {flat[never][:5].tolist()} were never issued by this buffer "
                 f"(ids are >= 0 and below the next id of their env)"
             )
-        stale = t < self.env[env_ids, HEAD]
-        return env_ids, t, stale
+        shape = arr.shape
+        env_ids, t, slots = (a.reshape(shape) for a in out)
+        return env_ids, t, slots, stale.reshape(shape), n_stale
 
     # ------------------------------------------------------------------ state
     def state_arrays(self) -> dict[str, Array]:

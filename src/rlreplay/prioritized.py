@@ -255,11 +255,10 @@ class PrioritizedReplayBuffer(ReplayBuffer):
         p = np.ascontiguousarray(p, np.float64).reshape(-1)
         with self._lock:
             self._check_open()
-            env_ids, t, stale = self._index.split_ids(id_arr.reshape(-1))
-            slots = self._index.slots(env_ids, t)
+            _, _, slots, stale, n_stale = self._index.locate(id_arr.reshape(-1))
             top = self._prios.update(slots, stale, p, self.priority_clip, self.eps)
             self._max_priority = max(self._max_priority, top)
-            return int(stale.sum())
+            return n_stale
 
     def get_priorities(self, ids: Any) -> Array:
         """Current priorities (float64) of stored transitions, in the order of ``ids``.
