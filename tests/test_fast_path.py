@@ -1,5 +1,5 @@
-"""The per-step fast path (``StepWriter.plain_kind``/``store_deferred``, deferred index steps)
-against the general path: the same calls must leave identical state, outputs and errors."""
+"""The per-step fast path (``StepWriter.add_plain`` and the index's deferred steps) against
+the general path: the same calls must leave identical state, outputs and errors."""
 
 from __future__ import annotations
 
@@ -245,4 +245,36 @@ def test_prioritized_fast_path_hears_of_deferred_steps_like_the_general_path(
                 buf.clear()
         elif op[0] == "state":
             assert_same_state(bufs[0], bufs[1])
+    assert_same_state(bufs[0], bufs[1])
+
+
+def test_a_richer_schema_takes_the_fast_path_and_stores_the_same() -> None:
+    fields = {
+        "obs": rr.Field((2, 3), np.uint8),
+        "goal": rr.Field((2,), np.float64, observation=True),
+        "action": rr.Field((), np.int8),
+        "reward": rr.Field((2,), np.float32),
+        "valid": rr.Field((), np.bool_),
+    }
+    bufs = [rr.ReplayBuffer(12, fields, seed=1) for _ in range(2)]
+    bufs[1]._fast_add = False
+    for c in range(30):
+        values = {
+            "obs": np.full((2, 3), c, np.uint8),
+            "goal": np.array([c, -c], np.float64),
+            "action": [c % 100, np.int8(c), 300][c % 3],  # 300 does not fit int8
+            "reward": np.array([c, 1], np.float32),
+            "valid": c % 2 == 0,
+            "terminated": c % 7 == 6,
+            "truncated": np.bool_(False),
+            "next_obs": np.zeros((2, 3), np.uint8),
+            "next_goal": np.zeros(2),
+        }
+        if c % 3 == 2:
+            for buf in bufs:
+                with pytest.raises(rr.DTypeError, match="action"):
+                    buf.add(**values)
+            continue
+        np.testing.assert_array_equal(bufs[0].add(**values), bufs[1].add(**values))
+    assert bufs[0]._index._pending > 0  # the fast path was taken
     assert_same_state(bufs[0], bufs[1])

@@ -38,7 +38,7 @@ from rlreplay.sampling.uniform import (
     draw_uniform,
 )
 from rlreplay.sequences import draw_sequence_starts, gather_runs, run_lengths
-from rlreplay.spec import PLAIN, Field, Schema, clip_pair, positive_int
+from rlreplay.spec import Field, Schema, clip_pair, positive_int
 from rlreplay.storage import Columns, make_backend
 from rlreplay.transforms import BindableTransform, Transform, apply_transform
 from rlreplay.writer import Prepared, ReturnsConfig, StepWriter
@@ -319,16 +319,14 @@ class ReplayBuffer:
         if self._fast_add:  # plain values are exactly the fields (+ next_*): no options given
             with self._lock:
                 if not self._closed:
-                    writer = self._writer
-                    kind = writer.plain_kind(values)
-                    if kind == PLAIN:
-                        ids = writer.store_deferred(values)
-                        if ids is not None:
-                            if self._waiting:
-                                self._cond.notify_all()
-                            return ids
-                    if kind:
-                        return self._commit(writer.prepared_plain(values, kind), False, None)
+                    out = self._writer.add_plain(values)
+                    if type(out) is np.ndarray:  # stored: the ids
+                        if self._waiting:
+                            self._cond.notify_all()
+                        return out
+                    if out:  # an int: valid as given, but for the general store
+                        prep = self._writer.prepared_plain(values, int(out))
+                        return self._commit(prep, False, None)
         env_ids = values.pop("env_ids", None)
         block = bool(values.pop("block", False))
         timeout = values.pop("timeout", None)
@@ -451,7 +449,12 @@ class ReplayBuffer:
         added_env: Array,
         added_t: Array,
     ) -> None:
-        """Hook for subclasses with ``_tracks_sampleable``: called after every write.
+        """Hook for subclasses with ``_tracks_sampleable``: called after writes.
+
+        Steps stored by the per-step fast path are reported together, when the index accounts
+        for them (:meth:`EpisodeIndex.settle`: before anything reads the index, at the latest
+        after 4096 of them); every other write is reported as it happens. Either way the hook
+        has run before any read of the buffer sees the steps.
 
         Args:
             rows_env: Env of each step just written.

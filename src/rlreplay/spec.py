@@ -250,42 +250,57 @@ class Schema:
         are valid by the same rules as :meth:`convert` and can be stored as they are. It
         returns :data:`PLAIN` if they are and no ``terminated``/``truncated`` flag is set,
         :data:`ENDING` if some flag is set, and ``0`` if some value needs :meth:`convert`.
+        """
+        lines, consts = self.plain_check_source(names, lead)
+        source = "\n".join(["def check(values):", *lines, "    return kind"])
+        exec(source, consts)  # built from field metadata only (see plain_check_source)
+        check: Callable[[Mapping[str, Any]], int] = consts["check"]
+        return check
 
-        The test is generated as straight-line Python (like :mod:`dataclasses` generates
+    def plain_check_source(
+        self, names: Sequence[str], lead: tuple[int, ...]
+    ) -> tuple[list[str], dict[str, Any]]:
+        """The body of :meth:`plain_check`, to compile into a function of ``values``.
+
+        Straight-line Python generated once per schema (as :mod:`dataclasses` generates
         ``__init__``): a loop over field descriptions costs about twice as much per value.
+        The lines (indented for a function body) leave the value of ``names[i]`` in local
+        ``v<i>`` and the verdict in ``kind``, or ``return 0``; ``consts`` are their globals.
         """
         consts: dict[str, Any] = {"nd": np.ndarray, "zeros": bytes(math.prod(lead))}
-        lines = ["def check(values):", "    get = values.get", f"    kind = {PLAIN}"]
+        lines = ["    get = values.get", f"    kind = {PLAIN}"]
         for i, name in enumerate(names):
             f = self._by_name[name]
+            v = f"v{i}"
             consts[f"d{i}"], consts[f"s{i}"] = f.dtype, lead + f.shape
-            lines.append(f"    v = get({name!r})")
-            array_ok = f"v.dtype is d{i} and v.shape == s{i}"
+            lines.append(f"    {v} = get({name!r})")
+            array_ok = f"{v}.dtype is d{i} and {v}.shape == s{i}"
             if lead or f.shape:
-                lines.append(f"    if type(v) is not nd or not ({array_ok}):")
+                lines.append(f"    if type({v}) is not nd or not ({array_ok}):")
                 lines.append("        return 0")
             else:
-                lines += ["    tp = type(v)", "    if tp is nd:", f"        if not ({array_ok}):"]
-                lines.append("            return 0")
-                consts[f"n{i}"] = f.dtype.type  # the field's own NumPy scalar type
-                lines.append(f"    elif tp is n{i}:\n        pass")
+                # Python scalars first (what an env step usually hands over), then arrays
+                # and the field's own NumPy scalar type.
+                cases: list[tuple[str, list[str]]] = []
                 for tp in _PY_SCALARS:
                     if (name, tp) in self._scalar_ok:
-                        lines.append(f"    elif tp is {tp.__name__}:\n        pass")
+                        cases.append((f"tp is {tp.__name__}", ["pass"]))
                     elif (name, tp) in self._scalar_bounds:
                         lo, hi = f"lo{i}_{tp.__name__}", f"hi{i}_{tp.__name__}"
                         consts[lo], consts[hi] = self._scalar_bounds[(name, tp)]
-                        lines.append(f"    elif tp is {tp.__name__}:")
-                        lines.append(f"        if not {lo} <= v <= {hi}:")
-                        lines.append("            return 0")
-                lines.append("    else:\n        return 0")
+                        cases.append((f"tp is {tp.__name__}", [f"if not {lo} <= {v} <= {hi}:"]))
+                        cases[-1][1].append("    return 0")
+                cases.append(("tp is nd", [f"if not ({array_ok}):", "    return 0"]))
+                consts[f"n{i}"] = f.dtype.type
+                cases.append((f"tp is not n{i}", ["return 0"]))
+                lines.append(f"    tp = type({v})")
+                for k, (cond, body) in enumerate(cases):
+                    lines.append(f"    {'elif' if k else 'if'} {cond}:")
+                    lines += [f"        {b}" for b in body]
             if name in ("terminated", "truncated"):
-                lines.append("    if v.tobytes() != zeros:" if lead else "    if v:")
+                lines.append(f"    if {v}.tobytes() != zeros:" if lead else f"    if {v}:")
                 lines.append(f"        kind = {ENDING}")
-        lines.append("    return kind")
-        exec("\n".join(lines), consts)  # built above from field metadata only
-        check: Callable[[Mapping[str, Any]], int] = consts["check"]
-        return check
+        return lines, consts
 
     def next_names(self) -> tuple[str, ...]:
         """``next_<name>`` for every observation field."""

@@ -13,6 +13,7 @@ a rejected call leaves the buffer untouched:
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -79,18 +80,60 @@ class StepWriter:
         self._init_plain_path()
 
     def _init_plain_path(self) -> None:
-        """What the per-step fast path (:meth:`plain_kind`, :meth:`store_deferred`) needs."""
-        E, schema = self.num_envs, self.schema
+        """Compile :attr:`add_plain`, the per-step fast path, for this schema and layout.
+
+        ``add_plain(values)`` handles one step of every env whose values need no conversion:
+        exactly the fields (and maybe every ``next_<obs>``), each already of the field's
+        dtype and shape: NumPy arrays, or for a one-env buffer Python scalars that fit, or the
+        field's NumPy scalar type (:meth:`Schema.plain_check_source`). When no row ends its
+        episode and the envs are in lockstep it writes the columns in place (``E`` rows
+        through one strided slice per column), leaves the index's accounting for later
+        (:meth:`EpisodeIndex.defer_plain`: no kernel call, no temporary objects) and returns
+        the ids. Otherwise it changes nothing and returns what the values are:
+        :data:`ENDING` (some row ends its episode, every ``next_<obs>`` given) or
+        :data:`PLAIN` (envs not in lockstep) for :meth:`store` of :meth:`prepared_plain`; or
+        0 for the general path (:meth:`prepare_step`), which converts and validates in full
+        and names what is wrong. So the fast path accepts a subset of what the general path
+        accepts, and stores it the same way.
+
+        Like :meth:`Schema.plain_check` the function is straight-line Python generated once:
+        the checks, then one assignment per column, with no loop and no second lookup.
+        """
+        E, C, schema = self.num_envs, self.env_capacity, self.schema
         self._single = E == 1
         lead = () if E == 1 else (E,)
-        self._n_plain = len(self._plain_keys)
-        self._n_full = len(self._full_keys)
-        fields, next_names = tuple(schema.fields), schema.next_names()
-        self._check_plain = schema.plain_check(fields, lead)
-        self._check_full = schema.plain_check(fields + next_names, lead)
         self._one_id = np.zeros(1, np.int64)
         self._no_rows_done = np.zeros(E, np.bool_)
-        self._step_cols = tuple(self.cols.steps.items())
+        fields, next_names = tuple(schema.fields), schema.next_names()
+        full, consts = schema.plain_check_source(fields + next_names, lead)
+        plain, plain_consts = schema.plain_check_source(fields, lead)
+        consts.update(plain_consts)  # the same names for the same fields
+        # Dict keys are unique: the right count and every expected name present is equality.
+        lines = ["def add_plain(values):", "    n = len(values)"]
+        lines += [f"    if n == {len(fields) + len(next_names)}:"] + ["    " + x for x in full]
+        lines += [f"    elif n == {len(fields)}:"] + ["    " + x for x in plain]
+        # An ending step without its next_<obs>: the general path names what is missing.
+        lines += [f"        if kind != {PLAIN}:", "            return 0"]
+        lines += ["    else:", "        return 0"]
+        lines += [f"    if kind != {PLAIN}:", "        return kind"]
+        lines += ["    t = defer()", "    if t < 0:", f"        return {PLAIN}"]
+        consts.update(defer=self.index.defer_plain, np=np, one_id=self._one_id)
+        where = "r" if E == 1 else "rows"
+        lines.append(f"    r = t % {C}")
+        if E > 1:
+            lines.append(f"    rows = slice(r, None, {C})  # env e's step t is row e * C + t % C")
+        for i, (name, col) in enumerate(self.cols.steps.items()):
+            consts[f"col{i}"] = col
+            lines.append(f"    col{i}[{where}] = v{fields.index(name)}")
+        if self.returns is not None:
+            consts["ret"], consts["ret_default"] = self.returns.column, self.returns.default
+            lines.append(f"    ret[{where}] = ret_default")
+        if E == 1:
+            lines += ["    ids = one_id.copy()", "    ids[0] = t", "    return ids"]
+        else:
+            lines.append(f"    return np.arange(t * {E}, t * {E} + {E}, dtype=np.int64)")
+        exec("\n".join(lines), consts)  # built from field metadata only
+        self.add_plain: Callable[[dict[str, Any]], Array | int] = consts["add_plain"]
 
     # ------------------------------------------------------------------ validation
     def prepare_step(self, values: dict[str, Any], env_ids: Any) -> Prepared:
@@ -166,27 +209,8 @@ class StepWriter:
         self._record_returns(row_env, np.array([t]), done)
         return np.array([t * self.num_envs + e], np.int64)
 
-    def plain_kind(self, values: dict[str, Any]) -> int:
-        """Whether one step of every env can skip conversion: :data:`PLAIN`, :data:`ENDING`, 0.
-
-        The per-step hot path's check. It passes when the values are exactly the fields (and
-        maybe every ``next_<obs>``), each already of the field's dtype and shape: NumPy
-        arrays, or for a one-env buffer Python scalars that fit, or the field's NumPy scalar
-        type (:meth:`Schema.plain_check`). ``PLAIN`` when no row ends its episode, ``ENDING``
-        when some does (and every ``next_<obs>`` is given); anything else gets 0 and takes
-        the general path (:meth:`prepare_step`), which validates in full (casts, error
-        messages). So the fast path accepts a subset of what that one accepts, stored the same.
-        """
-        # Dict keys are unique: the right count and every expected name present is equality.
-        n = len(values)
-        if n == self._n_full:
-            return self._check_full(values)
-        if n == self._n_plain and self._check_plain(values) == PLAIN:
-            return PLAIN  # an ending step needs its next_<obs>: the general path names it
-        return 0
-
     def prepared_plain(self, values: dict[str, Any], kind: int) -> Prepared:
-        """The :class:`Prepared` of values that passed :meth:`plain_kind` as ``kind``."""
+        """The :class:`Prepared` of values :attr:`add_plain` passed as ``kind`` (no copies)."""
         if self._single:
             return Prepared(self._one_env, self._done_row if kind == ENDING else
                             self._not_done_row, values, True, kind == ENDING)  # fmt: skip
@@ -195,39 +219,6 @@ class StepWriter:
         else:
             rows_done = self._no_rows_done
         return Prepared(self.all_envs, rows_done, values, False, kind == ENDING)
-
-    def store_deferred(self, values: dict[str, Any]) -> Array | None:
-        """Store a :data:`PLAIN` step of every env with the index's accounting deferred.
-
-        The columns are written in place (``E`` rows through one strided slice per column)
-        and the index accounts for the step later (:meth:`EpisodeIndex.defer_plain`): no
-        kernel call and no temporary objects. Returns the ids, or ``None`` (nothing done) if
-        the envs are not in lockstep; then :meth:`store` the :meth:`prepared_plain` values.
-        """
-        t = self.index.defer_plain()
-        if t < 0:
-            return None
-        return self._write_plain(values, t)
-
-    def _write_plain(self, values: dict[str, Any], t: int) -> Array:
-        """Write step ``t`` of every env (deferred in the index) in place; returns its ids."""
-        r = t % self.env_capacity
-        returns = self.returns
-        if self._single:
-            for name, col in self._step_cols:
-                col[r] = values[name]
-            if returns is not None:
-                returns.column[r] = returns.default
-            ids = self._one_id.copy()
-            ids[0] = t
-            return ids
-        rows = slice(r, None, self.env_capacity)  # env e's step t is row e * C + t % C
-        for name, col in self._step_cols:
-            col[rows] = values[name]
-        if returns is not None:
-            returns.column[rows] = returns.default
-        E = self.num_envs
-        return np.arange(t * E, t * E + E, dtype=np.int64)
 
     # ------------------------------------------------------------------ storing
     def store(self, prep: Prepared) -> Array:
