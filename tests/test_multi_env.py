@@ -91,3 +91,23 @@ def test_extend_longer_than_the_ring() -> None:
     b = buf.get_transitions(buf.sampleable_ids())
     assert b.obs.tolist() == list(range(15, 25))
     assert b.next_obs.tolist() == [*range(16, 25), 99]
+
+
+def test_uniform_sample_gives_every_sampleable_transition_the_same_chance() -> None:
+    from scipy import stats
+
+    fields = {"obs": rr.Field((1,), np.float32)}
+    buf = rr.ReplayBuffer(300, fields, num_envs=3, seed=11)
+    for env, steps in enumerate([7, 40, 100]):  # unequal envs; env 2 wraps its ring
+        for i in range(steps):
+            buf.add(
+                env_ids=[env], obs=np.full((1, 1), i, np.float32), reward=np.zeros(1),
+                terminated=np.zeros(1, bool), truncated=np.zeros(1, bool),
+            )  # fmt: skip
+    ids = np.sort(buf.sampleable_ids())
+    counts = np.zeros(ids.size, np.int64)
+    for _ in range(200):
+        drawn = buf.sample(500).ids
+        counts += np.bincount(np.searchsorted(ids, drawn), minlength=ids.size)
+    assert np.isin(buf.sample(500).ids, ids).all()
+    assert stats.chisquare(counts).pvalue > 1e-4

@@ -22,6 +22,14 @@ Per slot the index keeps ``ep_start`` (absolute step of the episode's first step
 episode's last step, ``-1`` elsewhere, so a step ends its episode exactly when ``final_fid >=
 0``). Final observations of ended episodes live in a per-env ring of ``F`` records (``F`` grows
 by doubling when needed) that the storage mirrors; a record dies with its owner step.
+
+Deferred steps. The per-step fast path does not call a kernel per step: a *plain* step of every
+env (none ends its episode, the envs' counters are equal) is only counted
+(:meth:`EpisodeIndex.defer_plain`), and one kernel call accounts for all counted steps at once
+(:meth:`EpisodeIndex.settle`) the next time anything reads the tables (``env``, ``slot_meta``,
+``final_owner`` are properties that settle first) or after 4096 of them. The end state is the
+one per-step accounting gives: only the last ``C`` steps of a ring leave slot records, and
+``head``, the dead final records and the bounds depend on the end counters alone.
 """
 
 from __future__ import annotations

@@ -45,14 +45,17 @@ def draw_uniform(
 ) -> tuple[Array, Array]:
     """Draw ``batch_size`` steps uniformly, with replacement, from ranges ``[lo_e, lo_e+size_e)``.
 
-    Every step has probability ``1 / sum(sizes)``; one integer per draw from ``rng`` (the only
-    source of randomness). ``total`` is ``sum(sizes)`` if the caller has it already.
+    Every step has probability ``1 / sum(sizes)`` (up to the 2**-53 resolution of a float64
+    uniform); one ``rng.random`` draw each (the only source of randomness: about 1 µs for a
+    batch, where ``rng.integers`` spends 4 µs in fixed overhead). ``total`` is ``sum(sizes)``
+    if the caller has it already.
 
     Returns:
         ``(env_ids, t)``, int64 arrays of length ``batch_size``.
     """
     n = int(sizes.sum()) if total is None else total
-    pos = rng.integers(0, n, size=batch_size, dtype=np.int64)
+    pos = (rng.random(batch_size) * n).astype(np.int64)
+    np.minimum(pos, n - 1, out=pos)  # u * n may round up to n
     return positions_to_steps(lo, sizes, pos)
 
 
