@@ -253,7 +253,7 @@ class Schema:
         """
         lines, consts = self.plain_check_source(names, lead)
         source = "\n".join(["def check(values):", *lines, "    return kind"])
-        exec(source, consts)  # built from field metadata only (see plain_check_source)
+        exec(compile(source, "<rlreplay plain_check>", "exec"), consts)  # field metadata only
         check: Callable[[Mapping[str, Any]], int] = consts["check"]
         return check
 

@@ -132,7 +132,7 @@ class StepWriter:
             lines += ["    ids = one_id.copy()", "    ids[0] = t", "    return ids"]
         else:
             lines.append(f"    return np.arange(t * {E}, t * {E} + {E}, dtype=np.int64)")
-        exec("\n".join(lines), consts)  # built from field metadata only
+        exec(compile("\n".join(lines), "<rlreplay add_plain>", "exec"), consts)  # from metadata
         self.add_plain: Callable[[dict[str, Any]], Array | int] = consts["add_plain"]
 
     # ------------------------------------------------------------------ validation
