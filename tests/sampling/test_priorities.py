@@ -1,4 +1,4 @@
-"""``Priorities`` (fused kernels, interleaved trees) against a slow per-slot reference.
+"""``Priorities`` (fused kernels, 8-ary sum and min trees) against a slow per-slot reference.
 
 The reference keeps ``prio``, ``live``, ranks and the snapshot in Python lists, applies every
 write and update one item at a time in call order, and rebuilds both trees from scratch
@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 
 from rlreplay.errors import EmptyBufferError, PriorityError
 from rlreplay.sampling.priorities import Priorities
-from tests.sampling.test_tree_kernels import bits, ref_descend, ref_tree
+from tests.sampling.test_tree_kernels import bits, ref_descend, ref_levels, ref_tree
 
 Array = np.ndarray[Any, Any]
 
@@ -124,19 +124,21 @@ class RefPriorities:
     def trees(self) -> tuple[Array, Array]:
         return ref_tree(self.sum_leaves, 0, 0.0), ref_tree(self.min_leaves, 1, math.inf)
 
+    def levels(self) -> tuple[list[list[float]], list[list[float]]]:
+        return ref_levels(self.sum_leaves, 0, 0.0), ref_levels(self.min_leaves, 1, math.inf)
+
     def draw(
         self, n: int, rng: np.random.Generator, stratified: bool, beta: float, lo: list[int]
     ) -> tuple[list[int], list[int], list[float], list[float]]:
-        sums, mins = self.trees()
-        size = len(sums) // 2
-        total, min_mass = float(sums[1]), float(mins[1])
+        sums, mins = self.levels()
+        total, min_mass = sums[0][0], mins[0][0]
         if total <= 0.0:
             raise EmptyBufferError("empty")
         u = rng.random(n).tolist()
         env, t, p, w = [], [], [], []
         for i in range(n):
             mass = (i + u[i]) * (total / n) if stratified else u[i] * total
-            s, _ = ref_descend(sums, size, mass)
+            s, _ = ref_descend(sums, mass)
             m = self.sum_leaves[s]
             e = s // self.C
             env.append(e)
@@ -156,9 +158,9 @@ def assert_same(pr: Priorities, ref: RefPriorities) -> None:
     sums, mins = ref.trees()
     np.testing.assert_array_equal(bits(pr.sum_tree._tree), bits(sums))
     np.testing.assert_array_equal(bits(pr.min_tree._tree), bits(mins))
-    # The public trees are the two columns of the interleaved array.
-    np.testing.assert_array_equal(bits(pr._nodes[:, 0]), bits(sums))
-    np.testing.assert_array_equal(bits(pr._nodes[:, 1]), bits(mins))
+    # The public trees are the two halves of the one allocation.
+    np.testing.assert_array_equal(bits(pr._nodes[0]), bits(sums))
+    np.testing.assert_array_equal(bits(pr._nodes[1]), bits(mins))
 
 
 PRIORITIES = st.one_of(
@@ -297,15 +299,16 @@ def test_large_buffer_matches_reference_trees_and_draws() -> None:
         min_mass = pr.min_tree.min
         env, t, p, w = pr.draw(256, u_rng, True, 0.4, lo)
         slots = env * C + t % C
-        # The same uniforms through a contiguous tree and the per-draw descent.
+        # The same uniforms through the reference levels and the per-draw descent.
         u_rng.bit_generator.state = state
         u = u_rng.random(256)
-        tree = pr.sum_tree._tree.copy()
-        total = tree[1]
-        want = [ref_descend(tree, pr._size, (i + u[i]) * (total / 256))[0] for i in range(256)]
+        leaves = pr.sum_tree.get(np.arange(E * C))
+        levels = ref_levels(leaves.tolist(), 0, 0.0)
+        total = levels[0][0]
+        want = [ref_descend(levels, (i + u[i]) * (total / 256))[0] for i in range(256)]
         np.testing.assert_array_equal(slots, want)
-        np.testing.assert_array_equal(p, tree[pr._size + slots] / total)
-        masses = tree[pr._size + slots].tolist()
+        np.testing.assert_array_equal(p, leaves[slots] / total)
+        masses = leaves[slots].tolist()
         np.testing.assert_array_equal(w, np.float32([(min_mass / m) ** 0.4 for m in masses]))
         values = np.abs(rng.normal(size=256))
         pr.update(slots, np.zeros(256, bool), values, None, 1e-6)

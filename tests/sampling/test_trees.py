@@ -79,17 +79,30 @@ def root(tree: _SegmentTree) -> float:
 
 
 def assert_consistent(tree: _SegmentTree) -> None:
-    """White-box: every internal node is exactly its children combined; padding is neutral."""
-    nodes, size, cap = tree._tree, tree._size, tree.capacity
-    children = nodes[2 : 2 * size].reshape(-1, 2)  # row r holds the children of node r + 1
-    if isinstance(tree, SumTree):
-        expected = children[:, 0] + children[:, 1]
-    elif isinstance(tree, MinTree):
-        expected = np.minimum(children[:, 0], children[:, 1])
-    else:
-        expected = np.maximum(children[:, 0], children[:, 1])
-    np.testing.assert_array_equal(nodes[1:size], expected)
-    np.testing.assert_array_equal(nodes[size + cap :], type(tree)._NEUTRAL)
+    """White-box: every internal node is exactly the left-to-right fold of its 8 children (one
+    row of the array, the group of the level below) and every padding lane is neutral."""
+    nodes, levels, neutral = tree._tree, tree._levels, type(tree)._NEUTRAL
+    k = nodes.shape[1]
+    flat = nodes.reshape(-1)
+    used = np.zeros(flat.shape, dtype=bool)
+    for d in range(levels.shape[0]):
+        first, count = int(levels[d, 0]), int(levels[d, 1])
+        used[first * k : first * k + count] = True
+        if d + 1 == levels.shape[0]:
+            continue
+        below = int(levels[d + 1, 0])
+        children = nodes[below : below + count]  # row i: the children of node i of level d
+        expected = children[:, 0].copy()
+        for j in range(1, k):
+            c = children[:, j]
+            if isinstance(tree, SumTree):
+                expected = expected + c
+            elif isinstance(tree, MinTree):
+                expected = np.where(expected <= c, expected, c)
+            else:
+                expected = np.where(expected >= c, expected, c)
+        np.testing.assert_array_equal(flat[first * k : first * k + count], expected)
+    np.testing.assert_array_equal(flat[~used], neutral)
 
 
 def assert_matches(tree: _SegmentTree, ref: Reference, *, exact: bool = True) -> None:
@@ -530,3 +543,16 @@ def test_load_state_dict_rejects_bad_states_and_changes_nothing() -> None:
     with pytest.raises(CheckpointError, match="finite and >= 0"):
         SumTree.from_state_dict({**good, "leaves": np.array([0.0, math.nan, 0.0, 0.0])})
     assert MinTree.from_state_dict({**MinTree(2).state_dict()}).min == math.inf
+
+
+def test_states_saved_by_the_binary_layout_still_load() -> None:
+    """States hold leaves only (``version`` 1, as the binary heap layout wrote them): the 8-ary
+    tree rebuilds its nodes from them."""
+    leaves = np.array([1.0, 0.0, 2.5, 4.0, 0.0, 0.5, 3.0, 1.0, 2.0])
+    state = {"version": np.int64(1), "kind": np.str_("sum"), "capacity": 9, "leaves": leaves}
+    tree = SumTree.from_state_dict(state)
+    np.testing.assert_array_equal(tree.get(np.arange(9)), leaves)
+    assert tree.total == 14.0
+    assert tree.find_prefix_sum([0.0, 1.0, 3.5, 13.9]).tolist() == [0, 2, 3, 8]
+    assert_consistent(tree)
+    assert MinTree.from_state_dict({**state, "kind": "min"}).min == 0.0

@@ -45,7 +45,9 @@ import numpy as np
 
 from rlreplay.errors import EmptyBufferError, PriorityError
 from rlreplay.sampling.trees import (
+    _LANE,
     _MIN,
+    _SHIFT,
     _SUM,
     MinTree,
     SumTree,
@@ -89,10 +91,11 @@ def _snapshot_rank(snap: Array, p: float) -> int:
 
 
 @numba.njit(cache=True, inline="always")
-def _set_leaf(sums: Array, mins: Array, node: int, m: float) -> None:  # pragma: no cover - compiled
-    """Leaf ``node`` of both trees: the mass in the sum tree, ``+inf`` for 0 in the min tree."""
-    sums[node] = m
-    mins[node] = m if m > 0.0 else np.inf
+def _set_leaf(sums: Array, mins: Array, slot: int, m: float) -> None:  # pragma: no cover - compiled
+    """Leaf ``slot`` of both trees: the mass in the sum tree, ``+inf`` for 0 in the min tree."""
+    group, lane = slot >> _SHIFT, slot & _LANE
+    sums[group, lane] = m
+    mins[group, lane] = m if m > 0.0 else np.inf
 
 
 @numba.njit(cache=True)
@@ -109,7 +112,7 @@ def _write_kernel(
     rank_based: bool,
     sums: Array,
     mins: Array,
-    size: int,
+    levels: Array,
 ) -> None:  # pragma: no cover - compiled
     """Apply one write: removals, then new priorities, then additions (see ``on_write``).
 
@@ -121,8 +124,8 @@ def _write_kernel(
     for i in range(removed.shape[0]):
         s = removed[i]
         live[s] = False
-        _set_leaf(sums, mins, size + s, 0.0)
-        nodes[k] = size + s
+        _set_leaf(sums, mins, s, 0.0)
+        nodes[k] = s
         k += 1
     for i in range(written.shape[0]):
         prio[written[i]] = priority
@@ -134,11 +137,11 @@ def _write_kernel(
         if rank_based:
             r = _snapshot_rank(snap, p)
             rank[s] = r
-        _set_leaf(sums, mins, size + s, _mass(p, r, alpha, rank_based))
-        nodes[k] = size + s
+        _set_leaf(sums, mins, s, _mass(p, r, alpha, rank_based))
+        nodes[k] = s
         k += 1
     if k > 0:
-        _recompute_ancestors_pair(sums, _SUM, mins, _MIN, size, nodes)
+        _recompute_ancestors_pair(sums, _SUM, mins, _MIN, levels, nodes)
 
 
 @numba.njit(cache=True)
@@ -158,7 +161,7 @@ def _update_kernel(
     limit: float,
     sums: Array,
     mins: Array,
-    size: int,
+    levels: Array,
 ) -> tuple[int, int, int, float]:  # pragma: no cover - compiled
     """Check, then apply, priority updates in call order (a later duplicate wins).
 
@@ -191,11 +194,11 @@ def _update_kernel(
             if rank_based:
                 r = _snapshot_rank(snap, v)
                 rank[s] = r
-            _set_leaf(sums, mins, size + s, _mass(v, r, alpha, rank_based))
-            nodes[k] = size + s
+            _set_leaf(sums, mins, s, _mass(v, r, alpha, rank_based))
+            nodes[k] = s
             k += 1
     if k > 0:
-        _recompute_ancestors_pair(sums, _SUM, mins, _MIN, size, nodes[:k])
+        _recompute_ancestors_pair(sums, _SUM, mins, _MIN, levels, nodes[:k])
     top = 0.0
     for i in range(n):
         if not stale[i] and prio[slots[i]] > top:
@@ -231,21 +234,21 @@ def _rebuild_kernel(
     rank_based: bool,
     sums: Array,
     mins: Array,
-    size: int,
+    levels: Array,
 ) -> None:  # pragma: no cover - compiled
     """Every slot's leaf from scratch (0 where not live), then every node of both trees."""
     for s in range(prio.shape[0]):
         r = rank[s] if rank_based else 1
         m = _mass(prio[s], r, alpha, rank_based) if live[s] else 0.0
-        _set_leaf(sums, mins, size + s, m)
-    _build_kernel(sums, size, _SUM)
-    _build_kernel(mins, size, _MIN)
+        _set_leaf(sums, mins, s, m)
+    _build_kernel(sums, levels, _SUM)
+    _build_kernel(mins, levels, _MIN)
 
 
 @numba.njit(cache=True)
 def _draw_kernel(
     sums: Array,
-    size: int,
+    levels: Array,
     min_mass: float,
     uniforms: Array,
     stratified: bool,
@@ -263,15 +266,15 @@ def _draw_kernel(
     ``beta``, so it cannot overflow (it may underflow to 0).
     """
     n = uniforms.shape[0]
-    total = sums[1]
-    slots = _sample_kernel(sums, size, uniforms, stratified)
+    total = sums[levels[0, 0], 0]
+    slots = _sample_kernel(sums, levels, uniforms, stratified)
     out_env = np.empty(n, np.int64)
     out_t = np.empty(n, np.int64)
     out_p = np.empty(n, np.float64)
     out_w = np.empty(n, np.float32)
     for i in range(n):
         s = slots[i]
-        m = sums[size + s]
+        m = sums[s >> _SHIFT, s & _LANE]
         e = s // C
         base = lo[e]
         out_env[i] = e
@@ -301,9 +304,10 @@ class Priorities:
     Cost: every write or update of ``k`` slots is ``O(k log n)`` (tree updates); a draw of
     ``B`` is ``O(B log n)``; a rank-based re-sort is ``O(n log n)``, amortised over at least
     ``sort_interval`` changes. Each of ``on_write``, ``update`` and ``draw`` is one kernel call
-    that does all of its work, both trees included: the two trees share one interleaved array
-    (node ``i`` of both in one cache line, see ``_sum_min_pair``), so updating the min tree
-    along the sum tree's paths costs almost no extra memory traffic.
+    that does all of its work, both trees included. The trees are 8-ary, one cache line per
+    node's children (see ``rlreplay.sampling.trees``): 1,000,000 slots take 7 levels, so a
+    draw reads 7 lines (prefetched a level at a time for the whole batch) and an update
+    recomputes 7 ancestors per path, each from one line, in both trees in the same pass.
     """
 
     def __init__(
@@ -322,14 +326,15 @@ class Priorities:
         self.sort_interval = sort_interval
         self.prio = np.zeros(num_slots, np.float64)
         self.live = np.zeros(num_slots, np.bool_)
-        # Both trees in one array, node i of each in the same cache line (see _sum_min_pair);
-        # the kernels get the trees' arrays (strided views) and their common leaf offset.
+        # Both trees in one allocation (see _sum_min_pair); the kernels get the trees' arrays
+        # (contiguous (groups, 8) halves of it) and their common level table.
         self.sum_tree: SumTree
         self.min_tree: MinTree
         self.sum_tree, self.min_tree, self._nodes = _sum_min_pair(num_slots)
         self._sums = self.sum_tree._tree
         self._mins = self.min_tree._tree
-        self._size = self.sum_tree._size
+        self._levels = self.sum_tree._levels
+        self._root = self.sum_tree._root
         n_rank = num_slots if self.rank_based else 0
         self.rank = np.ones(n_rank, np.int64)
         # Priorities of the last re-sort, negated so that the array is ascending.
@@ -342,8 +347,7 @@ class Priorities:
     def nbytes(self) -> int:
         """Bytes of the per-slot arrays and of the two trees."""
         per_slot = self.prio.nbytes + self.live.nbytes + self.rank.nbytes + self.snapshot.nbytes
-        tree = 2 * (1 << (self.num_slots - 1).bit_length()) * 8
-        return per_slot + 2 * tree
+        return per_slot + self._nodes.nbytes
 
     # ------------------------------------------------------------------ changes
     def _snapshot(self) -> Array:
@@ -361,7 +365,7 @@ class Priorities:
         """
         _write_kernel(
             self.prio, self.live, self.rank, self._snapshot(), removed, written, priority,
-            added, self.alpha, self.rank_based, self._sums, self._mins, self._size,
+            added, self.alpha, self.rank_based, self._sums, self._mins, self._levels,
         )  # fmt: skip
         if self.rank_based:
             self.changes += removed.shape[0] + added.shape[0]
@@ -424,7 +428,7 @@ class Priorities:
         lo, hi = clip if clip is not None else (0.0, np.inf)
         status, pos, k, top = _update_kernel(
             self.prio, self.live, self.rank, self._snapshot(), slots, stale, values, lo, hi,
-            eps, self.alpha, self.rank_based, self._limit, self._sums, self._mins, self._size,
+            eps, self.alpha, self.rank_based, self._limit, self._sums, self._mins, self._levels,
         )  # fmt: skip
         if status == _BAD_VALUE:
             raise PriorityError(
@@ -463,15 +467,15 @@ class Priorities:
         if self.rank_based and self.changes >= self._sort_threshold():
             self.resort()
         n = _check_sample(n, rng)
-        if not self._sums[1] > 0.0:
+        if not self._sums[self._root, 0] > 0.0:
             raise EmptyBufferError(
                 "cannot sample from a SumTree whose total is 0 (set some priorities first)"
             )
         # One rng.random(n) call, exactly as SumTree.sample: the same stream of draws.
         uniforms = rng.random(n)
         out: tuple[Array, Array, Array, Array] = _draw_kernel(
-            self._sums, self._size, float(self._mins[1]), uniforms, bool(stratified), beta,
-            lo, self.env_capacity,
+            self._sums, self._levels, float(self._mins[self._root, 0]), uniforms,
+            bool(stratified), beta, lo, self.env_capacity,
         )  # fmt: skip
         return out
 
@@ -526,7 +530,7 @@ class Priorities:
         """Recompute both trees from ``prio``, ``live`` (and ``rank``): O(n)."""
         _rebuild_kernel(
             self.prio, self.rank, self.live, self.alpha, self.rank_based, self._sums,
-            self._mins, self._size,
+            self._mins, self._levels,
         )  # fmt: skip
 
     def restore(self, live_slots: Array) -> None:

@@ -4,25 +4,41 @@ The prioritized samplers keep one :class:`SumTree` of priorities (to sample prop
 to find the leaf under a prefix sum), a :class:`MinTree` (for the largest importance weight) and
 sometimes a :class:`MaxTree` (for the priority given to new items).
 
-Layout, shared by the three trees: ``size`` is the smallest power of two ``>= capacity`` and the
-tree is one float64 array of ``2 * size`` slots, 1-based like a binary heap:
+Layout, shared by the three trees: a *cache-line-wide* tree of fan-out ``K = 8``. The ``K``
+children of a node are contiguous, one *group* of eight float64 = 64 bytes, and every group is
+64-byte aligned, so it is exactly one cache line. The tree is one float64 array of shape
+``(groups, K)``, one row per group:
 
-* node ``1`` is the root; node ``i`` has children ``2 * i`` and ``2 * i + 1`` and parent
-  ``i // 2`` (``i >> 1``);
-* leaf ``k`` (``0 <= k < capacity``) lives at node ``size + k``; nodes ``size + capacity`` to
-  ``2 * size - 1`` are padding leaves that always hold the operation's neutral element (``0``
-  for sum, ``+inf`` for min, ``-inf`` for max), so they never change a parent;
-* slot ``0`` is unused (it holds the neutral element too).
+* level ``L`` holds the ``capacity`` leaves, level ``d < L`` holds ``ceil(count(d + 1) / K)``
+  nodes, and the root is the one node of level 0; ``L >= 1`` is the smallest depth at which
+  ``K ** L >= capacity`` (1,000,000 leaves: 7 levels below the root instead of 20 binary ones);
+* node ``i`` of level ``d`` has children ``K * i .. K * i + K - 1`` of level ``d + 1``, which
+  are the whole group ``i`` of that level, and parent ``i // K`` (``i >> 3``);
+* levels are stored leaves first: leaf ``k`` is at ``[k >> 3, k & 7]``, then level ``L - 1``
+  from group ``ceil(capacity / K)``, and so on up to the root, at ``[groups - 1, 0]``. The
+  ``levels`` table (:func:`_layout`) holds the first group and the node count of each level;
+* lanes past the last node of a level (the end of its last group) are padding that always
+  holds the operation's neutral element (``0`` for sum, ``+inf`` for min, ``-inf`` for max), so
+  they never change a parent. Memory is about ``8/7 * capacity`` float64 (the binary heap
+  layout took ``2 * next_pow2(capacity)``).
 
-Because every leaf sits at the same depth, ``log2(size)`` levels separate a leaf from the root,
-which lets :func:`_recompute_ancestors` recompute the ancestors of a batch one level at a time
-and :func:`_descend_all` walk a batch of prefix sums down one level at a time.
+A descent reads one line per level and scans its ``K`` prefix sums; an update recomputes a
+parent from one line. A node is the left-to-right fold of its children under the operation
+(``((c0 + c1) + c2) + ...`` for sums), so the running prefix sums of a descent end exactly at
+the node's value. Because every leaf sits at the same depth, :func:`_recompute_ancestors`
+recomputes the ancestors of a batch one level at a time and :func:`_descend_all` walks a batch
+of prefix sums down one level at a time.
 
-The kernels index the tree array and nothing else, so they also run on a strided view: the
-prioritized sampler keeps its sum and min trees interleaved in one ``(2 * size, 2)`` array (see
-:func:`_sum_min_pair`), node ``i`` of both trees in one cache line, and updates both in one pass.
+The rule of a draw is the same as with the binary heap layout this replaced (the smallest leaf
+whose running sum exceeds the mass; the last positive leaf for a mass that rounds up to the
+total; never a zero leaf); partial sums are now added in another order, so a mass within
+rounding error of a prefix-sum boundary may land on the other side of it.
 
-Every internal node is *recomputed* from its two children, never adjusted by a delta, so the
+The kernels index the ``(groups, K)`` array and nothing else. The prioritized sampler keeps its
+sum and min trees in one ``(2, groups, K)`` allocation (see :func:`_sum_min_pair`) and updates
+both along the same paths in one pass (:func:`_recompute_ancestors_pair`).
+
+Every internal node is *recomputed* from its children, never adjusted by a delta, so the
 tree is a pure function of its leaves: no drift after any number of updates, and rebuilding
 from the leaves (what :meth:`SumTree.load_state_dict` does) reproduces it bit for bit.
 
@@ -38,6 +54,9 @@ from typing import Any, ClassVar, Self
 
 import numba
 import numpy as np
+from llvmlite import ir
+from numba.core import cgutils, types
+from numba.core.extending import intrinsic
 from numpy.typing import ArrayLike, NDArray
 
 from rlreplay.errors import (
@@ -57,56 +76,152 @@ _SUM = 0
 _MIN = 1
 _MAX = 2
 
+# Fan-out: the children of a node are one group of _K float64, one 64-byte cache line.
+_K = 8
+_SHIFT = 3  # log2(_K): node i's children are group i of the level below; its parent is i >> 3
+_LANE = _K - 1  # i & _LANE is node i's position in its group
+_ALIGN = 64  # bytes: groups start on cache lines
+
 _STATE_VERSION = 1
 
 
+def _layout(capacity: int) -> NDArray[np.int64]:
+    """The ``levels`` table of a tree of ``capacity`` leaves: shape ``(L + 1, 2)``, int64.
+
+    Row ``d`` is ``(first group, node count)`` of level ``d``: row 0 is the root ``(groups - 1,
+    1)``, row ``L`` the leaves ``(0, capacity)``. There is always at least one level below the
+    root (a one-leaf tree has a root over one leaf), so every kernel has a level to descend.
+    """
+    counts = [capacity]  # leaves first, up to the root
+    while len(counts) == 1 or counts[-1] > 1:
+        counts.append(-(-counts[-1] // _K))
+    levels = np.empty((len(counts), 2), dtype=np.int64)
+    first = 0
+    for d, count in enumerate(counts):  # d = 0 is the leaves here; stored root first below
+        levels[len(counts) - 1 - d] = (first, count)
+        first += -(-count // _K)
+    return levels
+
+
+def _groups(levels: NDArray[np.int64]) -> int:
+    """Number of groups (rows) of a tree with this ``levels`` table: the root's group + 1."""
+    return int(levels[0, 0]) + 1
+
+
+def _aligned_full(shape: tuple[int, ...], fill: float) -> NDArray[np.float64]:
+    """A C-contiguous float64 array of ``shape`` filled with ``fill``, starting on a cache line.
+
+    NumPy only promises 16-byte alignment, so this takes a slightly longer buffer and starts at
+    its first 64-byte boundary; every group of ``_K`` float64 is then exactly one cache line.
+    """
+    count = int(np.prod(shape))
+    raw = np.empty(count + _ALIGN // 8, dtype=np.float64)
+    skip = (-raw.ctypes.data % _ALIGN) // 8
+    out = raw[skip : skip + count].reshape(shape)
+    out[...] = fill
+    return out
+
+
 # --------------------------------------------------------------------------------------------
-# Kernels. Pure functions over the flat tree array; the per-item loops live here.
+# Kernels. Pure functions over the (groups, K) tree array; the per-item loops live here.
 # --------------------------------------------------------------------------------------------
+
+
+def _prefetch_intrinsic(typingctx: Any, tree: Any, group: Any) -> tuple[Any, Any]:
+    """``_prefetch(tree, group)`` asks the CPU to start loading row ``group`` of the 2-d array
+    ``tree`` (one group: one cache line) without waiting for it (LLVM's ``llvm.prefetch``).
+
+    A pure hint: it changes nothing the program sees and never faults. The batched descent
+    prefetches the line of every draw of a level before it scans any of them, so the misses of
+    the whole batch overlap instead of only those the out-of-order window happens to reach.
+    """
+    sig = types.void(tree, group)
+
+    def codegen(context: Any, builder: Any, signature: Any, args: Any) -> Any:
+        array_type = signature.args[0]
+        array = context.make_array(array_type)(context, builder, args[0])
+        lane = context.get_constant(types.intp, 0)
+        pointer = cgutils.get_item_pointer(  # type: ignore[no-untyped-call]
+            context, builder, array_type, array, [args[1], lane], wraparound=False
+        )
+        byte_pointer = ir.IntType(8).as_pointer()
+        i32 = ir.IntType(32)
+        function = cgutils.get_or_insert_function(  # type: ignore[no-untyped-call]
+            builder.module,
+            ir.FunctionType(ir.VoidType(), [byte_pointer, i32, i32, i32]),
+            "llvm.prefetch.p0i8",
+        )
+        # (address, 0 = for reading, 3 = keep in every cache level, 1 = data cache)
+        builder.call(function, [builder.bitcast(pointer, byte_pointer), i32(0), i32(3), i32(1)])
+        return context.get_dummy_value()
+
+    return sig, codegen
+
+
+_prefetch: Any = intrinsic(_prefetch_intrinsic)
 
 
 @numba.njit(cache=True, inline="always")
-def _combine(op: int, a: float, b: float) -> float:
-    """Combines two children under ``op``: every parent holds exactly this of its children."""
+def _combine(op: int, acc: float, c: float) -> float:
+    """Combines a running value ``acc`` with the next child ``c`` under ``op``.
+
+    Ties keep ``acc`` (the left one), exactly as ``acc if acc <= c else c`` for min: written as
+    ``c if c < acc else acc``, which is the same for every non-NaN pair and compiles to one
+    ``minsd`` (likewise ``maxsd`` for max). Trees never hold NaN.
+    """
     if op == _SUM:
-        return a + b
+        return acc + c
     if op == _MIN:
-        return a if a <= b else b
-    return a if a >= b else b
+        return c if c < acc else acc
+    return c if c > acc else acc
+
+
+@numba.njit(cache=True, inline="always")
+def _fold(tree: NDArray[np.float64], op: int, group: int) -> float:  # pragma: no cover - compiled
+    """The value of the node whose children are ``group``: its lanes combined left to right.
+
+    Every parent holds exactly this of its children, so for a sum the running prefix sums of a
+    descent through ``group`` end on the parent's value.
+    """
+    acc: float = tree[group, 0]
+    for j in range(1, _K):
+        acc = _combine(op, acc, tree[group, j])
+    return acc
 
 
 @numba.njit(cache=True, inline="always")
 def _recompute_ancestors(
-    tree: NDArray[np.float64], size: int, op: int, nodes: NDArray[np.int64]
+    tree: NDArray[np.float64], levels: NDArray[np.int64], op: int, nodes: NDArray[np.int64]
 ) -> None:  # pragma: no cover - compiled
-    """Recomputes every ancestor of the leaf nodes ``nodes`` from its children, bottom-up.
+    """Recomputes every ancestor of the leaves ``nodes`` from its children, bottom-up.
 
-    ``nodes`` holds leaf node numbers (``size + k``) whose leaves are already written, in any
-    order, duplicates allowed; it is used as scratch and overwritten. Every other internal node
-    must already equal the combination of its children (the invariant of every tree here).
+    ``nodes`` holds leaf indices whose leaves are already written, in any order, duplicates
+    allowed; it is used as scratch and overwritten. Every other internal node must already
+    equal the fold of its children (the invariant of every tree here).
 
-    Level by level, so every child is final before its parent is recomputed. While a level is
-    wider than the batch, each path recomputes its own parent: a parent shared by several paths
-    is recomputed once per path, from the same final children, so repeats are harmless and no
-    sort or deduplication is needed (the loop has no data-dependent branch, which lets the CPU
-    overlap the cache misses of all paths). Once a level is no wider than the batch, the whole
-    level is recomputed in order, at most ``len(nodes)`` nodes. A node off every path is
-    recomputed from unchanged children, which reproduces its value bit for bit. Cost:
-    ``O(k log(size / k) + k)`` for ``k`` nodes.
+    Level by level, so every child is final before its parent is recomputed. While a level has
+    more nodes than the batch, each path recomputes its own parent (one line of children): a
+    parent shared by several paths is recomputed once per path, from the same final children,
+    so repeats are harmless and no sort or deduplication is needed (the loop has no
+    data-dependent branch, which lets the CPU overlap the cache misses of all paths). Once a
+    level has no more nodes than the batch, the whole level is recomputed in order, at most
+    ``len(nodes)`` nodes. A node off every path is recomputed from unchanged children, which
+    reproduces its value bit for bit. Cost: ``O(k log_K(size / k) + k)`` lines for ``k`` nodes.
     """
     n = nodes.shape[0]
-    level = size  # first node of the level ``nodes`` are on (leaves: size .. 2 * size - 1)
-    while level > 1 and (level >> 1) > n:
-        level >>= 1
+    d = levels.shape[0] - 2  # the level of the leaves' parents
+    while d >= 0 and levels[d, 1] > n:
+        first, below = levels[d, 0], levels[d + 1, 0]
         for j in range(n):
-            parent = nodes[j] >> 1
-            left = parent << 1
-            tree[parent] = _combine(op, tree[left], tree[left + 1])
+            parent = nodes[j] >> _SHIFT
+            tree[first + (parent >> _SHIFT), parent & _LANE] = _fold(tree, op, below + parent)
             nodes[j] = parent
-    while level > 1:
-        level >>= 1
-        for parent in range(level, level << 1):
-            tree[parent] = _combine(op, tree[2 * parent], tree[2 * parent + 1])
+        d -= 1
+    while d >= 0:
+        first, below = levels[d, 0], levels[d + 1, 0]
+        for parent in range(levels[d, 1]):
+            tree[first + (parent >> _SHIFT), parent & _LANE] = _fold(tree, op, below + parent)
+        d -= 1
 
 
 @numba.njit(cache=True, inline="always")
@@ -115,36 +230,37 @@ def _recompute_ancestors_pair(
     op_a: int,
     tree_b: NDArray[np.float64],
     op_b: int,
-    size: int,
+    levels: NDArray[np.int64],
     nodes: NDArray[np.int64],
 ) -> None:  # pragma: no cover - compiled
-    """:func:`_recompute_ancestors` on two trees of the same ``size`` in one pass.
+    """:func:`_recompute_ancestors` on two trees of the same layout in one pass.
 
-    Both trees get the same paths; when they are interleaved (:func:`_sum_min_pair`) a node of
-    one shares its cache line with the same node of the other, so the second costs no miss.
+    Both trees get the same paths, so the loop over paths and levels is paid once.
     """
     n = nodes.shape[0]
-    level = size
-    while level > 1 and (level >> 1) > n:
-        level >>= 1
+    d = levels.shape[0] - 2
+    while d >= 0 and levels[d, 1] > n:
+        first, below = levels[d, 0], levels[d + 1, 0]
         for j in range(n):
-            parent = nodes[j] >> 1
-            left = parent << 1
-            tree_a[parent] = _combine(op_a, tree_a[left], tree_a[left + 1])
-            tree_b[parent] = _combine(op_b, tree_b[left], tree_b[left + 1])
+            parent = nodes[j] >> _SHIFT
+            group, lane = first + (parent >> _SHIFT), parent & _LANE
+            tree_a[group, lane] = _fold(tree_a, op_a, below + parent)
+            tree_b[group, lane] = _fold(tree_b, op_b, below + parent)
             nodes[j] = parent
-    while level > 1:
-        level >>= 1
-        for parent in range(level, level << 1):
-            left = parent << 1
-            tree_a[parent] = _combine(op_a, tree_a[left], tree_a[left + 1])
-            tree_b[parent] = _combine(op_b, tree_b[left], tree_b[left + 1])
+        d -= 1
+    while d >= 0:
+        first, below = levels[d, 0], levels[d + 1, 0]
+        for parent in range(levels[d, 1]):
+            group, lane = first + (parent >> _SHIFT), parent & _LANE
+            tree_a[group, lane] = _fold(tree_a, op_a, below + parent)
+            tree_b[group, lane] = _fold(tree_b, op_b, below + parent)
+        d -= 1
 
 
 @numba.njit(cache=True)
 def _set_kernel(
     tree: NDArray[np.float64],
-    size: int,
+    levels: NDArray[np.int64],
     op: int,
     indices: NDArray[np.int64],
     values: NDArray[np.float64],
@@ -153,31 +269,36 @@ def _set_kernel(
 
     Indices must be valid and ``values`` as long as ``indices`` (the caller checks both).
     Leaves are written in call order, so a duplicated index keeps its last value; then
-    :func:`_recompute_ancestors`. Cost: ``O(k log(size / k) + k)`` for ``k`` indices.
+    :func:`_recompute_ancestors`. Cost: ``O(k log_K(size / k) + k)`` lines for ``k`` indices.
     """
     n = indices.shape[0]
     if n == 0:
         return
     nodes = np.empty(n, dtype=np.int64)
     for j in range(n):
-        node = size + indices[j]
-        tree[node] = values[j]
-        nodes[j] = node
-    _recompute_ancestors(tree, size, op, nodes)
+        leaf = indices[j]
+        tree[leaf >> _SHIFT, leaf & _LANE] = values[j]
+        nodes[j] = leaf
+    _recompute_ancestors(tree, levels, op, nodes)
 
 
 @numba.njit(cache=True)
 def _build_kernel(
-    tree: NDArray[np.float64], size: int, op: int
+    tree: NDArray[np.float64], levels: NDArray[np.int64], op: int
 ) -> None:  # pragma: no cover - compiled
-    """Recomputes every internal node from the leaves (children before parents: high to low)."""
-    for node in range(size - 1, 0, -1):
-        tree[node] = _combine(op, tree[2 * node], tree[2 * node + 1])
+    """Recomputes every internal node from the leaves (children before parents: bottom-up)."""
+    for d in range(levels.shape[0] - 2, -1, -1):
+        first, below = levels[d, 0], levels[d + 1, 0]
+        for parent in range(levels[d, 1]):
+            tree[first + (parent >> _SHIFT), parent & _LANE] = _fold(tree, op, below + parent)
 
 
 @numba.njit(cache=True, inline="always")
 def _descend_all(
-    tree: NDArray[np.float64], size: int, rest: NDArray[np.float64], out: NDArray[np.int64]
+    tree: NDArray[np.float64],
+    levels: NDArray[np.int64],
+    rest: NDArray[np.float64],
+    out: NDArray[np.int64],
 ) -> None:  # pragma: no cover - compiled
     """Finds, for each mass ``rest[i]``, the smallest leaf ``k`` with ``mass < leaf[0] + ... +
     leaf[k]`` in a sum tree whose total is ``> 0``, and writes it to ``out[i]``.
@@ -186,61 +307,72 @@ def _descend_all(
     qualifies), the result is the rightmost non-zero leaf. If rounding pushes the remaining mass
     past the end of a subtree on the way down, it is the rightmost non-zero leaf of that subtree.
 
-    All masses descend together, one level per pass: a pass has no data-dependent branch (the
-    choices are selects) and its draws are independent, so the CPU overlaps their cache misses
-    instead of waiting for each path in turn. The result is that of a per-mass descent:
+    All masses descend together, one level per pass: a pass first prefetches the line of every
+    draw, then scans them; it has no data-dependent branch (the choices are selects; "at the
+    end" is rare and predicted) and its draws are independent, so the cache misses of all
+    paths overlap instead of being waited for one path at a time. The result is that of a
+    per-mass descent:
 
     * start at the root; a mass ``>= total`` is "at the end" from the start;
-    * at node ``v`` with children ``l`` and ``r``: go to ``l`` if ``mass < l``; otherwise
-      ``mass -= l`` and go to ``r`` if ``mass < r``; otherwise the mass is at the end of
-      ``v``'s subtree: from then on take, at each level, ``r`` if ``r > 0`` else ``l`` (the
-      rightmost non-zero leaf). "At the end" is stored as ``mass = inf``, which fails both
-      comparisons at every later level (subtracting a finite ``l`` keeps it ``inf``), so one
-      rule serves both phases.
+    * at a node with children ``c_0 .. c_7`` (one line), with running prefix sums ``p_j = (...
+      (c_0 + c_1) + ...) + c_j``: go to the first child ``j`` with ``mass < p_j``, after
+      ``mass -= p_(j-1)`` (nothing for ``j = 0``); if there is none, the mass is at the end of
+      the node's subtree: from then on take, at each level, the rightmost child ``> 0`` (the
+      rightmost non-zero leaf). "At the end" is stored as ``mass = inf``, which is ``>=`` every
+      prefix sum at every later level, so one rule serves both phases.
 
     Rounding safety: the descent only ever enters a node whose sum is ``> 0``. The root
-    qualifies; going left needs ``mass < l``, going right needs ``mass - l < r``; at the end,
-    right is taken when ``r > 0`` and otherwise left, where the whole (positive) sum of the
-    parent then is. Padding leaves hold 0, so the leaf reached is a real leaf ``< capacity``
-    whose value is ``> 0``.
+    qualifies; child ``j`` is taken on ``p_(j-1) <= mass < p_j``, so ``c_j > 0`` (a zero child
+    leaves the prefix sum unchanged); at the end the rightmost child ``> 0`` is taken, and the
+    (positive) parent has one. Padding lanes hold 0, so the leaf reached is a real leaf
+    ``< capacity`` whose value is ``> 0``. The prefix sums only grow, so the children passed
+    over form a prefix of the line and counting them gives the child: no early exit needed.
     """
     n = rest.shape[0]
-    total = tree[1]
+    total = tree[levels[0, 0], 0]
     for i in range(n):
-        out[i] = 1
+        out[i] = 0
         if not rest[i] < total:
             rest[i] = np.inf
-    level = size
-    while level > 1:  # one pass per level below the root
-        level >>= 1
+    for d in range(1, levels.shape[0]):  # one pass per level below the root
+        first = levels[d, 0]
         for i in range(n):
-            left = out[i] << 1
-            left_sum = tree[left]
-            right_sum = tree[left + 1]
+            _prefetch(tree, first + out[i])
+        for i in range(n):
+            group = first + out[i]  # the children of node out[i] of level d - 1
             mass = rest[i]
-            # ``&`` and ``|`` (not ``and``/``or``, which branch) keep the pass branch-free.
-            right = mass >= left_sum
-            after = mass - left_sum  # the mass still to cover once the left subtree is skipped
-            at_end = right & (after >= right_sum)
-            rest[i] = np.inf if at_end else (after if right else mass)
-            out[i] = left + (right & ((not at_end) | (right_sum > 0.0)))
-    for i in range(n):
-        out[i] -= size
+            prefix = 0.0  # p_j
+            passed = 0.0  # p_(j-1) of the child taken: the mass of the children passed over
+            count = 0  # children passed over (mass >= p_j)
+            last = 0  # rightmost child > 0
+            for j in range(_K):
+                c = tree[group, j]
+                prefix += c
+                over = mass >= prefix
+                count += over
+                passed = prefix if over else passed
+                last = j if c > 0.0 else last
+            at_end = count == _K
+            rest[i] = np.inf if at_end else mass - passed
+            out[i] = (out[i] << _SHIFT) + (last if at_end else count)
 
 
 @numba.njit(cache=True)
 def _find_prefix_sum_kernel(
-    tree: NDArray[np.float64], size: int, masses: NDArray[np.float64]
+    tree: NDArray[np.float64], levels: NDArray[np.int64], masses: NDArray[np.float64]
 ) -> NDArray[np.int64]:  # pragma: no cover - compiled
     """Applies :func:`_descend_all` to every mass (``masses`` must lie in ``[0, total]``)."""
     out = np.empty(masses.shape[0], dtype=np.int64)
-    _descend_all(tree, size, masses.copy(), out)
+    _descend_all(tree, levels, masses.copy(), out)
     return out
 
 
 @numba.njit(cache=True)
 def _sample_kernel(
-    tree: NDArray[np.float64], size: int, uniforms: NDArray[np.float64], stratified: bool
+    tree: NDArray[np.float64],
+    levels: NDArray[np.int64],
+    uniforms: NDArray[np.float64],
+    stratified: bool,
 ) -> NDArray[np.int64]:  # pragma: no cover - compiled
     """Turns uniforms in ``[0, 1)`` into leaves drawn with probability ``leaf / total``.
 
@@ -249,13 +381,13 @@ def _sample_kernel(
     beyond gets the rightmost non-zero leaf from :func:`_descend_all`, never a zero leaf.
     """
     n = uniforms.shape[0]
-    total = tree[1]
+    total = tree[levels[0, 0], 0]
     stratum = total / n if n > 0 else 0.0
     masses = np.empty(n, dtype=np.float64)
     for i in range(n):
         masses[i] = (i + uniforms[i]) * stratum if stratified else uniforms[i] * total
     out = np.empty(n, dtype=np.int64)
-    _descend_all(tree, size, masses, out)
+    _descend_all(tree, levels, masses, out)
     return out
 
 
@@ -322,7 +454,7 @@ class _SegmentTree:
     _NEUTRAL: ClassVar[float]
     _KIND: ClassVar[str]
 
-    __slots__ = ("_capacity", "_size", "_tree")
+    __slots__ = ("_capacity", "_levels", "_root", "_tree")
 
     def __init__(self, capacity: int) -> None:
         """Creates a tree whose ``capacity`` leaves all hold the neutral element.
@@ -342,26 +474,28 @@ class _SegmentTree:
         if capacity < 1:
             raise ConfigError(f"capacity must be an integer >= 1; got {capacity}")
         self._capacity = capacity
-        # Smallest power of two >= capacity: (capacity - 1).bit_length() is the number of bits
-        # needed for the largest leaf index, so 1 << it covers every index (1 -> 1, 5 -> 8).
-        self._size = 1 << (capacity - 1).bit_length()
-        self._tree = np.full(2 * self._size, self._NEUTRAL, dtype=np.float64)
+        self._levels = _layout(capacity)
+        self._root = _groups(self._levels) - 1  # the root is lane 0 of the last group
+        self._tree = _aligned_full((self._root + 1, _K), self._NEUTRAL)
 
     @classmethod
     def _over(cls, capacity: int, tree: NDArray[np.float64]) -> Self:
-        """Returns a tree of ``capacity`` leaves kept in ``tree`` (not copied; may be strided).
+        """Returns a tree of ``capacity`` leaves kept in ``tree`` (not copied).
 
-        ``tree`` must be a float64 array of ``2 * next_pow2(capacity)`` slots that already is
-        a valid tree of this kind (e.g. all neutral). For :func:`_sum_min_pair`.
+        ``tree`` must be a C-contiguous float64 array of shape ``(groups, K)`` for this capacity
+        (see :func:`_layout`) that already is a valid tree of this kind (e.g. all neutral). For
+        :func:`_sum_min_pair`.
         """
-        size = 1 << (capacity - 1).bit_length()
-        if tree.dtype != np.float64 or tree.shape != (2 * size,):
+        levels = _layout(capacity)
+        shape = (_groups(levels), _K)
+        if tree.dtype != np.float64 or tree.shape != shape or not tree.flags.c_contiguous:
             raise ValueError(
-                f"tree must be float64 of shape ({2 * size},); got {tree.dtype} {tree.shape}"
+                f"tree must be float64 of shape {shape}; got {tree.dtype} {tree.shape}"
             )
         out = cls.__new__(cls)
         out._capacity = capacity
-        out._size = size
+        out._levels = levels
+        out._root = shape[0] - 1
         out._tree = tree
         return out
 
@@ -375,7 +509,7 @@ class _SegmentTree:
         return self._capacity
 
     def __repr__(self) -> str:
-        return f"{type(self).__name__}(capacity={self._capacity}, root={self._tree[1]!r})"
+        return f"{type(self).__name__}(capacity={self._capacity}, root={self._root_value()!r})"
 
     def set(self, indices: ArrayLike, values: ArrayLike) -> None:
         """Sets leaves ``indices`` to ``values``; parents are recomputed from their children.
@@ -414,8 +548,9 @@ class _SegmentTree:
             InvalidIdError: If an index is outside ``[0, capacity)``.
         """
         idx = self._check_indices(indices)
-        # Through a flat view so that a scalar index also gives an array (0-d), not a scalar.
-        return self._tree[self._size + idx.reshape(-1)].reshape(idx.shape)
+        # Leaf k is element k of the flat (contiguous) tree. Through a flat index so that a
+        # scalar index also gives an array (0-d), not a scalar.
+        return self._flat()[idx.reshape(-1)].reshape(idx.shape)
 
     def state_dict(self) -> dict[str, Any]:
         """Returns the full state: ``version``, ``kind``, ``capacity`` and a copy of ``leaves``.
@@ -426,7 +561,7 @@ class _SegmentTree:
             "version": _STATE_VERSION,
             "kind": self._KIND,
             "capacity": self._capacity,
-            "leaves": self._tree[self._size : self._size + self._capacity].copy(),
+            "leaves": self._leaves(),
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -470,8 +605,8 @@ class _SegmentTree:
         except PriorityError as error:
             raise CheckpointError(f"state leaves are invalid: {error}") from None
         self._tree[:] = self._NEUTRAL
-        self._tree[self._size : self._size + capacity] = leaves
-        _build_kernel(self._tree, self._size, self._OP)
+        self._set_leaves(leaves)
+        _build_kernel(self._tree, self._levels, self._OP)
 
     @classmethod
     def from_state_dict(cls, state: dict[str, Any]) -> Self:
@@ -493,7 +628,23 @@ class _SegmentTree:
 
     def _apply(self, idx: NDArray[np.int64], vals: NDArray[np.float64]) -> None:
         """Runs the set kernel on already validated, flat, contiguous arrays."""
-        _set_kernel(self._tree, self._size, self._OP, idx, vals)
+        _set_kernel(self._tree, self._levels, self._OP, idx, vals)
+
+    def _root_value(self) -> float:
+        """The root: the combination of every leaf."""
+        return float(self._tree[self._root, 0])
+
+    def _flat(self) -> NDArray[np.float64]:
+        """The tree as one flat view (every tree array is C-contiguous): leaf ``k`` is at ``k``."""
+        return self._tree.reshape(-1)
+
+    def _leaves(self) -> NDArray[np.float64]:
+        """A copy of the ``capacity`` leaves (the first groups, lane by lane)."""
+        return self._flat()[: self._capacity].copy()
+
+    def _set_leaves(self, leaves: NDArray[np.float64]) -> None:
+        """Writes all ``capacity`` leaves (padding lanes stay neutral); parents are not touched."""
+        self._flat()[: self._capacity] = leaves
 
     def _check_indices(self, indices: ArrayLike) -> NDArray[np.int64]:
         """Returns ``indices`` as an int64 array after checking dtype and range."""
@@ -539,16 +690,18 @@ class SumTree(_SegmentTree):
 
     Invariants:
         * every leaf is finite and ``>= 0`` (fresh leaves and padding leaves are ``0``);
-        * every internal node equals the sum of its two children, recomputed from them on each
-          update (never a running delta), so the root ``total`` does not drift;
+        * every internal node equals the sum of its (up to 8) children, added left to right and
+          recomputed from them on each update (never a running delta), so the root ``total``
+          does not drift;
         * ``total`` is finite (an update that would overflow it is rejected);
         * a node is ``> 0`` exactly when some leaf below it is, so a descent that enters only
           positive nodes ends on a positive leaf.
 
     Cost, with ``n`` the capacity and ``k`` the batch size: ``set`` is ``O(k log n)`` (the
-    ancestors of the batch, level by level), ``get`` is ``O(k)``, ``find_prefix_sum`` and
-    ``sample`` are ``O(k log n)`` (all masses descend together, one level per pass), ``total`` is
-    ``O(1)``. Memory: ``2 * next_pow2(n)`` float64.
+    ancestors of the batch, level by level, one cache line per node), ``get`` is ``O(k)``,
+    ``find_prefix_sum`` and ``sample`` are ``O(k log n)`` (all masses descend together, one level
+    and one cache line per pass; ``log_8 n`` levels), ``total`` is ``O(1)``. Memory: about
+    ``8/7 * n`` float64.
 
     Example:
         >>> import numpy as np
@@ -572,7 +725,7 @@ class SumTree(_SegmentTree):
     @property
     def total(self) -> float:
         """Sum of all leaves (the root)."""
-        return float(self._tree[1])
+        return self._root_value()
 
     def find_prefix_sum(self, values: ArrayLike) -> NDArray[np.int64]:
         """Finds, for each value, the first leaf at which the running sum exceeds it.
@@ -594,7 +747,7 @@ class SumTree(_SegmentTree):
             PriorityError: If a value is NaN, negative or larger than ``total``.
         """
         masses = self._as_float_array(values, "values")
-        total = float(self._tree[1])
+        total = self._root_value()
         if total <= 0.0:
             raise EmptyBufferError(
                 "find_prefix_sum needs a SumTree with total > 0; every leaf is 0 "
@@ -607,7 +760,7 @@ class SumTree(_SegmentTree):
                 f"values must be in [0, total={total!r}]; got {value!r} at position {position}"
             )
         out: NDArray[np.int64] = _find_prefix_sum_kernel(
-            self._tree, self._size, _for_kernel(masses)
+            self._tree, self._levels, _for_kernel(masses)
         )
         return out.reshape(masses.shape)
 
@@ -635,21 +788,23 @@ class SumTree(_SegmentTree):
             ValueError: If ``n`` is negative or not an integer.
         """
         n = _check_sample(n, rng)
-        if self._tree[1] <= 0.0:
+        if self._root_value() <= 0.0:
             raise EmptyBufferError(
                 "cannot sample from a SumTree whose total is 0 (set some priorities first)"
             )
         uniforms = rng.random(n)
-        out: NDArray[np.int64] = _sample_kernel(self._tree, self._size, uniforms, bool(stratified))
+        out: NDArray[np.int64] = _sample_kernel(
+            self._tree, self._levels, uniforms, bool(stratified)
+        )
         return out
 
     def _apply(self, idx: NDArray[np.int64], vals: NDArray[np.float64]) -> None:
         """Sets the leaves, and undoes the call if the total overflowed to ``inf``."""
-        old = self._tree[self._size + idx]
-        _set_kernel(self._tree, self._size, self._OP, idx, vals)
-        if not np.isfinite(self._tree[1]):
+        old = self._flat()[idx]
+        _set_kernel(self._tree, self._levels, self._OP, idx, vals)
+        if not np.isfinite(self._root_value()):
             # Every index of a duplicate gets the same old value, so call order does not matter.
-            _set_kernel(self._tree, self._size, self._OP, idx, old)
+            _set_kernel(self._tree, self._levels, self._OP, idx, old)
             raise PriorityError(
                 "values would make the SumTree total overflow float64; scale the priorities down"
             )
@@ -670,10 +825,11 @@ class MinTree(_SegmentTree):
     Invariants:
         * leaves are any non-NaN float, ``±inf`` included; fresh and padding leaves are
           ``+inf`` (so ``+inf`` can stand for "absent");
-        * every internal node is the minimum of its two children, recomputed on each update.
+        * every internal node is the minimum of its (up to 8) children, recomputed on each
+          update.
 
     Cost: ``set`` is ``O(k log n)`` for ``k`` indices into ``n`` leaves, ``get`` is ``O(k)``,
-    ``min`` is ``O(1)``. Memory: ``2 * next_pow2(n)`` float64.
+    ``min`` is ``O(1)``. Memory: about ``8/7 * n`` float64.
 
     Example:
         >>> from rlreplay.sampling import MinTree
@@ -694,7 +850,7 @@ class MinTree(_SegmentTree):
     @property
     def min(self) -> float:
         """Smallest leaf (the root); ``+inf`` when every leaf is ``+inf``."""
-        return float(self._tree[1])
+        return self._root_value()
 
 
 class MaxTree(_SegmentTree):
@@ -703,10 +859,11 @@ class MaxTree(_SegmentTree):
     Invariants:
         * leaves are any non-NaN float, ``±inf`` included; fresh and padding leaves are
           ``-inf``;
-        * every internal node is the maximum of its two children, recomputed on each update.
+        * every internal node is the maximum of its (up to 8) children, recomputed on each
+          update.
 
     Cost: ``set`` is ``O(k log n)`` for ``k`` indices into ``n`` leaves, ``get`` is ``O(k)``,
-    ``max`` is ``O(1)``. Memory: ``2 * next_pow2(n)`` float64.
+    ``max`` is ``O(1)``. Memory: about ``8/7 * n`` float64.
 
     Example:
         >>> from rlreplay.sampling import MaxTree
@@ -727,20 +884,21 @@ class MaxTree(_SegmentTree):
     @property
     def max(self) -> float:
         """Largest leaf (the root); ``-inf`` when every leaf is ``-inf``."""
-        return float(self._tree[1])
+        return self._root_value()
 
 
 def _sum_min_pair(capacity: int) -> tuple[SumTree, MinTree, NDArray[np.float64]]:
-    """A :class:`SumTree` and a :class:`MinTree` of ``capacity`` leaves sharing one array.
+    """A :class:`SumTree` and a :class:`MinTree` of ``capacity`` leaves in one allocation.
 
-    Returns ``(sums, mins, nodes)``: ``nodes`` has shape ``(2 * size, 2)``, column 0 is the sum
-    tree and column 1 the min tree (``sums._tree`` and ``mins._tree`` are views of them), so
-    node ``i`` of both trees sits in the same 16 bytes, hence the same cache line. Kernels that
-    update both trees along the same paths (:func:`_recompute_ancestors_pair`) then miss once
-    per node instead of twice. Both are ordinary trees for every public method.
+    Returns ``(sums, mins, nodes)``: ``nodes`` has shape ``(2, groups, K)``, ``nodes[0]`` is the
+    sum tree and ``nodes[1]`` the min tree (``sums._tree`` and ``mins._tree`` are these views).
+    Each is a contiguous, line-aligned tree of its own: a descent reads only sum lines, eight
+    sums per line. (Interleaving them, a line of sums next to the same line of mins, measured
+    ~1 us faster for a 256-slot update but ~2-3 us slower for a 256-draw descent on 1,000,000
+    slots: the adjacent-line prefetcher then fetches min lines a descent never reads.) Both are
+    ordinary trees for every public method.
     """
-    size = 1 << (capacity - 1).bit_length()
-    nodes = np.empty((2 * size, 2), dtype=np.float64)
-    nodes[:, 0] = SumTree._NEUTRAL
-    nodes[:, 1] = MinTree._NEUTRAL
-    return SumTree._over(capacity, nodes[:, 0]), MinTree._over(capacity, nodes[:, 1]), nodes
+    groups = _groups(_layout(capacity))
+    nodes = _aligned_full((2, groups, _K), SumTree._NEUTRAL)
+    nodes[1] = MinTree._NEUTRAL
+    return SumTree._over(capacity, nodes[0]), MinTree._over(capacity, nodes[1]), nodes
