@@ -28,6 +28,7 @@ import numba
 import numpy as np
 
 from rlreplay.episodes import FINAL_FID, EpisodeIndex
+from rlreplay.prefetch import prefetch_address
 from rlreplay.storage.columns import Columns
 
 __all__ = ["Window", "assemble_transitions", "nstep_window", "stack_frames"]
@@ -98,6 +99,7 @@ def _window_kernel(
     F: int,
     n: int,
     gamma: float,
+    warm: Array,
     out_i: Array,
     out_f: Array,
     out_b: Array,
@@ -108,7 +110,18 @@ def _window_kernel(
     (``final_pos`` -1 unless the window reached its episode's end), ``out_f[:, i] = (reward,
     discount)`` and ``out_b[:, i] = (terminated, truncated)``. The reward sum uses the same
     float32 operations as the NumPy path: ``float32(gamma ** j) * r`` added in float32.
+
+    First it prefetches, for every row, the lines of its step (and of the step after it) in
+    every column of ``warm`` (:meth:`Columns.prefetch_table`), so that the batch's cache misses
+    overlap, here and in the gathers that follow.
     """
+    for i in range(t.shape[0]):
+        base = env_ids[i] * C
+        for s in (base + t[i] % C, base + (t[i] + 1) % C):
+            for c in range(warm.shape[0]):
+                start = warm[c, 0] + s * warm[c, 1]
+                for offset in range(0, warm[c, 1], 64):
+                    prefetch_address(start + offset)
     for i in range(t.shape[0]):
         e = env_ids[i]
         base = e * C
@@ -152,8 +165,9 @@ def _fast_windows(
     te_col, tr_col = cols.steps["terminated"], cols.steps["truncated"]
     C, F = index.env_capacity, index.finals_capacity
     _window_kernel(
-        rew, te_col, tr_col, index.slot_meta, env_ids, t, C, F, n, gamma, out_i, out_f, out_b
-    )
+        rew, te_col, tr_col, index.slot_meta, env_ids, t, C, F, n, gamma, cols.prefetch_table,
+        out_i, out_f, out_b,
+    )  # fmt: skip
     slot, next_slot, m, final_pos = out_i
     te, tr = out_b
     win = Window(m=m, reward=out_f[0], terminated=te, truncated=tr, ended=final_pos >= 0)

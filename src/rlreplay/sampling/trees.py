@@ -54,9 +54,6 @@ from typing import Any, ClassVar, Self
 
 import numba
 import numpy as np
-from llvmlite import ir
-from numba.core import cgutils, types
-from numba.core.extending import intrinsic
 from numpy.typing import ArrayLike, NDArray
 
 from rlreplay.errors import (
@@ -68,6 +65,7 @@ from rlreplay.errors import (
     PriorityError,
     ShapeError,
 )
+from rlreplay.prefetch import prefetch_row
 
 __all__ = ["MaxTree", "MinTree", "SumTree"]
 
@@ -125,40 +123,6 @@ def _aligned_full(shape: tuple[int, ...], fill: float) -> NDArray[np.float64]:
 # --------------------------------------------------------------------------------------------
 # Kernels. Pure functions over the (groups, K) tree array; the per-item loops live here.
 # --------------------------------------------------------------------------------------------
-
-
-def _prefetch_intrinsic(typingctx: Any, tree: Any, group: Any) -> tuple[Any, Any]:
-    """``_prefetch(tree, group)`` asks the CPU to start loading row ``group`` of the 2-d array
-    ``tree`` (one group: one cache line) without waiting for it (LLVM's ``llvm.prefetch``).
-
-    A pure hint: it changes nothing the program sees and never faults. The batched descent
-    prefetches the line of every draw of a level before it scans any of them, so the misses of
-    the whole batch overlap instead of only those the out-of-order window happens to reach.
-    """
-    sig = types.void(tree, group)
-
-    def codegen(context: Any, builder: Any, signature: Any, args: Any) -> Any:
-        array_type = signature.args[0]
-        array = context.make_array(array_type)(context, builder, args[0])
-        lane = context.get_constant(types.intp, 0)
-        pointer = cgutils.get_item_pointer(  # type: ignore[no-untyped-call]
-            context, builder, array_type, array, [args[1], lane], wraparound=False
-        )
-        byte_pointer = ir.IntType(8).as_pointer()
-        i32 = ir.IntType(32)
-        function = cgutils.get_or_insert_function(  # type: ignore[no-untyped-call]
-            builder.module,
-            ir.FunctionType(ir.VoidType(), [byte_pointer, i32, i32, i32]),
-            "llvm.prefetch.p0i8",
-        )
-        # (address, 0 = for reading, 3 = keep in every cache level, 1 = data cache)
-        builder.call(function, [builder.bitcast(pointer, byte_pointer), i32(0), i32(3), i32(1)])
-        return context.get_dummy_value()
-
-    return sig, codegen
-
-
-_prefetch: Any = intrinsic(_prefetch_intrinsic)
 
 
 @numba.njit(cache=True, inline="always")
@@ -337,7 +301,7 @@ def _descend_all(
     for d in range(1, levels.shape[0]):  # one pass per level below the root
         first = levels[d, 0]
         for i in range(n):
-            _prefetch(tree, first + out[i])
+            prefetch_row(tree, first + out[i])  # the whole batch's lines first
         for i in range(n):
             group = first + out[i]  # the children of node out[i] of level d - 1
             mass = rest[i]

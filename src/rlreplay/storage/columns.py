@@ -80,6 +80,17 @@ class Columns:
         # Per-step values the buffer computes (not given to add), e.g. discounted_return.
         self.derived: dict[str, Array] = {}
         self._step_items = {name: row_items(col) for name, col in self.steps.items()}
+        # (address, row bytes) of each step column whose rows span at most 4 cache lines: what
+        # a sampling kernel prefetches for a batch (see assemble._window_kernel). The step
+        # columns never move, so their addresses stay valid for the buffer's life.
+        self.prefetch_table = np.array(
+            [
+                (col.ctypes.data, col.strides[0])
+                for col in self.steps.values()
+                if col.flags.c_contiguous and col.strides[0] <= 256
+            ],
+            np.int64,
+        ).reshape(-1, 2)
         self._final_items = {name: row_items(col) for name, col in self.finals.items()}
 
     def add_derived(self, name: str, dtype: np.dtype[Any], fill: float) -> Array:
