@@ -106,9 +106,9 @@ def _window_kernel(
 ) -> None:  # pragma: no cover - compiled
     """:func:`nstep_window` for a scalar float32 reward, plus the slots, in one pass.
 
-    Per row ``i`` writes ``out_i[:, i] = (slot, next_slot, m, final_pos)``
+    Per row ``i`` writes ``out_i[:, i] = (slot, next_slot, m, final_pos, id)``
     (``final_pos`` -1 unless the window reached its episode's end), ``out_f[:, i] = (reward,
-    discount)`` and ``out_b[:, i] = (terminated, truncated)``. The reward sum uses the same
+    discount)`` and ``out_b[:, i] = (terminated, truncated, ended)``. The reward sum uses the same
     float32 operations as the NumPy path: ``float32(gamma ** j) * r`` added in float32.
 
     First it prefetches, for every row, the lines of its step (and of the step after it) in
@@ -122,9 +122,11 @@ def _window_kernel(
                 start = warm[c, 0] + s * warm[c, 1]
                 for offset in range(0, warm[c, 1], 64):
                     prefetch_address(start + offset)
+    E = slot_meta.shape[0] // C
     for i in range(t.shape[0]):
         e = env_ids[i]
         base = e * C
+        out_i[4, i] = t[i] * E + e  # the id
         ret = np.float32(0.0)
         m = 0
         te = False
@@ -148,30 +150,30 @@ def _window_kernel(
         out_f[1, i] = 0.0 if te else np.float32(gamma**m)
         out_b[0, i] = te
         out_b[1, i] = tr
+        out_b[2, i] = out_i[3, i] >= 0
 
 
 def _fast_windows(
     cols: Columns, index: EpisodeIndex, env_ids: Array, t: Array, n: int, gamma: float
-) -> tuple[Array, Array, Window, Array, Array] | None:
-    """``(slot, next_slot, window, final_pos, discount)`` from one kernel call, for
+) -> tuple[Array, Array, Window, Array, Array, Array] | None:
+    """``(slot, next_slot, window, final_pos, discount, ids)`` from one kernel call, for
     the usual scalar float32 reward (``None`` otherwise: the NumPy path handles any reward)."""
     rew = cols.steps["reward"]
     if rew.ndim != 1 or rew.dtype != np.float32:
         return None
     B = t.shape[0]
-    out_i = np.empty((4, B), np.int64)
+    out_i = np.empty((5, B), np.int64)
     out_f = np.empty((2, B), np.float32)
-    out_b = np.empty((2, B), np.bool_)
+    out_b = np.empty((3, B), np.bool_)
     te_col, tr_col = cols.steps["terminated"], cols.steps["truncated"]
     C, F = index.env_capacity, index.finals_capacity
     _window_kernel(
         rew, te_col, tr_col, index.slot_meta, env_ids, t, C, F, n, gamma, cols.prefetch_table,
         out_i, out_f, out_b,
     )  # fmt: skip
-    slot, next_slot, m, final_pos = out_i
-    te, tr = out_b
-    win = Window(m=m, reward=out_f[0], terminated=te, truncated=tr, ended=final_pos >= 0)
-    return slot, next_slot, win, final_pos, out_f[1]
+    win = Window(m=out_i[2], reward=out_f[0], terminated=out_b[0], truncated=out_b[1],
+                 ended=out_b[2])  # fmt: skip
+    return out_i[0], out_i[1], win, out_i[3], out_f[1], out_i[4]
 
 
 def stack_frames(
@@ -216,18 +218,19 @@ def assemble_transitions(
         Declared fields (observation fields stacked when ``frame_stack > 1`` for ``obs``),
         ``reward``, ``next_<obs>`` per observation field, ``next_<name>`` for each of
         ``next_fields`` (the field at step ``t+m``; zeros where the window reached the episode's
-        end, since no step follows it), ``terminated``, ``truncated``, ``discount``, ``steps``.
+        end, since no step follows it), ``terminated``, ``truncated``, ``discount``, ``steps``,
+        ``ids``.
     """
     C = index.env_capacity
     base = env_ids * C
     fast = _fast_windows(cols, index, env_ids, t, n_step, gamma)
     discount = None
     if fast is not None:
-        slot, next_slot, win, final_pos, discount = fast
-        t_next = t + win.m
+        slot, next_slot, win, final_pos, discount, ids = fast
         ended_rows = win.ended.nonzero()[0]
         final_pos = final_pos[ended_rows]
     else:
+        ids = index.ids(env_ids, t)
         slot = base + t % C
         win = nstep_window(cols, index, base, t, n_step, gamma, slot)
         t_next = t + 1 if n_step == 1 else t + win.m
@@ -253,6 +256,7 @@ def assemble_transitions(
         # and re-fault the heap on every call). Its two halves are independent arrays.
         if name == "obs" and ep_start is not None:
             take = functools.partial(cols.take, name)
+            t_next = t + win.m
             both = stack_frames(take, base, _pair(t, t_next), ep_start, frame_stack, C, zero_pad)
             out[name], nxt = both[0], both[1]
             if ended_rows.size:
@@ -283,4 +287,5 @@ def assemble_transitions(
             np.float32
         )
     out["steps"] = win.m
+    out["ids"] = ids
     return out

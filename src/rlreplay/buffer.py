@@ -883,8 +883,6 @@ class ReplayBuffer:
             zero_pad=self.stack_pad == "zero",
             next_fields=self.next_fields,
         )
-        # One env: the id is the step (t is a fresh array that nothing else keeps).
-        data["ids"] = t if self.num_envs == 1 else self._index.ids(env_ids, t)
         data["env_ids"] = env_ids
         data.update(extra)
         return Batch(data)

@@ -552,7 +552,7 @@ class EpisodeIndex:
             raise InvalidIdError(f"{name}: expected integer ids, got dtype {arr.dtype}")
         flat = np.ascontiguousarray(arr, np.int64).reshape(-1)
         out = np.empty((3, flat.shape[0]), np.int64)
-        stale = np.empty(flat.shape[0], np.bool_)
+        stale: Array = np.empty(flat.shape[0], np.bool_)
         bad, n_stale = _locate_kernel(self.env, flat, self.env_capacity, out, stale)
         if bad >= 0:
             never = (flat < 0) | (flat // self.num_envs >= self.env[flat % self.num_envs, COUNT])
@@ -560,9 +560,11 @@ class EpisodeIndex:
                 f"{name}: {flat[never][:5].tolist()} were never issued by this buffer "
                 f"(ids are >= 0 and below the next id of their env)"
             )
-        shape = arr.shape
-        env_ids, t, slots = (a.reshape(shape) for a in out)
-        return env_ids, t, slots, stale.reshape(shape), n_stale
+        if arr.ndim != 1:
+            out = out.reshape((3, *arr.shape))
+            stale = stale.reshape(arr.shape)
+        env_ids, t, slots = out
+        return env_ids, t, slots, stale, n_stale
 
     # ------------------------------------------------------------------ state
     def state_arrays(self) -> dict[str, Array]:

@@ -44,6 +44,7 @@ import numba
 import numpy as np
 
 from rlreplay.errors import EmptyBufferError, PriorityError
+from rlreplay.prefetch import prefetch_row
 from rlreplay.sampling.trees import (
     _LANE,
     _MIN,
@@ -173,6 +174,9 @@ def _update_kernel(
     """
     n = values.shape[0]
     for i in range(n):
+        # The batch's priority and live lines start loading while the values are checked.
+        prefetch_row(prio, slots[i])
+        prefetch_row(live, slots[i])
         v = values[i]
         if not (v >= 0.0 and v < np.inf):  # NaN fails both comparisons
             return _BAD_VALUE, i, 0, 0.0
