@@ -155,8 +155,9 @@ def _window_kernel(
 
 def _fast_windows(
     cols: Columns, index: EpisodeIndex, env_ids: Array, t: Array, n: int, gamma: float
-) -> tuple[Array, Array, Window, Array, Array, Array] | None:
-    """``(slot, next_slot, window, final_pos, discount, ids)`` from one kernel call, for
+) -> tuple[Array, Window, Array, Array, Array] | None:
+    """``(slots, window, final_pos, discount, ids)`` from one kernel call (``slots`` is the
+    ``(2, B)`` array of each draw's slot and its next step's slot), for
     the usual scalar float32 reward (``None`` otherwise: the NumPy path handles any reward)."""
     rew = cols.steps["reward"]
     if rew.ndim != 1 or rew.dtype != np.float32:
@@ -173,7 +174,7 @@ def _fast_windows(
     )  # fmt: skip
     win = Window(m=out_i[2], reward=out_f[0], terminated=out_b[0], truncated=out_b[1],
                  ended=out_b[2])  # fmt: skip
-    return out_i[0], out_i[1], win, out_i[3], out_f[1], out_i[4]
+    return out_i[:2], win, out_i[3], out_f[1], out_i[4]
 
 
 def stack_frames(
@@ -222,19 +223,22 @@ def assemble_transitions(
         ``ids``.
     """
     C = index.env_capacity
-    base = env_ids * C
+    base = env_ids * C if frame_stack > 1 else None
     fast = _fast_windows(cols, index, env_ids, t, n_step, gamma)
     discount = None
     if fast is not None:
-        slot, next_slot, win, final_pos, discount, ids = fast
+        pair, win, final_pos, discount, ids = fast
+        slot, next_slot = pair
         ended_rows = win.ended.nonzero()[0]
         final_pos = final_pos[ended_rows]
     else:
         ids = index.ids(env_ids, t)
+        base = env_ids * C
         slot = base + t % C
         win = nstep_window(cols, index, base, t, n_step, gamma, slot)
         t_next = t + 1 if n_step == 1 else t + win.m
         next_slot = base + t_next % C
+        pair = _pair(slot, next_slot)
         ended_rows = win.ended.nonzero()[0]
         if ended_rows.size:
             # The final record of the episode whose last step t+m-1 the window reached.
@@ -254,7 +258,7 @@ def assemble_transitions(
         # Current and next values are gathered into one (2, B, ...) array: one fancy index
         # instead of two, and one fresh allocation (two large ones in a row make glibc trim
         # and re-fault the heap on every call). Its two halves are independent arrays.
-        if name == "obs" and ep_start is not None:
+        if name == "obs" and ep_start is not None and base is not None:
             take = functools.partial(cols.take, name)
             t_next = t + win.m
             both = stack_frames(take, base, _pair(t, t_next), ep_start, frame_stack, C, zero_pad)
@@ -262,7 +266,7 @@ def assemble_transitions(
             if ended_rows.size:
                 nxt[ended_rows, -1] = cols.take_finals(name, final_pos)
         else:
-            both = cols.take(name, _pair(slot, next_slot))
+            both = cols.take(name, pair)
             out[name], nxt = both[0], both[1]
             if ended_rows.size:
                 nxt[ended_rows] = cols.take_finals(name, final_pos)
