@@ -51,9 +51,11 @@ class Prepared(NamedTuple):
 class StepWriter:
     """Validates and stores steps for one buffer's schema, index and columns.
 
-    Cost: per call, one cached validation lookup per value (a full check the first time a
-    (field, dtype, shape) combination is seen), one Numba call for the index, one assignment
-    per column.
+    Cost: a plain step of every env (values as stored, no episode end) takes the generated
+    :attr:`add_plain`: a type and dtype/shape or range test per value, one assignment per
+    column, and the index's accounting deferred (about 2 µs for one env). Other calls: one
+    cached validation lookup per value (a full check the first time a (field, dtype, shape)
+    combination is seen), one Numba call for the index, one assignment per column.
     """
 
     def __init__(
