@@ -69,9 +69,19 @@ def gather_runs(
     mask = np.arange(length)[None, :] < n_real[:, None]
     pad = ~mask
     slots = base + pos % C
+    next_slots = base + (pos + 1) % C
+    both_slots = np.empty((2, *slots.shape), np.int64)
+    both_slots[0], both_slots[1] = slots, next_slots
     out: dict[str, Array] = {}
-    for name, col in cols.steps.items():
-        arr = col[slots]
+    nexts: dict[str, Array] = {}
+    for name in cols.steps:
+        if name in cols.finals:
+            # An observation and the next one are gathered into one (2, B, L, ...) array: one
+            # fresh allocation instead of two large ones in a row, which make glibc trim and
+            # re-fault its heap on every call (see assemble_transitions). Independent halves.
+            arr, nexts[name] = cols.take(name, both_slots)
+        else:
+            arr = cols.take(name, slots)
         arr[pad] = 0
         out[name] = arr
     for name, col in cols.derived.items():
@@ -83,10 +93,10 @@ def gather_runs(
     follows = mask & ~ends & (pos + 1 < index.env[env_ids, COUNT][:, None])
     F = index.finals_capacity
     final_pos = (env_ids[:, None] * F + fid % F)[ends]
-    for name, col in cols.finals.items():
-        nxt = cols.steps[name][base + (pos + 1) % C]
+    for name in cols.finals:
+        nxt = nexts[name]
         nxt[~follows] = 0
-        nxt[ends] = col[final_pos]
+        nxt[ends] = cols.take_finals(name, final_pos)
         out["next_" + name] = nxt
     out["mask"] = mask
     out["next_known"] = ends | follows
