@@ -302,6 +302,9 @@ class EpisodeIndex:
         # Deferred plain steps (see defer_plain): how many, and the step the next one gets.
         self._pending = 0
         self._next_t = -1
+        # The counter every env has when they are known to be equal, else -1 (then
+        # defer_plain compares them): kept by the writes that leave envs in lockstep.
+        self._lockstep = 0
         self._max_pending = 4096  # bounds the work of one settle()
         # Called after deferred steps are accounted for, with the [lo, hi] table before them,
         # their first step and their number (the buffer's write hook, when it has one).
@@ -344,6 +347,8 @@ class EpisodeIndex:
         """
         t = self._next_t
         if t < 0:
+            t = self._lockstep
+        if t < 0:
             counts = self._env[:, COUNT]
             t = int(counts[0])
             if self.num_envs > 1 and not (counts == t).all():
@@ -363,6 +368,7 @@ class EpisodeIndex:
             t0 = self._next_t - n
             self._pending = 0
             self._next_t = -1
+            self._lockstep = t0 + n  # deferred steps keep the envs in lockstep
             _advance_plain(self._env, self._slot_meta, self._final_owner, self._params, n)
             if hook is not None and before is not None:
                 hook(before, t0, n)
@@ -436,6 +442,9 @@ class EpisodeIndex:
         same = _advance(
             self.env, self.slot_meta, self.final_owner, rows_env, rows_done, self._params, out
         )
+        # One step of every env, the same for all (each env once): they stay in lockstep.
+        lockstep = same and rows_env.shape[0] == self.num_envs
+        self._lockstep = int(out[0, 0]) + 1 if lockstep else -1
         out_t, out_slot, out_fpos = out
         return out_t, out_slot, out_fpos, same
 
@@ -568,12 +577,15 @@ class EpisodeIndex:
 
     # ------------------------------------------------------------------ state
     def state_arrays(self) -> dict[str, Array]:
-        """The arrays that make up the index (live views, for checkpoints)."""
-        return {"env": self.env, "slot_meta": self.slot_meta, "final_owner": self.final_owner}
+        """The arrays that make up the index (live views, for checkpoints and loading)."""
+        arrays = {"env": self.env, "slot_meta": self.slot_meta, "final_owner": self.final_owner}
+        self._lockstep = -1  # the caller may load other counters into them
+        return arrays
 
     def set_finals_capacity(self, finals_capacity: int) -> None:
         """Resize (empty) final-record bookkeeping before loading a checkpoint into it."""
         self.settle()
+        self._lockstep = -1
         self.finals_capacity = finals_capacity
         self._params[P_F] = finals_capacity
         self._final_owner = np.full(self.num_envs * finals_capacity, -1, np.int64)
