@@ -116,12 +116,12 @@ def _window_kernel(
     overlap, here and in the gathers that follow.
     """
     for i in range(t.shape[0]):
-        base = env_ids[i] * C
-        for s in (base + t[i] % C, base + (t[i] + 1) % C):
-            for c in range(warm.shape[0]):
-                start = warm[c, 0] + s * warm[c, 1]
-                for offset in range(0, warm[c, 1], 64):
-                    prefetch_address(start + offset)
+        s = env_ids[i] * C + t[i] % C
+        for c in range(warm.shape[0]):
+            # Every line of rows s and s + 1 (the next step's, but at the end of a ring).
+            first = warm[c, 0] + s * warm[c, 1]
+            for line in range(first >> 6, ((first + 2 * warm[c, 1] - 1) >> 6) + 1):
+                prefetch_address(line << 6)
     E = slot_meta.shape[0] // C
     for i in range(t.shape[0]):
         e = env_ids[i]
