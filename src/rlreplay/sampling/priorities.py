@@ -448,8 +448,8 @@ class Priorities:
     # ------------------------------------------------------------------ drawing
     @property
     def drawable(self) -> bool:
-        """Whether some live slot has a priority ``> 0``."""
-        return self.sum_tree.total > 0.0
+        """Whether some live slot has a priority ``> 0`` (the sum tree's root, read directly)."""
+        return bool(self._sums[self._root, 0] > 0.0)
 
     def draw(
         self, n: int, rng: np.random.Generator, stratified: bool, beta: float, lo: Array
