@@ -220,3 +220,23 @@ def test_atari_like_buffer_stores_each_frame_about_once() -> None:
     assert one_copy <= buf.nbytes <= 1.05 * one_copy, buf.nbytes / one_copy
     b = buf.sample(4)
     assert b.obs.shape == (4, 4, *FRAME) and b.next_obs.shape == (4, 4, *FRAME)
+
+
+# --------------------------------------------------------------------------- row gathers
+@pytest.mark.parametrize(
+    ("shape", "dtype"),
+    [((), np.int64), ((4,), np.float32), ((2, 3), np.uint8), ((0,), np.float32), ((5,), np.bool_)],
+)
+def test_take_gathers_rows_like_fancy_indexing(shape: tuple[int, ...], dtype: Any) -> None:
+    from rlreplay.storage.columns import _take, row_items
+
+    rng = np.random.default_rng(0)
+    col = (rng.random((50, *shape)) * 100).astype(dtype)
+    rows = rng.integers(0, 50, (2, 7))
+    out = _take(row_items(col), col, rows)
+    np.testing.assert_array_equal(out, col[rows])
+    assert out.dtype == col.dtype and out.shape == col[rows].shape
+    out[...] = 0  # a fresh array: the column is untouched
+    assert np.array_equal(col, (np.random.default_rng(0).random((50, *shape)) * 100).astype(dtype))
+    strided = col[::2]  # not contiguous: plain fancy indexing
+    np.testing.assert_array_equal(_take(row_items(strided), strided, rows % 25), strided[rows % 25])
