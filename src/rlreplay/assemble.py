@@ -31,7 +31,7 @@ from rlreplay.episodes import FINAL_FID, EpisodeIndex
 from rlreplay.prefetch import prefetch_address
 from rlreplay.storage.columns import Columns
 
-__all__ = ["Window", "assemble_transitions", "nstep_window", "stack_frames"]
+__all__ = ["Window", "assemble_transitions", "nstep_window", "stack_frames", "stack_pair"]
 
 Array = np.ndarray[Any, Any]
 
@@ -79,9 +79,9 @@ def nstep_window(
     return Window(m=m, reward=ret, terminated=te, truncated=tr, ended=~alive)
 
 
-def _pair(a: Array, b: Array) -> Array:
-    """``np.stack([a, b])`` for two 1-D arrays, without its generic overhead."""
-    out = np.empty((2, a.shape[0]), a.dtype)
+def stack_pair(a: Array, b: Array) -> Array:
+    """``np.stack([a, b])`` for two arrays of one shape and dtype, without its generic overhead."""
+    out = np.empty((2, *a.shape), a.dtype)
     out[0] = a
     out[1] = b
     return out
@@ -238,7 +238,7 @@ def assemble_transitions(
         win = nstep_window(cols, index, base, t, n_step, gamma, slot)
         t_next = t + 1 if n_step == 1 else t + win.m
         next_slot = base + t_next % C
-        pair = _pair(slot, next_slot)
+        pair = stack_pair(slot, next_slot)
         ended_rows = win.ended.nonzero()[0]
         if ended_rows.size:
             # The final record of the episode whose last step t+m-1 the window reached.
@@ -260,8 +260,8 @@ def assemble_transitions(
         # and re-fault the heap on every call). Its two halves are independent arrays.
         if name == "obs" and ep_start is not None and base is not None:
             take = functools.partial(cols.take, name)
-            t_next = t + win.m
-            both = stack_frames(take, base, _pair(t, t_next), ep_start, frame_stack, C, zero_pad)
+            steps = stack_pair(t, t + win.m)  # the current and next steps
+            both = stack_frames(take, base, steps, ep_start, frame_stack, C, zero_pad)
             out[name], nxt = both[0], both[1]
             if ended_rows.size:
                 nxt[ended_rows, -1] = cols.take_finals(name, final_pos)

@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from rlreplay.assemble import stack_pair
 from rlreplay.episodes import COUNT, HEAD, EpisodeIndex, expand_ranges
 from rlreplay.errors import EmptyBufferError
 from rlreplay.sampling.uniform import draw_balanced, draw_uniform, uniform_below
@@ -69,9 +70,7 @@ def gather_runs(
     mask = np.arange(length)[None, :] < n_real[:, None]
     pad = ~mask
     slots = base + pos % C
-    next_slots = base + (pos + 1) % C
-    both_slots = np.empty((2, *slots.shape), np.int64)
-    both_slots[0], both_slots[1] = slots, next_slots
+    both_slots = stack_pair(slots, base + (pos + 1) % C)
     out: dict[str, Array] = {}
     nexts: dict[str, Array] = {}
     for name in cols.steps:

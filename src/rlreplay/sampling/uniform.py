@@ -54,9 +54,7 @@ def draw_uniform(
         ``(env_ids, t)``, int64 arrays of length ``batch_size``.
     """
     n = int(sizes.sum()) if total is None else total
-    pos = (rng.random(batch_size) * n).astype(np.int64)
-    np.minimum(pos, n - 1, out=pos)  # u * n may round up to n
-    return positions_to_steps(lo, sizes, pos)
+    return positions_to_steps(lo, sizes, uniform_below(n, rng, batch_size))
 
 
 def _distinct(n: int, k: int, rng: np.random.Generator) -> Array:
@@ -141,9 +139,13 @@ def draw_balanced(
     return env_ids.astype(np.int64, copy=False), lo[env_ids] + uniform_below(sizes[env_ids], rng)
 
 
-def uniform_below(n: Array, rng: np.random.Generator) -> Array:
-    """One integer uniform in ``[0, n_i)`` per entry of ``n`` (all ``n_i >= 1``)."""
-    out: Array = np.minimum((rng.random(n.shape[0]) * n).astype(np.int64), n - 1)
+def uniform_below(n: Array | int, rng: np.random.Generator, size: int | None = None) -> Array:
+    """One integer uniform in ``[0, n_i)`` per entry of ``n`` (all ``n_i >= 1``), or ``size``
+    of them in ``[0, n)`` for an int ``n``: one ``rng.random`` draw each, floored (``u * n``
+    may round up to ``n``, hence the clip)."""
+    count = size if size is not None else np.shape(n)[0]
+    out: Array = (rng.random(count) * n).astype(np.int64)
+    np.minimum(out, np.subtract(n, 1), out=out)
     return out
 
 
