@@ -80,13 +80,20 @@ def scenario(draw: st.DrawFn) -> tuple[dict[str, Any], list[tuple[Any, ...]]]:
     return cfg, ops
 
 
+def kernel_soon(buf: rr.ReplayBuffer) -> None:
+    """Compile the lockstep kernel (vector buffers) at the next plain step, not the 256th."""
+    buf._writer._countdown[0] = 1
+
+
 @settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(scenario())
+@given(scenario(), st.booleans())
 def test_fast_path_leaves_the_same_state_as_the_general_path(
-    sc: tuple[dict[str, Any], list[tuple[Any, ...]]],
+    sc: tuple[dict[str, Any], list[tuple[Any, ...]]], kernel: bool
 ) -> None:
     cfg, ops = sc
     fast, ref = pair(**cfg)
+    if kernel:
+        kernel_soon(fast)
     envs = cfg["num_envs"]
     for c, op in enumerate(ops):
         kind = op[0]
@@ -215,9 +222,9 @@ def test_plain_check_tells_plain_ending_and_convertible_values() -> None:
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(scenario())
+@given(scenario(), st.booleans())
 def test_prioritized_fast_path_hears_of_deferred_steps_like_the_general_path(
-    sc: tuple[dict[str, Any], list[tuple[Any, ...]]],
+    sc: tuple[dict[str, Any], list[tuple[Any, ...]]], kernel: bool
 ) -> None:
     """Proportional: identical state. (Rank-based counts the changes of a batch of deferred
     steps net, so it may re-sort at other times; its rank bound is tested with either path.)"""
@@ -228,6 +235,8 @@ def test_prioritized_fast_path_hears_of_deferred_steps_like_the_general_path(
         kw = {k: v for k, v in cfg.items() if k != "capacity"}
         buf = rr.PrioritizedReplayBuffer(cfg["capacity"], FIELDS, seed=5, **kw)
         buf._fast_add = fast
+        if kernel:
+            kernel_soon(buf)
         bufs.append(buf)
     envs = cfg["num_envs"]
     for c, op in enumerate(ops):

@@ -18,6 +18,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from rlreplay import lockstep
 from rlreplay.episodes import COUNT, HEAD, EpisodeIndex
 from rlreplay.episodic import record_returns
 from rlreplay.errors import FieldError, InvalidIdError, ShapeError
@@ -79,6 +80,10 @@ class StepWriter:
         self._scratch_envs = np.empty((3, self.num_envs), np.int64)  # ... and all-env steps
         self._plain_keys = frozenset(schema.fields)
         self._full_keys = self._plain_keys | frozenset(schema.next_names())
+        # The lockstep kernel (vector envs): compiled after this many Python fast-path calls.
+        self.lockstep_kernel: lockstep.LockstepKernel | None = None
+        self._backoff = lockstep.ACTIVATE_AFTER
+        self._countdown = [self._backoff]
         self._init_plain_path()
 
     def _init_plain_path(self) -> None:
@@ -118,6 +123,9 @@ class StepWriter:
         lines += [f"        if kind != {PLAIN}:", "            return 0"]
         lines += ["    else:", "        return 0"]
         lines += [f"    if kind != {PLAIN}:", "        return kind"]
+        if E > 1 and self._lockstep_eligible():  # count down to compiling the lockstep kernel
+            consts.update(countdown=self._countdown, activate=self._activate_lockstep)
+            lines += ["    countdown[0] -= 1", "    if countdown[0] == 0:", "        activate(n)"]
         lines += ["    t = defer()", "    if t < 0:", f"        return {PLAIN}"]
         consts.update(defer=self.index.defer_plain, np=np, one_id=self._one_id)
         where = "r" if E == 1 else "rows"
@@ -136,6 +144,84 @@ class StepWriter:
             lines.append(f"    return np.arange(t * {E}, t * {E} + {E}, dtype=np.int64)")
         exec(compile("\n".join(lines), "<rlreplay add_plain>", "exec"), consts)  # from metadata
         self.add_plain: Callable[[dict[str, Any]], Array | int] = consts["add_plain"]
+        self._add_plain_python = self.add_plain
+
+    # ------------------------------------------------------------------ lockstep kernel
+    def _lockstep_eligible(self) -> bool:
+        """Whether this buffer's vector steps can take a :class:`lockstep.LockstepKernel`."""
+        schema, cols = self.schema, self.cols.steps
+        return (
+            self.num_envs > 1
+            and self.returns is None
+            and len(schema.fields) + len(schema.next_names()) <= lockstep.MAX_VALUES
+            and all(len(f.shape) <= lockstep.MAX_DIMS for f in schema.fields.values())
+            and all(c.flags.c_contiguous for c in cols.values())
+        )
+
+    def _activate_lockstep(self, n: int) -> None:
+        """Compile the lockstep kernel for calls of ``n`` values; route :attr:`add_plain` to it.
+
+        The kernel takes the values of a plain step of every env (as :attr:`add_plain` would
+        store them) and answers for everything else, which the Python fast path then handles.
+        A value the kernel's dispatcher rejects (another dtype, a non-contiguous or read-only
+        array) sends the buffer back to the Python path until it has again taken that path
+        twice as many times as before.
+        """
+        fields = tuple(self.schema.fields)
+        names = fields + (self.schema.next_names() if n > len(fields) else ())
+        lookup = self.schema.lookup  # next_<obs> -> its observation field
+        kernel = lockstep.LockstepKernel(
+            names,
+            {name: (lookup(name).dtype, lookup(name).shape) for name in names},
+            {name: self.cols.steps.get(name) for name in names},
+            self.num_envs,
+            self.env_capacity,
+        )
+        index = self.index
+        consts: dict[str, Any] = {
+            "call": kernel.call, "table": kernel.table, "ids": kernel.ids, "index": index,
+            "python": self._add_plain_python, "settle": index.settle,
+            "max_pending": index._max_pending, "rejected": self._lockstep_rejected,
+        }  # fmt: skip
+        args = ", ".join(f"get({name!r})" for name in names)
+        # A lockstep step that ends an episode is stored by the general store (ENDING) when
+        # every next_<obs> was given, else the general path names what is missing (0).
+        ending = ENDING if len(names) > len(fields) else 0
+        lines = [
+            "def add_lockstep(values):",
+            f"    if len(values) != {len(names)}:",
+            "        return python(values)",
+            "    t = index._next_t",
+            "    if t < 0:",
+            "        t = index._lockstep",
+            "        if t < 0:",
+            "            return python(values)",
+            "    get = values.get",
+            "    try:",
+            f"        verdict = call(table, ids, t, {args})",
+            "    except (TypeError, ValueError):  # not the compiled types: no call took place",
+            "        rejected()",
+            "        return python(values)",
+            f"    if verdict == {lockstep.STORED}:",
+            "        index._next_t = t + 1",
+            "        pending = index._pending + 1",
+            "        index._pending = pending",
+            "        if pending >= max_pending:",
+            "            settle()",
+            "        return ids.copy()",
+            f"    if verdict == {lockstep.ENDING}:",
+            f"        return {ending}",
+            "    return python(values)  # a shape the kernel does not take: the Python checks",
+        ]
+        exec(compile("\n".join(lines), "<rlreplay add_lockstep>", "exec"), consts)  # metadata
+        self.lockstep_kernel = kernel
+        self.add_plain = consts["add_lockstep"]
+
+    def _lockstep_rejected(self) -> None:
+        """Back to the Python fast path, with twice the countdown to the next try."""
+        self.add_plain = self._add_plain_python
+        self._backoff *= 2
+        self._countdown[0] = self._backoff
 
     # ------------------------------------------------------------------ validation
     def prepare_step(self, values: dict[str, Any], env_ids: Any) -> Prepared:

@@ -1,0 +1,235 @@
+"""The lockstep kernel: one compiled, checked write of a step of every env.
+
+The kernel on its own against NumPy's strided assignment, then buffers that take it against
+buffers on the general path (same state, ids and errors), including the values its dispatcher
+turns away and the back-off that follows.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import rlreplay as rr
+from rlreplay import lockstep
+from rlreplay.lockstep import ENDING, MISMATCH, STORED, LockstepKernel
+from tests.test_fast_path import assert_same_state
+
+E, C = 3, 5
+FIELDS = {"obs": rr.Field((2,), np.float32), "action": rr.Field((), np.int64)}
+
+
+def columns_and_kernel(
+    spec: dict[str, tuple[Any, tuple[int, ...]]], finals: tuple[str, ...] = ()
+) -> tuple[dict[str, Any], LockstepKernel]:
+    cols: dict[str, Any] = {n: np.zeros((E * C, *shape), dt) for n, (dt, shape) in spec.items()}
+    names = (*spec, *finals)
+    fields = {n: (np.dtype(spec[n.removeprefix("next_")][0]), spec[n.removeprefix("next_")][1])
+              for n in names}  # fmt: skip
+    kernel = LockstepKernel(names, fields, {n: cols.get(n) for n in names}, E, C)
+    return cols, kernel
+
+
+SPEC = {
+    "obs": (np.uint8, (2, 3)),
+    "action": (np.int64, ()),
+    "reward": (np.float32, (2,)),
+    "terminated": (np.bool_, ()),
+    "truncated": (np.bool_, ()),
+}
+
+
+def values_for(t: int, ends: tuple[bool, ...] = (False,) * E) -> list[Any]:
+    e = np.arange(E)
+    return [
+        (t * 10 + e[:, None, None] + np.arange(6).reshape(2, 3)).astype(np.uint8),
+        (t * 100 + e).astype(np.int64),
+        np.stack([e + t, -e - t], 1).astype(np.float32),
+        np.array(ends, bool),
+        np.zeros(E, bool),
+        np.zeros((E, 2, 3), np.uint8),  # next_obs: checked, not stored
+    ]
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.integers(0, 40), min_size=1, max_size=12))
+def test_the_kernel_writes_what_a_strided_assignment_writes(steps: list[int]) -> None:
+    cols, kernel = columns_and_kernel(SPEC, finals=("next_obs",))
+    ref = {n: c.copy() for n, c in cols.items()}
+    for t in steps:
+        vals = values_for(t)
+        assert kernel.call(kernel.table, kernel.ids, t, *vals) == STORED
+        for name, v in zip(SPEC, vals, strict=False):
+            ref[name][t % C :: C] = v
+        np.testing.assert_array_equal(kernel.ids, t * E + np.arange(E))
+        for name in SPEC:
+            np.testing.assert_array_equal(cols[name], ref[name], err_msg=name)
+
+
+def test_the_kernel_writes_nothing_for_an_ending_step_or_a_wrong_shape() -> None:
+    cols, kernel = columns_and_kernel(SPEC, finals=("next_obs",))
+    before = {n: c.copy() for n, c in cols.items()}
+    assert kernel.call(kernel.table, kernel.ids, 4, *values_for(4, (False, True, False))) == ENDING
+    bad = values_for(4)
+    bad[2] = np.zeros((E, 3), np.float32)  # reward of shape (3,), not (2,)
+    assert kernel.call(kernel.table, kernel.ids, 4, *bad) == MISMATCH
+    bad = values_for(4, (True, False, False))
+    bad[5] = np.zeros((E, 3, 2), np.uint8)  # a wrong final observation outranks the end
+    assert kernel.call(kernel.table, kernel.ids, 4, *bad) == MISMATCH
+    bad = [v[:2] for v in values_for(4)]  # two envs' rows, not three
+    assert kernel.call(kernel.table, kernel.ids, 4, *bad) == MISMATCH
+    for name in SPEC:
+        np.testing.assert_array_equal(cols[name], before[name], err_msg=name)
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        lambda v: v.astype(np.float64),  # another dtype
+        lambda v: np.asfortranarray(np.repeat(v, 2, axis=1))[:, ::2],  # not contiguous
+        lambda v: np.frombuffer(v.tobytes(), v.dtype).reshape(v.shape),  # read-only
+    ],
+)
+def test_the_dispatcher_turns_away_values_of_other_types(change: Any) -> None:
+    cols, kernel = columns_and_kernel(SPEC)
+    vals = values_for(1)[:5]
+    vals[2] = change(vals[2])
+    with pytest.raises(TypeError):
+        kernel.call(kernel.table, kernel.ids, 1, *vals)
+    assert not any(c.any() for c in cols.values())
+
+
+def test_schemas_the_kernel_does_not_cover_are_refused() -> None:
+    with pytest.raises(rr.ConfigError, match="values"):
+        LockstepKernel(tuple(f"f{i}" for i in range(13)), {}, {}, E, C)
+    cols = {"x": np.zeros((E * C, 1, 1, 1, 1, 1), np.float32)}
+    with pytest.raises(rr.ConfigError, match="dimensions"):
+        LockstepKernel(("x",), {"x": (np.dtype(np.float32), (1,) * 5)}, cols, E, C)  # type: ignore[arg-type]
+
+
+# ---------------------------------------------------------------------------- in a buffer
+def vector_step(c: int, envs: int, ends: list[bool] | None = None) -> dict[str, Any]:
+    e = np.arange(envs)
+    return {
+        "obs": np.stack([c + e, -c - e], 1).astype(np.float32),
+        "action": (c * 10 + e).astype(np.int64),
+        "reward": (e % 3).astype(np.float32),
+        "terminated": np.array(ends or [False] * envs, bool),
+        "truncated": np.zeros(envs, bool),
+        "next_obs": np.stack([c + e + 0.5, -c - e], 1).astype(np.float32),
+    }
+
+
+def buffers(envs: int = 4, **kw: Any) -> tuple[rr.ReplayBuffer, rr.ReplayBuffer]:
+    fast = rr.ReplayBuffer(envs * 6, FIELDS, num_envs=envs, seed=2, **kw)
+    ref = rr.ReplayBuffer(envs * 6, FIELDS, num_envs=envs, seed=2, **kw)
+    ref._fast_add = False
+    fast._writer._countdown[0] = 3  # the kernel after three plain steps
+    return fast, ref
+
+
+def test_a_vector_buffer_compiles_its_kernel_after_some_plain_steps() -> None:
+    fast, ref = buffers()
+    for c in range(41):  # the last step is plain
+        if c == 2:
+            assert fast._writer.lockstep_kernel is None
+        values = vector_step(c, 4, [c % 9 == 8, False, c % 5 == 4, False])
+        np.testing.assert_array_equal(fast.add(**values), ref.add(**values))
+    assert fast._writer.lockstep_kernel is not None
+    assert fast._index._pending > 0  # plain steps went through the kernel, deferred
+    assert_same_state(fast, ref)
+    np.testing.assert_array_equal(fast.sample(8).obs, ref.sample(8).obs)
+
+
+def test_the_default_countdown_and_the_buffers_that_never_compile() -> None:
+    assert rr.ReplayBuffer(8, FIELDS, num_envs=2)._writer._countdown[0] == lockstep.ACTIVATE_AFTER
+    one = rr.ReplayBuffer(8, FIELDS, seed=0)
+    returns = rr.ReplayBuffer(8, FIELDS, num_envs=2, record_episodic_return=True)
+    for buf, envs in ((one, 1), (returns, 2)):
+        buf._writer._countdown[0] = 1
+        for c in range(5):
+            values = vector_step(c, envs)
+            buf.add(**({k: v[0] for k, v in values.items()} if envs == 1 else values))
+        assert buf._writer.lockstep_kernel is None
+
+
+def test_rejected_values_go_back_to_the_python_path_with_a_longer_countdown() -> None:
+    fast, ref = buffers()
+    for c in range(5):
+        fast.add(**vector_step(c, 4))
+        ref.add(**vector_step(c, 4))
+    assert fast._writer.add_plain.__name__ == "add_lockstep"
+    odd = {**vector_step(5, 4), "obs": np.zeros((2, 4), np.float32).T}  # not C-contiguous
+    np.testing.assert_array_equal(fast.add(**odd), ref.add(**odd))
+    assert fast._writer.add_plain.__name__ == "add_plain"
+    assert fast._writer._backoff == 2 * lockstep.ACTIVATE_AFTER
+    assert fast._writer._countdown[0] == 2 * lockstep.ACTIVATE_AFTER - 1  # this call counted
+    fast._writer._countdown[0] = 1
+    for c in range(6, 12):
+        values = vector_step(c, 4)
+        np.testing.assert_array_equal(fast.add(**values), ref.add(**values))
+    assert fast._writer.add_plain.__name__ == "add_lockstep"
+    assert_same_state(fast, ref)
+
+
+@pytest.mark.parametrize(
+    ("change", "error"),
+    [
+        ({"obs": np.zeros((4, 3), np.float32)}, rr.ShapeError),
+        ({"action": np.zeros(3, np.int64)}, rr.ShapeError),
+        ({"next_obs": np.zeros((4, 5), np.float32)}, rr.ShapeError),
+        ({"action": np.zeros(4, np.complex64)}, rr.DTypeError),
+        ({"action": None}, rr.DTypeError),
+        ({"extra": np.zeros(4)}, rr.FieldError),
+    ],
+)
+def test_bad_values_get_the_general_paths_errors_after_the_kernel_compiled(
+    change: dict[str, Any], error: type[Exception]
+) -> None:
+    fast, ref = buffers()
+    for c in range(5):
+        fast.add(**vector_step(c, 4))
+        ref.add(**vector_step(c, 4))
+    assert fast._writer.lockstep_kernel is not None
+    values = vector_step(5, 4)
+    values.update(change)
+    if "extra" in change:
+        del values["truncated"]  # the right count of names, one unknown
+    for buf in (fast, ref):
+        with pytest.raises(error):
+            buf.add(**values)
+    assert_same_state(fast, ref)
+
+
+def test_an_ending_step_without_its_final_observation_is_named_after_the_kernel() -> None:
+    fast, ref = buffers()
+    for c in range(5):
+        plain = {k: v for k, v in vector_step(c, 4).items() if k != "next_obs"}
+        fast.add(**plain)
+        ref.add(**plain)
+    assert fast._writer.lockstep_kernel is not None
+    ending = {k: v for k, v in vector_step(5, 4, [True, False, False, False]).items()
+              if k != "next_obs"}  # fmt: skip
+    for buf in (fast, ref):
+        with pytest.raises(rr.FieldError, match="next_obs"):
+            buf.add(**ending)
+    assert_same_state(fast, ref)
+
+
+def test_prioritized_vector_fills_through_the_kernel_keep_their_priorities() -> None:
+    bufs = [rr.PrioritizedReplayBuffer(48, FIELDS, num_envs=4, seed=4) for _ in range(2)]
+    bufs[1]._fast_add = False
+    bufs[0]._writer._countdown[0] = 2
+    for c in range(30):
+        values = vector_step(c, 4, [c % 7 == 6, False, False, c % 11 == 10])
+        np.testing.assert_array_equal(bufs[0].add(**values), bufs[1].add(**values))
+        if c % 10 == 9:
+            a, b = bufs[0].sample(6), bufs[1].sample(6)
+            np.testing.assert_array_equal(a.ids, b.ids)
+            np.testing.assert_array_equal(a.weights, b.weights)
+    assert bufs[0]._writer.lockstep_kernel is not None
+    assert_same_state(bufs[0], bufs[1])
