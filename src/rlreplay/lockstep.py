@@ -36,7 +36,6 @@ from typing import Any
 
 import numba
 import numpy as np
-from llvmlite import ir
 from numba.core import types
 from numba.core.extending import intrinsic, overload
 
@@ -78,32 +77,25 @@ def _pointer_at_typing(typingctx: Any, address: Any, like: Any) -> tuple[Any, An
 _pointer_at: Any = intrinsic(_pointer_at_typing)
 
 
-def _data_of_typing(typingctx: Any, array: Any) -> tuple[Any, Any]:
-    """The pointer to the first item of (C-contiguous) ``array``."""
-    sig = types.CPointer(array.dtype)(array)  # type: ignore[no-untyped-call]
+def _first_item(as_bytes: bool) -> Any:
+    """An intrinsic: the pointer to the first item of (C-contiguous) ``array``; with
+    ``as_bytes`` a ``uint8`` pointer (reads bool flags as 0 / 1 bytes)."""
 
-    def codegen(context: Any, builder: Any, signature: Any, args: Any) -> Any:
-        arr = context.make_array(signature.args[0])(context, builder, args[0])
-        return arr.data
+    def typing(typingctx: Any, array: Any) -> tuple[Any, Any]:
+        item = types.uint8 if as_bytes else array.dtype
+        sig = types.CPointer(item)(array)  # type: ignore[no-untyped-call]
 
-    return sig, codegen
+        def codegen(context: Any, builder: Any, signature: Any, args: Any) -> Any:
+            arr = context.make_array(signature.args[0])(context, builder, args[0])
+            return builder.bitcast(arr.data, context.get_value_type(signature.return_type))
 
+        return sig, codegen
 
-_data_of: Any = intrinsic(_data_of_typing)
-
-
-def _bytes_of_typing(typingctx: Any, array: Any) -> tuple[Any, Any]:
-    """``array``'s first byte as a ``uint8`` pointer (reads bool flags as 0 / 1 bytes)."""
-    sig = types.CPointer(types.uint8)(array)  # type: ignore[no-untyped-call]
-
-    def codegen(context: Any, builder: Any, signature: Any, args: Any) -> Any:
-        arr = context.make_array(signature.args[0])(context, builder, args[0])
-        return builder.bitcast(arr.data, ir.IntType(8).as_pointer())
-
-    return sig, codegen
+    return intrinsic(typing)
 
 
-_bytes_of: Any = intrinsic(_bytes_of_typing)
+_data_of: Any = _first_item(as_bytes=False)
+_bytes_of: Any = _first_item(as_bytes=True)
 
 
 @numba.njit(cache=True, inline="always")
