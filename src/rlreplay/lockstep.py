@@ -41,7 +41,9 @@ from numba.core.extending import intrinsic, overload
 
 from rlreplay.errors import ConfigError
 
-__all__ = ["ACTIVATE_AFTER", "ENDING", "MISMATCH", "MAX_VALUES", "STORED", "LockstepKernel"]
+__all__ = [
+    "ACTIVATE_AFTER", "ENDING", "MISMATCH", "MAX_VALUES", "STORED", "LockstepKernel", "unsupported",
+]  # fmt: skip
 
 Array = np.ndarray[Any, Any]
 
@@ -266,6 +268,26 @@ def _compiled(examples: Sequence[Array]) -> Any:
     return fn
 
 
+def unsupported(
+    names: Sequence[str],
+    fields: dict[str, tuple[np.dtype[Any], tuple[int, ...]]],
+    columns: dict[str, Array | None],
+) -> str | None:
+    """Why a kernel cannot take these values (too many, too many dimensions, a column that is
+    not a C-contiguous array of its field's dtype), or ``None`` if it can (see
+    :class:`LockstepKernel` for the arguments)."""
+    if not 0 < len(names) <= MAX_VALUES:
+        return f"names: expected 1 to {MAX_VALUES} values, got {len(names)}"
+    for name in names:
+        dtype, shape = fields[name]
+        if len(shape) > MAX_DIMS:
+            return f"{name}: at most {MAX_DIMS} dimensions, got shape {shape}"
+        col = columns[name]
+        if col is not None and (not col.flags.c_contiguous or col.dtype != dtype):
+            return f"{name}: the column is not a C-contiguous {dtype} array"
+    return None
+
+
 class LockstepKernel:
     """A compiled, checked write of one step of every env, for one buffer's schema.
 
@@ -290,23 +312,20 @@ class LockstepKernel:
         num_envs: int,
         env_capacity: int,
     ) -> None:
-        if not 0 < len(names) <= MAX_VALUES:
-            raise ConfigError(f"names: expected 1 to {MAX_VALUES} values, got {len(names)}")
+        why = unsupported(names, fields, columns)
+        if why is not None:
+            raise ConfigError(why)
         self.names = tuple(names)
         table = np.zeros(_HEADER + _W * len(names), np.int64)
         table[_H_E], table[_H_C] = num_envs, env_capacity
         examples = []
         for k, name in enumerate(names):
             dtype, shape = fields[name]
-            if len(shape) > MAX_DIMS:
-                raise ConfigError(f"{name}: at most {MAX_DIMS} dimensions, got shape {shape}")
             col = columns[name]
             b = _HEADER + k * _W
             if col is None:
                 table[b + _KIND] = _FINAL
             else:
-                if not col.flags.c_contiguous or col.dtype != dtype:
-                    raise ConfigError(f"{name}: the column is not a C-contiguous {dtype} array")
                 table[b + _KIND] = _FLAG if name in ("terminated", "truncated") else _COLUMN
                 table[b + _ADDR] = col.ctypes.data
             table[b + _PER] = int(np.prod(shape, dtype=np.int64))

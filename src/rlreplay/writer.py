@@ -147,15 +147,22 @@ class StepWriter:
         self._add_plain_python = self.add_plain
 
     # ------------------------------------------------------------------ lockstep kernel
+    def _lockstep_values(
+        self, names: tuple[str, ...]
+    ) -> tuple[dict[str, tuple[np.dtype[Any], tuple[int, ...]]], dict[str, Array | None]]:
+        """What a :class:`lockstep.LockstepKernel` taking ``names`` needs: each value's
+        (dtype, shape), and its step column (``None`` for a ``next_<obs>``)."""
+        lookup = self.schema.lookup  # next_<obs> -> its observation field
+        fields = {name: (lookup(name).dtype, lookup(name).shape) for name in names}
+        return fields, {name: self.cols.steps.get(name) for name in names}
+
     def _lockstep_eligible(self) -> bool:
         """Whether this buffer's vector steps can take a :class:`lockstep.LockstepKernel`."""
-        schema, cols = self.schema, self.cols.steps
+        names = (*self.schema.fields, *self.schema.next_names())
         return (
             self.num_envs > 1
             and self.returns is None
-            and len(schema.fields) + len(schema.next_names()) <= lockstep.MAX_VALUES
-            and all(len(f.shape) <= lockstep.MAX_DIMS for f in schema.fields.values())
-            and all(c.flags.c_contiguous for c in cols.values())
+            and lockstep.unsupported(names, *self._lockstep_values(names)) is None
         )
 
     def _activate_lockstep(self, n: int) -> None:
@@ -169,21 +176,16 @@ class StepWriter:
         """
         fields = tuple(self.schema.fields)
         names = fields + (self.schema.next_names() if n > len(fields) else ())
-        lookup = self.schema.lookup  # next_<obs> -> its observation field
         kernel = lockstep.LockstepKernel(
-            names,
-            {name: (lookup(name).dtype, lookup(name).shape) for name in names},
-            {name: self.cols.steps.get(name) for name in names},
-            self.num_envs,
-            self.env_capacity,
+            names, *self._lockstep_values(names), self.num_envs, self.env_capacity
         )
         index = self.index
         consts: dict[str, Any] = {
             "call": kernel.call, "table": kernel.table, "ids": kernel.ids, "index": index,
             "python": self._add_plain_python, "settle": index.settle,
-            "max_pending": index._max_pending, "rejected": self._lockstep_rejected,
+            "rejected": self._lockstep_rejected,
         }  # fmt: skip
-        args = ", ".join(f"get({name!r})" for name in names)
+        args = ", ".join(f"get({name!r})" for name in kernel.names)
         # A lockstep step that ends an episode is stored by the general store (ENDING) when
         # every next_<obs> was given, else the general path names what is missing (0).
         ending = ENDING if len(names) > len(fields) else 0
@@ -202,11 +204,11 @@ class StepWriter:
             "    except (TypeError, ValueError):  # not the compiled types: no call took place",
             "        rejected()",
             "        return python(values)",
-            f"    if verdict == {lockstep.STORED}:",
+            f"    if verdict == {lockstep.STORED}:",  # EpisodeIndex.defer_plain, inlined
             "        index._next_t = t + 1",
             "        pending = index._pending + 1",
             "        index._pending = pending",
-            "        if pending >= max_pending:",
+            "        if pending >= index._max_pending:",
             "            settle()",
             "        return ids.copy()",
             f"    if verdict == {lockstep.ENDING}:",
