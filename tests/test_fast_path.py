@@ -75,7 +75,9 @@ def scenario(draw: st.DrawFn) -> tuple[dict[str, Any], list[tuple[Any, ...]]]:
     add = st.tuples(
         st.just("add"), st.lists(FLAGS, min_size=envs, max_size=envs), st.booleans(), st.booleans()
     )
-    other = st.tuples(st.sampled_from(["sample", "len", "clear", "dequeue", "state", "end"]))
+    other = st.tuples(
+        st.sampled_from(["sample", "len", "clear", "dequeue", "state", "end", "reload"])
+    )
     ops = draw(st.lists(st.one_of(add, add, add, add, other), min_size=1, max_size=80))
     return cfg, ops
 
@@ -121,6 +123,9 @@ def test_fast_path_leaves_the_same_state_as_the_general_path(
                 a, b = fast.dequeue(1), ref.dequeue(1)
                 for name in b:
                     np.testing.assert_array_equal(a[name], b[name], err_msg=name)
+        elif kind == "reload":  # fresh final-record arrays, counters loaded in place
+            for buf in (fast, ref):
+                buf.load_state_dict(buf.state_dict())
         elif kind == "end":
             final = {"next_obs": np.array([-1.0, 1.0], np.float32)}
             try:

@@ -233,3 +233,89 @@ def test_prioritized_vector_fills_through_the_kernel_keep_their_priorities() -> 
             np.testing.assert_array_equal(a.weights, b.weights)
     assert bufs[0]._writer.lockstep_kernel is not None
     assert_same_state(bufs[0], bufs[1])
+
+
+# ---------------------------------------------------------------------------- episode ends
+def count_general_stores(buf: rr.ReplayBuffer) -> list[int]:
+    """How many calls reach the writer's general store (a counter the test reads)."""
+    calls = [0]
+    store = buf._writer.store
+
+    def counted(prep: Any) -> Any:
+        calls[0] += 1
+        return store(prep)
+
+    buf._writer.store = counted  # type: ignore[method-assign]
+    return calls
+
+
+@settings(max_examples=30, deadline=None)
+@given(
+    st.lists(st.lists(st.booleans(), min_size=4, max_size=4), min_size=1, max_size=60),
+    st.integers(1, 3),
+    st.integers(1, 2),
+)
+def test_the_kernel_stores_ending_steps_as_the_general_store_does(
+    ends: list[list[bool]], n_step: int, frame_stack: int
+) -> None:
+    fast, ref = buffers(n_step=n_step, frame_stack=frame_stack)
+    general = count_general_stores(fast)
+    for c, row in enumerate([[False] * 4] * 4 + ends):
+        values = vector_step(c, 4, row)
+        np.testing.assert_array_equal(fast.add(**values), ref.add(**values))
+    kernel = fast._writer.lockstep_kernel
+    assert kernel is not None and kernel.stores_ends
+    # Every step went through the kernel but for two per doubling of the final records: the
+    # one that grows them, and the next end, when the kernel has to be pointed at them again.
+    doublings = int(np.log2(fast._index.finals_capacity // fast._finals0))
+    assert general[0] <= 2 * doublings
+    assert_same_state(fast, ref)
+    if ref.num_sampleable:
+        a, b = fast.sample(8), ref.sample(8)
+        for name in b:
+            np.testing.assert_array_equal(a[name], b[name], err_msg=name)
+
+
+def test_the_kernel_follows_the_final_records_when_they_grow_and_after_a_load() -> None:
+    # 40 slots per env, 16 final records per env at first: env 0 ends every episode at once.
+    fast = rr.ReplayBuffer(160, FIELDS, num_envs=4, seed=2)
+    ref = rr.ReplayBuffer(160, FIELDS, num_envs=4, seed=2)
+    ref._fast_add = False
+    fast._writer._countdown[0] = 2
+    general = count_general_stores(fast)
+    for c in range(120):
+        if c == 70:  # new final-record arrays: the kernel must not write to the old ones
+            for buf in (fast, ref):
+                buf.load_state_dict(buf.state_dict())
+        values = vector_step(c, 4, [c > 1, c % 3 == 2, False, False])  # two plain steps first
+        np.testing.assert_array_equal(fast.add(**values), ref.add(**values))
+    assert fast._index.finals_capacity == 64 == ref._index.finals_capacity
+    # The general store took the growths (16 -> 32 -> 64), the first end after each of them
+    # and after the load (the kernel re-points them).
+    assert 0 < general[0] <= 6
+    assert_same_state(fast, ref)
+    a, b = fast.sample(16), ref.sample(16)
+    for name in b:
+        np.testing.assert_array_equal(a[name], b[name], err_msg=name)
+
+
+def test_kernels_that_leave_episode_ends_to_the_general_store() -> None:
+    per = rr.PrioritizedReplayBuffer(24, FIELDS, num_envs=4, seed=4)  # its store is observed
+    plain = rr.ReplayBuffer(24, FIELDS, num_envs=4, seed=4)  # fed without next_obs
+    for buf, drop in ((per, ()), (plain, ("next_obs",))):
+        buf._writer._countdown[0] = 1
+        for c in range(3):
+            buf.add(**{k: v for k, v in vector_step(c, 4).items() if k not in drop})
+        kernel = buf._writer.lockstep_kernel
+        assert kernel is not None and not kernel.stores_ends
+
+
+def test_point_finals_needs_every_final_observation() -> None:
+    _, kernel = columns_and_kernel(SPEC, finals=("next_obs",))
+    index = rr.ReplayBuffer(E * C, FIELDS, num_envs=E)._index
+    with pytest.raises(rr.ConfigError, match="next_obs"):
+        kernel.point_finals(index, {"obs": np.zeros((E * 4, 2, 3), np.float32)})  # wrong dtype
+    with pytest.raises(rr.ConfigError, match="every next_"):
+        kernel.point_finals(index, {"obs": np.zeros((E * 4, 2, 3), np.uint8),
+                                    "depth": np.zeros((E * 4, 1), np.uint8)})  # fmt: skip
+    assert not kernel.stores_ends

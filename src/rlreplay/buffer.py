@@ -216,7 +216,9 @@ class ReplayBuffer:
                 "discounted_return", np.dtype(np.float32), self.default_return
             )
             returns = ReturnsConfig(column, gamma, self.reward_clip, self.default_return)
-        self._writer = StepWriter(self.schema, self._index, self._cols, returns)
+        self._writer = StepWriter(
+            self.schema, self._index, self._cols, returns, observed=self._tracks_sampleable
+        )
         # The per-step fast path defers the index's accounting; a subclass that tracks the
         # sampleable set (prioritized) hears about deferred steps when they are accounted for.
         self._fast_add = True

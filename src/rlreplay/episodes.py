@@ -55,7 +55,9 @@ _NCOLS = 7
 EP_START, FINAL_FID, EP_END = 0, 1, 2
 # Entries of the parameter vector handed to the kernel (few arguments keep Numba's dispatch
 # cheap: it grows quickly with the argument count, and the per-step path pays it every call).
-P_C, P_F, P_N, P_K = range(4)
+# P_G counts reallocations of the final records (compiled writers that address them by pointer
+# compare it with the generation they point at).
+P_C, P_F, P_N, P_K, P_G = range(5)
 
 
 @numba.njit(cache=True)
@@ -298,7 +300,7 @@ class EpisodeIndex:
         self._slot_meta[:, FINAL_FID] = -1
         self._slot_meta[:, EP_END] = -1
         self._final_owner = np.full(E * finals_capacity, -1, np.int64)
-        self._params = np.array([C, finals_capacity, n_step, frame_stack], np.int64)
+        self._params = np.array([C, finals_capacity, n_step, frame_stack, 0], np.int64)
         # Deferred plain steps (see defer_plain): how many, and the step the next one gets.
         self._pending = 0
         self._next_t = -1
@@ -373,6 +375,16 @@ class EpisodeIndex:
             if hook is not None and before is not None:
                 hook(before, t0, n)
 
+    def raw_tables(self) -> tuple[Array, Array, Array, Array]:
+        """``(env, slot_meta, final_owner, params)`` as they are, deferred steps not accounted.
+
+        For a compiled writer that accounts for deferred steps itself (the lockstep kernel's
+        episode ends): it must then reset the deferral counters as :meth:`settle` does. The
+        first two never move; ``final_owner`` is replaced when the final records are
+        reallocated, which bumps ``params[P_G]``.
+        """
+        return self._env, self._slot_meta, self._final_owner, self._params
+
     @property
     def ep_start(self) -> Array:
         """Per slot: absolute step of the first step of the slot's episode (a strided view)."""
@@ -419,6 +431,7 @@ class EpisodeIndex:
         self._final_owner = owner
         self.finals_capacity = new_F
         self._params[P_F] = new_F
+        self._params[P_G] += 1
         return old_pos, new_pos
 
     def advance(
@@ -588,4 +601,5 @@ class EpisodeIndex:
         self._lockstep = -1
         self.finals_capacity = finals_capacity
         self._params[P_F] = finals_capacity
+        self._params[P_G] += 1
         self._final_owner = np.full(self.num_envs * finals_capacity, -1, np.int64)

@@ -65,8 +65,12 @@ class StepWriter:
         index: EpisodeIndex,
         cols: Columns,
         returns: ReturnsConfig | None,
+        observed: bool = False,
     ) -> None:
         self.schema = schema
+        # The buffer hears about every store that ends an episode (``_commit``): such steps
+        # must then go through the general store, never the lockstep kernel.
+        self.observed = observed
         self.index = index
         self.cols = cols
         self.returns = returns
@@ -170,6 +174,9 @@ class StepWriter:
 
         The kernel takes the values of a plain step of every env (as :attr:`add_plain` would
         store them) and answers for everything else, which the Python fast path then handles.
+        When every ``next_<obs>`` is passed and no hook observes the store (``observed``), it
+        also stores steps that end episodes: final observations and the index's accounting,
+        after which the index's deferral counters restart as after :meth:`EpisodeIndex.settle`.
         A value the kernel's dispatcher rejects (another dtype, a non-contiguous or read-only
         array) sends the buffer back to the Python path until it has again taken that path
         twice as many times as before.
@@ -180,15 +187,23 @@ class StepWriter:
             names, *self._lockstep_values(names), self.num_envs, self.env_capacity
         )
         index = self.index
+        full = len(names) > len(fields)  # every next_<obs> given
+        if full and not self.observed:  # the kernel stores steps that end episodes too
+            kernel.point_finals(index, self.cols.finals)
         consts: dict[str, Any] = {
             "call": kernel.call, "table": kernel.table, "ids": kernel.ids, "index": index,
             "python": self._add_plain_python, "settle": index.settle,
-            "rejected": self._lockstep_rejected,
+            "rejected": self._lockstep_rejected, "repoint": kernel.point_finals,
+            "cols": self.cols,
         }  # fmt: skip
         args = ", ".join(f"get({name!r})" for name in kernel.names)
-        # A lockstep step that ends an episode is stored by the general store (ENDING) when
-        # every next_<obs> was given, else the general path names what is missing (0).
-        ending = ENDING if len(names) > len(fields) else 0
+        # A lockstep step that ends an episode and that the kernel did not store goes to the
+        # general store (ENDING) when every next_<obs> was given, else the general path names
+        # what is missing (0). A kernel that stores ends declines one when the final records
+        # moved (or are full): it is pointed at them again before the general store runs.
+        ending = [f"        return {ENDING if full else 0}"]
+        if kernel.stores_ends:
+            ending.insert(0, "        repoint(index, cols.finals)")
         lines = [
             "def add_lockstep(values):",
             f"    if len(values) != {len(names)}:",
@@ -211,8 +226,13 @@ class StepWriter:
             "        if pending >= index._max_pending:",
             "            settle()",
             "        return ids.copy()",
+            f"    if verdict == {lockstep.ENDED}:  # index settled and advanced by the kernel",
+            "        index._pending = 0",
+            "        index._next_t = -1",
+            "        index._lockstep = t + 1",
+            "        return ids.copy()",
             f"    if verdict == {lockstep.ENDING}:",
-            f"        return {ending}",
+            *ending,
             "    return python(values)  # a shape the kernel does not take: the Python checks",
         ]
         exec(compile("\n".join(lines), "<rlreplay add_lockstep>", "exec"), consts)  # metadata
