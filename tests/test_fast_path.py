@@ -3,6 +3,9 @@ the general path: the same calls must leave identical state, outputs and errors.
 
 from __future__ import annotations
 
+import gc
+import inspect
+import weakref
 from typing import Any
 
 import numpy as np
@@ -292,3 +295,73 @@ def test_a_richer_schema_takes_the_fast_path_and_stores_the_same() -> None:
         np.testing.assert_array_equal(bufs[0].add(**values), bufs[1].add(**values))
     assert bufs[0]._index._pending > 0  # the fast path was taken
     assert_same_state(bufs[0], bufs[1])
+
+
+def test_some_final_observations_given_and_others_not_take_the_general_path() -> None:
+    fields = {**FIELDS, "goal": rr.Field((1,), np.float32, observation=True)}
+    bufs = [rr.ReplayBuffer(12, fields, num_envs=2, seed=1) for _ in range(2)]
+    bufs[1]._fast_add = False
+    for c in range(6):
+        values = step(c, 2, [(c == 4, False), (False, False)], exact=True)
+        values["goal"] = np.full((2, 1), c, np.float32)
+        if c % 2:
+            values["next_goal"] = np.zeros((2, 1), np.float32)
+        if c == 4:  # an ending step with next_obs but without next_goal
+            for buf in bufs:
+                with pytest.raises(rr.FieldError, match="next_goal"):
+                    buf.add(**values)
+            continue
+        np.testing.assert_array_equal(bufs[0].add(**values), bufs[1].add(**values))
+    assert_same_state(bufs[0], bufs[1])
+
+
+def test_add_is_generated_with_one_keyword_per_field() -> None:
+    buf = make(True)
+    params = inspect.signature(buf.add).parameters
+    assert list(params) == [*buf.schema.fields, "next_obs", "options"]
+    assert {p.kind for p in params.values()} == {
+        inspect.Parameter.KEYWORD_ONLY,
+        inspect.Parameter.VAR_KEYWORD,
+    }
+    assert buf.add.__doc__ == rr.ReplayBuffer.add.__doc__
+    with pytest.raises(TypeError):
+        buf.add(np.zeros(2, np.float32))  # values are keywords, as always
+    ref = make(False)
+    assert "add" not in vars(ref)  # the class's add: the general path only
+    ref._fast_add = True
+    assert "add" in vars(ref) and ref._fast_add
+
+
+def test_a_subclass_that_defines_add_keeps_it() -> None:
+    class Counting(rr.ReplayBuffer):
+        calls = 0
+
+        def add(self, **values: Any) -> Any:
+            type(self).calls += 1
+            return super().add(**values)
+
+    buf = Counting(8, FIELDS)
+    assert not buf._fast_add
+    buf.add(**step(0, 1, [(False, False)], exact=True))
+    assert Counting.calls == 1 and len(buf) == 1
+
+
+@pytest.mark.parametrize("kind", ["one env", "vector", "prioritized vector"])
+def test_a_dropped_buffer_is_freed_without_the_cycle_collector(kind: str) -> None:
+    """No reference cycle keeps a buffer's columns alive once its last user drops it."""
+    envs = 1 if kind == "one env" else 3
+    cls = rr.PrioritizedReplayBuffer if kind.startswith("prioritized") else rr.ReplayBuffer
+    gc.collect()
+    gc.disable()
+    try:
+        buf = cls(30, FIELDS, num_envs=envs, seed=0)
+        buf._writer._countdown[0] = 2  # vector buffers compile their kernel on the way
+        for c in range(12):
+            buf.add(**step(c, envs, [(c % 5 == 4, False)] + [(False, False)] * (envs - 1), True))
+        buf.sample(4)
+        assert (buf._writer.lockstep_kernel is not None) == (envs > 1)
+        refs = [weakref.ref(x) for x in (buf, buf._writer, buf._index, buf._cols)]
+        del buf
+        assert [r() for r in refs] == [None] * len(refs)
+    finally:
+        gc.enable()

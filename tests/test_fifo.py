@@ -501,3 +501,45 @@ def test_impossible_blocking_requests_fail_at_once() -> None:
     with pytest.raises(rr.ConfigError, match="timeout"):
         buf.add(**values(0, 0), block=False, timeout=-0.5)
     assert len(buf) == 0
+
+
+def exact_step(buf: rr.ReplayBuffer, t: int) -> dict[str, Any]:
+    """Step ``t`` of every env in the fields' own dtypes: what ``add``'s fast path stores."""
+    E = buf.num_envs
+    if E == 1:
+        return values(0, t)
+    return {
+        "obs": np.full((E, 2), t, np.float32),
+        "action": np.full(E, t, np.int64),
+        "reward": np.full(E, t, np.float32),
+        "terminated": np.zeros(E, bool),
+        "truncated": np.zeros(E, bool),
+        "next_obs": np.full((E, 2), -t, np.float32),
+    }
+
+
+@pytest.mark.parametrize("envs", [1, 2])
+def test_a_fast_path_add_wakes_a_blocked_dequeue(envs: int) -> None:
+    buf = make(4, num_envs=envs)
+    buf._writer._countdown[0] = 1  # vector: the lockstep kernel from the first step
+    buf.add(**exact_step(buf, 0))
+    assert buf._index._pending == 1  # the fast path stored it
+    w = start(lambda: buf.dequeue(2, block=True, timeout=30.0))
+    time.sleep(0.3)
+    assert w.is_alive()
+    buf.add(**exact_step(buf, 1))
+    added_at = time.monotonic()
+    w.join(JOIN)
+    assert not w.is_alive() and w.error is None, w.error
+    assert w.done_at - added_at < PROMPT
+    assert w.result.obs[..., 1].tolist() == [[0, 1]] * envs
+
+
+@pytest.mark.parametrize("envs", [1, 2])
+def test_a_closed_buffer_refuses_values_the_fast_path_would_store(envs: int) -> None:
+    buf = make(4, num_envs=envs)
+    buf._writer._countdown[0] = 1
+    buf.add(**exact_step(buf, 0))
+    buf.close()
+    with pytest.raises(rr.ReplayClosed):
+        buf.add(**exact_step(buf, 1))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import threading
+import weakref
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, ClassVar
 
@@ -12,6 +13,7 @@ import numpy as np
 from rlreplay.assemble import assemble_transitions
 from rlreplay.batch import Batch
 from rlreplay.checkpoint import CheckpointReader, write_checkpoint
+from rlreplay.codegen import define
 from rlreplay.episodes import (
     COUNT,
     HEAD,
@@ -41,7 +43,7 @@ from rlreplay.sequences import draw_sequence_starts, gather_runs, run_lengths
 from rlreplay.spec import Field, Schema, clip_pair, positive_int
 from rlreplay.storage import Columns, make_backend
 from rlreplay.transforms import BindableTransform, Transform, apply_transform
-from rlreplay.writer import Prepared, ReturnsConfig, StepWriter
+from rlreplay.writer import MISSING, Prepared, ReturnsConfig, StepWriter
 
 __all__ = ["ReplayBuffer", "load"]
 
@@ -221,9 +223,17 @@ class ReplayBuffer:
         )
         # The per-step fast path defers the index's accounting; a subclass that tracks the
         # sampleable set (prioritized) hears about deferred steps when they are accounted for.
-        self._fast_add = True
+        self._fast_add = True  # installs this buffer's generated `add` (see _install_fast_add)
         if self._tracks_sampleable:
-            self._index.on_settle = self._settled
+            # Weakly: the index must not keep its buffer alive (a cycle waits for the collector).
+            settled = weakref.WeakMethod(self._settled)
+
+            def on_settle(before: Array, t0: int, n: int) -> None:
+                hook = settled()
+                if hook is not None:
+                    hook(before, t0, n)
+
+            self._index.on_settle = on_settle
         self.draw_options = draw_options(recent_ratio, recent_steps, replacement)
         self.transforms: tuple[Transform, ...] = tuple(transforms)
         for fn in self.transforms:
@@ -289,13 +299,68 @@ class ReplayBuffer:
         )
 
     # ------------------------------------------------------------------ writing
+    @property
+    def _fast_add(self) -> bool:
+        """Whether ``add`` takes the per-step fast path (tests turn it off for a reference)."""
+        return "add" in self.__dict__
+
+    @_fast_add.setter
+    def _fast_add(self, on: bool) -> None:
+        if not on:
+            self.__dict__.pop("add", None)
+        elif type(self).add is ReplayBuffer.add:  # a subclass's own add stays in charge
+            self._install_fast_add()
+
+    def _install_fast_add(self) -> None:
+        """Give this buffer its own ``add``, generated for its fields, that tries the fast path.
+
+        The generated function has one keyword parameter per field and ``next_<obs>`` (so a
+        call binds its values straight to them, with no ``**values`` dict and no lookups) and
+        takes the options and unknown names in ``**options``. A call with no options hands
+        the values to :attr:`StepWriter.add_plain` under the lock; whatever that does not
+        store goes on to the general path (:meth:`add` below), which behaves as documented
+        there. About 0.4 µs less per call than one ``add(**values)`` method for both.
+
+        The function reaches the buffer through a weak proxy: a buffer dropped by its last
+        reference is freed at once, not by the cycle collector.
+        """
+        writer, names = self._writer, self._writer.arg_names
+        buf = weakref.proxy(self)
+        scope: dict[str, Any] = {
+            "_MISSING": MISSING, "_lock": self._lock, "_cond": self._cond, "_buf": buf,
+            "_writer": writer, "_nd": np.ndarray, "_general": ReplayBuffer.add,
+            "_given": lambda *args: {n: v for n, v in zip(names, args, strict=True)
+                                     if v is not MISSING},
+        }  # fmt: skip
+        args = ", ".join(names)  # field names: identifiers that never start with "_"
+        lines = [
+            f"def add(*, {', '.join(f'{n}=_MISSING' for n in names)}, **options):",
+            "    if not options:",
+            "        with _lock:",
+            "            if not _buf._closed:",
+            f"                out = _writer.add_plain({args})",
+            "                if type(out) is _nd:  # stored: the ids",
+            "                    if _buf._waiting:",
+            "                        _cond.notify_all()",
+            "                    return out",
+            "                if out:  # an int: valid as given, but for the general store",
+            f"                    prep = _writer.prepared_plain(_given({args}), out)",
+            "                    return _buf._commit(prep, False, None)",
+            f"    options.update(_given({args}))",
+            "    return _general(_buf, **options)",
+        ]
+        add = define(lines, "add", scope, "<rlreplay add>")
+        add.__doc__ = ReplayBuffer.add.__doc__
+        add.__qualname__ = f"{type(self).__name__}.add"
+        self.__dict__["add"] = add
+
     def add(self, **values: Any) -> Array:
         """Store one environment step (of every env, or of the envs in ``env_ids``).
 
         ``add(*, env_ids=None, block=False, timeout=None, **values)``. The three options are
-        keyword arguments like the fields (their names are reserved): taking them out of
-        ``values`` only when they are there keeps the per-step call about 0.2 µs cheaper than
-        binding three named parameters on every call.
+        keyword arguments like the fields (their names are reserved). Every buffer answers
+        ``add`` with a function generated for its fields (one keyword parameter each), which
+        stores a step of plain values on the fast path and hands everything else here.
 
         Args:
             env_ids: Which envs this step belongs to (unique ints in ``[0, num_envs)``); every
@@ -318,17 +383,8 @@ class ReplayBuffer:
             ReplayTimeout: ``block`` and no room within ``timeout``.
             ReplayClosed: The buffer is (or got) closed.
         """
-        if self._fast_add:  # plain values are exactly the fields (+ next_*): no options given
-            with self._lock:
-                if not self._closed:
-                    out = self._writer.add_plain(values)
-                    if type(out) is np.ndarray:  # stored: the ids
-                        if self._waiting:
-                            self._cond.notify_all()
-                        return out
-                    if out:  # an int: valid as given, but for the general store
-                        prep = self._writer.prepared_plain(values, int(out))
-                        return self._commit(prep, False, None)
+        # The general path. A buffer normally answers `add` with its generated function
+        # (_install_fast_add), which comes here for what the fast path does not store.
         env_ids = values.pop("env_ids", None)
         block = bool(values.pop("block", False))
         timeout = values.pop("timeout", None)

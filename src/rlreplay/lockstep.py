@@ -48,6 +48,7 @@ from numba.core import types
 from numba.core.extending import intrinsic, overload
 from numba.np.numpy_support import carray
 
+from rlreplay.codegen import define
 from rlreplay.episodes import (
     _NCOLS,
     COUNT,
@@ -264,8 +265,7 @@ def _lockstep_step_impl(table: Any, ids: Any, t: Any, values: Any) -> Any:
         "account": _account_ending_step, "store_final": _store_final,
     }  # fmt: skip
     flags = __future__.annotations.compiler_flag  # string annotations, as in this module
-    exec(compile("\n".join(lines), "<rlreplay lockstep>", "exec", flags), scope)  # from types
-    return scope["impl"]
+    return define(lines, "impl", scope, "<rlreplay lockstep>", flags)
 
 
 # One entry point per number of values: Numba's dispatcher types separate arguments in C, but a

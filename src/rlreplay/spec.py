@@ -26,6 +26,7 @@ from typing import Any, TypeAlias
 
 import numpy as np
 
+from rlreplay.codegen import define
 from rlreplay.errors import ConfigError, DTypeError, FieldError, ShapeError
 
 __all__ = [
@@ -252,28 +253,30 @@ class Schema:
         :data:`ENDING` if some flag is set, and ``0`` if some value needs :meth:`convert`.
         """
         lines, consts = self.plain_check_source(names, lead)
-        source = "\n".join(["def check(values):", *lines, "    return kind"])
-        exec(compile(source, "<rlreplay plain_check>", "exec"), consts)  # field metadata only
-        check: Callable[[Mapping[str, Any]], int] = consts["check"]
+        bind = ["    get = values.get"] + [f"    v{i} = get({n!r})" for i, n in enumerate(names)]
+        source = ["def check(values):", *bind, *lines, "    return kind"]
+        check: Callable[[Mapping[str, Any]], int] = define(
+            source, "check", consts, "<rlreplay plain_check>"
+        )
         return check
 
     def plain_check_source(
         self, names: Sequence[str], lead: tuple[int, ...]
     ) -> tuple[list[str], dict[str, Any]]:
-        """The body of :meth:`plain_check`, to compile into a function of ``values``.
+        """The body of :meth:`plain_check`: the tests of values bound to locals ``v<i>``.
 
         Straight-line Python generated once per schema (as :mod:`dataclasses` generates
         ``__init__``): a loop over field descriptions costs about twice as much per value.
-        The lines (indented for a function body) leave the value of ``names[i]`` in local
-        ``v<i>`` and the verdict in ``kind``, or ``return 0``; ``consts`` are their globals.
+        The lines (indented for a function body) test local ``v<i>``, the value of
+        ``names[i]``, and leave the verdict in ``kind``, or ``return 0``; ``consts`` are their
+        globals.
         """
         consts: dict[str, Any] = {"nd": np.ndarray, "zeros": bytes(math.prod(lead))}
-        lines = ["    get = values.get", f"    kind = {PLAIN}"]
+        lines = [f"    kind = {PLAIN}"]
         for i, name in enumerate(names):
             f = self._by_name[name]
             v = f"v{i}"
             consts[f"d{i}"], consts[f"s{i}"] = f.dtype, lead + f.shape
-            lines.append(f"    {v} = get({name!r})")
             array_ok = f"{v}.dtype is d{i} and {v}.shape == s{i}"
             if lead or f.shape:
                 lines.append(f"    if type({v}) is not nd or not ({array_ok}):")

@@ -15,19 +15,32 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from typing import Any, NamedTuple
+from weakref import WeakMethod
 
 import numpy as np
 
 from rlreplay import lockstep
+from rlreplay.codegen import define
 from rlreplay.episodes import COUNT, HEAD, EpisodeIndex
 from rlreplay.episodic import record_returns
 from rlreplay.errors import FieldError, InvalidIdError, ShapeError
 from rlreplay.spec import ENDING, PLAIN, Schema
 from rlreplay.storage.columns import Columns
 
-__all__ = ["Prepared", "ReturnsConfig", "StepWriter"]
+__all__ = ["MISSING", "Prepared", "ReturnsConfig", "StepWriter"]
 
 Array = np.ndarray[Any, Any]
+
+
+class _Missing:
+    """The marker of a value not given (an ``add`` keyword left out)."""
+
+    def __repr__(self) -> str:
+        return "MISSING"
+
+
+#: What :attr:`StepWriter.add_plain` gets for a name the call did not give.
+MISSING: Any = _Missing()
 
 
 class ReturnsConfig(NamedTuple):
@@ -93,19 +106,20 @@ class StepWriter:
     def _init_plain_path(self) -> None:
         """Compile :attr:`add_plain`, the per-step fast path, for this schema and layout.
 
-        ``add_plain(values)`` handles one step of every env whose values need no conversion:
-        exactly the fields (and maybe every ``next_<obs>``), each already of the field's
-        dtype and shape: NumPy arrays, or for a one-env buffer Python scalars that fit, or the
-        field's NumPy scalar type (:meth:`Schema.plain_check_source`). When no row ends its
-        episode and the envs are in lockstep it writes the columns in place (``E`` rows
-        through one strided slice per column), leaves the index's accounting for later
-        (:meth:`EpisodeIndex.defer_plain`: no kernel call, no temporary objects) and returns
-        the ids. Otherwise it changes nothing and returns what the values are:
-        :data:`ENDING` (some row ends its episode, every ``next_<obs>`` given) or
-        :data:`PLAIN` (envs not in lockstep) for :meth:`store` of :meth:`prepared_plain`; or
-        0 for the general path (:meth:`prepare_step`), which converts and validates in full
-        and names what is wrong. So the fast path accepts a subset of what the general path
-        accepts, and stores it the same way.
+        ``add_plain(*args)`` takes one value per name of :attr:`arg_names` (the fields, then
+        every ``next_<obs>``), :data:`MISSING` for a name not given, and handles one step of
+        every env whose values need no conversion: exactly the fields (and every or no
+        ``next_<obs>``), each already of the field's dtype and shape: NumPy arrays, or for a
+        one-env buffer Python scalars that fit, or the field's NumPy scalar type
+        (:meth:`Schema.plain_check_source`). When no row ends its episode and the envs are in
+        lockstep it writes the columns in place (``E`` rows through one strided slice per
+        column), leaves the index's accounting for later (:meth:`EpisodeIndex.defer_plain`:
+        no kernel call, no temporary objects) and returns the ids. Otherwise it changes
+        nothing and returns what the values are: :data:`ENDING` (some row ends its episode,
+        every ``next_<obs>`` given) or :data:`PLAIN` (envs not in lockstep) for :meth:`store`
+        of :meth:`prepared_plain`; or 0 for the general path (:meth:`prepare_step`), which
+        converts and validates in full and names what is wrong. So the fast path accepts a
+        subset of what the general path accepts, and stores it the same way.
 
         Like :meth:`Schema.plain_check` the function is straight-line Python generated once:
         the checks, then one assignment per column, with no loop and no second lookup.
@@ -116,20 +130,30 @@ class StepWriter:
         self._one_id = np.zeros(1, np.int64)
         self._no_rows_done = np.zeros(E, np.bool_)
         fields, next_names = tuple(schema.fields), schema.next_names()
-        full, consts = schema.plain_check_source(fields + next_names, lead)
+        self.arg_names: tuple[str, ...] = fields + next_names
+        full, consts = schema.plain_check_source(self.arg_names, lead)
         plain, plain_consts = schema.plain_check_source(fields, lead)
-        consts.update(plain_consts)  # the same names for the same fields
-        # Dict keys are unique: the right count and every expected name present is equality.
-        lines = ["def add_plain(values):", "    n = len(values)"]
-        lines += [f"    if n == {len(fields) + len(next_names)}:"] + ["    " + x for x in full]
-        lines += [f"    elif n == {len(fields)}:"] + ["    " + x for x in plain]
-        # An ending step without its next_<obs>: the general path names what is missing.
-        lines += [f"        if kind != {PLAIN}:", "            return 0"]
-        lines += ["    else:", "        return 0"]
+        consts.update(plain_consts, MISSING=MISSING)  # the same names for the same fields
+        nexts = [f"v{i}" for i in range(len(fields), len(self.arg_names))]
+        lines = [f"def add_plain({', '.join(f'v{i}' for i in range(len(self.arg_names)))}):"]
+        if nexts:  # every next_<obs> (the full checks), none (the plain ones), or the general path
+            lines += [f"    if {' and '.join(f'{v} is not MISSING' for v in nexts)}:"]
+            lines += ["    " + x for x in full]
+            lines += [f"    elif {' and '.join(f'{v} is MISSING' for v in nexts)}:"]
+            lines += ["    " + x for x in plain]
+            # An ending step without its next_<obs>: the general path names what is missing.
+            lines += [f"        if kind != {PLAIN}:", "            return 0"]
+            lines += ["    else:", "        return 0"]
+        else:
+            lines += plain
         lines += [f"    if kind != {PLAIN}:", "        return kind"]
         if E > 1 and self._lockstep_eligible():  # count down to compiling the lockstep kernel
-            consts.update(countdown=self._countdown, activate=self._activate_lockstep)
-            lines += ["    countdown[0] -= 1", "    if countdown[0] == 0:", "        activate(n)"]
+            # Weak: the writer holds this function, which must not hold the writer (a cycle
+            # would keep the columns alive after the buffer is dropped, until the collector).
+            consts.update(countdown=self._countdown, activate=WeakMethod(self._activate_lockstep))
+            given = f"{nexts[0]} is not MISSING" if nexts else "False"
+            lines += ["    countdown[0] -= 1", "    if countdown[0] == 0:"]
+            lines += [f"        activate()({given})"]
         lines += ["    t = defer()", "    if t < 0:", f"        return {PLAIN}"]
         consts.update(defer=self.index.defer_plain, np=np, one_id=self._one_id)
         where = "r" if E == 1 else "rows"
@@ -146,8 +170,9 @@ class StepWriter:
             lines += ["    ids = one_id.copy()", "    ids[0] = t", "    return ids"]
         else:
             lines.append(f"    return np.arange(t * {E}, t * {E} + {E}, dtype=np.int64)")
-        exec(compile("\n".join(lines), "<rlreplay add_plain>", "exec"), consts)  # from metadata
-        self.add_plain: Callable[[dict[str, Any]], Array | int] = consts["add_plain"]
+        self.add_plain: Callable[..., Array | int] = define(
+            lines, "add_plain", consts, "<rlreplay add_plain>"
+        )
         self._add_plain_python = self.add_plain
 
     # ------------------------------------------------------------------ lockstep kernel
@@ -169,8 +194,9 @@ class StepWriter:
             and lockstep.unsupported(names, *self._lockstep_values(names)) is None
         )
 
-    def _activate_lockstep(self, n: int) -> None:
-        """Compile the lockstep kernel for calls of ``n`` values; route :attr:`add_plain` to it.
+    def _activate_lockstep(self, full: bool) -> None:
+        """Compile the lockstep kernel for calls with every ``next_<obs>`` (``full``) or none;
+        route :attr:`add_plain` to it.
 
         The kernel takes the values of a plain step of every env (as :attr:`add_plain` would
         store them) and answers for everything else, which the Python fast path then handles.
@@ -182,21 +208,24 @@ class StepWriter:
         twice as many times as before.
         """
         fields = tuple(self.schema.fields)
-        names = fields + (self.schema.next_names() if n > len(fields) else ())
+        names = self.arg_names if full else fields
         kernel = lockstep.LockstepKernel(
             names, *self._lockstep_values(names), self.num_envs, self.env_capacity
         )
         index = self.index
-        full = len(names) > len(fields)  # every next_<obs> given
         if full and not self.observed:  # the kernel stores steps that end episodes too
             kernel.point_finals(index, self.cols.finals)
         consts: dict[str, Any] = {
             "call": kernel.call, "table": kernel.table, "ids": kernel.ids, "index": index,
-            "python": self._add_plain_python, "settle": index.settle,
-            "rejected": self._lockstep_rejected, "repoint": kernel.point_finals,
+            "python": self._add_plain_python, "settle": index.settle, "MISSING": MISSING,
+            "rejected": WeakMethod(self._lockstep_rejected), "repoint": kernel.point_finals,
             "cols": self.cols,
         }  # fmt: skip
-        args = ", ".join(f"get({name!r})" for name in kernel.names)
+        params = ", ".join(f"v{i}" for i in range(len(self.arg_names)))
+        args = ", ".join(f"v{i}" for i in range(len(names)))
+        nexts = [f"v{i}" for i in range(len(fields), len(self.arg_names))]
+        # The calls of the kernel's form: every next_<obs> given (full) or none.
+        form = " and ".join(f"{v} is {'not ' if full else ''}MISSING" for v in nexts) or "True"
         # A lockstep step that ends an episode and that the kernel did not store goes to the
         # general store (ENDING) when every next_<obs> was given, else the general path names
         # what is missing (0). A kernel that stores ends declines one when the final records
@@ -205,20 +234,19 @@ class StepWriter:
         if kernel.stores_ends:
             ending.insert(0, "        repoint(index, cols.finals)")
         lines = [
-            "def add_lockstep(values):",
-            f"    if len(values) != {len(names)}:",
-            "        return python(values)",
+            f"def add_lockstep({params}):",
+            f"    if not ({form}):",
+            f"        return python({params})",
             "    t = index._next_t",
             "    if t < 0:",
             "        t = index._lockstep",
             "        if t < 0:",
-            "            return python(values)",
-            "    get = values.get",
+            f"            return python({params})",
             "    try:",
             f"        verdict = call(table, ids, t, {args})",
             "    except (TypeError, ValueError):  # not the compiled types: no call took place",
-            "        rejected()",
-            "        return python(values)",
+            "        rejected()()  # a weak method, as `activate` above",
+            f"        return python({params})",
             f"    if verdict == {lockstep.STORED}:",  # EpisodeIndex.defer_plain, inlined
             "        index._next_t = t + 1",
             "        pending = index._pending + 1",
@@ -233,11 +261,10 @@ class StepWriter:
             "        return ids.copy()",
             f"    if verdict == {lockstep.ENDING}:",
             *ending,
-            "    return python(values)  # a shape the kernel does not take: the Python checks",
+            f"    return python({params})  # a shape the kernel does not take: the Python checks",
         ]
-        exec(compile("\n".join(lines), "<rlreplay add_lockstep>", "exec"), consts)  # metadata
         self.lockstep_kernel = kernel
-        self.add_plain = consts["add_lockstep"]
+        self.add_plain = define(lines, "add_lockstep", consts, "<rlreplay add_lockstep>")
 
     def _lockstep_rejected(self) -> None:
         """Back to the Python fast path, with twice the countdown to the next try."""
