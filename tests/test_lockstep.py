@@ -319,3 +319,20 @@ def test_point_finals_needs_every_final_observation() -> None:
         kernel.point_finals(index, {"obs": np.zeros((E * 4, 2, 3), np.uint8),
                                     "depth": np.zeros((E * 4, 1), np.uint8)})  # fmt: skip
     assert not kernel.stores_ends
+
+
+def test_a_memmap_buffer_takes_the_kernel_with_its_ends(tmp_path: Any) -> None:
+    """Columns and final records in files: the kernel writes them through their mappings,
+    and follows the final records into their new files when they grow."""
+    fast = rr.ReplayBuffer(160, FIELDS, num_envs=4, seed=2, storage="memmap", path=tmp_path)
+    ref = rr.ReplayBuffer(160, FIELDS, num_envs=4, seed=2)
+    ref._fast_add = False
+    fast._writer._countdown[0] = 2
+    for c in range(100):
+        values = vector_step(c, 4, [c > 1 and c % 2 == 0, c % 9 == 8, False, c > 1])
+        np.testing.assert_array_equal(fast.add(**values), ref.add(**values))
+    kernel = fast._writer.lockstep_kernel
+    assert kernel is not None and kernel.stores_ends
+    assert fast._index.finals_capacity > 16  # grown into new files
+    assert_same_state(fast, ref)
+    fast.close()
