@@ -28,8 +28,8 @@ at the values alone. The final records do move when they grow or a checkpoint is
 index counts those reallocations, and a kernel whose addresses are older declines ends until
 it is pointed at the records again.
 
-Compiling costs about 3 s the first time a schema's signature is seen and about 0.5 s per
-process afterwards (Numba's disk cache), so the writer compiles only for a buffer that has taken
+Compiling costs about 5 s the first time a schema's signature is seen and about 0.3 to 0.5 s
+per process afterwards (Numba's disk cache), so the writer compiles only for a buffer that has taken
 the Python fast path :data:`ACTIVATE_AFTER` times. Measured (16 envs, ``float32[4]`` obs, 1M
 slots): a plain step costs about 2.0 µs in ``add`` instead of about 3.9 µs on the Python fast
 path; the compiled call itself is about 0.6 µs of argument unboxing and 0.4 µs of checks and
