@@ -299,15 +299,30 @@ def test_the_kernel_follows_the_final_records_when_they_grow_and_after_a_load() 
         np.testing.assert_array_equal(a[name], b[name], err_msg=name)
 
 
-def test_kernels_that_leave_episode_ends_to_the_general_store() -> None:
+def test_a_prioritized_kernel_leaves_episode_ends_to_the_general_store() -> None:
     per = rr.PrioritizedReplayBuffer(24, FIELDS, num_envs=4, seed=4)  # its store is observed
-    plain = rr.ReplayBuffer(24, FIELDS, num_envs=4, seed=4)  # fed without next_obs
-    for buf, drop in ((per, ()), (plain, ("next_obs",))):
-        buf._writer._countdown[0] = 1
-        for c in range(3):
-            buf.add(**{k: v for k, v in vector_step(c, 4).items() if k not in drop})
-        kernel = buf._writer.lockstep_kernel
-        assert kernel is not None and not kernel.stores_ends
+    per._writer._countdown[0] = 1
+    for c in range(3):
+        per.add(**vector_step(c, 4))
+    kernel = per._writer.lockstep_kernel
+    assert kernel is not None and not kernel.stores_ends
+
+
+def test_final_observations_given_only_at_episode_ends_still_take_the_kernel() -> None:
+    """The documented habit: ``next_obs`` only when a step ends an episode. Plain steps pass
+    placeholders (with a table that keeps ends out); ending steps the kernel stores."""
+    fast, ref = buffers()
+    general = count_general_stores(fast)
+    for c in range(40):
+        ends = [c % 9 == 8, False, c % 5 == 4, False]
+        values = vector_step(c, 4, ends)
+        if not any(ends):
+            del values["next_obs"]
+        np.testing.assert_array_equal(fast.add(**values), ref.add(**values))
+    kernel = fast._writer.lockstep_kernel
+    assert kernel is not None and kernel.stores_ends
+    assert general[0] == 0
+    assert_same_state(fast, ref)
 
 
 def test_point_finals_needs_every_final_observation() -> None:

@@ -152,9 +152,7 @@ class StepWriter:
             # Weak: the writer holds this function, which must not hold the writer (a cycle
             # would keep the columns alive after the buffer is dropped, until the collector).
             consts.update(countdown=self._countdown, activate=WeakMethod(self._activate_lockstep))
-            given = f"{nexts[0]} is not MISSING" if nexts else "False"
-            lines += ["    countdown[0] -= 1", "    if countdown[0] == 0:"]
-            lines += [f"        activate()({given})"]
+            lines += ["    countdown[0] -= 1", "    if countdown[0] == 0:", "        activate()()"]
         lines += ["    t = defer()", "    if t < 0:", f"        return {PLAIN}"]
         consts.update(defer=self.index.defer_plain, np=np, one_id=self._one_id)
         where = "r" if E == 1 else "rows"
@@ -195,56 +193,64 @@ class StepWriter:
             and lockstep.unsupported(names, *self._lockstep_values(names)) is None
         )
 
-    def _activate_lockstep(self, full: bool) -> None:
-        """Compile the lockstep kernel for calls with every ``next_<obs>`` (``full``) or none;
-        route :attr:`add_plain` to it.
+    def _activate_lockstep(self) -> None:
+        """Compile the lockstep kernel for this schema; route :attr:`add_plain` to it.
 
         The kernel takes the values of a plain step of every env (as :attr:`add_plain` would
         store them) and answers for everything else, which the Python fast path then handles.
-        When every ``next_<obs>`` is passed and no hook observes the store (``observed``), it
-        also stores steps that end episodes: final observations and the index's accounting,
-        after which the index's deferral counters restart as after :meth:`EpisodeIndex.settle`.
-        A value the kernel's dispatcher rejects (another dtype, a non-contiguous or read-only
-        array) sends the buffer back to the Python path until it has again taken that path
-        twice as many times as before.
+        It takes every ``next_<obs>``: a call that gives none passes zero placeholders of their
+        shape instead, with a table that keeps episode ends out of the kernel (such an end
+        needs its final observations: the general path names them). A call that gives them
+        all uses the kernel's own table, with which, unless a hook observes the store
+        (``observed``), the kernel also stores steps that end episodes: final observations and
+        the index's accounting, after which the index's deferral counters restart as after
+        :meth:`EpisodeIndex.settle`. A value the kernel's dispatcher rejects (another dtype, a
+        non-contiguous or read-only array) sends the buffer back to the Python path until it
+        has again taken that path twice as many times as before.
         """
-        fields = tuple(self.schema.fields)
-        names = self.arg_names if full else fields
+        names, nf = self.arg_names, len(self.schema.fields)
         kernel = lockstep.LockstepKernel(
             names, *self._lockstep_values(names), self.num_envs, self.env_capacity
         )
+        plain_table = kernel.table.copy()  # before point_finals: never stores an end
         index = self.index
-        if full and not self.observed:  # the kernel stores steps that end episodes too
+        if not self.observed and len(names) > nf:  # the kernel stores steps that end episodes
             kernel.point_finals(index, self.cols.finals)
+        fields, _ = self._lockstep_values(names[nf:])
         consts: dict[str, Any] = {
-            "call": kernel.call, "table": kernel.table, "ids": kernel.ids, "index": index,
-            "python": self._add_plain_python, "settle": index.settle, "MISSING": MISSING,
+            "call": kernel.call, "table": kernel.table, "plain_table": plain_table,
+            "ids": kernel.ids, "index": index, "python": self._add_plain_python,
+            "settle": index.settle, "MISSING": MISSING, "cols": self.cols,
             "rejected": WeakMethod(self._lockstep_rejected), "repoint": kernel.point_finals,
-            "cols": self.cols,
         }  # fmt: skip
-        params = ", ".join(f"v{i}" for i in range(len(self.arg_names)))
-        args = ", ".join(f"v{i}" for i in range(len(names)))
-        nexts = [f"v{i}" for i in range(len(fields), len(self.arg_names))]
-        # The calls of the kernel's form: every next_<obs> given (full) or none.
-        form = " and ".join(f"{v} is {'not ' if full else ''}MISSING" for v in nexts) or "True"
+        for i, (dtype, shape) in enumerate(fields.values()):  # next_<obs> not given
+            consts[f"p{nf + i}"] = np.zeros((self.num_envs, *shape), dtype)
+        n = len(names)
+        params = ", ".join(f"v{i}" for i in range(n))
+        given = " and ".join(f"v{i} is not MISSING" for i in range(nf, n)) or "True"
+        none = " and ".join(f"v{i} is MISSING" for i in range(nf, n)) or "False"
+        placeholders = ", ".join([f"v{i}" for i in range(nf)] + [f"p{i}" for i in range(nf, n)])
         # A lockstep step that ends an episode and that the kernel did not store goes to the
         # general store (ENDING) when every next_<obs> was given, else the general path names
         # what is missing (0). A kernel that stores ends declines one when the final records
         # moved (or are full): it is pointed at them again before the general store runs.
-        ending = [f"        return {ENDING if full else 0}"]
+        ending = [f"            return {ENDING}"]
         if kernel.stores_ends:
-            ending.insert(0, "        repoint(index, cols.finals)")
+            ending.insert(0, "            repoint(index, cols.finals)")
         lines = [
             f"def add_lockstep({params}):",
-            f"    if not ({form}):",
-            f"        return python({params})",
             "    t = index._next_t",
             "    if t < 0:",
             "        t = index._lockstep",
             "        if t < 0:",
             f"            return python({params})",
             "    try:",
-            f"        verdict = call(table, ids, t, {args})",
+            f"        if {given}:",
+            f"            verdict = call(table, ids, t, {params})",
+            f"        elif {none}:",
+            f"            verdict = call(plain_table, ids, t, {placeholders})",
+            "        else:  # some next_<obs> but not all: the Python checks",
+            f"            return python({params})",
             "    except (TypeError, ValueError):  # not the compiled types: no call took place",
             "        rejected()()  # a weak method, as `activate` above",
             f"        return python({params})",
@@ -261,7 +267,9 @@ class StepWriter:
             "        index._lockstep = t + 1",
             "        return ids.copy()",
             f"    if verdict == {lockstep.ENDING}:",
+            f"        if {given}:",
             *ending,
+            "        return 0",
             f"    return python({params})  # a shape the kernel does not take: the Python checks",
         ]
         self.lockstep_kernel = kernel
