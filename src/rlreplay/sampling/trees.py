@@ -366,6 +366,20 @@ def _first_bad(mask: NDArray[np.bool_], array: NDArray[Any]) -> tuple[int, Any]:
     return position, array.ravel()[position].item()
 
 
+def _integer_at_least(name: str, value: Any, minimum: int, error: type[ValueError]) -> int:
+    """``value`` as an int ``>= minimum`` (anything with ``__index__`` but a bool), else
+    ``error`` naming ``name``, the bound and the value."""
+    if not isinstance(value, bool):
+        try:
+            value = operator.index(value)
+        except TypeError:
+            pass
+        else:
+            if value >= minimum:
+                return int(value)
+    raise error(f"{name} must be an integer >= {minimum}; got {value!r}")
+
+
 def _check_sample(n: int, rng: np.random.Generator) -> int:
     """Checks the arguments of a sample of ``n`` draws from ``rng``; returns ``n`` as an int.
 
@@ -373,14 +387,7 @@ def _check_sample(n: int, rng: np.random.Generator) -> int:
         TypeError: If ``rng`` is not a ``numpy.random.Generator``.
         ValueError: If ``n`` is negative or not an integer.
     """
-    if isinstance(n, bool):
-        raise ValueError(f"n must be an integer >= 0; got {n!r}")
-    try:
-        n = operator.index(n)
-    except TypeError:
-        raise ValueError(f"n must be an integer >= 0; got {n!r}") from None
-    if n < 0:
-        raise ValueError(f"n must be an integer >= 0; got {n}")
+    n = _integer_at_least("n", n, 0, ValueError)
     if not isinstance(rng, np.random.Generator):
         raise TypeError(
             f"rng must be a numpy.random.Generator (e.g. numpy.random.default_rng(seed)); "
@@ -429,14 +436,7 @@ class _SegmentTree:
         Raises:
             ConfigError: If ``capacity`` is not an integer ``>= 1``.
         """
-        if isinstance(capacity, bool):
-            raise ConfigError(f"capacity must be an integer >= 1; got {capacity!r}")
-        try:
-            capacity = operator.index(capacity)
-        except TypeError:
-            raise ConfigError(f"capacity must be an integer >= 1; got {capacity!r}") from None
-        if capacity < 1:
-            raise ConfigError(f"capacity must be an integer >= 1; got {capacity}")
+        capacity = _integer_at_least("capacity", capacity, 1, ConfigError)
         self._capacity = capacity
         self._levels = _layout(capacity)
         self._root = _groups(self._levels) - 1  # the root is lane 0 of the last group
