@@ -209,22 +209,21 @@ class StepWriter:
         has again taken that path twice as many times as before.
         """
         names, nf = self.arg_names, len(self.schema.fields)
-        kernel = lockstep.LockstepKernel(
-            names, *self._lockstep_values(names), self.num_envs, self.env_capacity
-        )
+        specs, columns = self._lockstep_values(names)
+        kernel = lockstep.LockstepKernel(names, specs, columns, self.num_envs, self.env_capacity)
         plain_table = kernel.table.copy()  # before point_finals: never stores an end
         index = self.index
         if not self.observed and len(names) > nf:  # the kernel stores steps that end episodes
             kernel.point_finals(index, self.cols.finals)
-        fields, _ = self._lockstep_values(names[nf:])
         consts: dict[str, Any] = {
             "call": kernel.call, "table": kernel.table, "plain_table": plain_table,
             "ids": kernel.ids, "index": index, "python": self._add_plain_python,
             "settle": index.settle, "MISSING": MISSING, "cols": self.cols,
             "rejected": WeakMethod(self._lockstep_rejected), "repoint": kernel.point_finals,
         }  # fmt: skip
-        for i, (dtype, shape) in enumerate(fields.values()):  # next_<obs> not given
-            consts[f"p{nf + i}"] = np.zeros((self.num_envs, *shape), dtype)
+        for i in range(nf, len(names)):  # placeholders for next_<obs> not given
+            dtype, shape = specs[names[i]]
+            consts[f"p{i}"] = np.zeros((self.num_envs, *shape), dtype)
         n = len(names)
         params = ", ".join(f"v{i}" for i in range(n))
         given = " and ".join(f"v{i} is not MISSING" for i in range(nf, n)) or "True"
