@@ -318,7 +318,7 @@ def test_some_final_observations_given_and_others_not_take_the_general_path() ->
 def test_add_is_generated_with_one_keyword_per_field() -> None:
     buf = make(True)
     params = inspect.signature(buf.add).parameters
-    assert list(params) == [*buf.schema.fields, "next_obs", "options"]
+    assert list(params) == [*buf.schema.fields, "next_obs", "_options"]
     assert {p.kind for p in params.values()} == {
         inspect.Parameter.KEYWORD_ONLY,
         inspect.Parameter.VAR_KEYWORD,
@@ -330,6 +330,41 @@ def test_add_is_generated_with_one_keyword_per_field() -> None:
     assert "add" not in vars(ref)  # the class's add: the general path only
     ref._fast_add = True
     assert "add" in vars(ref) and ref._fast_add
+
+
+# Names the generated add, add_plain and lockstep code use for their own values and locals.
+CODE_NAMES = [
+    "options", "out", "prep", "t", "r", "rows", "kind", "table", "call", "python", "index",
+    "pending", "verdict", "settle", "defer", "np", "col0", "v0", "one_id", "countdown",
+    "activate", "given", "args", "lock", "cond", "buf", "MISSING",
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("envs", [1, 4])
+def test_fields_named_like_the_generated_codes_names_are_stored_as_given(envs: int) -> None:
+    # A vector buffer's kernel takes at most 12 values: 7 fields here, and next_obs.
+    names = CODE_NAMES if envs == 1 else ["options", "out", "prep", "t", "table", "python"]
+    fields = {"obs": rr.Field((2,), np.float32), **{n: rr.Field((), np.int64) for n in names}}
+    bufs = [rr.ReplayBuffer(envs * 6, fields, num_envs=envs, seed=1) for _ in range(2)]
+    bufs[1]._fast_add = False
+    kernel_soon(bufs[0])
+    lead = (envs,) if envs > 1 else ()
+    for c in range(30):
+        values = {
+            "obs": np.full((*lead, 2), c, np.float32),
+            **{n: np.full(lead, c * 100 + i, np.int64) for i, n in enumerate(names)},
+            "reward": np.zeros(lead, np.float32),
+            "terminated": np.full(lead, c % 7 == 6),
+            "truncated": np.zeros(lead, bool),
+            "next_obs": np.full((*lead, 2), c + 0.5, np.float32),
+        }
+        np.testing.assert_array_equal(bufs[0].add(**values), bufs[1].add(**values))
+    assert (bufs[0]._writer.lockstep_kernel is not None) == (envs > 1)
+    assert_same_state(*bufs)
+    batch = bufs[0].sample(16)
+    t = batch.ids // envs
+    for i, n in enumerate(names):
+        np.testing.assert_array_equal(batch[n], t * 100 + i, err_msg=n)
 
 
 def test_a_subclass_that_defines_add_keeps_it() -> None:

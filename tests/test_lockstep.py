@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 import rlreplay as rr
 from rlreplay import lockstep
 from rlreplay.lockstep import ENDING, MISMATCH, STORED, LockstepKernel
-from tests.test_fast_path import assert_same_state
+from tests.test_fast_path import assert_same_state, kernel_soon
 
 E, C = 3, 5
 FIELDS = {"obs": rr.Field((2,), np.float32), "action": rr.Field((), np.int64)}
@@ -173,6 +173,33 @@ def test_rejected_values_go_back_to_the_python_path_with_a_longer_countdown() ->
         values = vector_step(c, 4)
         np.testing.assert_array_equal(fast.add(**values), ref.add(**values))
     assert fast._writer.add_plain.__name__ == "add_lockstep"
+    assert_same_state(fast, ref)
+
+
+def test_add_inlines_the_writers_path_and_follows_its_changes() -> None:
+    fast, ref = buffers()
+    off, _ = buffers()
+    off._fast_add = False  # a buffer whose add is the general path stays so
+    kernel_code = "_w_call"  # a constant of the inlined lockstep path only
+
+    def inlined(buf: rr.ReplayBuffer) -> bool:
+        return kernel_code in vars(buf)["add"].__code__.co_names
+
+    assert not inlined(fast)
+    for c in range(5):
+        for buf in (fast, ref, off):
+            buf.add(**vector_step(c, 4))
+    assert inlined(fast)
+    off._writer._activate_lockstep()  # (its add never takes the fast path that would)
+    assert off._writer.lockstep_kernel is not None and "add" not in vars(off)
+    odd = {**vector_step(5, 4), "obs": np.zeros((2, 4), np.float32).T}  # rejected: Python path
+    np.testing.assert_array_equal(fast.add(**odd), ref.add(**odd))
+    assert not inlined(fast)
+    kernel_soon(fast)
+    for c in range(6, 9):
+        values = vector_step(c, 4, [c == 7, False, False, c == 7])
+        np.testing.assert_array_equal(fast.add(**values), ref.add(**values))
+    assert inlined(fast)
     assert_same_state(fast, ref)
 
 

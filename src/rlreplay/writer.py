@@ -13,7 +13,7 @@ a rejected call leaves the buffer untouched:
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 from weakref import WeakMethod
 
@@ -102,6 +102,8 @@ class StepWriter:
         self.lockstep_kernel: lockstep.LockstepKernel | None = None
         self._backoff = lockstep.ACTIVATE_AFTER
         self._countdown = [self._backoff]
+        # Called when add_plain changes (see store_source); must not hold the buffer strongly.
+        self.on_change: Callable[[], None] | None = None
         self._init_plain_path()
 
     def _init_plain_path(self) -> None:
@@ -173,6 +175,7 @@ class StepWriter:
             lines, "add_plain", consts, "<rlreplay add_plain>"
         )
         self._add_plain_python = self.add_plain
+        self._inline_consts: dict[str, Any] = {}
 
     # ------------------------------------------------------------------ lockstep kernel
     def _lockstep_values(
@@ -216,69 +219,100 @@ class StepWriter:
         if not self.observed and len(names) > nf:  # the kernel stores steps that end episodes
             kernel.point_finals(index, self.cols.finals)
         consts: dict[str, Any] = {
-            "call": kernel.call, "table": kernel.table, "plain_table": plain_table,
-            "ids": kernel.ids, "index": index, "python": self._add_plain_python,
-            "settle": index.settle, "MISSING": MISSING, "cols": self.cols,
-            "rejected": WeakMethod(self._lockstep_rejected), "repoint": kernel.point_finals,
+            "_w_call": kernel.call, "_w_table": kernel.table, "_w_plain_table": plain_table,
+            "_w_ids": kernel.ids, "_w_index": index, "_w_python": self._add_plain_python,
+            "_w_settle": index.settle, "_w_MISSING": MISSING, "_w_cols": self.cols,
+            "_w_rejected": WeakMethod(self._lockstep_rejected), "_w_repoint": kernel.point_finals,
         }  # fmt: skip
         for i in range(nf, len(names)):  # placeholders for next_<obs> not given
             dtype, shape = specs[names[i]]
-            consts[f"p{i}"] = np.zeros((self.num_envs, *shape), dtype)
-        n = len(names)
-        params = ", ".join(f"v{i}" for i in range(n))
-        given = " and ".join(f"v{i} is not MISSING" for i in range(nf, n)) or "True"
-        none = " and ".join(f"v{i} is MISSING" for i in range(nf, n)) or "False"
-        placeholders = ", ".join([f"v{i}" for i in range(nf)] + [f"p{i}" for i in range(nf, n)])
+            consts[f"_w_p{i}"] = np.zeros((self.num_envs, *shape), dtype)
+        self.lockstep_kernel = kernel
+        self._inline_consts = consts
+        params = [f"v{i}" for i in range(len(names))]
+        lines = [f"def add_lockstep({', '.join(params)}):"]
+        lines += ["    " + x for x in self._lockstep_lines(params, "_w_out")]
+        lines.append("    return _w_out")
+        self.add_plain = define(lines, "add_lockstep", dict(consts), "<rlreplay add_lockstep>")
+        self._changed()
+
+    def _lockstep_lines(self, args: Sequence[str], out: str) -> list[str]:
+        """The lockstep path as lines that set ``out`` (see :meth:`store_source`), for the
+        values named ``args``; its constants are :attr:`_inline_consts` (names ``_w_*``)."""
+        kernel = self.lockstep_kernel
+        assert kernel is not None
+        nf, n = len(self.schema.fields), len(args)
+        values = ", ".join(args)
+        given = " and ".join(f"{v} is not _w_MISSING" for v in args[nf:]) or "True"
+        none = " and ".join(f"{v} is _w_MISSING" for v in args[nf:]) or "False"
+        placeholders = ", ".join([*args[:nf], *(f"_w_p{i}" for i in range(nf, n))])
         # A lockstep step that ends an episode and that the kernel did not store goes to the
         # general store (ENDING) when every next_<obs> was given, else the general path names
         # what is missing (0). A kernel that stores ends declines one when the final records
         # moved (or are full): it is pointed at them again before the general store runs.
-        ending = [f"            return {ENDING}"]
+        ending = [f"    {out} = {ENDING}"]
         if kernel.stores_ends:
-            ending.insert(0, "            repoint(index, cols.finals)")
-        lines = [
-            f"def add_lockstep({params}):",
-            "    t = index._next_t",
-            "    if t < 0:",
-            "        t = index._lockstep",
-            "        if t < 0:",
-            f"            return python({params})",
+            ending.insert(0, "    _w_repoint(_w_index, _w_cols.finals)")
+        return [
+            "_w_t = _w_index._next_t",
+            "if _w_t < 0:",
+            "    _w_t = _w_index._lockstep",
+            "_w_v = -1  # not called: the Python checks",
+            "if _w_t >= 0:",
             "    try:",
             f"        if {given}:",
-            f"            verdict = call(table, ids, t, {params})",
+            f"            _w_v = _w_call(_w_table, _w_ids, _w_t, {values})",
             f"        elif {none}:",
-            f"            verdict = call(plain_table, ids, t, {placeholders})",
-            "        else:  # some next_<obs> but not all: the Python checks",
-            f"            return python({params})",
+            f"            _w_v = _w_call(_w_plain_table, _w_ids, _w_t, {placeholders})",
             "    except (TypeError, ValueError):  # not the compiled types: no call took place",
-            "        rejected()()  # a weak method, as `activate` above",
-            f"        return python({params})",
-            f"    if verdict == {lockstep.STORED}:",  # EpisodeIndex.defer_plain, inlined
-            "        index._next_t = t + 1",
-            "        pending = index._pending + 1",
-            "        index._pending = pending",
-            "        if pending >= index._max_pending:",
-            "            settle()",
-            "        return ids.copy()",
-            f"    if verdict == {lockstep.ENDED}:  # index settled and advanced by the kernel",
-            "        index._pending = 0",
-            "        index._next_t = -1",
-            "        index._lockstep = t + 1",
-            "        return ids.copy()",
-            f"    if verdict == {lockstep.ENDING}:",
-            f"        if {given}:",
+            "        _w_rejected()()  # weak, as `activate` in add_plain",
+            f"if _w_v == {lockstep.STORED}:",  # EpisodeIndex.defer_plain, inlined
+            "    _w_index._next_t = _w_t + 1",
+            "    _w_n = _w_index._pending + 1",
+            "    _w_index._pending = _w_n",
+            "    if _w_n >= _w_index._max_pending:",
+            "        _w_settle()",
+            f"    {out} = _w_ids.copy()",
+            f"elif _w_v == {lockstep.ENDED}:  # index settled and advanced by the kernel",
+            "    _w_index._pending = 0",
+            "    _w_index._next_t = -1",
+            "    _w_index._lockstep = _w_t + 1",
+            f"    {out} = _w_ids.copy()",
+            f"elif _w_v == {lockstep.ENDING} and {given}:",
             *ending,
-            "        return 0",
-            f"    return python({params})  # a shape the kernel does not take: the Python checks",
+            f"elif _w_v == {lockstep.ENDING}:",
+            f"    {out} = 0",
+            "else:  # not called, or a shape the kernel does not take: the Python checks",
+            f"    {out} = _w_python({values})",
         ]
-        self.lockstep_kernel = kernel
-        self.add_plain = define(lines, "add_lockstep", consts, "<rlreplay add_lockstep>")
+
+    def store_source(self, args: Sequence[str], out: str) -> tuple[list[str], dict[str, Any]]:
+        """Source that stores a plain step as :attr:`add_plain` does, for inlining in ``add``.
+
+        Args:
+            args: The names holding the values, in :attr:`arg_names` order (:data:`MISSING`
+                for a value not given). They must not start with ``_w_``.
+            out: The name to set to what :attr:`add_plain` would return.
+
+        Returns:
+            The lines (unindented) and the constants they name (all starting with ``_w_``).
+            They hold while the writer keeps its path: :attr:`on_change` is called when it
+            takes another (the lockstep kernel compiled, or given up).
+        """
+        if self.add_plain is self._add_plain_python:
+            return [f"{out} = _w_path({', '.join(args)})"], {"_w_path": self.add_plain}
+        return self._lockstep_lines(args, out), dict(self._inline_consts)
+
+    def _changed(self) -> None:
+        if self.on_change is not None:
+            self.on_change()
 
     def _lockstep_rejected(self) -> None:
         """Back to the Python fast path, with twice the countdown to the next try."""
         self.add_plain = self._add_plain_python
         self._backoff *= 2
         self._countdown[0] = self._backoff
+        self._changed()
 
     # ------------------------------------------------------------------ validation
     def prepare_step(self, values: dict[str, Any], env_ids: Any) -> Prepared:
