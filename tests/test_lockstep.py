@@ -62,7 +62,7 @@ def test_the_kernel_writes_what_a_strided_assignment_writes(steps: list[int]) ->
     ref = {n: c.copy() for n, c in cols.items()}
     for t in steps:
         vals = values_for(t)
-        assert kernel.call(kernel.table, kernel.ids, t, *vals) == STORED
+        assert kernel.call(kernel.table, t, *vals) == STORED
         for name, v in zip(SPEC, vals, strict=False):
             ref[name][t % C :: C] = v
         np.testing.assert_array_equal(kernel.ids, t * E + np.arange(E))
@@ -73,15 +73,15 @@ def test_the_kernel_writes_what_a_strided_assignment_writes(steps: list[int]) ->
 def test_the_kernel_writes_nothing_for_an_ending_step_or_a_wrong_shape() -> None:
     cols, kernel = columns_and_kernel(SPEC, finals=("next_obs",))
     before = {n: c.copy() for n, c in cols.items()}
-    assert kernel.call(kernel.table, kernel.ids, 4, *values_for(4, (False, True, False))) == ENDING
+    assert kernel.call(kernel.table, 4, *values_for(4, (False, True, False))) == ENDING
     bad = values_for(4)
     bad[2] = np.zeros((E, 3), np.float32)  # reward of shape (3,), not (2,)
-    assert kernel.call(kernel.table, kernel.ids, 4, *bad) == MISMATCH
+    assert kernel.call(kernel.table, 4, *bad) == MISMATCH
     bad = values_for(4, (True, False, False))
     bad[5] = np.zeros((E, 3, 2), np.uint8)  # a wrong final observation outranks the end
-    assert kernel.call(kernel.table, kernel.ids, 4, *bad) == MISMATCH
+    assert kernel.call(kernel.table, 4, *bad) == MISMATCH
     bad = [v[:2] for v in values_for(4)]  # two envs' rows, not three
-    assert kernel.call(kernel.table, kernel.ids, 4, *bad) == MISMATCH
+    assert kernel.call(kernel.table, 4, *bad) == MISMATCH
     for name in SPEC:
         np.testing.assert_array_equal(cols[name], before[name], err_msg=name)
 
@@ -99,7 +99,7 @@ def test_the_dispatcher_turns_away_values_of_other_types(change: Any) -> None:
     vals = values_for(1)[:5]
     vals[2] = change(vals[2])
     with pytest.raises(TypeError):
-        kernel.call(kernel.table, kernel.ids, 1, *vals)
+        kernel.call(kernel.table, 1, *vals)
     assert not any(c.any() for c in cols.values())
 
 

@@ -12,7 +12,8 @@ call of a compiled function:
 * **shapes:** the function compares every value's shape with its field's (``(E, *shape)``);
 * **episode ends:** it scans ``terminated`` and ``truncated``;
 * **writes:** only when every check passed, it copies each value's ``E`` rows to their slots
-  (``e * C + t % C``) and the ids ``t * E + e`` to a scratch array (:data:`STORED`);
+  (``e * C + t % C``) and the ids ``t * E + e`` to :attr:`LockstepKernel.ids`
+  (:data:`STORED`);
 * **steps that end episodes** (a kernel pointed at the final records,
   :meth:`LockstepKernel.point_finals`): first the episode index's accounting, as the general
   store does it (the index's deferred plain steps, then this step), then the same writes and
@@ -85,11 +86,12 @@ STORED, ENDING, MISMATCH, ENDED = 0, 1, 2, 3
 # The table: a header, then one record of _W int64 per value. With _H_ENDS set, the kernel also
 # stores steps that end episodes: it reaches the episode index's tables and the final records
 # through the addresses in the header (finals as of generation _H_GEN, see point_finals).
-# The kernel allocates nothing: the ending path works in a scratch array (_H_SCRATCH) of _S_ROWS
-# rows of E int64: the envs' done flags, _advance's (step, slot, final position) rows, and 0..E-1.
+# The kernel allocates nothing: it works in a scratch array (_H_SCRATCH) of _S_ROWS rows of E
+# int64: the envs' done flags, _advance's (step, slot, final position) rows, 0..E-1 and the ids
+# of the step stored (LockstepKernel.ids).
 _H_E, _H_C, _H_ENDS, _H_ENV, _H_SLOTS, _H_PARAMS, _H_OWNER, _H_GEN, _H_SCRATCH = range(9)
 _HEADER = 9
-_S_DONE, _S_OUT, _S_POS, _S_ENVS, _S_ROWS = 0, 1, 3, 4, 5
+_S_DONE, _S_OUT, _S_POS, _S_ENVS, _S_IDS, _S_ROWS = 0, 1, 3, 4, 5, 6
 _W = 8
 _KIND, _ADDR, _PER, _SHAPE = 0, 1, 2, 3  # _SHAPE .. _SHAPE + MAX_DIMS - 1
 # Value kinds: a step column, a step column that flags an episode end, a final observation.
@@ -239,7 +241,7 @@ def _account_ending_step(table: Array, t: int) -> bool:  # pragma: no cover - co
     return True
 
 
-def _lockstep_step(table: Array, ids: Array, t: int, values: Any) -> int:
+def _lockstep_step(table: Array, t: int, values: Any) -> int:
     """Check and store step ``t`` of every env (see the module docstring).
 
     Compiled per tuple of value types by :func:`_lockstep_step_impl`, with one explicit check
@@ -249,10 +251,10 @@ def _lockstep_step(table: Array, ids: Array, t: int, values: Any) -> int:
 
 
 @overload(_lockstep_step)
-def _lockstep_step_impl(table: Any, ids: Any, t: Any, values: Any) -> Any:
+def _lockstep_step_impl(table: Any, t: Any, values: Any) -> Any:
     n = len(values)
     # The same parameters as this function, annotations included (Numba compares them).
-    lines = ["def impl(table: Any, ids: Any, t: Any, values: Any):", "    verdict = 0"]
+    lines = ["def impl(table: Any, t: Any, values: Any):", "    verdict = 0"]
     lines += [f"    verdict = max(verdict, check(table, {k}, values[{k}]))" for k in range(n)]
     lines += [
         "    if verdict:",
@@ -270,7 +272,12 @@ def _lockstep_step_impl(table: Any, ids: Any, t: Any, values: Any) -> Any:
     lines += [f"        store_final(table, {k}, values[{k}], scratch)" for k in range(n)]
     lines += [f"    r = t % table[{_H_C}]"]
     lines += [f"    store(table, {k}, values[{k}], r)" for k in range(n)]
-    lines += [f"    E = table[{_H_E}]", "    for e in range(E):", "        ids[e] = t * E + e"]
+    lines += [
+        f"    E = table[{_H_E}]",
+        f"    scratch = pointer_at(table[{_H_SCRATCH}], table)",
+        "    for e in range(E):",
+        f"        scratch[{_S_IDS} * E + e] = t * E + e",
+    ]
     lines += [f"    return {ENDED} if verdict else {STORED}"]
     scope: dict[str, Any] = {
         "check": _check_value, "store": _store_value, "max": max, "np": np, "mark": _mark_ends,
@@ -283,77 +290,73 @@ def _lockstep_step_impl(table: Any, ids: Any, t: Any, values: Any) -> Any:
 
 # One entry point per number of values: Numba's dispatcher types separate arguments in C, but a
 # ``*values`` tuple in Python (about twice the cost per call).
-def _step1(table: Array, ids: Array, t: int, a: Array) -> int:
-    return _lockstep_step(table, ids, t, (a,))
+def _step1(table: Array, t: int, a: Array) -> int:
+    return _lockstep_step(table, t, (a,))
 
 
-def _step2(table: Array, ids: Array, t: int, a: Array, b: Array) -> int:
-    return _lockstep_step(table, ids, t, (a, b))
+def _step2(table: Array, t: int, a: Array, b: Array) -> int:
+    return _lockstep_step(table, t, (a, b))
 
 
-def _step3(table: Array, ids: Array, t: int, a: Array, b: Array, c: Array) -> int:
-    return _lockstep_step(table, ids, t, (a, b, c))
+def _step3(table: Array, t: int, a: Array, b: Array, c: Array) -> int:
+    return _lockstep_step(table, t, (a, b, c))
 
 
-def _step4(table: Array, ids: Array, t: int, a: Array, b: Array, c: Array, d: Array) -> int:
-    return _lockstep_step(table, ids, t, (a, b, c, d))
+def _step4(table: Array, t: int, a: Array, b: Array, c: Array, d: Array) -> int:
+    return _lockstep_step(table, t, (a, b, c, d))
 
 
-def _step5(
-    table: Array, ids: Array, t: int, a: Array, b: Array, c: Array, d: Array, e: Array
-) -> int:
-    return _lockstep_step(table, ids, t, (a, b, c, d, e))
+def _step5(table: Array, t: int, a: Array, b: Array, c: Array, d: Array, e: Array) -> int:
+    return _lockstep_step(table, t, (a, b, c, d, e))
 
 
-def _step6(
-    table: Array, ids: Array, t: int, a: Array, b: Array, c: Array, d: Array, e: Array, f: Array
-) -> int:
-    return _lockstep_step(table, ids, t, (a, b, c, d, e, f))
+def _step6(table: Array, t: int, a: Array, b: Array, c: Array, d: Array, e: Array, f: Array) -> int:
+    return _lockstep_step(table, t, (a, b, c, d, e, f))
 
 
 def _step7(
-    table: Array, ids: Array, t: int,
+    table: Array, t: int,
     a: Array, b: Array, c: Array, d: Array, e: Array, f: Array, g: Array,
 ) -> int:  # fmt: skip
-    return _lockstep_step(table, ids, t, (a, b, c, d, e, f, g))
+    return _lockstep_step(table, t, (a, b, c, d, e, f, g))
 
 
 def _step8(
-    table: Array, ids: Array, t: int,
+    table: Array, t: int,
     a: Array, b: Array, c: Array, d: Array, e: Array, f: Array, g: Array, h: Array,
 ) -> int:  # fmt: skip
-    return _lockstep_step(table, ids, t, (a, b, c, d, e, f, g, h))
+    return _lockstep_step(table, t, (a, b, c, d, e, f, g, h))
 
 
 def _step9(
-    table: Array, ids: Array, t: int,
+    table: Array, t: int,
     a: Array, b: Array, c: Array, d: Array, e: Array, f: Array, g: Array, h: Array, i: Array,
 ) -> int:  # fmt: skip
-    return _lockstep_step(table, ids, t, (a, b, c, d, e, f, g, h, i))
+    return _lockstep_step(table, t, (a, b, c, d, e, f, g, h, i))
 
 
 def _step10(
-    table: Array, ids: Array, t: int,
+    table: Array, t: int,
     a: Array, b: Array, c: Array, d: Array, e: Array, f: Array, g: Array, h: Array, i: Array,
     j: Array,
 ) -> int:  # fmt: skip
-    return _lockstep_step(table, ids, t, (a, b, c, d, e, f, g, h, i, j))
+    return _lockstep_step(table, t, (a, b, c, d, e, f, g, h, i, j))
 
 
 def _step11(
-    table: Array, ids: Array, t: int,
+    table: Array, t: int,
     a: Array, b: Array, c: Array, d: Array, e: Array, f: Array, g: Array, h: Array, i: Array,
     j: Array, k: Array,
 ) -> int:  # fmt: skip
-    return _lockstep_step(table, ids, t, (a, b, c, d, e, f, g, h, i, j, k))
+    return _lockstep_step(table, t, (a, b, c, d, e, f, g, h, i, j, k))
 
 
 def _step12(
-    table: Array, ids: Array, t: int,
+    table: Array, t: int,
     a: Array, b: Array, c: Array, d: Array, e: Array, f: Array, g: Array, h: Array, i: Array,
     j: Array, k: Array, m: Array,
 ) -> int:  # fmt: skip
-    return _lockstep_step(table, ids, t, (a, b, c, d, e, f, g, h, i, j, k, m))
+    return _lockstep_step(table, t, (a, b, c, d, e, f, g, h, i, j, k, m))
 
 
 _ENTRIES: tuple[Callable[..., int], ...] = (
@@ -382,7 +385,7 @@ def _compiled(examples: Sequence[Array]) -> Any:
         # Compile by calling with a table of zero envs: every shape check fails, nothing is
         # written. Then close the dispatcher: other types raise TypeError, never compile.
         probe = np.zeros(_HEADER + _W * len(examples), np.int64)
-        fn(probe, np.zeros(0, np.int64), 0, *examples)
+        fn(probe, 0, *examples)
         fn.disable_compile()
         _COMPILED[key] = fn
     return fn
@@ -458,7 +461,7 @@ class LockstepKernel:
         self.table = table
         self.columns = columns  # keeps the addressed arrays alive with the table
         self._finals: tuple[Any, ...] = ()  # ... and those of point_finals
-        self.ids = np.zeros(num_envs, np.int64)
+        self.ids = self._scratch[_S_IDS]  # the ids of the step the last STORED/ENDED call stored
         self.call = _compiled(examples)
 
     @property

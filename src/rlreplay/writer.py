@@ -261,9 +261,9 @@ class StepWriter:
             "if _w_t >= 0:",
             "    try:",
             f"        if {given}:",
-            f"            _w_v = _w_call(_w_table, _w_ids, _w_t, {values})",
+            f"            _w_v = _w_call(_w_table, _w_t, {values})",
             f"        elif {none}:",
-            f"            _w_v = _w_call(_w_plain_table, _w_ids, _w_t, {placeholders})",
+            f"            _w_v = _w_call(_w_plain_table, _w_t, {placeholders})",
             "    except (TypeError, ValueError):  # not the compiled types: no call took place",
             "        _w_rejected()()  # weak, as `activate` in add_plain",
             f"if _w_v == {lockstep.STORED}:",  # EpisodeIndex.defer_plain, inlined
