@@ -32,7 +32,7 @@ it is pointed at the records again.
 Compiling costs about 5 s the first time a schema's signature is seen and about 0.3 to 0.5 s
 per process afterwards (Numba's disk cache), so the writer compiles only for a buffer that has taken
 the Python fast path :data:`ACTIVATE_AFTER` times. Measured (16 envs, ``float32[4]`` obs, 1M
-slots): a plain step costs about 1.35 µs in ``add`` instead of about 3.9 µs on the Python fast
+slots): a plain step costs about 1.2 µs in ``add`` instead of about 3.9 µs on the Python fast
 path; the compiled call itself is about 0.3 µs of dispatch and argument unboxing (compiled
 without Numba's reference-counting runtime, see :func:`_compiled`) and 0.2 µs of checks and
 row writes. A step that ends episodes costs about 3.7 µs instead of about 13.7 µs on the general

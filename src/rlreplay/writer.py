@@ -67,8 +67,8 @@ class StepWriter:
 
     Cost: a plain step of every env (values as stored, no episode end) takes the generated
     :attr:`add_plain`: a type and dtype/shape or range test per value, one assignment per
-    column, and the index's accounting deferred (about 1.7 µs in ``add`` for one env; 16 envs
-    take the lockstep kernel, about 1.35 µs). Other calls: one cached validation lookup per value
+    column, and the index's accounting deferred (about 1.4 µs in ``add`` for one env; 16 envs
+    take the lockstep kernel, about 1.2 µs). Other calls: one cached validation lookup per value
     (a full check the first time a (field, dtype, shape) combination is seen), one Numba call
     for the index, one assignment per column.
     """
