@@ -280,7 +280,7 @@ def _lockstep_step_impl(table: Any, t: Any, values: Any) -> Any:
     ]
     lines += [f"    return {ENDED} if verdict else {STORED}"]
     scope: dict[str, Any] = {
-        "check": _check_value, "store": _store_value, "max": max, "np": np, "mark": _mark_ends,
+        "check": _check_value, "store": _store_value, "max": max, "mark": _mark_ends,
         "account": _account_ending_step, "store_final": _store_final,
         "pointer_at": _pointer_at,
     }  # fmt: skip
