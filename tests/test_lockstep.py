@@ -7,6 +7,7 @@ turns away and the back-off that follows.
 
 from __future__ import annotations
 
+import warnings
 from typing import Any
 
 import numpy as np
@@ -173,6 +174,39 @@ def test_rejected_values_go_back_to_the_python_path_with_a_longer_countdown() ->
         values = vector_step(c, 4)
         np.testing.assert_array_equal(fast.add(**values), ref.add(**values))
     assert fast._writer.add_plain.__name__ == "add_lockstep"
+    assert_same_state(fast, ref)
+
+
+def test_a_kernel_that_does_not_compile_leaves_the_python_path_with_a_warning(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    def fail(examples: Any) -> Any:
+        raise RuntimeError("no compiler today")
+
+    monkeypatch.setattr(lockstep, "_compiled", fail)
+    fast, ref = buffers()
+    with pytest.warns(rr.PerformanceWarning, match="no compiler today"):
+        for c in range(4):  # the third plain step tries to compile
+            values = vector_step(c, 4)
+            np.testing.assert_array_equal(fast.add(**values), ref.add(**values))
+    assert fast._writer.lockstep_kernel is None
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no second try, no second warning
+        for c in range(4, 40):
+            values = vector_step(c, 4, [c % 9 == 8, False, False, c % 5 == 4])
+            np.testing.assert_array_equal(fast.add(**values), ref.add(**values))
+    assert fast._writer.lockstep_kernel is None and fast._writer.add_plain.__name__ == "add_plain"
+    assert_same_state(fast, ref)
+
+
+def test_without_numbas_array_intrinsic_no_kernel_is_tried(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(lockstep, "_array_at", None)
+    assert "get_cfarray_intrinsic" in str(lockstep.unsupported(["a"], {}, {}))
+    fast, ref = buffers()
+    for c in range(20):
+        values = vector_step(c, 4, [c % 7 == 6, False, False, False])
+        np.testing.assert_array_equal(fast.add(**values), ref.add(**values))
+    assert fast._writer.lockstep_kernel is None
     assert_same_state(fast, ref)
 
 

@@ -15,6 +15,7 @@ __all__ = [
     "EmptyBufferError",
     "FieldError",
     "InvalidIdError",
+    "PerformanceWarning",
     "PriorityError",
     "ReplayClosed",
     "ReplayError",
@@ -72,3 +73,7 @@ class ReplayTimeout(ReplayError, TimeoutError):
 
 class ReplayClosed(ReplayError, RuntimeError):
     """The buffer was closed while a call was waiting on it (or before the call)."""
+
+
+class PerformanceWarning(RuntimeWarning):
+    """A fast path is unavailable: the call still does what it documents, only slower."""

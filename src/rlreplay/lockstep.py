@@ -49,7 +49,6 @@ import numba
 import numpy as np
 from numba.core import types
 from numba.core.extending import intrinsic, overload
-from numba.np.arrayobj import get_cfarray_intrinsic
 
 from rlreplay.codegen import define
 from rlreplay.episodes import (
@@ -111,8 +110,15 @@ def _pointer_at_typing(typingctx: Any, address: Any, like: Any) -> tuple[Any, An
 _pointer_at: Any = intrinsic(_pointer_at_typing)
 # ``carray(pointer, shape)`` as an intrinsic: an array over ``shape`` items at ``pointer``, no
 # meminfo. (``numba.carray`` itself is a function returning an array, which Numba refuses in
-# code compiled without its reference-counting runtime, as the kernel is: see _compiled.)
-_array_at: Any = get_cfarray_intrinsic("C", None)  # type: ignore[no-untyped-call]
+# code compiled without its reference-counting runtime, as the kernel is: see _compiled.) The
+# name is Numba's own, not public API (present from 0.59 to 0.68 at least): without it no kernel
+# is built (unsupported() says why) and vector buffers keep the Python fast path.
+try:
+    from numba.np.arrayobj import get_cfarray_intrinsic
+
+    _array_at: Any = get_cfarray_intrinsic("C", None)  # type: ignore[no-untyped-call]
+except ImportError:  # pragma: no cover - depends on the Numba release
+    _array_at = None
 
 
 def _first_item(as_bytes: bool) -> Any:
@@ -399,6 +405,8 @@ def unsupported(
     """Why a kernel cannot take these values (too many, too many dimensions, a column that is
     not a C-contiguous array of its field's dtype), or ``None`` if it can (see
     :class:`LockstepKernel` for the arguments)."""
+    if _array_at is None:
+        return f"numba {numba.__version__}: no numba.np.arrayobj.get_cfarray_intrinsic"
     if not 0 < len(names) <= MAX_VALUES:
         return f"names: expected 1 to {MAX_VALUES} values, got {len(names)}"
     for name in names:
