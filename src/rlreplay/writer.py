@@ -221,8 +221,8 @@ class StepWriter:
             )
         except Exception as exc:  # the kernel is an optimisation, never a need
             # Numba could not build it (a release without the internals it uses, a compiler
-            # error): this buffer keeps the Python fast path, which stores the same steps.
-            self._countdown[0] = -1  # counts down past zero: no second try
+            # error): this buffer keeps the Python fast path, which stores the same steps. Its
+            # countdown, now at zero, goes on below it: no second try.
             warnings.warn(
                 f"rlreplay: the lockstep kernel for {self.num_envs} envs could not be compiled "
                 f"({type(exc).__name__}: {exc}); vector steps keep the Python fast path "
