@@ -1,7 +1,7 @@
 """Seed-compatible front-ends: other libraries' replay APIs as thin adapters over the core.
 
 Each subpackage mirrors the module paths of the library it stands in for, so switching is a
-change of the import line only (see ``docs/migrating.md``):
+change of the import line only (see ``docs/migrating/*.md``):
 
 * :mod:`rlreplay.compat.keras_gym` -- keras-gym's ``ExperienceReplayBuffer``.
 * :mod:`rlreplay.compat.nnabla_rl` -- nnabla-rl's ``replay_buffer`` and ``replay_buffers``.

@@ -3,7 +3,7 @@
 ``alf.experience_replayers.replay_buffer`` is :mod:`rlreplay.compat.alf.replay_buffer`,
 ``alf.experience_replayers.segment_tree`` is :mod:`rlreplay.compat.alf.segment_tree` and
 ``alf.TensorSpec`` is :class:`rlreplay.compat.alf.TensorSpec`; ALF itself is not needed (torch
-is). The differences from ALF are listed in ``docs/migrating.md``.
+is). The differences from ALF are listed in ``docs/migrating/alf.md``.
 
 Example:
     >>> import rlreplay.compat.alf as alf

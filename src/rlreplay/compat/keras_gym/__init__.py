@@ -3,7 +3,7 @@
 Replace ``from keras_gym.caching import ExperienceReplayBuffer`` by
 ``from rlreplay.compat.keras_gym.caching import ExperienceReplayBuffer`` (or import it from
 this package); ``keras_gym.base.errors`` is :mod:`rlreplay.compat.keras_gym.base.errors`.
-The differences from keras-gym are listed in ``docs/migrating.md``.
+The differences from keras-gym are listed in ``docs/migrating/keras_gym.md``.
 
 Example:
     >>> import rlreplay.compat.keras_gym as km

@@ -4,7 +4,7 @@ Replace ``reagent.replay_memory`` by ``rlreplay.compat.reagent`` in your imports
 re-exports :class:`ReplayBuffer` and :class:`PrioritizedReplayBuffer` as ReAgent's does; the
 submodules ``circular_replay_buffer``, ``prioritized_replay_buffer``, ``sum_tree`` and ``utils``
 mirror ReAgent's. torch is imported when tensors are built, pandas when a DataFrame is.
-The differences from ReAgent are listed in ``docs/migrating.md``.
+The differences from ReAgent are listed in ``docs/migrating/reagent.md``.
 
 Example:
     >>> import rlreplay.compat.reagent as rm

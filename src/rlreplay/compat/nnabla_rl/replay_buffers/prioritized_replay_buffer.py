@@ -62,7 +62,7 @@ class PrioritizedReplayBuffer(ReplayBuffer):
 
     The newest experience joins the draws once the next one is appended (or once its episode
     ends): until then the core does not know whether its episode goes on (see
-    ``docs/migrating.md``). :meth:`sample_indices` can return it at any time.
+    ``docs/migrating/nnabla_rl.md``). :meth:`sample_indices` can return it at any time.
 
     Cost: ``O(B log N)`` per sample of ``B`` and per update (trees), plus the core's gathers.
 
