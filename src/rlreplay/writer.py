@@ -33,6 +33,15 @@ __all__ = ["MISSING", "Prepared", "ReturnsConfig", "StepWriter"]
 Array = np.ndarray[Any, Any]
 
 
+def _none_is_missing(names: Sequence[str], missing: str) -> list[str]:
+    """Generated lines (unindented) that turn a ``next_<obs>`` value ``None`` into ``missing``.
+
+    ``next_obs=None`` on a step means "not given" (next observations are only read at episode
+    ends), on every path; an episode end given ``None`` then fails as one not given at all.
+    """
+    return [f"if {v} is None: {v} = {missing}" for v in names]
+
+
 class _Missing:
     """The marker of a value not given (an ``add`` keyword left out)."""
 
@@ -98,7 +107,8 @@ class StepWriter:
         self._scratch = np.empty((3, 1), np.int64)  # advance() results, one-env steps
         self._scratch_envs = np.empty((3, self.num_envs), np.int64)  # ... and all-env steps
         self._plain_keys = frozenset(schema.fields)
-        self._full_keys = self._plain_keys | frozenset(schema.next_names())
+        self._next_names = frozenset(schema.next_names())
+        self._full_keys = self._plain_keys | self._next_names
         # The lockstep kernel (vector envs): compiled after this many Python fast-path calls.
         self.lockstep_kernel: lockstep.LockstepKernel | None = None
         self._backoff = lockstep.ACTIVATE_AFTER
@@ -140,6 +150,7 @@ class StepWriter:
         consts.update(plain_consts, MISSING=MISSING)  # the same names for the same fields
         nexts = [f"v{i}" for i in range(len(fields), len(self.arg_names))]
         lines = [f"def add_plain({', '.join(f'v{i}' for i in range(len(self.arg_names)))}):"]
+        lines += ["    " + x for x in _none_is_missing(nexts, "MISSING")]
         if nexts:  # every next_<obs> (the full checks), none (the plain ones), or the general path
             lines += [f"    if {' and '.join(f'{v} is not MISSING' for v in nexts)}:"]
             lines += ["    " + x for x in full]
@@ -271,6 +282,7 @@ class StepWriter:
         if kernel.stores_ends:
             ending.insert(0, "    _w_repoint(_w_index, _w_cols.finals)")
         return [
+            *_none_is_missing(args[nf:], "_w_MISSING"),
             "_w_t = _w_index._next_t",
             "if _w_t < 0:",
             "    _w_t = _w_index._lockstep",
@@ -317,7 +329,12 @@ class StepWriter:
             takes another (the lockstep kernel compiled, or given up).
         """
         if self.add_plain is self._add_plain_python:
-            return [f"{out} = _w_path({', '.join(args)})"], {"_w_path": self.add_plain}
+            # next_<obs>=None is "not given" here already, so that the values handed on to
+            # prepared_plain (named by ``args``) hold no None either.
+            nexts = args[len(self.schema.fields) :]
+            lines = _none_is_missing(nexts, "_w_MISSING")
+            lines.append(f"{out} = _w_path({', '.join(args)})")
+            return lines, {"_w_path": self.add_plain, "_w_MISSING": MISSING}
         return self._lockstep_lines(args, out), dict(self._inline_consts)
 
     def _changed(self) -> None:
@@ -334,6 +351,7 @@ class StepWriter:
     # ------------------------------------------------------------------ validation
     def prepare_step(self, values: dict[str, Any], env_ids: Any) -> Prepared:
         """Validate one step of every env, of the envs in ``env_ids``, or (one env) unbatched."""
+        values = self._given(values)
         if env_ids is not None:
             rows_env = self.check_env_ids(env_ids)
             return self._prepare(rows_env, values, (rows_env.shape[0],))
@@ -344,12 +362,19 @@ class StepWriter:
     def prepare_extend(self, values: dict[str, Any], env_id: Any) -> Prepared:
         """Validate ``T`` consecutive steps of one env (leading axis ``T``)."""
         env = self.check_env_ids([env_id], name="env_id")[0]
+        values = self._given(values)
         if "terminated" not in values:
             self.schema.check_keys(values, ending=False)  # names what is missing
         shape = np.shape(values["terminated"])
         if len(shape) != 1:
             raise ShapeError(f"terminated: extend expects shape (T,), got {shape}")
         return self._prepare(np.full(shape[0], env, np.int64), values, (shape[0],))
+
+    def _given(self, values: dict[str, Any]) -> dict[str, Any]:
+        """``values`` without the ``next_<obs>`` given as ``None`` (which means "not given")."""
+        if any(values.get(name, MISSING) is None for name in self._next_names):
+            return {k: v for k, v in values.items() if v is not None or k not in self._next_names}
+        return values
 
     def _prepare(self, rows_env: Array, values: dict[str, Any], lead: tuple[int, ...]) -> Prepared:
         schema = self.schema
@@ -389,10 +414,10 @@ class StepWriter:
         """Truncate env ``env_id``'s running episode at its newest step (see the buffer)."""
         e = int(self.check_env_ids([env_id], name="env_id")[0])
         expected = set(self.schema.next_names())
-        if set(values) != expected:
+        if set(self._given(values)) != expected:
             raise FieldError(
                 f"end_episode: expected exactly {sorted(expected)} (the final observation), "
-                f"got {sorted(values)}"
+                f"got {sorted(self._given(values))} (None counts as not given)"
             )
         converted = self.schema.convert_all(values, ())
         row_env = np.array([e], np.int64)
