@@ -1,0 +1,34 @@
+"""Test-wide configuration: the ``slow`` marker's Hypothesis profile and the suites' sizes.
+
+A suite with a long version marks it ``@pytest.mark.slow``; pyproject's ``addopts`` deselects
+those (``-m 'not slow'``), so ``python -m pytest`` (CI) runs the short versions only, and
+``python -m pytest -m slow`` runs the long ones. When the mark expression selects slow tests,
+the Hypothesis profile ``slow`` is loaded: at least 10^4 examples for every ``@given`` that does
+not fix its own ``max_examples``, no deadline. ``--hypothesis-profile slow`` loads it by hand.
+"""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import HealthCheck, settings
+
+SLOW_EXAMPLES = 10_000
+
+settings.register_profile(
+    "slow",
+    max_examples=SLOW_EXAMPLES,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+    print_blob=True,
+)
+
+
+def selects_slow(markexpr: str) -> bool:
+    """Whether a ``-m`` expression asks for the slow tests (``slow``, ``slow and fault``, ...)."""
+    words = markexpr.replace("(", " ").replace(")", " ").split()
+    return any(w == "slow" and (i == 0 or words[i - 1] != "not") for i, w in enumerate(words))
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if selects_slow(str(config.getoption("markexpr", "") or "")):
+        settings.load_profile("slow")
