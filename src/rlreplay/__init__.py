@@ -24,6 +24,7 @@ from rlreplay.errors import (
     ReplayTimeout,
     ShapeError,
 )
+from rlreplay.limits import MinSize, RateLimiter, SampleToInsertRatio
 from rlreplay.prioritized import PrioritizedReplayBuffer
 from rlreplay.sampling.trees import MaxTree, MinTree, SumTree
 from rlreplay.spec import Field
@@ -42,14 +43,17 @@ __all__ = [
     "HindsightRelabel",
     "InvalidIdError",
     "MaxTree",
+    "MinSize",
     "MinTree",
     "PerformanceWarning",
     "PrioritizedReplayBuffer",
     "PriorityError",
+    "RateLimiter",
     "ReplayBuffer",
     "ReplayClosed",
     "ReplayError",
     "ReplayTimeout",
+    "SampleToInsertRatio",
     "ShapeError",
     "SumTree",
     "__version__",
