@@ -28,6 +28,7 @@ import os
 import struct
 import uuid
 from collections.abc import Callable, Mapping
+from glob import escape as glob_escape
 from pathlib import Path
 from typing import Any
 
@@ -81,6 +82,7 @@ def write_checkpoint(
         )
         offset = _aligned(offset + int(arr.nbytes))
     header = json.dumps({"meta": meta, "arrays": table, "data_size": offset}).encode()
+    _remove_dead_temporaries(target)
     tmp = target.with_name(f".{target.name}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}")
     try:
         with open(tmp, "wb") as f:
@@ -112,6 +114,24 @@ def write_checkpoint(
         tmp.unlink(missing_ok=True)
         raise
     _fsync_dir(target.parent)
+
+
+def _remove_dead_temporaries(target: Path) -> None:
+    """Delete temporary files of saves to ``target`` whose process is gone (killed mid-save).
+
+    A temporary file is named ``.<target>.tmp-<pid>-<random>``; one whose process still runs
+    may be a save in progress and is left alone. A recycled pid only delays the cleanup.
+    """
+    for tmp in target.parent.glob(f".{glob_escape(target.name)}.tmp-*-*"):
+        pid = tmp.name[len(target.name) + 6 :].partition("-")[0]
+        if not pid.isdigit() or int(pid) == os.getpid():
+            continue
+        try:
+            os.kill(int(pid), 0)
+        except ProcessLookupError:
+            tmp.unlink(missing_ok=True)
+        except (PermissionError, OverflowError):  # another user's live process, or no pid
+            continue
 
 
 def _fsync_dir(directory: Path) -> None:
