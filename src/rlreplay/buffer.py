@@ -1,58 +1,50 @@
-"""The public replay buffer: composes the schema, storage, episode index and samplers."""
+"""The public replay buffer: composes the schema, storage, episode index and samplers.
+
+:class:`ReplayBuffer` is assembled from one module per concern (see :mod:`rlreplay.buffer_host`):
+writing (:mod:`rlreplay.buffer_writing`), FIFO use (:mod:`rlreplay.buffer_fifo`), sequences and
+episodes (:mod:`rlreplay.buffer_episodes`) and state (:mod:`rlreplay.buffer_state`); this module
+holds construction, sampling, the write hooks, ``close``/``clear`` and :func:`load`.
+"""
 
 from __future__ import annotations
 
 import os
 import threading
 import weakref
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
 
 import numpy as np
 
 from rlreplay.assemble import assemble_transitions
 from rlreplay.batch import Batch
-from rlreplay.checkpoint import CheckpointReader, write_checkpoint
-from rlreplay.codegen import define
-from rlreplay.episodes import (
-    COUNT,
-    HEAD,
-    HI,
-    LO,
-    EpisodeIndex,
-    expand_ranges,
-    sampleable_delta,
-)
+from rlreplay.buffer_episodes import EpisodesMixin
+from rlreplay.buffer_fifo import FifoMixin
+from rlreplay.buffer_host import Array
+from rlreplay.buffer_state import StateMixin
+from rlreplay.buffer_writing import WritingMixin
+from rlreplay.checkpoint import CheckpointReader
+from rlreplay.episodes import HI, LO, EpisodeIndex, sampleable_delta
 from rlreplay.errors import (
     CheckpointError,
     ConfigError,
     EmptyBufferError,
-    FieldError,
     InvalidIdError,
     ReplayClosed,
-    ReplayTimeout,
-    ShapeError,
 )
-from rlreplay.sampling.uniform import (
-    DrawOptions,
-    draw_mixed,
-    draw_options,
-    draw_uniform,
-)
-from rlreplay.sequences import draw_sequence_starts, gather_runs, run_lengths
+from rlreplay.sampling.uniform import DrawOptions, draw_mixed, draw_options, draw_uniform
 from rlreplay.spec import Field, Schema, clip_pair, positive_int
 from rlreplay.storage import Columns, make_backend
 from rlreplay.transforms import BindableTransform, Transform, apply_transform
-from rlreplay.writer import MISSING, Prepared, ReturnsConfig, StepWriter
+from rlreplay.writer import ReturnsConfig, StepWriter
 
 __all__ = ["ReplayBuffer", "load"]
 
-Array = np.ndarray[Any, Any]
 
 _INITIAL_FINALS = 16  # final-observation records per env before the first doubling
 
 
-class ReplayBuffer:
+class ReplayBuffer(WritingMixin, FifoMixin, EpisodesMixin, StateMixin):
     """An episode-aware ring buffer of environment steps with n-step windows and frame stacks.
 
     Each env keeps its most recent ``capacity // num_envs`` steps. Every observation is stored
@@ -307,204 +299,6 @@ class ReplayBuffer:
             f"fields={list(self.schema.fields)})"
         )
 
-    # ------------------------------------------------------------------ writing
-    @property
-    def _fast_add(self) -> bool:
-        """Whether ``add`` takes the per-step fast path (tests turn it off for a reference)."""
-        return "add" in self.__dict__
-
-    @_fast_add.setter
-    def _fast_add(self, on: bool) -> None:
-        if not on:
-            self.__dict__.pop("add", None)
-        elif type(self).add is ReplayBuffer.add:  # a subclass's own add stays in charge
-            self._install_fast_add()
-
-    def _path_changed(self) -> None:
-        """The writer took another path: inline the new one (unless ``add`` is not generated)."""
-        if self._fast_add:
-            self._install_fast_add()
-
-    def _install_fast_add(self) -> None:
-        """Give this buffer its own ``add``, generated for its fields, that tries the fast path.
-
-        The generated function has one keyword parameter per field and ``next_<obs>`` (so a
-        call binds its values straight to them, with no ``**values`` dict and no lookups) and
-        takes the options and unknown names in ``**_options``. A call with no options stores the
-        values under the lock as :attr:`StepWriter.add_plain` does, with the writer's code for
-        it inlined (:meth:`StepWriter.store_source`; generated again when the writer changes
-        path); whatever that does not store goes on to the general path (:meth:`add` below),
-        which behaves as documented there. About 0.4 µs less per call than one
-        ``add(**values)`` method for both, and 0.13 µs less than calling ``add_plain``.
-
-        The function reaches the buffer through a weak proxy: a buffer dropped by its last
-        reference is freed at once, not by the cycle collector. A subclass that defines its own
-        ``add`` keeps it (no generated function); its ``super().add(...)`` is the general path.
-        """
-        writer, names = self._writer, self._writer.arg_names
-        buf = weakref.proxy(self)
-        store, scope = writer.store_source(names, "_out")  # names: fields, never "_..."
-        scope.update({
-            "_MISSING": MISSING, "_acquire": self._lock.acquire, "_release": self._lock.release,
-            "_cond": self._cond, "_buf": buf,
-            "_writer": writer, "_nd": np.ndarray, "_general": ReplayBuffer.add,
-            "_given": lambda *args: {n: v for n, v in zip(names, args, strict=True)
-                                     if v is not MISSING},
-        })  # fmt: skip
-        args = ", ".join(names)
-        lines = [
-            f"def add(*, {', '.join(f'{n}=_MISSING' for n in names)}, **_options):",
-            "    if not _options:",
-            "        _acquire()  # the lock, as `with` would take it (0.14 µs less per call)",
-            "        try:",
-            "            if not _buf._closed:",
-            *(f"                {line}" for line in store),
-            "                if type(_out) is _nd:  # stored: the ids",
-            "                    if _buf._waiting:",
-            "                        _cond.notify_all()",
-            "                    return _out",
-            "                if _out:  # an int: valid as given, but for the general store",
-            f"                    _prep = _writer.prepared_plain(_given({args}), _out)",
-            "                    return _buf._commit(_prep, False, None)",
-            "        finally:",
-            "            _release()",
-            f"    _options.update(_given({args}))",
-            "    return _general(_buf, **_options)",
-        ]
-        add = define(lines, "add", scope, "<rlreplay add>")
-        add.__doc__ = ReplayBuffer.add.__doc__
-        add.__qualname__ = f"{type(self).__name__}.add"
-        self.__dict__["add"] = add
-
-    def add(self, **values: Any) -> Array:
-        """Store one environment step (of every env, or of the envs in ``env_ids``).
-
-        ``add(*, env_ids=None, block=False, timeout=None, **values)``. The three options are
-        keyword arguments like the fields (their names are reserved). Every buffer answers
-        ``add`` with a function generated for its fields (one keyword parameter each), which
-        stores a step of plain values on the fast path and hands everything else here.
-
-        Args:
-            env_ids: Which envs this step belongs to (unique ints in ``[0, num_envs)``); every
-                value then has a leading axis ``len(env_ids)``. Default: all envs (leading axis
-                ``num_envs`` when ``num_envs > 1``, none when ``num_envs == 1``).
-            block: Wait for room in every named env instead of overwriting its oldest steps
-                (FIFO use with :meth:`dequeue`), like :meth:`queue.Queue.put`.
-            timeout: With ``block``, the most seconds to wait (``None``: for ever).
-            **values: One value per field (``obs``, ``action``, ..., ``reward``, ``terminated``,
-                ``truncated``), and ``next_<name>`` for every observation field when a step
-                ends its episode (ignored on other steps).
-
-        Returns:
-            int64 ids of the stored transitions, one per env written.
-
-        Raises:
-            FieldError: Unknown or missing field, or a missing ``next_obs`` at an episode end.
-            ShapeError: A value of the wrong shape, or bad ``env_ids``.
-            DTypeError: An unsafe cast.
-            ReplayTimeout: ``block`` and no room within ``timeout``.
-            ReplayClosed: The buffer is (or got) closed.
-        """
-        # The general path. A buffer normally answers `add` with its generated function
-        # (_install_fast_add), which comes here for what the fast path does not store.
-        env_ids = values.pop("env_ids", None)
-        block = bool(values.pop("block", False))
-        timeout = values.pop("timeout", None)
-        with self._lock:
-            self._check_open()
-            return self._commit(self._writer.prepare_step(values, env_ids), block, timeout)
-
-    def extend(
-        self, *, env_id: int = 0, block: bool = False, timeout: float | None = None, **values: Any
-    ) -> Array:
-        """Store ``T`` consecutive steps of one env in one call (leading axis ``T``).
-
-        Args:
-            env_id: The env the steps belong to.
-            block: Wait for room for all ``T`` steps instead of overwriting (as in :meth:`add`).
-            timeout: With ``block``, the most seconds to wait.
-            **values: As in :meth:`add`, each with a leading axis ``T``.
-
-        Returns:
-            int64 ids of the ``T`` transitions.
-        """
-        with self._lock:
-            self._check_open()
-            return self._commit(self._writer.prepare_extend(values, env_id), block, timeout)
-
-    def end_episode(self, env_id: int = 0, **final: Any) -> Array:
-        """End env ``env_id``'s running episode at its newest stored step, as truncated.
-
-        For callers that learn only afterwards that an episode was cut (a collection loop that
-        stops, a reset without a terminal flag, a front-end whose API gives no final
-        observation with the step): the newest step becomes the episode's last, flagged
-        ``truncated``, with ``final`` as its next observation, so its windows become known and
-        the next :meth:`add` starts a new episode.
-
-        Args:
-            env_id: The env.
-            **final: ``next_<name>`` for every observation field (e.g. ``next_obs=...``).
-
-        Returns:
-            The id of the step that now ends the episode (shape ``(1,)``).
-
-        Raises:
-            InvalidIdError: The env stores no step, or its newest step already ends an episode.
-            FieldError: Not exactly the ``next_<name>`` values.
-        """
-        with self._lock:
-            self._check_open()
-            before = self._index.bounds() if self._tracks_sampleable else None
-            ids = self._writer.end_episode(env_id, final)
-            if before is not None:
-                empty = np.zeros(0, np.int64)
-                self._notify_sampleable(before, empty, empty)
-            if self._waiting:
-                self._cond.notify_all()
-            return ids
-
-    def _commit(self, prep: Prepared, block: bool, timeout: float | None) -> Array:
-        """Store a validated call (after waiting for room if ``block``); tell the hooks."""
-        if timeout is not None:
-            _check_timeout(timeout)
-        if block:
-            self._wait_for_room(prep.rows_env, timeout)
-        before = self._index.bounds() if self._tracks_sampleable else None
-        ids = self._writer.store(prep)
-        if before is not None:
-            self._notify_sampleable(before, prep.rows_env, ids // self.num_envs)
-        if self._waiting:
-            self._cond.notify_all()
-        return ids
-
-    # ------------------------------------------------------------------ waiting (FIFO use)
-    def _wait(self, ready: Callable[[], bool], timeout: float | None, what: str) -> None:
-        """Wait (releasing the lock) until ``ready()``; ``queue.Queue`` timeout semantics."""
-        if ready():
-            return
-        self._waiting += 1
-        try:
-            done = self._cond.wait_for(lambda: self._closed or ready(), timeout)
-        finally:
-            self._waiting -= 1
-        self._check_open()
-        if not done:
-            raise ReplayTimeout(f"{what}: not possible within timeout={timeout} s")
-
-    def _wait_for_room(self, rows_env: Array, timeout: float | None) -> None:
-        need = np.bincount(rows_env, minlength=self.num_envs)
-        if need.max() > self._env_capacity:
-            raise ShapeError(
-                f"block: {int(need.max())} steps for one env can never fit its "
-                f"{self._env_capacity} slots; split the call"
-            )
-        room = self._env_capacity - need
-
-        def ready() -> bool:
-            return bool((self._index.stored_per_env() <= room).all())
-
-        self._wait(ready, timeout, "add(block=True)")
-
     def _settled(self, before: Array, t0: int, n: int) -> None:
         """The write hook for deferred plain steps ``t0 .. t0+n-1`` of every env.
 
@@ -646,273 +440,6 @@ class ReplayBuffer:
                 )
             return self._batch(env_ids, t, {"weights": np.ones(t.shape[0], np.float32)})
 
-    # ------------------------------------------------------------------ runs of steps
-    def sample_sequences(
-        self,
-        batch_size: int,
-        length: int,
-        *,
-        within_episode: bool = True,
-        pad: bool = True,
-        balance_envs: bool = False,
-        transform: Transform | None = None,
-    ) -> Batch:
-        """Draw ``batch_size`` sequences of ``length`` consecutive stored steps (R2D2, ALF).
-
-        Start steps are drawn uniformly over stored steps (by priority in a prioritized
-        buffer). Per-step fields are the raw stored ones, shaped ``(B, L, ...)`` (``obs`` is a
-        single frame even with frame stacking), plus each step's ``next_<obs>``; ``mask``
-        ``(B, L)`` marks real steps and is always a prefix. With ``within_episode`` a sequence
-        stops at its episode's last step; otherwise it runs on into the next episode (the
-        per-step ``terminated``/``truncated`` flags show where). Steps past the newest stored
-        step of the env are masked; a sequence never crosses the write cursor or another env.
-
-        Args:
-            batch_size: Number of sequences ``B``.
-            length: Steps per sequence ``L`` (longer than ``env_capacity`` only pads more).
-            within_episode: Stop sequences at episode ends.
-            pad: If False, only starts whose ``L`` steps are all real are drawn (found by
-                rejection; a buffer where such starts are very rare falls back to one scan).
-            balance_envs: Pick each sequence's env uniformly among the envs that have a
-                start, then its start uniformly within that env (ALF ``get_batch``), instead
-                of uniformly over all stored steps. Rows come ordered by env.
-            transform: A function ``Batch -> Batch`` applied to the result (the buffer's
-                ``transforms`` are for transitions and are not applied here).
-
-        Returns:
-            A :class:`Batch` with per-step fields, ``next_<obs>``, ``next_known``, ``mask``,
-            ``ids`` (first steps, ``(B,)``), ``env_ids`` and ``weights``.
-
-        Raises:
-            EmptyBufferError: No start can be drawn.
-        """
-        batch_size = positive_int("batch_size", batch_size)
-        length = positive_int("length", length)
-        with self._lock:
-            self._check_open()
-            env_ids, t0, extra = self._draw_starts(
-                batch_size, length, within_episode, pad, balance_envs
-            )
-            n_real = run_lengths(self._index, env_ids, t0, length, within_episode)
-            data = gather_runs(self._cols, self._index, env_ids, t0, n_real, length)
-            data["ids"] = self._index.ids(env_ids, t0)
-            data["env_ids"] = env_ids
-            data.update(extra)
-            batch = Batch(data)
-            if transform is not None:
-                self._bind(transform)
-                batch = apply_transform(transform, batch)
-            return batch
-
-    def get_sequences(self, ids: Any, length: int, *, within_episode: bool = True) -> Batch:
-        """The sequences of ``length`` steps starting at the stored steps ``ids``.
-
-        The deterministic counterpart of :meth:`sample_sequences` (same fields and masking).
-
-        Raises:
-            InvalidIdError: An id never issued or overwritten.
-        """
-        length = positive_int("length", length)
-        with self._lock:
-            env_ids, t0, _ = self._stored_steps(ids)
-            if env_ids.ndim != 1:
-                raise InvalidIdError(f"ids: expected a 1-D array, got shape {env_ids.shape}")
-            n_real = run_lengths(self._index, env_ids, t0, length, within_episode)
-            data = gather_runs(self._cols, self._index, env_ids, t0, n_real, length)
-            data["ids"] = self._index.ids(env_ids, t0)
-            data["env_ids"] = env_ids
-            return Batch(data)
-
-    def _draw_starts(
-        self, batch_size: int, length: int, within_episode: bool, pad: bool, balance_envs: bool
-    ) -> tuple[Array, Array, dict[str, Array]]:
-        """Choose sequence starts; subclasses override (prioritized starts)."""
-        env_ids, t0 = draw_sequence_starts(
-            self._index, self._rng, batch_size, length,
-            within_episode=within_episode, pad=pad, balance_envs=balance_envs,
-        )  # fmt: skip
-        return env_ids, t0, {"weights": np.ones(batch_size, np.float32)}
-
-    def sample_episodes(self, n: int) -> Batch:
-        """Draw ``n`` complete episodes uniformly (with replacement) among those fully stored.
-
-        Returns:
-            A :class:`Batch` of per-step fields shaped ``(n, T_max, ...)`` with ``mask``,
-            ``lengths``, ``ids`` (first steps), ``env_ids`` and ``next_<obs>``.
-
-        Raises:
-            EmptyBufferError: No complete episode is stored.
-        """
-        n = positive_int("n", n)
-        with self._lock:
-            self._check_open()
-            first, sizes = self._index.complete_episode_records()
-            if not sizes.any():
-                raise EmptyBufferError("sample_episodes: no complete episode is stored")
-            env_ids, fid = draw_uniform(first, sizes, n, self._rng)
-            end = self._index.final_owner[
-                env_ids * self._index.finals_capacity + fid % self._index.finals_capacity
-            ]
-            start = self._index.ep_start[self._index.slots(env_ids, end)]
-            lengths = end - start + 1
-            data = gather_runs(self._cols, self._index, env_ids, start, lengths, int(lengths.max()))
-            data.update(ids=self._index.ids(env_ids, start), env_ids=env_ids, lengths=lengths)
-            return Batch(data)
-
-    def get_episode(self, id: int) -> Batch:
-        """The stored steps of the episode holding step ``id`` (leading axis: its steps).
-
-        A running episode gives its steps so far; an episode cut by overwriting gives its
-        stored part. Fields are raw per-step values plus ``next_<obs>``, ``next_known``,
-        ``ids`` and ``env_ids`` per step.
-
-        Raises:
-            InvalidIdError: ``id`` never issued or overwritten.
-        """
-        with self._lock:
-            env_ids, _, slots = self._stored_steps(np.array([id]))
-            start = np.maximum(self._index.ep_start[slots], self._index.env[env_ids, HEAD])
-            end = self._index.ep_end[slots]
-            last = np.where(end >= 0, end, self._index.env[env_ids, COUNT] - 1)
-            lengths = last - start + 1
-            data = gather_runs(self._cols, self._index, env_ids, start, lengths, int(lengths[0]))
-            data.pop("mask")
-            out = {k: v[0] for k, v in data.items()}
-            steps = start[0] + np.arange(int(lengths[0]))
-            out["ids"] = self._index.ids(np.full_like(steps, env_ids[0]), steps)
-            out["env_ids"] = np.full_like(steps, env_ids[0])
-            return Batch(out)
-
-    # ------------------------------------------------------------------ FIFO use
-    def dequeue(
-        self,
-        n: int,
-        env_ids: Any = None,
-        *,
-        block: bool = False,
-        timeout: float | None = None,
-    ) -> Batch:
-        """Remove and return the oldest ``n`` steps of each env (ALF ``dequeue``).
-
-        Args:
-            n: Steps per env.
-            env_ids: Which envs (default: all).
-            block: Wait until every named env holds ``n`` steps (``queue.Queue.get``).
-            timeout: With ``block``, the most seconds to wait (``None``: for ever).
-
-        Returns:
-            Raw per-step fields shaped ``(len(env_ids), n, ...)``, with ``next_<obs>``,
-            ``next_known``, per-step ``ids`` and ``env_ids``.
-
-        Raises:
-            EmptyBufferError: Not enough steps and ``block`` is False.
-            ReplayTimeout: ``block`` and not enough steps within ``timeout``.
-            ReplayClosed: The buffer is (or got) closed.
-        """
-        n = positive_int("n", n)
-        with self._lock:
-            self._check_open()
-            envs = self._all_envs if env_ids is None else self._writer.check_env_ids(env_ids)
-
-            def ready() -> bool:
-                return bool((self._index.stored_per_env()[envs] >= n).all())
-
-            _check_timeout(timeout)
-            if n > self._env_capacity:
-                raise ShapeError(
-                    f"n: {n} steps per env can never be stored (env_capacity "
-                    f"{self._env_capacity}); dequeue at most that many"
-                )
-            if not block and not ready():
-                have = self._index.stored_per_env()[envs].tolist()
-                raise EmptyBufferError(f"dequeue: {n} steps per env requested, envs hold {have}")
-            self._wait(ready, timeout, "dequeue(block=True)")
-            data = self._runs_from_heads(envs, np.full(envs.shape[0], n), n)
-            before = self._index.bounds() if self._tracks_sampleable else None
-            self._index.dequeue(envs, n)
-            if before is not None:
-                empty = np.zeros(0, np.int64)
-                self._notify_sampleable(before, empty, empty)
-            self._cond.notify_all()
-            return Batch(data)
-
-    def gather_all(self) -> Batch:
-        """Every stored step, shaped ``(E, T, ...)`` (ALF ``gather_all``).
-
-        ``T`` is the most steps any env holds; ``mask`` marks real steps where envs hold
-        fewer. Per-step ``ids`` and ``env_ids`` are included.
-        """
-        with self._lock:
-            self._check_open()
-            stored = self._index.stored_per_env()
-            return Batch(self._runs_from_heads(self._all_envs, stored, int(stored.max())))
-
-    def _runs_from_heads(self, envs: Array, n_real: Array, length: int) -> dict[str, Array]:
-        heads = self._index.env[envs, HEAD]
-        data = gather_runs(self._cols, self._index, envs, heads, n_real, length)
-        steps = heads[:, None] + np.arange(length)
-        data["ids"] = self._index.ids(envs[:, None], steps)
-        data["env_ids"] = np.repeat(envs[:, None], length, axis=1)
-        return data
-
-    # ------------------------------------------------------------------ episodic queries
-    def _stored_steps(self, ids: Any) -> tuple[Array, Array, Array]:
-        """``(env_ids, t, slots)`` of stored steps; overwritten or never-issued ids raise."""
-        self._check_open()
-        env_ids, t, stale = self._index.split_ids(ids)
-        if stale.any():
-            raise InvalidIdError(
-                f"ids: {np.asarray(ids)[stale][:5].tolist()} were overwritten (or cleared); "
-                "their data is gone"
-            )
-        return env_ids, t, self._index.slots(env_ids, t)
-
-    def episode_begin(self, ids: Any) -> Array:
-        """Ids of the first steps of the episodes holding ``ids`` (same shape).
-
-        The returned ids may be stale (an episode's first step can be overwritten while later
-        steps of it are still stored): they are ids, not slots.
-
-        Raises:
-            InvalidIdError: A query id that was never issued or is itself overwritten.
-        """
-        with self._lock:
-            env_ids, _, slots = self._stored_steps(ids)
-            return self._index.ids(env_ids, self._index.ep_start[slots])
-
-    def steps_to_episode_end(self, ids: Any) -> Array:
-        """How many steps follow each id in its episode (0 at the last step, -1 if unfinished).
-
-        Raises:
-            InvalidIdError: An id that was never issued or is overwritten.
-        """
-        with self._lock:
-            _, t, slots = self._stored_steps(ids)
-            end = self._index.ep_end[slots]
-            out: Array = np.where(end >= 0, end - t, -1)
-            return out
-
-    def get_field(self, name: str, ids: Any) -> Array:
-        """The stored value of field ``name`` at each step in ``ids`` (raw: no stacking).
-
-        Raises:
-            FieldError: ``name`` is not a stored field.
-            InvalidIdError: An id that was never issued or is overwritten.
-        """
-        with self._lock:
-            if name not in self.schema.fields:
-                raise FieldError(f"get_field: unknown field {name!r}; stored: {self.schema.names}")
-            _, _, slots = self._stored_steps(ids)
-            out: Array = self._cols.steps[name][slots]
-            return out
-
-    def sampleable_ids(self) -> Array:
-        """Ids of every sampleable transition, env by env in time order."""
-        with self._lock:
-            self._check_open()
-            env_ids, t = expand_ranges(self._index.env[:, LO], self._index.sizes())
-            return self._index.ids(env_ids, t)
-
     def _draw(self, batch_size: int, opts: DrawOptions) -> tuple[Array, Array, dict[str, Array]]:
         """Choose ``(env_ids, t)`` to sample, plus per-draw arrays such as ``weights``.
 
@@ -967,93 +494,6 @@ class ReplayBuffer:
         data.update(extra)
         return Batch(data)
 
-    # ------------------------------------------------------------------ state
-    def _config(self) -> dict[str, Any]:
-        return {
-            "capacity": self.capacity,
-            "fields": self.schema.to_json(),
-            "num_envs": self.num_envs,
-            "n_step": self.n_step,
-            "gamma": self.gamma,
-            "frame_stack": self.frame_stack,
-            "stack_pad": self.stack_pad,
-            "seed": self.seed,
-            "next_fields": list(self.next_fields),
-            "record_episodic_return": self.record_episodic_return,
-            "reward_clip": None if self.reward_clip is None else list(self.reward_clip),
-            "default_return": self.default_return,
-            "recent_ratio": self.draw_options.recent_ratio,
-            "recent_steps": self.draw_options.recent_steps,
-            "replacement": self.draw_options.replacement,
-        }
-
-    def _state_meta(self) -> dict[str, Any]:
-        """Scalars of the state (JSON-able); subclasses extend it."""
-        return {
-            "finals_capacity": self._index.finals_capacity,
-            "rng": self._rng.bit_generator.state,
-        }
-
-    def _state_arrays(self) -> dict[str, Array]:
-        """Arrays of the state (live views); subclasses extend it."""
-        out = {f"index/{k}": v for k, v in self._index.state_arrays().items()}
-        out.update({f"columns/{k}": v for k, v in self._cols.state_arrays().items()})
-        return out
-
-    def _load_meta(self, meta: Mapping[str, Any]) -> None:
-        """Prepare for a state's arrays (resize what they size) and restore its scalars."""
-        finals = int(meta["finals_capacity"])
-        self._index.set_finals_capacity(finals)
-        self._cols.set_finals_capacity(finals)
-        self._rng.bit_generator.state = meta["rng"]
-
-    def _after_load(self) -> None:
-        """Rebuild what is derived from the state after its arrays were restored in place.
-
-        Called at the end of :meth:`load_state_dict` and of loading a checkpoint; the base keeps
-        nothing derived. Subclasses rebuild caches here (e.g. segment trees from priorities).
-        """
-
-    def state_dict(self) -> dict[str, Any]:
-        """The full state: ``{"class", "config", "meta", "arrays"}`` (arrays are copies)."""
-        with self._lock:
-            return {
-                "class": type(self).__name__,
-                "config": self._config(),
-                "meta": self._state_meta(),
-                "arrays": {k: np.array(v) for k, v in self._state_arrays().items()},
-            }
-
-    def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        """Restore a :meth:`state_dict` of a buffer with the same configuration."""
-        with self._lock:
-            if state["config"] != self._config():
-                raise CheckpointError(
-                    "load_state_dict: the state's configuration differs from this buffer's: "
-                    f"{state['config']} != {self._config()}"
-                )
-            self._load_meta(state["meta"])
-            dest = self._state_arrays()
-            for name, arr in state["arrays"].items():
-                dest[name][...] = arr
-            self._after_load()
-
-    def save(self, path: str | os.PathLike[str]) -> None:
-        """Write a checkpoint of everything (contents, cursors, episodes, RNG) to one file.
-
-        The write is atomic (temporary file, fsync, rename), versioned and checksummed. After
-        :func:`rlreplay.load`, the same further calls give exactly the same samples.
-        """
-        with self._lock:
-            self._check_open()
-            self._backend.flush()
-            meta = {
-                "class": type(self).__name__,
-                "config": self._config(),
-                "state": self._state_meta(),
-            }
-            write_checkpoint(path, meta, self._state_arrays())
-
     @classmethod
     def _from_checkpoint(cls, reader: CheckpointReader, overrides: dict[str, Any]) -> ReplayBuffer:
         meta = reader.meta
@@ -1096,11 +536,3 @@ def load(path: str | os.PathLike[str], /, **overrides: Any) -> ReplayBuffer:
     if cls is None:
         raise CheckpointError(f"checkpoint {str(path)!r}: unknown buffer class {name!r}")
     return cls._from_checkpoint(reader, overrides)
-
-
-def _check_timeout(timeout: float | None) -> None:
-    """``queue.Queue`` rules: ``None`` or a non-negative number, checked on every call."""
-    if timeout is not None and (
-        isinstance(timeout, bool) or not isinstance(timeout, int | float) or timeout < 0
-    ):
-        raise ConfigError(f"timeout: expected None or a non-negative number, got {timeout!r}")

@@ -12,13 +12,11 @@ calls before first use; it then runs under the buffer's lock.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, Protocol, TypeAlias, runtime_checkable
+from typing import Any, Protocol, TypeAlias, runtime_checkable
 
 from rlreplay.batch import Batch
+from rlreplay.buffer_host import BufferHost
 from rlreplay.transforms.hindsight import HindsightRelabel
-
-if TYPE_CHECKING:
-    from rlreplay.buffer import ReplayBuffer
 
 __all__ = ["BindableTransform", "HindsightRelabel", "Transform", "apply_transform"]
 
@@ -29,7 +27,7 @@ Transform: TypeAlias = Callable[[Batch], Batch]
 class BindableTransform(Protocol):
     """A transform that must know the buffer it samples from."""
 
-    def bind(self, buffer: ReplayBuffer) -> None:
+    def bind(self, buffer: BufferHost) -> None:
         """Attach to ``buffer`` (called by the buffer before the first use)."""
         ...
 

@@ -34,7 +34,8 @@ from rlreplay.errors import ConfigError, FieldError, InvalidIdError, ShapeError
 from rlreplay.storage.columns import Columns
 
 if TYPE_CHECKING:
-    from rlreplay.buffer import ReplayBuffer
+    # The parts every buffer has (not rlreplay.buffer, which imports the transforms).
+    from rlreplay.buffer_host import BufferHost as ReplayBuffer
 
 __all__ = ["STRATEGIES", "HindsightRelabel", "goal_step_range", "next_values"]
 

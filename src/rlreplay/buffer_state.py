@@ -1,0 +1,112 @@
+"""State of a replay buffer: state dicts and checkpoints (``state_dict``, ``save``, ...).
+
+A part of :class:`rlreplay.ReplayBuffer` (see :mod:`rlreplay.buffer_host`). The state is the
+configuration, a few scalars (``meta``: RNG state, sizes) and live views of every array; a
+subclass extends :meth:`_state_meta`/:meth:`_state_arrays` and rebuilds caches in
+:meth:`_after_load`. Loading a checkpoint file is :func:`rlreplay.load` (in
+:mod:`rlreplay.buffer`, which knows the buffer classes).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from rlreplay.buffer_host import Array, BufferHost
+from rlreplay.checkpoint import write_checkpoint
+from rlreplay.errors import CheckpointError
+
+__all__ = ["StateMixin"]
+
+
+class StateMixin(BufferHost):
+    """``state_dict``, ``load_state_dict`` and ``save`` of :class:`rlreplay.ReplayBuffer`."""
+
+    def _config(self) -> dict[str, Any]:
+        return {
+            "capacity": self.capacity,
+            "fields": self.schema.to_json(),
+            "num_envs": self.num_envs,
+            "n_step": self.n_step,
+            "gamma": self.gamma,
+            "frame_stack": self.frame_stack,
+            "stack_pad": self.stack_pad,
+            "seed": self.seed,
+            "next_fields": list(self.next_fields),
+            "record_episodic_return": self.record_episodic_return,
+            "reward_clip": None if self.reward_clip is None else list(self.reward_clip),
+            "default_return": self.default_return,
+            "recent_ratio": self.draw_options.recent_ratio,
+            "recent_steps": self.draw_options.recent_steps,
+            "replacement": self.draw_options.replacement,
+        }
+
+    def _state_meta(self) -> dict[str, Any]:
+        """Scalars of the state (JSON-able); subclasses extend it."""
+        return {
+            "finals_capacity": self._index.finals_capacity,
+            "rng": self._rng.bit_generator.state,
+        }
+
+    def _state_arrays(self) -> dict[str, Array]:
+        """Arrays of the state (live views); subclasses extend it."""
+        out = {f"index/{k}": v for k, v in self._index.state_arrays().items()}
+        out.update({f"columns/{k}": v for k, v in self._cols.state_arrays().items()})
+        return out
+
+    def _load_meta(self, meta: Mapping[str, Any]) -> None:
+        """Prepare for a state's arrays (resize what they size) and restore its scalars."""
+        finals = int(meta["finals_capacity"])
+        self._index.set_finals_capacity(finals)
+        self._cols.set_finals_capacity(finals)
+        self._rng.bit_generator.state = meta["rng"]
+
+    def _after_load(self) -> None:
+        """Rebuild what is derived from the state after its arrays were restored in place.
+
+        Called at the end of :meth:`load_state_dict` and of loading a checkpoint; the base keeps
+        nothing derived. Subclasses rebuild caches here (e.g. segment trees from priorities).
+        """
+
+    def state_dict(self) -> dict[str, Any]:
+        """The full state: ``{"class", "config", "meta", "arrays"}`` (arrays are copies)."""
+        with self._lock:
+            return {
+                "class": type(self).__name__,
+                "config": self._config(),
+                "meta": self._state_meta(),
+                "arrays": {k: np.array(v) for k, v in self._state_arrays().items()},
+            }
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Restore a :meth:`state_dict` of a buffer with the same configuration."""
+        with self._lock:
+            if state["config"] != self._config():
+                raise CheckpointError(
+                    "load_state_dict: the state's configuration differs from this buffer's: "
+                    f"{state['config']} != {self._config()}"
+                )
+            self._load_meta(state["meta"])
+            dest = self._state_arrays()
+            for name, arr in state["arrays"].items():
+                dest[name][...] = arr
+            self._after_load()
+
+    def save(self, path: str | os.PathLike[str]) -> None:
+        """Write a checkpoint of everything (contents, cursors, episodes, RNG) to one file.
+
+        The write is atomic (temporary file, fsync, rename), versioned and checksummed. After
+        :func:`rlreplay.load`, the same further calls give exactly the same samples.
+        """
+        with self._lock:
+            self._check_open()
+            self._backend.flush()
+            meta = {
+                "class": type(self).__name__,
+                "config": self._config(),
+                "state": self._state_meta(),
+            }
+            write_checkpoint(path, meta, self._state_arrays())
