@@ -6,6 +6,7 @@ Example:
     10
 """
 
+from rlreplay.compat.nnabla_rl.replay_buffers.buffer_iterator import BufferIterator
 from rlreplay.compat.nnabla_rl.replay_buffers.decorable_replay_buffer import DecorableReplayBuffer
 from rlreplay.compat.nnabla_rl.replay_buffers.hindsight_replay_buffer import HindsightReplayBuffer
 from rlreplay.compat.nnabla_rl.replay_buffers.memory_efficient_atari_buffer import (
@@ -14,16 +15,25 @@ from rlreplay.compat.nnabla_rl.replay_buffers.memory_efficient_atari_buffer impo
 )
 from rlreplay.compat.nnabla_rl.replay_buffers.prioritized_replay_buffer import (
     PrioritizedReplayBuffer,
+    ProportionalPrioritizedReplayBuffer,
+    RankBasedPrioritizedReplayBuffer,
+)
+from rlreplay.compat.nnabla_rl.replay_buffers.replacement_sampling_replay_buffer import (
+    ReplacementSamplingReplayBuffer,
 )
 from rlreplay.compat.nnabla_rl.replay_buffers.trajectory_replay_buffer import (
     TrajectoryReplayBuffer,
 )
 
 __all__ = [
+    "BufferIterator",
     "DecorableReplayBuffer",
     "HindsightReplayBuffer",
     "MemoryEfficientAtariBuffer",
     "MemoryEfficientAtariTrajectoryBuffer",
     "PrioritizedReplayBuffer",
+    "ProportionalPrioritizedReplayBuffer",
+    "RankBasedPrioritizedReplayBuffer",
+    "ReplacementSamplingReplayBuffer",
     "TrajectoryReplayBuffer",
 ]

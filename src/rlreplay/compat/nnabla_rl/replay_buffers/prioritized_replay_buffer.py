@@ -1,91 +1,427 @@
 """Stand-in for ``nnabla_rl.replay_buffers.prioritized_replay_buffer`` over the rlreplay core.
 
-nnabla-rl's ``PrioritizedReplayBuffer`` picks one of two implementations by ``variant``; here
-both are the core's :class:`rlreplay.PrioritizedReplayBuffer` (sum/min trees, exact float64
-masses), with ``variant`` passed through:
+nnabla-rl's module has two prioritized buffers and the seed's ``PrioritizedReplayBuffer``, which
+builds one of them by ``variant``:
 
-* ``"proportional"``: ``P(i) ∝ (|clip(error_i)| + epsilon) ** alpha``;
-* ``"rank_based"``: ``P(i) ∝ rank(i) ** -alpha`` (rank 1 = largest ``|clip(error)|``), ranks
-  refreshed by a re-sort every ``sort_interval`` changes.
+* :class:`ProportionalPrioritizedReplayBuffer`: ``P(i) ∝ priority_i ** alpha`` with
+  ``priority_i = |clip(error_i)| + epsilon``, drawn stratified (one draw per equal slice of the
+  total mass);
+* :class:`RankBasedPrioritizedReplayBuffer`: ``P(i) ∝ rank_i ** -alpha`` (rank 1 = largest
+  ``|clip(error)|``), ranks refreshed by a re-sort every ``sort_interval`` changes.
 
-Weights are nnabla-rl's ``(P(i) / P_min) ** -beta`` over the whole buffer (its
-``normalization_method="buffer_max"``), ``beta`` growing linearly to 1 over ``betasteps``
-samples. New experiences get the largest priority seen so far (1.0 before any update).
+Importance weights are ``w_i = (P(i) / P_min) ** -beta``, float64 of shape ``(num_samples,
+1)``: ``P_min`` is the smallest probability in the whole buffer (``normalization_method=
+"buffer_max"``, so the buffer's largest weight is 1) or in the batch (``"batch_max"``).
+``beta`` grows by ``(1 - beta) / betasteps`` per :meth:`sample`, up to 1.
+
+Experiences are stored by the front-end's :class:`~rlreplay.compat.nnabla_rl.replay_buffer.
+ReplayBuffer` (whatever it stores, arbitrary objects included, comes back as it does there);
+their priorities live in the core's :class:`rlreplay.sampling.priorities.Priorities` (a
+:class:`rlreplay.SumTree` and :class:`rlreplay.MinTree` over ring slots, the bookkeeping of
+:class:`rlreplay.PrioritizedReplayBuffer`), one slot per position of the ring: the ``t``-th
+appended experience lives in slot ``t % capacity``. Every stored experience can be drawn at
+once, the newest included, as in nnabla-rl.
+
+The helper classes nnabla-rl exports from this module (``SumTree``, ``MinTree``, ``MaxHeap``,
+``SumTreeDataHolder``, ``MaxHeapDataHolder``) are re-exported from
+:mod:`._prioritized_trees`.
 """
 
 from __future__ import annotations
 
-import math
+import operator
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
-from rlreplay.batch import Batch
-from rlreplay.buffer import ReplayBuffer as CoreBuffer
-from rlreplay.compat.nnabla_rl.replay_buffer import (
-    Experience,
-    Indices,
-    ReplayBuffer,
-    as_indices,
-    check_count,
+from rlreplay.compat.nnabla_rl.replay_buffer import ReplayBuffer
+from rlreplay.compat.nnabla_rl.replay_buffers._prioritized_trees import (
+    MaxHeap,
+    MaxHeapDataHolder,
+    MinTree,
+    SumTree,
+    SumTreeDataHolder,
 )
-from rlreplay.errors import ConfigError, EmptyBufferError, ShapeError
-from rlreplay.prioritized import PrioritizedReplayBuffer as CorePrioritized
-from rlreplay.spec import Field, clip_pair, int_at_least
+from rlreplay.sampling.priorities import Priorities
 
-__all__ = ["PrioritizedReplayBuffer"]
+__all__ = [
+    "MaxHeap",
+    "MaxHeapDataHolder",
+    "MinTree",
+    "PrioritizedReplayBuffer",
+    "ProportionalPrioritizedReplayBuffer",
+    "RankBasedPrioritizedReplayBuffer",
+    "SumTree",
+    "SumTreeDataHolder",
+]
 
 Array = np.ndarray[Any, Any]
 
 _VARIANTS = ("proportional", "rank_based")
-#: Core draws for rows outside ``[0, len - num_steps]`` before giving up.
-_REDRAW_ROUNDS = 64
+#: nnabla-rl's names, and the short forms ("buffer", "batch") accepted beside them.
+_NORMALIZATION = {
+    "buffer_max": "buffer",
+    "batch_max": "batch",
+    "buffer": "buffer",
+    "batch": "batch",
+}
+#: Rejection rounds for ``num_steps > 1`` before drawing exactly among the valid positions.
+_REDRAW_ROUNDS = 16
+#: Added to rank-based priorities so that a zero TD error keeps a rank (and a chance to be
+#: drawn), as every item of nnabla-rl's heap does; a common shift leaves every rank unchanged.
+_RANK_EPSILON = 1e-8
 
 
-class PrioritizedReplayBuffer(ReplayBuffer):
-    """nnabla-rl's prioritized experience replay (proportional or rank-based) on rlreplay.
+class _PrioritizedReplayBuffer(ReplayBuffer):
+    """Shared machinery of the prioritized buffers (see the module docstring).
 
-    Every :meth:`sample` or :meth:`sample_indices` must be followed by one
+    Protocol (nnabla-rl's): each :meth:`sample` or :meth:`sample_indices` must be followed by
     :meth:`update_priorities` with the TD errors of the returned experiences before the next
-    sample (nnabla-rl raises ``RuntimeError`` otherwise, and so does this class)::
+    one (``RuntimeError`` otherwise).
 
-        priority_i = |clip(error_i, *error_clip)| + epsilon
-        P(i) = priority_i ** alpha / sum_k priority_k ** alpha          (proportional)
-        P(i) = rank_i ** -alpha / sum_k rank_k ** -alpha                 (rank_based)
-        weight_i = (P(i) / min_k P(k)) ** -beta                         (in (0, 1])
+    Cost: :meth:`append` adds O(log N) (one slot of both trees); :meth:`sample` of ``B`` is
+    O(B log N) plus the base buffer's gather; :meth:`update_priorities` O(B log N); a rank-based
+    re-sort O(N log N) every ``sort_interval`` changes.
+    """
 
-    Draws are stratified (one per equal slice of the total mass, as nnabla-rl's proportional
-    buffer) and with replacement; with ``num_steps > 1`` a draw whose ``index + num_steps - 1``
-    is not stored yet is drawn again, as in nnabla-rl. Experiences are ``(s, a, r,
-    non_terminal, s_next, info)`` tuples as in :class:`~rlreplay.compat.nnabla_rl.replay_buffer.
-    ReplayBuffer`.
+    def __init__(
+        self,
+        capacity: int,
+        *,
+        variant: str,
+        alpha: float,
+        beta: float,
+        betasteps: int,
+        error_clip: tuple[float, float] | None,
+        epsilon: float,
+        init_max_error: float,
+        normalization_method: str,
+        sort_interval: int | None,
+        seed: int | None,
+    ) -> None:
+        if capacity is None or operator.index(capacity) <= 0:
+            raise ValueError("buffer size must be greater than 0")
+        if normalization_method not in _NORMALIZATION:
+            raise ValueError(f"Unknown normalization method: {normalization_method}")
+        super().__init__(capacity=capacity, seed=seed)
+        self._slots = operator.index(capacity)
+        self._alpha = float(alpha)
+        self._beta = float(beta)
+        # nnabla-rl divides by betasteps (0 fails there); here 0 keeps beta where it is.
+        self._beta_diff = (1.0 - self._beta) / betasteps if betasteps else 0.0
+        self._error_clip = None if error_clip is None else (error_clip[0], error_clip[1])
+        self._epsilon = float(epsilon)
+        self._normalization = _NORMALIZATION[normalization_method]
+        self._prios = Priorities(
+            1, self._slots, alpha=self._alpha, variant=variant, sort_interval=sort_interval
+        )
+        self._max_priority = float(init_max_error)
+        self._prios.check_priority(self._max_priority)
+        self._appended = 0  # experiences appended so far: the t-th is in slot t % capacity
+        self._last_sampled: Array | None = None  # append numbers awaiting update_priorities
+        self._sampler = np.random.default_rng(seed)
 
-    The newest experience joins the draws once the next one is appended (or once its episode
-    ends): until then the core does not know whether its episode goes on (see
-    ``docs/migrating/nnabla_rl.md``). :meth:`sample_indices` can return it at any time.
+    # ------------------------------------------------------------------ writing
+    def append(self, experience: Any) -> None:
+        """Add new experience to the replay buffer, with the largest priority so far.
 
-    Cost: ``O(B log N)`` per sample of ``B`` and per update (trees), plus the core's gathers.
+        Notes:
+            If the replay buffer size is full, the oldest (head of the buffer) experience will
+            be dropped off and the given experience will be added to the tail of the buffer.
+        """
+        super().append(experience)
+        t = self._appended
+        slot = np.array([t % self._slots], np.int64)
+        removed = slot if t >= self._slots else slot[:0]
+        self._prios.on_write(removed, slot, self._max_priority, slot)
+        self._appended = t + 1
+
+    def append_all(self, experiences: Sequence[Any]) -> None:
+        """Add list of experiences to the replay buffer (each as :meth:`append`)."""
+        for experience in experiences:
+            self.append(experience)
+
+    # ------------------------------------------------------------------ sampling
+    def _first(self) -> int:
+        """Append number of position 0 (the oldest stored experience)."""
+        return self._appended - len(self)
+
+    def _check_updated(self) -> None:
+        if self._last_sampled is not None:
+            raise RuntimeError(
+                "Trying to sample data from buffer without updating priority. "
+                "Check that the algorithm supports prioritized replay buffer."
+            )
+
+    def sample(self, num_samples: int = 1, num_steps: int = 1) -> tuple[Any, dict[str, Any]]:
+        """Sample ``num_samples`` experiences by priority (with replacement), with weights.
+
+        Args:
+            num_samples: Number of samples to sample from the replay buffer. Defaults to 1.
+            num_steps: Number of timesteps to sample. Should be greater than 0. Defaults to 1.
+
+        Returns:
+            ``(experiences, info)`` as the base buffer's, with ``info["weights"]`` the
+            importance weights, float64 of shape ``(num_samples, 1)``.
+
+        Raises:
+            ValueError: num_samples exceeds the buffer's length or is below 1, or num_steps
+                is 0 or negative.
+            RuntimeError: The buffer holds fewer than num_steps experiences, or the previous
+                sample's priorities were not updated.
+        """
+        num_samples, num_steps = operator.index(num_samples), operator.index(num_steps)
+        n = len(self)
+        if num_samples > n:
+            raise ValueError(f"num_samples: {num_samples} is greater than the size of buffer: {n}")
+        if n - num_steps < 0:
+            raise RuntimeError(f"Insufficient buffer length. buffer: {n} < steps: {num_steps}")
+        if num_steps <= 0:
+            raise ValueError(f"num_steps: {num_steps} should be greater than 0!")
+        if num_samples <= 0:
+            raise ValueError(f"num_samples: {num_samples} should be greater than 0!")
+        self._check_updated()
+        positions = self._draw(num_samples, num_steps)
+        experiences, info = ReplayBuffer.sample_indices(self, positions, num_steps=num_steps)
+        info["weights"] = self._weights(positions)
+        self._last_sampled = self._first() + positions
+        self._beta = min(self._beta + self._beta_diff, 1.0)
+        return experiences, info
+
+    def _draw(self, k: int, num_steps: int) -> Array:
+        """``k`` positions by priority among ``[0, len - num_steps]`` (stratified draws).
+
+        nnabla-rl draws again while a draw lies too close to the newest experience; this does
+        the same for a few rounds, then draws the rest exactly among the valid positions (the
+        same conditional law, O(N)).
+        """
+        first = self._first()
+        lo = np.array([first], np.int64)
+        _, t, _, _ = self._prios.draw(k, self._sampler, True, self._beta, lo)
+        positions: Array = t - first
+        last = len(self) - num_steps  # the last position a draw may take
+        for _ in range(_REDRAW_ROUNDS):
+            bad = positions > last
+            if not bad.any():
+                return positions
+            _, t, _, _ = self._prios.draw(int(bad.sum()), self._sampler, True, self._beta, lo)
+            positions[bad] = t - first
+        bad = positions > last
+        if bad.any():
+            slots = (first + np.arange(last + 1)) % self._slots
+            pos, _, _ = self._prios.draw_among(slots, int(bad.sum()), self._sampler, True, 1.0)
+            positions[bad] = pos
+        return positions
+
+    def _weights(self, positions: Array) -> Array:
+        """``(P(i) / P_min) ** -beta`` in float64, shape ``(B, 1)``, from the tree masses."""
+        prios = self._prios
+        if prios.rank_based and prios.changes >= (prios.sort_interval or 1):
+            prios.resort()  # as a draw would: the weights follow the ranks draws use now
+        masses = prios.sum_tree.get((self._first() + positions) % self._slots)
+        # "buffer": the smallest mass of the buffer (its largest weight is 1); "batch": the batch's
+        smallest = prios.min_tree.min if self._normalization == "buffer" else float(masses.min())
+        with np.errstate(divide="ignore", invalid="ignore"):
+            weights: Array = (masses / smallest) ** -self._beta
+        return weights[:, None]
+
+    def sample_indices(
+        self, indices: Sequence[int] | Array, num_steps: int = 1
+    ) -> tuple[Any, dict[str, Any]]:
+        """Sample experiences for given indices, with their current importance weights.
+
+        The weights use the current ``beta`` (only :meth:`sample` advances it).
+
+        Raises:
+            ValueError: If indices are empty or num_steps is 0 or negative.
+            RuntimeError: The previous sample's priorities were not updated.
+        """
+        self._check_updated()
+        experiences, info = super().sample_indices(indices, num_steps=num_steps)
+        positions = np.asarray(indices).astype(np.int64).reshape(-1)
+        positions = np.where(positions < 0, positions + len(self), positions)
+        info["weights"] = self._weights(positions)
+        self._last_sampled = self._first() + positions
+        return experiences, info
+
+    # ------------------------------------------------------------------ priorities
+    def update_priorities(self, errors: Any) -> None:
+        """Set the priorities of the last sampled experiences from their TD errors.
+
+        ``priority = |clip(error, *error_clip)| + epsilon``, paired with the sampled
+        experiences in order as nnabla-rl's ``zip`` does (extra errors, or extra experiences,
+        are left out). An experience overwritten since the sample is skipped.
+
+        Args:
+            errors: One TD error per sampled experience: shape ``(B,)``, ``(B, 1)``, a list.
+
+        Raises:
+            TypeError: Nothing was sampled since the last update, or ``errors`` is a scalar.
+            ValueError: An element of ``errors`` is not one number.
+            PriorityError: A NaN or infinite priority (a ``ValueError``).
+        """
+        last = self._last_sampled
+        if last is None:
+            raise TypeError(
+                "update_priorities: no sampled experiences await new priorities (nnabla-rl "
+                "zips the errors with None here); call sample or sample_indices first"
+            )
+        e = np.asarray(errors)
+        if e.ndim == 0:
+            raise TypeError(f"update_priorities: errors must be iterable, got {errors!r}")
+        k = min(last.shape[0], e.shape[0])
+        rows = e[:k].reshape(k, -1) if k else np.zeros((0, 1))
+        if rows.shape[1] != 1:
+            raise ValueError(
+                f"update_priorities: expected one error per sampled experience, got elements of "
+                f"shape {e.shape[1:]} (setting an array element with a sequence)"
+            )
+        values = rows[:, 0].astype(np.float64)
+        if self._error_clip is not None:
+            values = np.clip(values, *self._error_clip)
+        ids = last[:k]
+        top = self._prios.update(
+            ids % self._slots, ids < self._first(), np.abs(values), None, self._epsilon
+        )
+        self._max_priority = max(self._max_priority, top)
+        self._last_sampled = None
+
+
+class ProportionalPrioritizedReplayBuffer(_PrioritizedReplayBuffer):
+    """nnabla-rl's proportional prioritized replay: ``P(i) ∝ (|clip(e_i)| + epsilon) ** alpha``.
 
     Args:
-        capacity: Most experiences kept (required, ``>= 1``).
-        alpha: Prioritization exponent ``>= 0``.
+        capacity: Most experiences kept (``>= 1``).
+        alpha: Prioritization exponent.
         beta: Importance-sampling exponent at the first sample, annealed to 1.
         betasteps: Samples over which ``beta`` reaches 1 (``0`` keeps ``beta``).
         error_clip: ``(lo, hi)`` applied to the TD errors, or None.
         epsilon: Added to every ``|clipped error|``.
-        reset_segment_interval: Accepted for compatibility; the core's sum tree samples
-            exactly, so there are no cached segments to reset.
-        sort_interval: Rank-based: re-sort the ranks after this many changes.
-        variant: ``"proportional"`` or ``"rank_based"``.
+        init_max_error: Priority of experiences appended before any larger one is set.
+        normalization_method: ``"buffer_max"`` (weights divided by the largest weight of the
+            buffer) or ``"batch_max"`` (of the batch); ``"buffer"``/``"batch"`` too.
+        keep_min: Accepted for compatibility (the min tree is always kept).
         seed: Seed of the random generator (an rlreplay addition).
 
     Raises:
-        ValueError: ``capacity`` None or ``< 1``, an unknown ``variant``, or an argument out
-            of range.
+        ValueError: ``capacity`` None or ``< 1``, or an unknown ``normalization_method``.
 
     Example:
         >>> import numpy as np
-        >>> from rlreplay.compat.nnabla_rl.replay_buffers import PrioritizedReplayBuffer
+        >>> buffer = ProportionalPrioritizedReplayBuffer(capacity=100, seed=0)
+        >>> for t in range(10):
+        ...     s, s_next = np.full(2, t, np.float32), np.full(2, t + 1, np.float32)
+        ...     buffer.append((s, np.zeros(1), 1.0, float(t < 9), s_next, {}))
+        >>> experiences, info = buffer.sample(num_samples=4)
+        >>> info["weights"].shape, info["weights"].dtype
+        ((4, 1), dtype('float64'))
+        >>> buffer.update_priorities(np.array([0.5, 0.1, 2.0, 0.0]))
+    """
+
+    def __init__(
+        self,
+        capacity: int,
+        alpha: float = 0.6,
+        beta: float = 0.4,
+        betasteps: int = 10000,
+        error_clip: tuple[float, float] | None = (-1, 1),
+        epsilon: float = 1e-8,
+        init_max_error: float = 1.0,
+        normalization_method: str = "buffer_max",
+        keep_min: bool = True,
+        *,
+        seed: int | None = None,
+    ) -> None:
+        super().__init__(
+            capacity,
+            variant="proportional",
+            alpha=alpha,
+            beta=beta,
+            betasteps=betasteps,
+            error_clip=error_clip,
+            epsilon=epsilon,
+            init_max_error=init_max_error,
+            normalization_method=normalization_method,
+            sort_interval=None,
+            seed=seed,
+        )
+
+
+class RankBasedPrioritizedReplayBuffer(_PrioritizedReplayBuffer):
+    """nnabla-rl's rank-based prioritized replay: ``P(i) ∝ rank_i ** -alpha``.
+
+    Rank 1 is the largest ``|clip(error)|``; equal priorities share a rank. Ranks are exact
+    after a re-sort, done before a draw once ``sort_interval`` changes (appends, overwrites,
+    updates) accumulated; between re-sorts a changed experience is ranked against the last
+    sorted snapshot. Draws are stratified over the rank masses.
+
+    Args:
+        capacity: Most experiences kept (``>= 1``).
+        alpha: Exponent of the rank law.
+        beta: Importance-sampling exponent at the first sample, annealed to 1.
+        betasteps: Samples over which ``beta`` reaches 1 (``0`` keeps ``beta``).
+        error_clip: ``(lo, hi)`` applied to the TD errors, or None.
+        reset_segment_interval: Accepted for compatibility: the sum tree draws exactly, so
+            there are no cached rank segments to reset.
+        sort_interval: Changes between two re-sorts of the ranks.
+        init_max_error: Priority of experiences appended before any larger one is set.
+        normalization_method: ``"buffer_max"`` or ``"batch_max"`` (``"buffer"``/``"batch"``).
+        seed: Seed of the random generator (an rlreplay addition).
+
+    Example:
+        >>> import numpy as np
+        >>> buffer = RankBasedPrioritizedReplayBuffer(capacity=10, seed=0)
+        >>> buffer.append_all([(np.zeros(1), 0, 0.0, 1.0, np.zeros(1), {})] * 3)
+        >>> _, info = buffer.sample(num_samples=3)
+        >>> info["weights"].ravel().tolist()  # every rank is 1 before any update
+        [1.0, 1.0, 1.0]
+        >>> buffer.update_priorities([0.1, 0.2, 0.3])
+    """
+
+    def __init__(
+        self,
+        capacity: int,
+        alpha: float = 0.7,
+        beta: float = 0.5,
+        betasteps: int = 10000,
+        error_clip: tuple[float, float] | None = (-1, 1),
+        reset_segment_interval: int = 1000,
+        sort_interval: int = 1000000,
+        init_max_error: float = 1.0,
+        normalization_method: str = "buffer_max",
+        *,
+        seed: int | None = None,
+    ) -> None:
+        self._reset_segment_interval = reset_segment_interval
+        super().__init__(
+            capacity,
+            variant="rank_based",
+            alpha=alpha,
+            beta=beta,
+            betasteps=betasteps,
+            error_clip=error_clip,
+            epsilon=_RANK_EPSILON,
+            init_max_error=init_max_error,
+            normalization_method=normalization_method,
+            sort_interval=max(1, operator.index(sort_interval)),
+            seed=seed,
+        )
+
+
+class PrioritizedReplayBuffer(_PrioritizedReplayBuffer):
+    """nnabla-rl's ``PrioritizedReplayBuffer``: proportional or rank-based by ``variant``.
+
+    ``variant="proportional"`` behaves as :class:`ProportionalPrioritizedReplayBuffer` and
+    ``"rank_based"`` as :class:`RankBasedPrioritizedReplayBuffer` with the arguments given here
+    (``epsilon`` for the first, ``reset_segment_interval`` and ``sort_interval`` for the second),
+    weights normalised over the whole buffer, as nnabla-rl's wrapper builds them.
+
+    Raises:
+        ValueError: ``capacity`` None or ``< 1``, or an unknown ``variant``.
+
+    Example:
+        >>> import numpy as np
         >>> buffer = PrioritizedReplayBuffer(capacity=100, seed=0)
         >>> for t in range(10):
         ...     s, s_next = np.full(2, t, np.float32), np.full(2, t + 1, np.float32)
@@ -111,202 +447,20 @@ class PrioritizedReplayBuffer(ReplayBuffer):
         seed: int | None = None,
     ) -> None:
         if variant not in _VARIANTS:
-            raise ConfigError(f"Unknown prioritized replay buffer variant: {variant}")
-        if capacity is None or (isinstance(capacity, int | np.integer) and capacity <= 0):
-            raise ConfigError("buffer size must be greater than 0")
-        super().__init__(capacity=capacity, seed=seed)
+            raise ValueError(f"Unknown prioritized replay buffer variant: {variant}")
         self.variant = variant
-        self._alpha = _real("alpha", alpha)
-        self._beta = _real("beta", beta)
-        self._betasteps = int_at_least("betasteps", betasteps, 0)
-        self._error_clip = clip_pair("error_clip", error_clip)
-        self._epsilon = _real("epsilon", epsilon)
-        self._reset_segment_interval = int_at_least(
-            "reset_segment_interval", reset_segment_interval, 1
-        )
-        self._sort_interval = int_at_least("sort_interval", sort_interval, 1)
-        self._last_ids: Array | None = None  # core ids awaiting update_priorities
-
-    def _build_core(self, capacity: int, fields: dict[str, Field], seed: int | None) -> CoreBuffer:
-        return CorePrioritized(
+        self._reset_segment_interval = reset_segment_interval
+        rank_based = variant == "rank_based"
+        super().__init__(
             capacity,
-            fields,
-            alpha=self._alpha,
-            beta=self._beta,
-            beta_final=1.0,
-            beta_steps=self._betasteps,
-            eps=self._epsilon,
-            variant=self.variant,
-            initial_priority=1.0,  # nnabla-rl's init_max_error
-            stratified=True,
-            sort_interval=self._sort_interval if self.variant == "rank_based" else None,
-            n_step=1,
-            gamma=1.0,
-            frame_stack=self._frame_stack,
-            stack_pad="first",
+            variant=variant,
+            alpha=alpha,
+            beta=beta,
+            betasteps=betasteps,
+            error_clip=error_clip,
+            epsilon=_RANK_EPSILON if rank_based else epsilon,
+            init_max_error=1.0,
+            normalization_method="buffer_max",
+            sort_interval=max(1, operator.index(sort_interval)) if rank_based else None,
             seed=seed,
         )
-
-    @property
-    def _prio_core(self) -> CorePrioritized:
-        assert isinstance(self._core, CorePrioritized)
-        return self._core
-
-    def _check_updated(self) -> None:
-        if self._last_ids is not None:
-            raise RuntimeError(
-                "Trying to sample data from buffer without updating priority. "
-                "Check that the algorithm supports prioritized replay buffer."
-            )
-
-    # ------------------------------------------------------------------ sampling
-    def sample(
-        self, num_samples: int = 1, num_steps: int = 1
-    ) -> tuple[list[Experience] | tuple[list[Experience], ...], dict[str, Any]]:
-        """Sample ``num_samples`` experiences by priority, with importance weights.
-
-        Args:
-            num_samples: Number of samples to sample from the replay buffer. Defaults to 1.
-            num_steps: Number of timesteps to sample. Should be greater than 0. Defaults to 1.
-
-        Returns:
-            ``(experiences, info)`` as the base buffer's, with ``info["weights"]`` the
-            importance weights, float64 of shape ``(num_samples, 1)``.
-
-        Raises:
-            ValueError: num_samples exceeds the buffer's length, num_steps is 0 or negative,
-                or nothing can be drawn yet (only the newest experience is stored).
-            RuntimeError: The buffer holds fewer than num_steps experiences, or the previous
-                sample's priorities were not updated.
-        """
-        num_steps = check_count("num_steps", num_steps)
-        num_samples = check_count("num_samples", num_samples)
-        n = len(self)
-        if num_samples > n:
-            raise ValueError(f"num_samples: {num_samples} is greater than the size of buffer: {n}")
-        if n < num_steps:
-            raise RuntimeError(f"Insufficient buffer length. buffer: {n} < steps: {num_steps}")
-        self._check_updated()
-        batch = self._draw(num_samples, num_steps)
-        ids = np.asarray(batch["ids"])
-        first = [self._decorate(e) for e in self._decode_batch(batch)]
-        experiences: list[Experience] | tuple[list[Experience], ...] = first
-        if num_steps > 1:
-            later = self._experiences((ids[None, :] + np.arange(1, num_steps)[:, None]).ravel())
-            B = ids.shape[0]
-            experiences = (first, *(later[j * B : (j + 1) * B] for j in range(num_steps - 1)))
-        self._last_ids = ids.copy()
-        return experiences, {"weights": np.asarray(batch["weights"], np.float64)[:, None]}
-
-    def _draw(self, batch_size: int, num_steps: int) -> Batch:
-        """A core prioritized sample whose rows are all at indices ``[0, len - num_steps]``."""
-        core = self._prio_core
-        lo = self._first_id()
-        hi = lo + len(self) - num_steps  # last id a draw may start at
-        try:
-            data = core.sample(batch_size).to_dict()
-            for _ in range(_REDRAW_ROUNDS):
-                ids = data["ids"]
-                bad = (ids < lo) | (ids > hi)
-                if not bad.any():
-                    return Batch(data)
-                more = core.sample(int(bad.sum()))
-                for key, arr in data.items():
-                    arr[bad] = more[key]
-        except EmptyBufferError as exc:
-            raise EmptyBufferError(
-                f"sample: nothing can be drawn yet ({exc}); the newest experience joins the "
-                "draws once the next one is appended or its episode ends"
-            ) from None
-        raise EmptyBufferError(
-            f"sample: no experience with {num_steps - 1} stored successors was drawn in "
-            f"{_REDRAW_ROUNDS} rounds; append more experiences or lower num_steps"
-        )
-
-    def sample_indices(
-        self, indices: Indices, num_steps: int = 1
-    ) -> tuple[list[Experience] | tuple[list[Experience], ...], dict[str, Any]]:
-        """Sample experiences for given indices, with their current importance weights.
-
-        The weights use the current ``beta`` (only :meth:`sample` advances it) and, for
-        ``rank_based``, exact ranks of the current priorities. An experience not drawable yet
-        (the newest) is weighted with the priority it will get.
-
-        Raises:
-            ValueError: If indices are empty or num_steps is 0 or negative.
-            IndexError: An ``index + num_steps - 1`` beyond the stored experiences.
-            RuntimeError: The previous sample's priorities were not updated.
-        """
-        idx = as_indices(indices)
-        num_steps = check_count("num_steps", num_steps)
-        self._check_updated()
-        idx = self._check_range(idx, num_steps)
-        experiences = self._steps_at(idx, num_steps)
-        ids = self._first_id() + idx
-        weights = self._weights_of(ids)
-        self._last_ids = ids
-        return experiences, {"weights": weights}
-
-    def _weights_of(self, ids: Array) -> Array:
-        """``(P(i) / P_min) ** -beta`` for given ids, computed as the core computes them."""
-        core = self._prio_core
-        drawable = core.sampleable_ids()
-        p_all = core.get_priorities(drawable) if drawable.size else np.zeros(0)
-        p_all = p_all[p_all > 0]
-        if p_all.size == 0:
-            return np.ones((ids.shape[0], 1))
-        p = np.full(ids.shape[0], max(core.initial_priority, core.max_priority))
-        known = np.isin(ids, drawable)
-        if known.any():
-            p[known] = core.get_priorities(ids[known])
-        if self.variant == "proportional":
-            mass, min_mass = p**self._alpha, p_all.min() ** self._alpha
-        else:
-            ranked = np.sort(p_all)
-            # rank = 1 + #{priorities > p} ("1224" competition ranking, as the core's)
-            rank = 1 + p_all.size - np.searchsorted(ranked, p, side="right")
-            worst = 1 + p_all.size - np.searchsorted(ranked, ranked[0], side="right")
-            mass = rank.astype(np.float64) ** -self._alpha
-            min_mass = float(worst) ** -self._alpha
-        w: Array = np.asarray((min_mass / mass) ** core.beta, np.float32)  # the core's dtype
-        return w.astype(np.float64)[:, None]
-
-    def update_priorities(self, errors: Any) -> None:
-        """Set the priorities of the last sampled experiences from their TD errors.
-
-        ``priority = |clip(error, *error_clip)| + epsilon``; an experience overwritten since
-        the sample is skipped.
-
-        Args:
-            errors: One TD error per sampled experience (any shape with that many elements).
-
-        Raises:
-            RuntimeError: Nothing was sampled since the last update.
-            ShapeError: Not one error per sampled experience (a ``ValueError``).
-            PriorityError: A NaN or infinite error (a ``ValueError``).
-        """
-        ids = self._last_ids
-        if ids is None:
-            raise RuntimeError(
-                "update_priorities: no sampled experiences await new priorities; call sample "
-                "or sample_indices first"
-            )
-        e = np.asarray(errors, np.float64).reshape(-1)
-        if e.shape[0] != ids.shape[0]:
-            raise ShapeError(
-                f"errors: expected one per sampled experience ({ids.shape[0]}), got {e.shape[0]}"
-            )
-        if self._error_clip is not None:
-            e = np.clip(e, *self._error_clip)
-        stored = ids < self._next_id  # the held newest experience is not in the core yet
-        self._prio_core.update_priorities(ids[stored], np.abs(e[stored]))
-        self._last_ids = None
-
-
-def _real(name: str, value: Any) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float | np.integer | np.floating):
-        raise ConfigError(f"{name}: expected a finite number >= 0, got {value!r}")
-    out = float(value)
-    if not math.isfinite(out) or out < 0.0:
-        raise ConfigError(f"{name}: expected a finite number >= 0, got {value!r}")
-    return out
