@@ -1,7 +1,8 @@
 """keras-gym's ExperienceReplayBuffer front-end: seed behaviour, golden tables, core agreement.
 
-Every step ``t`` of these trajectories carries a frame whose value is ``t + 1`` (0 is the
-filler/terminal frame), so a sampled row names its transition by the last frame of ``S``.
+Every step ``t`` of these trajectories carries a frame whose value is ``t + 1`` (0 is a slot
+not written yet), so a sampled row names its transition by the last frame of ``S``. The exact
+comparison with keras-gym's own code (ported from the seed) is in ``test_keras_gym_reference``.
 """
 
 from __future__ import annotations
@@ -22,6 +23,8 @@ from rlreplay.compat.keras_gym.base.errors import (
     ActionSpaceError,
     KerasGymError,
     NumpyArrayCheckError,
+    SampleConstructionError,
+    SpaceError,
 )
 
 G = 0.5  # powers of 0.5 are exact, so n-step sums compare exactly
@@ -103,8 +106,11 @@ class Trajectory:
             if not ok or (not done and t + n >= T):
                 continue
             row: dict[str, Any] = {"S": frames(t, start[t]), "A": t % 3, "Rn": rn, "done": done}
-            if not done:
-                row.update(In=gamma**n, S_next=frames(t + n, start[t]), A_next=(t + n) % 3)
+            # keras-gym reads the state and action at t + n even after a done (the next
+            # episode's; a slot not written yet reads zeros here): In = 0 masks them
+            nxt = [v if v <= T else 0.0 for v in frames(t + n, start[t])]
+            row.update(In=0.0 if done else gamma**n, S_next=nxt, A_next=(t + n) % 3)
+            row.update(A_next_written=t + n < T)
             rows[t + 1] = row
         return rows
 
@@ -124,15 +130,11 @@ def check_rows(
         assert frames.tolist() == row["S"]
         np.testing.assert_array_equal(A[b], one_hot(row["A"]))
         assert Rn[b] == row["Rn"]
-        if row["done"]:
-            assert In[b] == 0.0
-            np.testing.assert_array_equal(A_next[b], np.zeros(3))  # undefined: zeros here
-            assert S_next[b].reshape(-1)[-1] == 0.0
-        else:
-            assert In[b] == row["In"]
-            nxt = S_next[b].reshape(-1) if k > 1 else S_next[b].reshape(1)
-            assert nxt.tolist() == row["S_next"]
-            np.testing.assert_array_equal(A_next[b], one_hot(row["A_next"]))
+        assert In[b] == row["In"]
+        nxt = S_next[b].reshape(-1) if k > 1 else S_next[b].reshape(1)
+        assert nxt.tolist() == row["S_next"]
+        a_next = one_hot(row["A_next"]) if row["A_next_written"] else np.zeros(3)
+        np.testing.assert_array_equal(A_next[b], a_next)
     return seen
 
 
@@ -155,8 +157,22 @@ def test_errors_are_keras_gym_and_rlreplay_errors() -> None:
     assert issubclass(InsufficientCacheError, KerasGymError)
     assert issubclass(InsufficientCacheError, rr.EmptyBufferError)
     assert issubclass(NumpyArrayCheckError, rr.ShapeError)
+    assert issubclass(ActionSpaceError, SpaceError) and issubclass(SpaceError, KerasGymError)
     assert issubclass(ActionSpaceError, rr.ReplayError)
     assert issubclass(ActionSpaceError, ValueError)
+    # keras-gym raises a plain RuntimeError("couldn't construct valid sample")
+    assert issubclass(SampleConstructionError, RuntimeError)
+
+
+def test_compat_uses_only_public_core_api() -> None:
+    """The front-end reaches the core through public methods only (issue 13)."""
+    import pathlib
+    import re
+
+    root = pathlib.Path(km.__file__).parent
+    for path in root.rglob("*.py"):
+        text = path.read_text()
+        assert not re.search(r"core\)?\._", text), f"{path}: private core access"
 
 
 # ---------------------------------------------------------------------- constructor
@@ -171,29 +187,28 @@ def test_constructor_defaults_and_attributes() -> None:
 
 
 def test_constructor_casts_sizes_like_keras_gym() -> None:
+    # keras-gym: self.capacity = int(capacity); self.batch_size = int(batch_size); ...
     buf = ExperienceReplayBuffer(discrete(), 1e6, batch_size=8.0, bootstrap_n=np.int64(3))  # type: ignore[arg-type]
     assert (buf.capacity, buf.batch_size, buf.bootstrap_n) == (1_000_000, 8, 3)
     assert type(buf.capacity) is int
+    buf = ExperienceReplayBuffer(discrete(), 2.5, gamma="0.5")  # type: ignore[arg-type]
+    assert (buf.capacity, buf.gamma) == (2, 0.5)  # int() and float(), nothing more
+    assert ExperienceReplayBuffer(discrete(), 10, gamma=1.5).gamma == 1.5  # keras-gym: no check
 
 
-@pytest.mark.parametrize(
-    "kwargs",
-    [
-        {"capacity": 0},
-        {"capacity": 2.5},
-        {"capacity": "big"},
-        {"batch_size": 0},
-        {"bootstrap_n": 0},
-        {"gamma": 1.5},
-        {"gamma": -0.1},
-        {"random_seed": -1},
-        {"random_seed": 1.5},
-    ],
-)
-def test_constructor_rejects_bad_arguments(kwargs: dict[str, Any]) -> None:
-    args: dict[str, Any] = {"env": discrete(), "capacity": 10, **kwargs}
-    with pytest.raises(rr.ConfigError):
-        ExperienceReplayBuffer(**args)
+def test_constructor_raises_what_keras_gym_raises() -> None:
+    with pytest.raises(ValueError):  # int("big")
+        ExperienceReplayBuffer(discrete(), "big")  # type: ignore[arg-type]
+    with pytest.raises(ValueError):  # np.random.RandomState(-1)
+        ExperienceReplayBuffer(discrete(), 10, random_seed=-1)
+    with pytest.raises(rr.ConfigError):  # no n-step window (listed as missing in the docs)
+        ExperienceReplayBuffer(discrete(), 10, bootstrap_n=0)
+
+
+def test_n_is_later_keras_gyms_name_for_bootstrap_n() -> None:
+    buf = ExperienceReplayBuffer(discrete(), 10, 4, n=3)
+    assert buf.n == buf.bootstrap_n == 3
+    assert ExperienceReplayBuffer(discrete(), 10, 4, 2).n == 2
 
 
 def test_num_frames_is_found_through_wrappers() -> None:
@@ -261,31 +276,41 @@ def test_frame_stacks_are_stored_as_last_frames(frame_shape: tuple[int, ...]) ->
 
 
 def test_frame_stack_shape_is_checked() -> None:
+    # keras-gym: check_numpy_array(s, axis_size=num_frames, axis=-1) raises
     buf = ExperienceReplayBuffer(discrete(num_frames=4), 100)
     with pytest.raises(NumpyArrayCheckError, match="axis_size=4"):
         buf.add(np.zeros((2, 2, 3)), 0, 0.0, False, 0)
-    with pytest.raises(NumpyArrayCheckError, match="ndim equal to 3 or 4"):
-        buf.add(np.zeros((2, 4)), 0, 0.0, False, 0)
     buf.add(np.zeros((2, 2, 4)), 0, 0.0, False, 0)
-    with pytest.raises(rr.ShapeError):  # another frame shape than the first add's
+    with pytest.raises(ValueError, match="broadcast"):  # self._s[self._i] = s
         buf.add(np.zeros((3, 2, 4)), 0, 0.0, False, 0)
 
 
-def test_discrete_actions_are_checked() -> None:
-    buf = ExperienceReplayBuffer(discrete(3), 100)
-    for bad in (3, -1, 1.0, np.array([0, 1]), True):
-        with pytest.raises(ActionSpaceError):
-            buf.add(np.zeros(2), bad, 0.0, False, 0)
-    assert len(buf) == 0
-
-
-def test_discrete_space_with_start_is_one_hot_from_start() -> None:
-    env = FakeEnv(gymnasium.spaces.Discrete(3, start=5))
-    buf = ExperienceReplayBuffer(env, 100, batch_size=4, random_seed=0)
+def test_other_stacks_are_stored_whole_as_keras_gym_does() -> None:
+    """keras-gym's _extract_last_frame builds NumpyArrayCheckError("expected ndim equal to 3
+    or 4") for other stacks but does not raise it: the whole stack is stored as the frame."""
+    buf = ExperienceReplayBuffer(discrete(num_frames=2), 100, batch_size=3, random_seed=0)
     for t in range(6):
-        buf.add(np.array([t]), 5 + t % 3, 0.0, t == 5, 0)
+        buf.add(np.array([[t, t + 0.5]] * 3), 0, 1.0, t == 5, 0)  # shape (3, 2)
+    S, _, _, _, S_next, _ = buf.sample()
+    assert S.shape == S_next.shape == (3, 3, 2, 2)  # (B, *s.shape, num_frames)
+    t = S[:, 0, 0, -1]
+    np.testing.assert_array_equal(S[:, 0, 1, -1], t + 0.5)
+    np.testing.assert_array_equal(S[:, 0, 0, 0], np.maximum(t - 1, 0))
+
+
+def test_discrete_actions_are_one_hot_encoded_as_keras_gym_does() -> None:
+    """keras-gym's _one_hot_encode_discrete: np.eye(num_actions)[a], then assigned."""
+    buf = ExperienceReplayBuffer(discrete(3), 100, batch_size=4, random_seed=0)
+    for t, a in enumerate([np.int64(1), -1, [2], np.array(0, np.uint8), 2]):
+        buf.add(np.array([t + 1.0]), a, 0.0, t == 4, t)
+    for bad, error in ((3, IndexError), (1.0, IndexError), (True, ValueError)):
+        with pytest.raises(error):  # what np.eye(3)[a] / the assignment raise
+            buf.add(np.zeros(1), bad, 0.0, False, 0)
+    assert len(buf) == 4
     S, A, *_ = buf.sample()
-    np.testing.assert_array_equal(A, np.eye(3)[S[:, 0] % 3])
+    expected = {1: 1, 2: 2, 3: 2, 4: 0, 5: 2}
+    for b in range(4):
+        np.testing.assert_array_equal(A[b], one_hot(expected[int(S[b, 0])]))
 
 
 def test_added_arrays_are_copied() -> None:
@@ -298,6 +323,53 @@ def test_added_arrays_are_copied() -> None:
     S, A, *_ = buf.sample()
     np.testing.assert_array_equal(S[:, 0], A[:, 0])
     assert set(S[:, 0].tolist()) <= {0.0, 1.0}
+
+
+# ---------------------------------------------------------------------- casting (issue 13)
+def keras_gym_assign(value: Any, shape: tuple[int, ...], dtype: Any) -> np.ndarray:
+    """What keras-gym stores: ``self._s[self._i] = s`` into its preallocated array."""
+    arr = np.zeros((2, *shape), dtype)
+    arr[1] = value
+    return arr[1]
+
+
+def test_states_are_cast_as_numpy_assignment_casts() -> None:
+    """The first state fixes shape and dtype (keras-gym's _init_cache: ``np.empty(n +
+    s.shape, s.dtype)``); later states of any dtype are assigned into it, unsafely."""
+    buf = ExperienceReplayBuffer(discrete(), 100, batch_size=4, random_seed=0)
+    values: list[Any] = [np.zeros(3, np.uint8), np.zeros(3), [1.7, 2.2, 200.9], 5, (7, 8, 9)]
+    for t, s in enumerate(values):
+        buf.add(s, 0, 1.0, t == 4, 0)  # float64 zeros, a list, a scalar (broadcast), a tuple
+    rows = {tuple(r) for out in sample_until(buf, 10) for r in out[0].tolist()}
+    want = {tuple(keras_gym_assign(s, (3,), np.uint8).tolist()) for s in values}
+    assert rows == want and buf.sample()[0].dtype == np.uint8
+
+
+def test_box_actions_rewards_and_done_are_cast_like_keras_gym() -> None:
+    """keras-gym: ``self._a = np.zeros(n + space.shape, space.dtype)``, ``self._r`` float,
+    ``self._d`` bool; every add assigns into them."""
+    env = FakeEnv(gymnasium.spaces.Box(-10, 10, (2,), np.int32))
+    buf = ExperienceReplayBuffer(env, 100, batch_size=2, random_seed=0)
+    actions: list[Any] = [np.array([1.7, -2.9]), [3.5, 4.0], 2.2]
+    rewards: list[Any] = [np.float32(0.5), 1, True]
+    dones: list[Any] = [0, np.int8(0), 1.0]
+    for t in range(3):
+        buf.add(np.array([t + 1.0]), actions[t], rewards[t], dones[t], 0)
+    for S, A, Rn, In, _, _ in sample_until(buf, 5):
+        assert A.dtype == np.int32 and A.shape == (2, 2)
+        for b in range(2):
+            t = int(S[b, 0]) - 1  # n = 1: Rn is the step's own reward
+            np.testing.assert_array_equal(A[b], keras_gym_assign(actions[t], (2,), np.int32))
+            assert Rn[b] == keras_gym_assign(rewards[t], (), float)
+            assert In[b] == (0.0 if t == 2 else 0.99)  # done=1.0 is True
+
+
+def test_python_and_numpy_scalars_as_states() -> None:
+    buf = ExperienceReplayBuffer(discrete(), 100, batch_size=2, random_seed=0)
+    for t, s in enumerate([np.float64(1.0), 2, 3.5, np.array(4.0)]):
+        buf.add(s, 0, 1.0, t == 3, 0)
+    S, *_ = buf.sample()
+    assert S.shape == (2,) and S.dtype == np.float64  # frames of shape (), as keras-gym
 
 
 # ---------------------------------------------------------------------- n-step golden table
@@ -316,16 +388,16 @@ def test_nstep_golden_table() -> None:
     steps 7..9 have no complete window yet.
     """
     buf = ExperienceReplayBuffer(discrete(), 100, batch_size=7, bootstrap_n=3, gamma=G)
-    buf.random_seed = 3  # settable before the first add, as keras-gym's mixin allows
+    buf.random_seed = 3  # keras-gym's RandomStateMixin: a new RandomState
     for t in range(10):
         buf.add(np.array([t + 1.0]), t % 3, float(t + 1), t == 4, 0 if t <= 4 else 1)
     assert len(buf) == 7
     table = {
         1: (2.75, 0.125, 4.0, 0),
         2: (4.5, 0.125, 5.0, 1),
-        3: (6.25, 0.0, None, None),
-        4: (6.5, 0.0, None, None),
-        5: (5.0, 0.0, None, None),
+        3: (6.25, 0.0, 6.0, 2),  # done: keras-gym's S_next/A_next are step t + 3's anyway
+        4: (6.5, 0.0, 7.0, 0),
+        5: (5.0, 0.0, 8.0, 1),
         6: (11.5, 0.125, 9.0, 2),
         7: (13.25, 0.125, 10.0, 0),
     }
@@ -338,11 +410,8 @@ def test_nstep_golden_table() -> None:
             seen.add(key)
             assert (Rn[b], In[b]) == (rn, i_n)
             np.testing.assert_array_equal(A[b], one_hot((key - 1) % 3))
-            if s_next is not None:
-                assert S_next[b, 0] == s_next
-                np.testing.assert_array_equal(A_next[b], one_hot(a_next))
-            else:
-                np.testing.assert_array_equal(A_next[b], np.zeros(3))
+            assert S_next[b, 0] == s_next
+            np.testing.assert_array_equal(A_next[b], one_hot(a_next))
     assert seen == set(table)
 
 
@@ -382,15 +451,31 @@ def test_cut_episodes_shorter_than_n_leave_nothing_to_sample() -> None:
     for t in range(12):
         buf.add(np.array([t + 1.0]), 0, 1.0, False, t // 2)  # episodes of 2 steps, never done
     assert len(buf) == 9
-    with pytest.raises(InsufficientCacheError, match="cut"):
+    with pytest.raises(RuntimeError, match="couldn't construct valid sample"):  # as keras-gym
         buf.sample()
+
+
+def test_a_window_past_a_cut_into_a_done_is_never_sampled() -> None:
+    """keras-gym sums such a window (its cut check runs only when no done was met): Rn would
+    mix two episodes' rewards. The front-end rejects it like every window reaching a cut."""
+    buf = ExperienceReplayBuffer(discrete(), 100, batch_size=4, bootstrap_n=3, gamma=G,
+                                 random_seed=0)  # fmt: skip
+    steps = [(False, 1), (False, 1), (True, 2), (False, 3), (False, 3), (False, 3), (True, 3)]
+    traj = Trajectory(steps)
+    traj.feed(buf, 1)
+    expected = traj.expected(3, 1, G)
+    assert sorted(expected) == [3, 4, 5, 6, 7]  # steps 0 and 1 reach the cut after step 1
+    seen = set()
+    for out in sample_until(buf, 10):
+        seen |= check_rows(out, expected, 1)
+    assert seen == set(expected)
 
 
 def test_a_rejected_add_changes_nothing() -> None:
     buf = ExperienceReplayBuffer(discrete(), 100, batch_size=1, random_seed=0)
     buf.add(np.array([1.0]), 0, 1.0, False, 0)
     buf.add(np.array([2.0]), 1, 1.0, False, 0)
-    with pytest.raises(rr.ShapeError):
+    with pytest.raises(ValueError, match="broadcast"):
         buf.add(np.array([1.0, 2.0]), 0, 1.0, False, 1)  # new id, but a bad state
     assert len(buf) == 1
     buf.add(np.array([3.0]), 2, 1.0, False, 0)  # the episode goes on: no cut was stored
@@ -421,10 +506,10 @@ def test_matches_reference_model(steps: list[tuple[bool, bool]], n: int, k: int,
     assert len(buf) == max(0, len(steps) - n)
     assert bool(buf) == (len(buf) > 0)
     expected = traj.expected(n, k, G)
-    valid_share = len(expected) / max(1, buf._core.num_sampleable) if buf._core else 0.0
+    valid_share = len(expected) / max(1, len(steps))
     try:
         out = buf.sample()
-    except InsufficientCacheError:
+    except (InsufficientCacheError, SampleConstructionError):
         # too few adds, or (keras-gym's own limit of 10 * batch_size draws) mostly cut windows
         assert len(buf) < 4 or not expected or valid_share < 0.5
         return
@@ -490,19 +575,28 @@ def test_insufficient_cache_error() -> None:
     assert buf.sample()[0].shape == (3, 1)
 
 
-def test_episode_id_must_be_an_int() -> None:
-    buf = ExperienceReplayBuffer(discrete(), 100)
-    with pytest.raises(rr.DTypeError, match="episode_id"):
-        buf.add(np.zeros(1), 0, 0.0, False, 1.5)
+def test_episode_id_is_stored_as_int32_like_keras_gym() -> None:
+    """keras-gym: self._e = np.zeros(n, 'int32'); self._e[self._i] = episode_id."""
+    buf = ExperienceReplayBuffer(discrete(), 100, batch_size=2, random_seed=0)
+    for t, eid in enumerate([1.5, 1.9, np.float32(1.0), np.int64(1), "1"]):  # all id 1
+        buf.add(np.array([t + 1.0]), 0, 1.0, False, eid)
+    S = np.concatenate([buf.sample()[0] for _ in range(20)])
+    assert set(S[:, 0].tolist()) == {1.0, 2.0, 3.0, 4.0}  # one episode: no cut
+    with pytest.raises(OverflowError):  # Python int beyond int32, as NumPy raises
+        buf.add(np.zeros(1), 0, 0.0, False, 2**31)
+    with pytest.raises(ValueError):
+        buf.add(np.zeros(1), 0, 0.0, False, "one")
+    assert len(buf) == 4
 
 
-def test_random_seed_is_fixed_once_adding_started() -> None:
-    buf = ExperienceReplayBuffer(discrete(), 100, random_seed=1)
-    buf.random_seed = 2
-    assert buf.random_seed == 2
-    buf.add(np.zeros(1), 0, 0.0, False, 0)
-    with pytest.raises(rr.ConfigError, match="random_seed"):
-        buf.random_seed = 3
+def test_random_seed_reseeds_at_any_time() -> None:
+    """keras-gym's RandomStateMixin: setting random_seed creates random = RandomState(seed)."""
+    a, b = fill(None), fill(5)
+    assert isinstance(a.random, np.random.RandomState)
+    a.random_seed = 5
+    assert a.random_seed == 5
+    for x, y in zip(a.sample(), b.sample(), strict=True):
+        np.testing.assert_array_equal(x, y)
 
 
 # ---------------------------------------------------------------------- from_value_function
@@ -519,6 +613,15 @@ def test_from_value_function() -> None:
     assert (buf.env, buf.gamma, buf.bootstrap_n, buf.num_frames) == (vf.env, 0.9, 3, 4)
     assert (buf.capacity, buf.batch_size, buf.random_seed) == (50, 16, None)
     assert ExperienceReplayBuffer.from_value_function(vf, 50).batch_size == 32
+
+    @dataclass
+    class LaterValueFunction:  # later keras-gym releases call it n
+        env: Any
+        gamma: float
+        n: int
+
+    buf = ExperienceReplayBuffer.from_value_function(LaterValueFunction(discrete(), 0.5, 2), 9)
+    assert (buf.bootstrap_n, buf.gamma, buf.capacity) == (2, 0.5, 9)
 
 
 # ---------------------------------------------------------------------- reproducibility
@@ -543,7 +646,7 @@ def test_random_seed_reproduces_samples() -> None:
 @pytest.mark.parametrize(("n", "k"), [(1, 1), (3, 1), (2, 4)])
 def test_agrees_with_the_native_core(n: int, k: int) -> None:
     """The same trajectory in a plain rr.ReplayBuffer gives the same transitions by id."""
-    capacity, gamma = 30, 0.9
+    capacity, gamma = 30, 0.5
     steps = [(t % 13 == 12, t // 13 + (t % 29 == 5)) for t in range(100)]
     buf = ExperienceReplayBuffer(
         discrete(num_frames=k), capacity, batch_size=25, bootstrap_n=n, gamma=gamma, random_seed=0
@@ -553,33 +656,31 @@ def test_agrees_with_the_native_core(n: int, k: int) -> None:
         capacity + n + k - 1,
         {
             "obs": rr.Field((1, 1), np.float64),
-            "action": rr.Field((), np.int64),
+            "action": rr.Field((3,), np.float64),
             "reward": rr.Field((), np.float64),
-            "filler": rr.Field((), np.bool_),
         },
         n_step=n,
         gamma=gamma,
         frame_stack=k,
         stack_pad="first",
-        next_fields=("action", "filler"),
+        next_fields=("action",),
     )
     blank = np.zeros((1, 1))
     for t, (done, eid) in enumerate(steps):
-        if t and not steps[t - 1][0] and steps[t - 1][1] != eid:  # a cut: the filler step
-            native.add(obs=blank, action=0, reward=0.0, filler=True, terminated=False,
-                       truncated=True, next_obs=blank)  # fmt: skip
+        if t and not steps[t - 1][0] and steps[t - 1][1] != eid:  # a cut
+            native.end_episode(0, next_obs=blank)
         frame = state(t, k)[..., -1] if k > 1 else state(t, k)
-        native.add(obs=frame, action=t % 3, reward=float(t + 1), filler=False,
+        native.add(obs=frame, action=one_hot(t % 3), reward=float(t + 1),
                    terminated=done, truncated=False, next_obs=blank)  # fmt: skip
     for _ in range(3):
         S, A, Rn, In, S_next, A_next = buf.sample()
         ref = native.get_transitions(buf._last_ids)
-        assert not (ref.truncated | ref.next_filler).any()
+        assert not ref.truncated.any()  # windows reaching a cut are never sampled
         to_keras = (lambda x: np.moveaxis(x, 1, -1)) if k > 1 else (lambda x: x)
         np.testing.assert_array_equal(S, to_keras(ref.obs))
-        np.testing.assert_array_equal(S_next, to_keras(ref.next_obs))
-        np.testing.assert_array_equal(A, np.eye(3)[ref.action])
-        np.testing.assert_array_equal(A_next, np.eye(3)[ref.next_action] * ~ref.terminated[:, None])
-        np.testing.assert_array_equal(Rn, ref.reward)
-        np.testing.assert_allclose(In, ref.discount, rtol=1e-6)
-        assert (In == np.where(ref.terminated, 0.0, gamma**n)).all()
+        np.testing.assert_array_equal(A, ref.action)
+        np.testing.assert_array_equal(Rn, ref.reward)  # powers of 0.5: exact
+        np.testing.assert_array_equal(In, ref.discount)
+        live = ~ref.terminated  # after a done keras-gym reads the next episode's step
+        np.testing.assert_array_equal(S_next[live], to_keras(ref.next_obs)[live])
+        np.testing.assert_array_equal(A_next[live], ref.next_action[live])

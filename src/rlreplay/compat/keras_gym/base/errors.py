@@ -1,8 +1,10 @@
 """Stand-in for ``keras_gym.base.errors``: the errors the keras-gym replay buffer raises.
 
-Each class keeps its keras-gym name (so ``except InsufficientCacheError`` keeps working) and
-also derives from the rlreplay error that means the same thing, so code written against
-rlreplay (``except rr.EmptyBufferError``, ``except ValueError``) catches it too.
+Each class keeps its keras-gym name and base (``KerasGymError``, ``SpaceError``), so
+``except InsufficientCacheError`` keeps working, and also derives from the rlreplay error that
+means the same thing, so code written against rlreplay (``except rr.EmptyBufferError``,
+``except ValueError``) catches it too. Where keras-gym raises a built-in (``RuntimeError`` when
+no valid sample can be built) the front-end raises a class that is that built-in.
 """
 
 from __future__ import annotations
@@ -14,15 +16,21 @@ __all__ = [
     "InsufficientCacheError",
     "KerasGymError",
     "NumpyArrayCheckError",
+    "SampleConstructionError",
+    "SpaceError",
 ]
 
 
 class KerasGymError(Exception):
-    """Base class of the keras-gym front-end's errors."""
+    """Base class of keras-gym's errors (``keras_gym.base.errors.KerasGymError``)."""
 
 
-class ActionSpaceError(KerasGymError, ReplayError, ValueError):
-    """An action does not fit the env's action space (or the space has no such property)."""
+class SpaceError(KerasGymError, ReplayError, ValueError):
+    """An env's space does not support what was asked (keras-gym's ``SpaceError``)."""
+
+
+class ActionSpaceError(SpaceError):
+    """The action space has no such property (``num_actions`` of a non-Discrete space)."""
 
 
 class InsufficientCacheError(KerasGymError, EmptyBufferError):
@@ -31,3 +39,11 @@ class InsufficientCacheError(KerasGymError, EmptyBufferError):
 
 class NumpyArrayCheckError(KerasGymError, ShapeError):
     """A state does not have the shape the buffer expects (e.g. the frame-stack axis)."""
+
+
+class SampleConstructionError(ReplayError, RuntimeError):
+    """No valid batch within keras-gym's budget of ``10 * batch_size`` draws.
+
+    keras-gym raises a plain ``RuntimeError("couldn't construct valid sample")`` there; this
+    class is a ``RuntimeError`` so ``except RuntimeError`` keeps working.
+    """

@@ -1,32 +1,33 @@
 """Stand-in for ``keras_gym.caching.experience_replay``: keras-gym's replay buffer over rlreplay.
 
-:class:`ExperienceReplayBuffer` keeps keras-gym's constructor, methods, return shapes and
-errors, and hands every piece of replay work to one :class:`rlreplay.ReplayBuffer`:
+:class:`ExperienceReplayBuffer` keeps keras-gym's constructor, attributes, methods, input
+casting, return shapes, random draws and errors, and hands the storage, the episode
+bookkeeping and the frame stacking to one :class:`rlreplay.ReplayBuffer`:
 
 ==========================  ===============================================================
 keras-gym                   core
 ==========================  ===============================================================
 last frame of ``s``         field ``obs`` (one frame), ``frame_stack=num_frames``,
                             ``stack_pad="first"`` (keras-gym repeats an episode's first frame)
-``a``                       field ``action`` (the index for ``Discrete``, one-hot at sample
-                            time); ``next_fields=("action", ...)`` gives ``A_next``
+``a``                       field ``action``: the one-hot row (``Discrete``) or the action,
+                            stored as keras-gym stores it; ``next_fields=("action",)``
 ``r``                       ``reward`` (float64, as keras-gym stores it)
 ``done``                    ``terminated`` (with a zero final frame: keras-gym has none)
-new ``episode_id``          a *cut*: a filler step (below) ends the previous episode
-``bootstrap_n``, ``gamma``  ``n_step``, ``gamma``
+new ``episode_id``          a *cut*: ``end_episode(next_obs=zeros)`` truncates the old episode
+``bootstrap_n``             ``n_step``
 ==========================  ===============================================================
 
-Cut episodes. An ``add`` whose ``episode_id`` differs from the previous step's, when that step
-was not ``done``, starts a new episode and leaves the previous one without a state to
-bootstrap from: keras-gym never samples a transition whose n-step window runs into such a cut.
-The core learns that an episode ended only from the step that ends it, and the previous step
-is already stored when the new id arrives. So the adapter then stores one *filler* step (zero
-frame, zero action and reward, field ``filler=True``) that ends the cut episode as truncated,
-and the sampler drops every draw whose window reaches a truncation (``truncated``) or
-bootstraps from a filler (``next_filler``). Rejecting draws from a uniform draw leaves it
-uniform over the remaining transitions, so exactly keras-gym's valid transitions are sampled,
-uniformly. A filler takes one slot of the ring per cut (cuts are rare: gym marks time limits
-``done``); without cuts there are no fillers and no rejections.
+Every value is converted as keras-gym's ``self._s[self._i] = s`` converts it: NumPy assignment
+into an array of the stored shape and dtype (unsafe casts, broadcasting), raising what NumPy
+raises there, so the core only ever gets values of its fields' dtypes.
+
+Sampling follows keras-gym's loop: each attempt draws ``j = random.randint(num_transitions)``
+(a slot of keras-gym's ``capacity + bootstrap_n`` ring, mapped to the core step it holds) with
+the same ``RandomState``, and keeps it under keras-gym's rules; attempts are drawn in vectors of
+exactly as many as are still needed, which consumes the generator as keras-gym's one-by-one
+draws do. The same ``random_seed`` and adds give keras-gym's samples, except where keras-gym
+would read data that is not there (the fixes in ``docs/migrating/keras_gym.md``): such a draw
+is rejected, or its stack is built from the right frames.
 """
 
 from __future__ import annotations
@@ -35,14 +36,14 @@ from typing import Any
 
 import numpy as np
 
-from rlreplay.batch import Batch
 from rlreplay.buffer import ReplayBuffer
 from rlreplay.compat.keras_gym.base.errors import (
     ActionSpaceError,
     InsufficientCacheError,
     NumpyArrayCheckError,
+    SampleConstructionError,
 )
-from rlreplay.errors import ConfigError, DTypeError, EmptyBufferError
+from rlreplay.errors import ConfigError
 from rlreplay.spec import Field
 
 __all__ = ["ExperienceReplayBuffer"]
@@ -61,28 +62,28 @@ class ExperienceReplayBuffer:
 
         Rn = sum_{j<m} gamma^j r_{t+j}    (m = bootstrap_n, or fewer if the episode is done)
         In = 0 if done within the window else gamma^bootstrap_n
-        S_next, A_next = state and action at t + bootstrap_n   (undefined when In = 0)
+        S_next, A_next = state and action at t + bootstrap_n   (masked by In = 0 when done)
 
-    Invariants: every ``add`` is stored in the core at once (plus one filler step per cut
-    episode, see the module docstring); ``len(self)`` counts adds as keras-gym does,
-    ``max(0, min(adds, capacity + bootstrap_n) - bootstrap_n)``; once full, ``capacity``
-    transitions are sampleable (fewer by one per filler still stored).
+    Invariants: every ``add`` is one core step (core id = first id + add index); keras-gym's
+    ring slot ``j`` holds the newest add ``i`` with ``i % (capacity + bootstrap_n) == j``;
+    ``len(self) == max(0, min(adds, capacity + bootstrap_n) - bootstrap_n)``.
 
     Cost: :meth:`add` is O(1); :meth:`sample` is O(batch_size * (num_frames + bootstrap_n))
-    gathers (the core's), independent of ``capacity``.
+    gathers, in a few vectorised rounds (one per batch of rejected draws).
 
     Args:
         env: The gym/gymnasium environment: ``env.action_space`` gives the action encoding
             and ``num_frames`` (found on the env or any env it wraps; default 1) the number
             of stacked frames in a state.
-        capacity: Number of transitions to keep (DQN typically uses 1000000).
+        capacity: Number of transitions to keep (``int()`` is applied, as keras-gym does).
         batch_size: Number of transitions :meth:`sample` returns.
         bootstrap_n: Number of steps over which to delay bootstrapping (n-step returns).
-        gamma: Reward discount factor in ``[0, 1]``.
-        random_seed: Seed (a non-negative int) for reproducible samples, or None.
+        gamma: Reward discount factor (read at sample time, as keras-gym does).
+        random_seed: Seed of the ``RandomState`` that draws the samples, or None.
+        n: Later keras-gym releases' name for ``bootstrap_n`` (keyword only).
 
     Raises:
-        ConfigError: An argument out of range (a ``ValueError``).
+        ConfigError: ``bootstrap_n`` or ``num_frames`` below 1 (a ``ValueError``).
 
     Example:
         >>> import gymnasium, numpy as np
@@ -97,6 +98,8 @@ class ExperienceReplayBuffer:
         ((4, 3), (4, 2), (4,), (4,), (4, 3), (4, 2))
     """
 
+    random: np.random.RandomState
+
     def __init__(
         self,
         env: Any,
@@ -104,23 +107,27 @@ class ExperienceReplayBuffer:
         batch_size: int = 32,
         bootstrap_n: int = 1,
         gamma: float = 0.99,
-        random_seed: int | None = None,
+        random_seed: Any = None,
+        *,
+        n: int | None = None,
     ) -> None:
         self.env = env
-        self.capacity = _positive_int("capacity", capacity)
-        self.batch_size = _positive_int("batch_size", batch_size)
-        self.num_frames = _positive_int("num_frames", _get_env_attr(env, "num_frames", 1))
-        self.bootstrap_n = _positive_int("bootstrap_n", bootstrap_n)
+        self.capacity = int(capacity)
+        self.batch_size = int(batch_size)
+        self.num_frames = int(_get_env_attr(env, "num_frames", 1))
+        self.bootstrap_n = int(bootstrap_n if n is None else n)
         self.gamma = float(gamma)
-        if not 0.0 <= self.gamma <= 1.0:
-            raise ConfigError(f"gamma: expected a value in [0, 1], got {gamma!r}")
-        self._random_seed = _check_seed(random_seed)
-        # The core is built by the first add: the frame's shape and dtype come from it.
+        self.random_seed = random_seed
+        if self.bootstrap_n < 1:
+            raise ConfigError(f"bootstrap_n: expected a positive int, got {self.bootstrap_n}")
+        if self.num_frames < 1:
+            raise ConfigError(f"num_frames: expected a positive int, got {self.num_frames}")
+        self._initialized = False
         self._core: ReplayBuffer | None = None
-        self._discrete = False
-        self._blank: Array | None = None  # zero frame: final observation and filler frame
-        self._blank_action: Any = None  # zero action of the filler
-        self._running: int | None = None  # episode id of the core's unfinished episode
+        self._running: int | None = None  # (int32) episode id of the core's running episode
+        self._adds = 0  # adds since construction or the last clear
+        self._first_id = 0  # core id of the first of those adds
+        self._last_id = -1  # core id of the newest add
         self._num_transitions = 0
         self._last_ids: Array | None = None  # core ids of the last sample (for tests)
 
@@ -130,8 +137,8 @@ class ExperienceReplayBuffer:
     ) -> ExperienceReplayBuffer:
         """Create a new instance with settings taken from a value function.
 
-        ``gamma`` and ``bootstrap_n`` are read from the value function, ``num_frames`` from
-        its ``env`` attribute.
+        ``gamma`` and ``bootstrap_n`` (or ``n``, its name in later keras-gym releases) are read
+        from the value function, ``num_frames`` from its ``env`` attribute.
 
         Args:
             value_function: A state or state-action value function with attributes ``env``,
@@ -142,28 +149,30 @@ class ExperienceReplayBuffer:
         Returns:
             A new, empty buffer.
         """
+        n = getattr(value_function, "bootstrap_n", None)
         return cls(
             env=value_function.env,
             capacity=capacity,
             batch_size=batch_size,
             gamma=value_function.gamma,
-            bootstrap_n=value_function.bootstrap_n,
+            bootstrap_n=value_function.n if n is None else n,
         )
 
     # ------------------------------------------------------------------ keras-gym's mixins
     @property
-    def random_seed(self) -> int | None:
-        """The seed of the sampler; settable only before the first :meth:`add`."""
+    def random_seed(self) -> Any:
+        """The seed of :attr:`random`; setting it creates a new ``RandomState`` (any time)."""
         return self._random_seed
 
     @random_seed.setter
-    def random_seed(self, new_random_seed: int | None) -> None:
-        if self._core is not None:
-            raise ConfigError(
-                "random_seed: the sampler is created by the first add; set random_seed in the "
-                "constructor or before adding"
-            )
-        self._random_seed = _check_seed(new_random_seed)
+    def random_seed(self, new_random_seed: Any) -> None:
+        self._random_seed = new_random_seed
+        self.random = np.random.RandomState(new_random_seed)
+
+    @property
+    def n(self) -> int:
+        """``bootstrap_n`` under its name in later keras-gym releases."""
+        return self.bootstrap_n
 
     @property
     def action_space_is_box(self) -> bool:
@@ -184,51 +193,71 @@ class ExperienceReplayBuffer:
         """
         if not self.action_space_is_discrete:
             raise ActionSpaceError(
-                "num_actions attribute is inaccessible; does the env have a Discrete action "
+                "num_actions property is inaccessible; does the env have a Discrete action "
                 f"space? It has {self.env.action_space!r}"
             )
         return int(self.env.action_space.n)
 
     # ------------------------------------------------------------------ writing
-    def add(self, s: Any, a: Any, r: float, done: bool, episode_id: int) -> None:
+    def add(self, s: Any, a: Any, r: Any, done: Any, episode_id: Any) -> None:
         """Add a transition to the experience replay buffer.
 
+        Each value is converted as keras-gym's assignment into its arrays converts it (NumPy
+        casting and broadcasting); the first ``s`` fixes the stored state shape and dtype.
+
         Args:
-            s: A single state observation; with ``num_frames > 1`` a frame stack of shape
-                ``(H, W, num_frames)`` or ``(H, W, C, num_frames)`` of which only the last
-                frame is stored.
-            a: A single action (an int for a ``Discrete`` action space).
+            s: A single state observation; with ``num_frames > 1`` a frame stack whose last
+                axis is ``num_frames``, of which only the last frame is stored when it is
+                ``(H, W, num_frames)`` or ``(H, W, C, num_frames)``.
+            a: A single action (an index into ``Discrete(n)``, one-hot encoded).
             r: The observed reward associated with this transition.
             done: Whether the episode has finished.
-            episode_id: The episode in which the transition took place; a new id after a step
-                that was not ``done`` starts a new episode (the old one was cut).
+            episode_id: The episode in which the transition took place (stored as int32); a
+                new id after a step that was not ``done`` starts a new episode (a cut).
 
         Raises:
-            NumpyArrayCheckError: A frame stack of the wrong shape.
-            ActionSpaceError: A discrete action that is not an int in the space.
-            rlreplay.ShapeError: A state or action of another shape than the first one.
-            rlreplay.DTypeError: A value that cannot be stored without an unsafe cast, or an
-                ``episode_id`` that is not an int.
+            NumpyArrayCheckError: A frame stack whose last axis is not ``num_frames``.
+            ValueError, TypeError, IndexError, OverflowError: What NumPy raises assigning
+                the value into keras-gym's array (e.g. a state of another shape, a discrete
+                action out of range, an episode id beyond int32).
         """
-        frame = self._extract_last_frame(s)
-        core = self._core if self._core is not None else self._init_core(frame)
-        action = self._encode_action(a)
-        eid = _episode_id(episode_id)
+        s = self._extract_last_frame(s)
+        if not self._initialized:
+            # keras-gym's _init_cache: the shapes and dtypes come from the first state.
+            first = np.asarray(s)
+            self._s_shape, self._s_dtype = first.shape, first.dtype
+            if self.action_space_is_discrete:
+                self._a_shape: tuple[int, ...] = (self.num_actions,)  # one-hot encoded
+                self._a_dtype = np.dtype(np.float64)
+            else:
+                self._a_shape = tuple(self.env.action_space.shape)
+                self._a_dtype = np.dtype(self.env.action_space.dtype)
+            self._initialized = True
+        if self.action_space_is_discrete:
+            a = np.eye(self.num_actions)[a]  # keras-gym's _one_hot_encode_discrete
+        # keras-gym's assignments, in its order (a failing one stores nothing here)
+        frame = _assigned(s, self._s_shape, self._s_dtype)
+        action = _assigned(a, self._a_shape, self._a_dtype)
+        reward = _assigned(r, (), np.dtype(np.float64))
+        is_done = bool(_assigned(done, (), np.dtype(np.bool_)))
+        eid = int(_assigned(episode_id, (), np.dtype(np.int32)))
+        core = self._core if self._core is not None else self._init_core()
         if self._running is not None and eid != self._running:
-            for name, value in (("obs", frame), ("action", action), ("reward", r)):
-                core.schema.convert(name, value, ())  # a rejected add must change nothing
-            self._end_cut_episode(core)
-        core.add(
+            core.end_episode(0, next_obs=self._blank)  # a cut: nothing to bootstrap from
+        ids = core.add(
             obs=frame,
             action=action,
-            reward=r,
-            filler=False,
-            terminated=bool(done),
+            reward=reward,
+            terminated=is_done,
             truncated=False,
             next_obs=self._blank,  # read only when the step ends its episode
         )
-        self._running = None if done else eid
-        self._num_transitions = min(self._num_transitions + 1, self.capacity + self.bootstrap_n)
+        self._last_id = int(ids[0])
+        if self._adds == 0:
+            self._first_id = self._last_id
+        self._adds += 1
+        self._running = None if is_done else eid
+        self._num_transitions = min(self._num_transitions + 1, self._slots())
 
     def clear(self) -> None:
         """Clear the experience replay buffer (the shapes fixed by the first add stay)."""
@@ -236,83 +265,56 @@ class ExperienceReplayBuffer:
             if self._running is not None:
                 # The next add then starts a fresh episode, whose frame stacks are padded with
                 # its own first frame rather than reaching for frames cleared away.
-                self._end_cut_episode(self._core)
+                self._core.end_episode(0, next_obs=self._blank)
+                self._running = None
             self._core.clear()
+        self._adds = 0
         self._num_transitions = 0
 
-    def _end_cut_episode(self, core: ReplayBuffer) -> None:
-        """Store the filler step that ends the running episode as truncated."""
-        core.add(
-            obs=self._blank,
-            action=self._blank_action,
-            reward=0.0,
-            filler=True,
-            terminated=False,
-            truncated=True,
-            next_obs=self._blank,
-        )
-        self._running = None
+    def _slots(self) -> int:
+        """Size of keras-gym's ring: ``capacity + bootstrap_n``."""
+        return self.capacity + self.bootstrap_n
 
-    def _init_core(self, frame: Array) -> ReplayBuffer:
-        self._discrete = self.action_space_is_discrete
-        if self._discrete:
-            action = Field((), np.int64)  # the index; one-hot encoded at sample time
-        else:
-            space = self.env.action_space
-            action = Field(tuple(space.shape), space.dtype)
+    def _init_core(self) -> ReplayBuffer:
+        M = self._slots()
+        if M < 1:
+            raise ConfigError(
+                f"capacity: capacity + bootstrap_n must be positive, got {self.capacity} + "
+                f"{self.bootstrap_n}"
+            )
         fields = {
-            "obs": Field(frame.shape, frame.dtype, observation=True),
-            "action": action,
+            "obs": Field(self._s_shape, self._s_dtype, observation=True),
+            "action": Field(self._a_shape, self._a_dtype),
             "reward": Field((), np.float64),
-            "filler": Field((), np.bool_),
         }
         self._core = ReplayBuffer(
-            # keras-gym keeps capacity + bootstrap_n slots, of which `capacity` transitions are
-            # sampleable; the core also skips the num_frames - 1 oldest steps once their stack
-            # was overwritten, so it keeps that many more to sample `capacity` transitions too.
-            self.capacity + self.bootstrap_n + self.num_frames - 1,
+            # keras-gym keeps M = capacity + bootstrap_n slots; the core keeps num_frames - 1
+            # more steps, so the stack of every step still in keras-gym's ring is intact.
+            M + self.num_frames - 1,
             fields,
             n_step=self.bootstrap_n,
-            gamma=self.gamma,
+            gamma=1.0,  # unused: Rn and In are computed here from self.gamma, as keras-gym does
             frame_stack=self.num_frames,
             stack_pad="first",
-            seed=self._random_seed,
-            next_fields=("action", "filler"),
+            next_fields=("action",),
         )
-        self._blank = np.zeros(frame.shape, frame.dtype)
-        self._blank_action = np.zeros(action.shape, action.dtype)
+        self._blank = np.zeros(self._s_shape, self._s_dtype)
         return self._core
 
-    def _extract_last_frame(self, s: Any) -> Array:
+    def _extract_last_frame(self, s: Any) -> Any:
         if self.num_frames == 1:
-            return np.asarray(s)
+            return s
         arr = np.asarray(s)
-        if arr.ndim not in (3, 4):
-            raise NumpyArrayCheckError(
-                f"expected ndim equal to 3 or 4, got shape: {arr.shape} (a frame stack "
-                f"(H, W, num_frames) or (H, W, C, num_frames) with num_frames={self.num_frames})"
-            )
-        if arr.shape[-1] != self.num_frames:
+        if arr.ndim == 0 or arr.shape[-1] != self.num_frames:
             raise NumpyArrayCheckError(
                 f"expected array with axis_size={self.num_frames} along axis=-1, got shape: "
                 f"{arr.shape} (the frames are stacked on the last axis)"
             )
-        out: Array = arr[..., -1]
-        return out
-
-    def _encode_action(self, a: Any) -> Any:
-        if not self._discrete:
-            return a
-        arr = np.asarray(a)
-        if arr.shape != () or arr.dtype.kind not in "iu":
-            raise ActionSpaceError(
-                f"expected a single integer action for a Discrete action space, got {a!r}"
-            )
-        space = self.env.action_space
-        index = int(arr) - int(getattr(space, "start", 0))
-        if not 0 <= index < int(space.n):
-            raise ActionSpaceError(f"action {a!r} is not in the action space {space!r}")
-        return index
+        if arr.ndim in (3, 4):
+            return arr[..., -1]
+        # keras-gym builds a NumpyArrayCheckError here but does not raise it: the whole stack
+        # is stored as the "frame".
+        return arr
 
     # ------------------------------------------------------------------ sampling
     def sample(self) -> tuple[Array, Array, Array, Array, Array, Array]:
@@ -322,76 +324,112 @@ class ExperienceReplayBuffer:
             ``(S, A, Rn, In, S_next, A_next)``, each with a leading axis ``batch_size``:
             ``S``/``S_next`` are states, shape ``(B, *frame, num_frames)`` (``(B, *frame)``
             when ``num_frames == 1``) in the frames' dtype; ``A``/``A_next`` one-hot float64
-            ``(B, num_actions)`` for a ``Discrete`` action space, else the raw actions
+            ``(B, num_actions)`` for a ``Discrete`` action space, else the actions
             ``(B, *action_space.shape)``; ``Rn`` and ``In`` float64 ``(B,)``. Typically used
-            to minimise ``(Rn + In * sum_a P(a|S_next) Q(S_next, a) - Q(S, A))^2``. Where
-            ``In == 0`` (the episode is done within the window) ``S_next`` and ``A_next`` are
-            undefined (this implementation fills zeros in the last frame and in ``A_next``).
+            to minimise ``(Rn + In * sum_a P(a|S_next) Q(S_next, a) - Q(S, A))^2``.
 
         Raises:
-            InsufficientCacheError: Fewer than ``batch_size`` transitions (``len(self)``), or
-                no sampleable one (every window reaches a cut episode's end).
+            InsufficientCacheError: Fewer than ``batch_size`` transitions (``len(self)``).
+            SampleConstructionError: No valid batch in ``10 * batch_size`` draws (a
+                ``RuntimeError``, as keras-gym raises).
         """
-        if self._core is None or len(self) < self.batch_size:
+        if not self._initialized or self._core is None or len(self) < self.batch_size:
             raise InsufficientCacheError(
                 f"insufficient cached data to sample from: {len(self)} transitions, "
                 f"batch_size={self.batch_size}; add more transitions before sampling"
             )
-        batch = self._draw(self._core)
-        self._last_ids = batch.ids
-        terminated = batch.terminated
-        # The core's discount, in float64 as keras-gym returns it: a window that is neither
-        # terminated nor truncated (those were dropped) spans exactly bootstrap_n steps.
-        In = np.where(terminated, 0.0, np.float64(self.gamma) ** batch.steps)
+        B = self.batch_size
+        if B < 1:  # keras-gym's np.stack of an empty list
+            raise ValueError("need at least one array to stack")
+        core = self._core
+        ids, steps, done = self._draw(core, B)
+        self._last_ids = ids
+        batch = core.get_transitions(ids)
+        Rn = self._returns(core, ids, steps)
+        In = np.where(done, 0.0, np.power([self.gamma], self.bootstrap_n))
+        S_next, A_next = batch.next_obs, batch.next_action
+        if done.any():
+            S_next, A_next = S_next.copy(), A_next.copy()
+            S_next[done], A_next[done] = self._after_done(core, ids[done])
         return (
             self._states(batch.obs),
-            self._actions(batch.action, None),
-            batch.reward,
+            batch.action,
+            Rn,
             In,
-            self._states(batch.next_obs),
-            self._actions(batch.next_action, terminated),
+            self._states(S_next),
+            A_next,
         )
 
-    def _draw(self, core: ReplayBuffer) -> Batch:
-        """``batch_size`` uniform draws among the transitions whose window reaches no cut."""
-        B = self.batch_size
-        try:
-            batch = core.sample(B)
-            bad = batch.truncated | batch.next_filler
-            if not bad.any():  # the common case: no episode was cut
-                return batch
-            kept = [batch.ids[~bad]]
-            got, drawn = kept[0].size, B
-            while got < B and drawn < _ATTEMPTS_PER_ITEM * B:
-                batch = core.sample(B)
-                kept.append(batch.ids[~(batch.truncated | batch.next_filler)])
-                got, drawn = got + kept[-1].size, drawn + B
-        except EmptyBufferError as exc:
-            raise InsufficientCacheError(
-                f"insufficient cached data to sample from: no transition's {self.bootstrap_n}"
-                "-step window is complete yet; add more transitions before sampling"
-            ) from exc
+    def _draw(self, core: ReplayBuffer, B: int) -> tuple[Array, Array, Array]:
+        """keras-gym's draws: core ids, window lengths and done flags of ``B`` valid draws."""
+        M, n, k = self._slots(), self.bootstrap_n, self.num_frames
+        adds, last = self._adds, self._last_id
+        kept: list[tuple[Array, Array, Array]] = []
+        got = drawn = 0
+        budget = _ATTEMPTS_PER_ITEM * B
+        while got < B and drawn < budget:
+            need = min(B - got, budget - drawn)
+            j = self.random.randint(self._num_transitions, size=need)
+            drawn += need
+            i = j + M * ((adds - 1 - j) // M)  # the add keras-gym's slot j holds
+            t = self._first_id + i
+            to_end = core.steps_to_episode_end(t)  # -1 while the episode runs
+            in_window = (to_end >= 0) & (to_end < n)
+            done = in_window & core.get_field("terminated", t + np.where(in_window, to_end, 0))
+            # the window is stored: it ends its episode, or step t + n exists
+            known = in_window | (t + n <= last)
+            # keras-gym: "if not done and np.any(self._e[ks] > ep): continue" (a cut episode)
+            cut = in_window & ~done
+            # keras-gym: "if np.any(self._e[js[:-1]] > ep): continue": the stack reaches slots
+            # overwritten by newer adds, and the newest of those is in a later episode
+            stale = (i - (k - 1) < adds - M) & (to_end >= 0) & (t + to_end < last)
+            ok = known & ~cut & ~stale
+            steps = np.where(in_window, to_end + 1, n)
+            kept.append((t[ok], steps[ok], done[ok]))
+            got += int(ok.sum())
         if got < B:
-            raise InsufficientCacheError(
-                f"couldn't construct a valid sample: {got} of {drawn} draws were usable; most "
+            raise SampleConstructionError(
+                f"couldn't construct valid sample: {got} of {drawn} draws were valid; most "
                 "stored windows reach the end of an episode that was cut (a new episode_id "
                 "without done), which leaves nothing to bootstrap from"
             )
-        return core.get_transitions(np.concatenate(kept)[:B])
+        ids, steps, done = (np.concatenate(parts) for parts in zip(*kept, strict=True))
+        return ids, steps, done
+
+    def _returns(self, core: ReplayBuffer, ids: Array, steps: Array) -> Array:
+        """``Rn``, summed in keras-gym's order with ``self.gamma`` (read now, as keras-gym does)."""
+        n = self.bootstrap_n
+        window = np.minimum(ids[:, None] + np.arange(n), self._last_id)
+        rewards = core.get_field("reward", window.reshape(-1)).reshape(window.shape)
+        rn = np.zeros(ids.shape[0])
+        for u in range(n):  # over the window, vectorised over the batch
+            rn += np.where(u < steps, pow(self.gamma, u) * rewards[:, u], 0.0)
+        return rn
+
+    def _after_done(self, core: ReplayBuffer, ids: Array) -> tuple[Array, Array]:
+        """keras-gym's ``S_next``/``A_next`` rows of done windows (core layout), masked by In=0.
+
+        keras-gym reads the stack and action at ``t + bootstrap_n`` whatever episode they are
+        in: the next episode's steps. Frames before the episode of ``t`` repeat its first frame
+        (keras-gym's padding); a step not added yet reads zeros (keras-gym reads a slot not
+        written yet, or stale data).
+        """
+        k, last = self.num_frames, self._last_id
+        target = ids + self.bootstrap_n
+        pos = target[:, None] - np.arange(k - 1, -1, -1)
+        pos = np.maximum(pos, core.episode_begin(ids)[:, None])
+        frames = core.get_field("obs", np.minimum(pos, last).reshape(-1))
+        frames = frames.reshape(pos.shape + frames.shape[1:])
+        frames[pos > last] = 0
+        actions = core.get_field("action", np.minimum(target, last))
+        actions[target > last] = 0
+        return (frames if k > 1 else frames[:, 0]), actions
 
     def _states(self, obs: Array) -> Array:
         if self.num_frames == 1:
             return obs
         # The core stacks frames on axis 1; keras-gym puts them on the last axis.
         return np.ascontiguousarray(np.moveaxis(obs, 1, -1))
-
-    def _actions(self, action: Array, undefined: Array | None) -> Array:
-        if not self._discrete:
-            return action
-        one_hot: Array = np.eye(int(self.env.action_space.n), dtype=np.float64)[action]
-        if undefined is not None:
-            one_hot[undefined] = 0.0  # no action follows a done step
-        return one_hot
 
     # ------------------------------------------------------------------ sizes
     def __len__(self) -> int:
@@ -406,6 +444,18 @@ class ExperienceReplayBuffer:
             f"bootstrap_n={self.bootstrap_n}, gamma={self.gamma}, num_frames={self.num_frames}, "
             f"len={len(self)})"
         )
+
+
+def _assigned(value: Any, shape: tuple[int, ...], dtype: np.dtype[Any]) -> Array:
+    """``value`` converted as ``arr[i] = value`` converts it into ``arr`` of rows ``shape``.
+
+    NumPy's assignment: unsafe casts (float64 into uint8, 1.7 into int32), broadcasting, and
+    NumPy's own errors for what it cannot assign.
+    """
+    row = np.empty((1, *shape), dtype)
+    row[0] = value  # exactly keras-gym's `self._s[self._i] = s` on one row
+    out: Array = row[0]
+    return out
 
 
 def _get_env_attr(env: Any, attr: str, default: Any, max_depth: int = 100) -> Any:
@@ -430,29 +480,3 @@ def _is_space(space: Any, name: str) -> bool:
     By class name, so neither gym nor gymnasium has to be imported and both work.
     """
     return any(cls.__name__ == name for cls in type(space).__mro__)
-
-
-def _positive_int(name: str, value: Any) -> int:
-    # keras-gym applies int() to its sizes, so capacity=1e6 works; non-integral values do not.
-    try:
-        out = int(value)
-    except (TypeError, ValueError):
-        raise ConfigError(f"{name}: expected a positive int, got {value!r}") from None
-    if isinstance(value, bool) or out != value or out < 1:
-        raise ConfigError(f"{name}: expected a positive int, got {value!r}")
-    return out
-
-
-def _check_seed(seed: Any) -> int | None:
-    if seed is None:
-        return None
-    if isinstance(seed, bool) or not isinstance(seed, int | np.integer) or seed < 0:
-        raise ConfigError(f"random_seed: expected a non-negative int or None, got {seed!r}")
-    return int(seed)
-
-
-def _episode_id(value: Any) -> int:
-    arr = np.asarray(value)
-    if arr.shape != () or arr.dtype.kind not in "iu":
-        raise DTypeError(f"episode_id: expected an int, got {value!r}")
-    return int(arr)
