@@ -1,0 +1,134 @@
+"""nnabla-rl's ``BufferIterator`` and ``ReplacementSamplingReplayBuffer`` on rlreplay.
+
+Written from nnabla-rl's behaviour: ``BufferIterator(buffer, batch_size, shuffle=True,
+repeat=True)`` walks the positions of a buffer in batches of ``batch_size`` (the last one of an
+epoch may be smaller), each batch being ``buffer.sample_indices(indices)``; ``__next__`` and
+``next`` are the same, ``reset`` starts a new (reshuffled) epoch, and without ``repeat`` an
+epoch's end raises ``StopIteration``. ``ReplacementSamplingReplayBuffer.sample`` draws
+``rng.choice(len - num_steps + 1, size=num_samples, replace=True)`` and returns
+``sample_indices`` of them.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+import numpy as np
+import pytest
+from scipy.stats import chisquare
+
+import rlreplay.compat.nnabla_rl.replay_buffers as RB
+from rlreplay.compat.nnabla_rl.replay_buffer import ReplayBuffer
+from rlreplay.compat.nnabla_rl.replay_buffers.buffer_iterator import BufferIterator
+from rlreplay.compat.nnabla_rl.replay_buffers.replacement_sampling_replay_buffer import (
+    ReplacementSamplingReplayBuffer,
+)
+
+P_CHI = 1e-3
+
+
+def experience(t: int) -> tuple[Any, ...]:
+    s = np.full(2, t, np.float32)
+    return (s, np.array([t % 2]), float(t), 1.0, s + 1, {"t": t})
+
+
+def filled(buffer: ReplayBuffer, n: int) -> Any:
+    buffer.append_all([experience(t) for t in range(n)])
+    return buffer
+
+
+def numbers(experiences: Any) -> list[int]:
+    return [int(e[2]) for e in experiences]
+
+
+def test_exported_like_nnabla_rl() -> None:
+    assert RB.BufferIterator is BufferIterator
+    assert RB.ReplacementSamplingReplayBuffer is ReplacementSamplingReplayBuffer
+    assert issubclass(ReplacementSamplingReplayBuffer, ReplayBuffer)
+
+
+# ---------------------------------------------------------------------------- BufferIterator
+def test_iterator_without_shuffle_walks_the_buffer_in_order() -> None:
+    buffer = filled(ReplayBuffer(), 7)
+    iterator = BufferIterator(buffer, batch_size=3, shuffle=False, repeat=False)
+    assert iter(iterator) is iterator
+    batches = []
+    for experiences, info in iterator:
+        batches.append(numbers(experiences))
+        assert info["weights"].shape == (len(experiences), 1)
+    assert batches == [[0, 1, 2], [3, 4, 5], [6]]
+    with pytest.raises(StopIteration):
+        iterator.next()
+    iterator.reset()
+    assert numbers(next(iterator)[0]) == [0, 1, 2]
+
+
+def test_iterator_shuffles_a_permutation_per_epoch_and_repeats() -> None:
+    buffer = filled(ReplayBuffer(capacity=10), 10)
+    iterator = BufferIterator(buffer, batch_size=4, seed=0)
+    epochs = []
+    for _ in range(3):
+        epoch: list[int] = []
+        for _ in range(3):  # 4 + 4 + 2
+            epoch += numbers(iterator.next()[0])
+        epochs.append(epoch)
+    for epoch in epochs:
+        assert sorted(epoch) == list(range(10))
+    assert len({tuple(e) for e in epochs}) > 1  # reshuffled
+    assert epochs[0] != list(range(10))
+
+
+def test_iterator_shuffle_is_uniform_over_first_positions() -> None:
+    buffer = filled(ReplayBuffer(), 5)
+    iterator = BufferIterator(buffer, batch_size=5, seed=1)
+    first: Counter[int] = Counter()
+    for _ in range(2000):
+        first[numbers(iterator.next()[0])[0]] += 1
+    assert chisquare([first[i] for i in range(5)]).pvalue > P_CHI
+
+
+def test_iterator_over_a_prioritized_buffer_passes_its_weights() -> None:
+    buffer = filled(RB.PrioritizedReplayBuffer(capacity=6, seed=0), 6)
+    iterator = BufferIterator(buffer, batch_size=4, shuffle=False, repeat=False)
+    experiences, info = iterator.next()
+    assert numbers(experiences) == [0, 1, 2, 3] and info["weights"].shape == (4, 1)
+    buffer.update_priorities(np.zeros(4))
+    assert numbers(iterator.next()[0]) == [4, 5]
+    buffer.update_priorities(np.zeros(2))
+
+
+# ---------------------------------------------------------------------------- replacement
+def test_replacement_sampling_draws_with_replacement_uniformly() -> None:
+    buffer = filled(ReplacementSamplingReplayBuffer(capacity=8, seed=0), 12)  # keeps 4..11
+    experiences, info = buffer.sample(num_samples=20)  # more than len: fine with replacement
+    assert len(experiences) == 20 and info["weights"].tolist() == [[1.0]] * 20
+    counts: Counter[int] = Counter()
+    for _ in range(300):
+        experiences, _ = buffer.sample(num_samples=10)
+        counts.update(numbers(experiences))
+    assert set(counts) == set(range(4, 12))
+    assert chisquare([counts[i] for i in range(4, 12)]).pvalue > P_CHI
+
+
+def test_replacement_sampling_num_steps_and_errors() -> None:
+    buffer = filled(ReplacementSamplingReplayBuffer(seed=1), 5)
+    experiences, _ = buffer.sample(num_samples=30, num_steps=2)
+    assert isinstance(experiences, tuple) and len(experiences) == 2
+    first, second = numbers(experiences[0]), numbers(experiences[1])
+    assert max(first) <= 3 and [a + 1 for a in first] == second
+    with pytest.raises(ValueError):
+        buffer.sample(num_samples=1, num_steps=6)  # no start position fits
+    with pytest.raises(ValueError):
+        buffer.sample(num_steps=0)
+    with pytest.raises(ValueError):
+        buffer.sample(num_samples=0)  # empty indices
+    with pytest.raises(ValueError):
+        ReplacementSamplingReplayBuffer().sample()  # empty buffer
+
+
+def test_replacement_sampling_same_seed_same_samples() -> None:
+    a = filled(ReplacementSamplingReplayBuffer(seed=3), 9)
+    b = filled(ReplacementSamplingReplayBuffer(seed=3), 9)
+    for _ in range(3):
+        assert numbers(a.sample(num_samples=6)[0]) == numbers(b.sample(num_samples=6)[0])
