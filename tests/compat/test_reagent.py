@@ -195,8 +195,6 @@ def test_add_checks_arguments_and_changes_nothing_on_error() -> None:
         buf.add(np.zeros(3, np.float32), 0, 1.0, False, 0.0)
     with pytest.raises(KeyError):
         buf.add(obs_of(0, 0), 0, 1.0, False, bogus=0.0)
-    with pytest.raises(TypeError):  # 1.5 cannot be cast to the int32 action safely
-        buf.add(obs_of(0, 0), 1.5, 1.0, False, 0.0)
     assert buf.add_count == 0 and buf.is_empty()
     buf.add(observation=obs_of(0, 0), action=0, reward=1.0, terminal=False, log_prob=-0.5)
     buf.add(obs_of(0, 1), 0, 1.0, True, log_prob=-0.25)
@@ -314,6 +312,7 @@ def test_transition_batch_elements_shapes_and_dtypes() -> None:
         "next_reward",
         "terminal",
         "indices",
+        "step",
         "log_prob",
         "next_log_prob",
         "mask",
@@ -327,6 +326,7 @@ def test_transition_batch_elements_shapes_and_dtypes() -> None:
     assert batch.reward.shape == (4, 1) and batch.reward.dtype == torch.float32
     assert batch.terminal.shape == (4, 1) and batch.terminal.dtype == torch.bool
     assert batch.indices.shape == (4, 1) and batch.indices.dtype == torch.int64
+    assert batch.step.shape == (4, 1) and batch.step.dtype == torch.int64
     assert batch.mask.shape == (4, 3) and batch.mask.dtype == torch.bool
     batch = buf.sample_transition_batch(batch_size=9)
     assert batch.state.shape == (9, 2)
@@ -359,9 +359,9 @@ def test_sample_index_batch_and_errors() -> None:
     assert idx.dtype == torch.int64 and idx.shape == (5,) and set(idx.tolist()) == {0}
     with pytest.raises(ValueError):  # slot 3's window is not known
         buf.sample_transition_batch(indices=torch.tensor([3]))
-    with pytest.raises(ValueError):
-        buf.sample_transition_batch(indices=[50])
-    with pytest.raises(ValueError):
+    # ReAgent reads indices modulo replay_capacity: 50 is slot 0.
+    assert buf.sample_transition_batch(indices=[50]).state.tolist() == [[1.0, 1.0]]
+    with pytest.raises(AssertionError):  # ReAgent: assert len(indices) == batch_size
         buf.sample_transition_batch(batch_size=2, indices=[0])
 
 
@@ -423,7 +423,9 @@ def test_everything_as_stack_golden() -> None:
     batch = buf.sample_transition_batch(indices=[3, 5])  # steps 1 and 3 (terminal)
     assert batch.action.tolist() == [[0, 0, 1], [1, 2, 0]]
     assert batch.reward.tolist() == [[0, 1, 2], [2, 3, 4]]  # raw rewards, not n-step sums
-    assert batch.terminal.tolist() == [[False, False, False], [False, False, True]]
+    # terminal is not stacked: ReAgent reads it at t+m-1 only, (B, 1)
+    assert batch.terminal.tolist() == [[False], [True]]
+    assert batch.step.tolist() == [[1], [1]]
     assert batch.next_action.tolist() == [[0, 1, 2], [2, 0, 0]]  # after a terminal: 0
     assert batch.next_reward.tolist() == [[1, 2, 3], [3, 4, 0]]
     assert batch.log_prob.tolist() == [[0, 0, -1], [-1, -2, -3]]

@@ -1,9 +1,10 @@
 """Checks of the ReAgent buffer's user arguments (private to the ReAgent front-end).
 
-Constructor options, gym spaces and the values of one ``add`` are validated here, before the
-buffer changes: a bad option raises :class:`rlreplay.ConfigError`, a bad ``add`` a
-:class:`rlreplay.ShapeError`, :class:`rlreplay.FieldError` or (from the core's schema)
-:class:`rlreplay.DTypeError`.
+Constructor options, gym spaces and the values of one ``add`` are checked here, before the
+buffer changes, as ReAgent checks them: a bad option raises :class:`rlreplay.ConfigError` (a
+``ValueError``, or also an ``AssertionError`` where ReAgent asserts), a bad ``add`` a
+:class:`rlreplay.ShapeError` or :class:`rlreplay.FieldError`. Values are cast as NumPy
+assignment into ReAgent's arrays casts them (:func:`cast`), never refused for their dtype.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from rlreplay.compat.reagent._assembly import EXTRA
+from rlreplay.compat.reagent._errors import ConfigAssertionError, ElementAssertionError
 from rlreplay.errors import ConfigError, FieldError, ShapeError
 
 if TYPE_CHECKING:
@@ -22,9 +24,15 @@ if TYPE_CHECKING:
 
 __all__ = [
     "as_shape",
+    "cast",
+    "check_inferred",
     "convert_step",
     "extras",
+    "infer_element",
+    "inferred_dtype",
+    "observation_shape",
     "parse_add_args",
+    "reagent_shape",
     "positive_int",
     "seed",
     "space_shape_dtype",
@@ -51,6 +59,15 @@ def as_shape(name: str, value: Any) -> tuple[int, ...]:
     if any(s < 0 for s in shape):
         raise ConfigError(f"{name}: expected non-negative sizes, got {shape}")
     return shape
+
+
+def observation_shape(value: Any) -> tuple[int, ...]:
+    """ReAgent's ``assert isinstance(observation_shape, tuple)``, then :func:`as_shape`."""
+    if not isinstance(value, tuple):
+        raise ConfigAssertionError(
+            f"observation_shape: expected a tuple (ReAgent asserts it), got {value!r}"
+        )
+    return as_shape("observation_shape", value)
 
 
 def extras(extra: Sequence[Any] | None, reserved: set[str]) -> list[Element]:
@@ -99,10 +116,36 @@ def space_shape_dtype(name: str, space: Any) -> tuple[tuple[int, ...], np.dtype[
 
 
 # ---------------------------------------------------------------------- add
+def reagent_shape(value: Any) -> tuple[int, ...]:
+    """The shape ReAgent's ``_check_add_types`` sees: arrays and lists have one, else ``()``."""
+    if isinstance(value, np.ndarray):
+        return tuple(value.shape)
+    if isinstance(value, tuple | list):
+        return tuple(np.array(value).shape)
+    return ()  # ReAgent: "Assume it is scalar."
+
+
+def _true_shape(value: Any) -> tuple[int, ...] | None:
+    try:
+        return tuple(np.shape(value))
+    except (TypeError, ValueError):
+        return None
+
+
 def parse_add_args(
-    signature: Sequence[shape_type], given: tuple[Any, ...], kwargs: dict[str, Any]
+    signature: Sequence[shape_type],
+    given: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    inferred: frozenset[str] = frozenset(),
 ) -> list[Any]:
-    """The add arguments in signature order, with ReAgent's count and shape checks."""
+    """The add arguments in signature order, with ReAgent's count and shape checks.
+
+    A declared element (its shape given to the constructor) is checked as ReAgent's
+    ``_check_add_types`` checks it (``ValueError`` on a shape mismatch); besides, a value whose
+    own shape (``np.shape``, e.g. a tensor's) is the expected one is accepted. An element
+    named in ``inferred`` is checked as ReAgent's later ``DenseMetadata.validate`` checks it:
+    same shape and dtype as at the first add, else ``AssertionError``.
+    """
     if len(given) + len(kwargs) != len(signature):
         raise ShapeError(
             f"Add expects {len(signature)} elements ({[e.name for e in signature]}), "
@@ -116,20 +159,79 @@ def parse_add_args(
     for value, element in zip(values, signature, strict=True):
         if element.name == "priority" and value is None:
             continue
-        shape = np.shape(value)
-        if shape != tuple(element.shape):
+        expected = tuple(element.shape)
+        if element.name in inferred:
+            check_inferred(element.name, value, expected, np.dtype(element.type))
+        elif reagent_shape(value) != expected and _true_shape(value) != expected:
             raise ShapeError(
-                f"{element.name}: arg has shape {shape}, expected {tuple(element.shape)}"
+                f"arg {element.name} has shape {reagent_shape(value)}, expected {expected}"
             )
     return values
 
 
+def cast(value: Any, shape: tuple[int, ...], dtype: Any) -> Array:
+    """``value`` stored as ReAgent stores it: ``row[...] = value`` into a ``dtype`` row.
+
+    This is NumPy's assignment, with its unsafe casting (float64 zeros into uint8, 1.7 into
+    an int32 action as 1), so the core gets exactly what ReAgent's arrays would hold.
+    """
+    row = np.empty((1, *shape), dtype)
+    row[0] = value
+    out: Array = row[0, ...]
+    return out
+
+
+# ---------------------------------------------------------------------- inferred elements
+def inferred_dtype(value: Any) -> np.dtype[Any]:
+    """The dtype ReAgent's later buffer infers: the array's, float64 read as float32."""
+    dtype = np.array(value).dtype
+    return np.dtype(np.float32) if dtype == np.float64 else dtype
+
+
+def infer_element(name: str, value: Any) -> Element:
+    """``(name, shape, dtype)`` of an element first added as ``value`` (ReAgent's later API)."""
+    _refuse_unsupported(name, value)
+    arr = np.array(value)
+    if arr.dtype.kind not in "biufc":
+        raise ElementAssertionError(f"{name}: cannot store {type(value).__name__} {value!r}")
+    return name, tuple(arr.shape), inferred_dtype(arr)
+
+
+def check_inferred(name: str, value: Any, shape: tuple[int, ...], dtype: np.dtype[Any]) -> None:
+    """ReAgent's ``DenseMetadata.validate``: the shape and dtype of the first add, or assert."""
+    _refuse_unsupported(name, value)
+    got_shape, got_dtype = np.shape(value), inferred_dtype(value)
+    if got_shape != shape or got_dtype != dtype:
+        raise ElementAssertionError(
+            f"{name}: Expected {shape} {dtype}, got {got_shape} {got_dtype}"
+        )
+
+
+def _refuse_unsupported(name: str, value: Any) -> None:
+    if isinstance(value, dict):
+        raise ElementAssertionError(
+            f"{name}: sparse (dict) features are not supported by rlreplay; got {value!r}"
+        )
+    if hasattr(value, "detach"):
+        # ReAgent: assert not isinstance(input, (dict, torch.Tensor))
+        raise ElementAssertionError(f"{name}: {type(value)} is dict or torch.Tensor")
+
+
 def convert_step(
-    schema: Schema, extra_types: Sequence[shape_type], blank_obs: Array, values: Sequence[Any]
+    schema: Schema,
+    signature: Sequence[shape_type],
+    extra_types: Sequence[shape_type],
+    blank_obs: Array,
+    values: Sequence[Any],
 ) -> dict[str, Any]:
-    """Core keyword arguments for one step, converted (and so validated) by its schema."""
-    obs, action, reward, terminal = values[:4]
-    done = bool(np.asarray(terminal).item())
+    """Core keyword arguments for one step, cast as ReAgent's arrays cast them.
+
+    Every value is first stored as ReAgent stores it (:func:`cast`), so the core's schema
+    receives exact dtypes and shapes and never refuses a cast ReAgent makes.
+    """
+    stored = [cast(v, tuple(e.shape), e.type) for v, e in zip(values[:4], signature, strict=False)]
+    obs, action, reward, terminal = stored
+    done = bool(terminal != 0)
     step: dict[str, Any] = {
         "obs": obs,
         "action": action,
@@ -138,7 +240,7 @@ def convert_step(
         "truncated": False,
     }
     for element, value in zip(extra_types, values[4:], strict=False):
-        step[EXTRA + element.name] = value
+        step[EXTRA + element.name] = cast(value, tuple(element.shape), element.type)
     if done:
         # ReAgent has no next observation: a terminal's next_state is undefined there. The
         # core needs a final observation, so it gets this zero placeholder.

@@ -29,6 +29,7 @@ __all__ = [
     "timeline",
     "to_torch",
     "transition_arrays",
+    "c_contiguous",
 ]
 
 Array = np.ndarray[Any, Any]
@@ -71,6 +72,7 @@ def transition_arrays(buf: ReplayBuffer, batch: _Batch) -> dict[str, Any]:
         "next_reward": next_reward,
         "terminal": ended,
         "indices": batch.slots,
+        "step": m.astype(np.int64, copy=False),
     }
     for x in extras:
         out[x] = tb[EXTRA + x]
@@ -83,9 +85,7 @@ def transition_arrays(buf: ReplayBuffer, batch: _Batch) -> dict[str, Any]:
             c = core_name(x)
             out[x] = stack_last(now[c], k)
             out["next_" + x] = stack_last(shift_in(last[c], out["next_" + x]), k)
-        term = np.zeros((ids.size, k), np.bool_)
-        term[:, -1] = ended
-        out["terminal"] = term
+        # terminal and step stay unstacked: ReAgent reads terminal at t+m-1 only.
     if buf._return_as_timeline_format:
         out.update(timeline(buf._core, k, buf._update_horizon, batch, stack_all, extras))
     return out
@@ -177,10 +177,21 @@ def shift_in(stacks: Array, newest: Array) -> Array:
 
 
 def to_torch(value: Any) -> Any:
-    """A tensor (or list of tensors) of ``value``; a 1-D result becomes ``(B, 1)``."""
+    """A tensor (or list of tensors) of ``value``; a 1-D result becomes ``(B, 1)``.
+
+    Each array keeps its number of axes (``np.ascontiguousarray`` would turn a 0-d array
+    into 1-d): only ReAgent's ``(B,) -> (B, 1)`` reshape changes a shape.
+    """
     import torch
 
     if isinstance(value, list):
-        return [torch.from_numpy(np.ascontiguousarray(v)) for v in value]
-    t = torch.from_numpy(np.ascontiguousarray(value))
+        return [torch.from_numpy(c_contiguous(v)) for v in value]
+    t = torch.from_numpy(c_contiguous(value))
     return t.reshape(-1, 1) if t.ndim == 1 else t
+
+
+def c_contiguous(value: Any) -> Array:
+    """``value`` as a C-contiguous array with its own shape (0-d stays 0-d)."""
+    arr = np.asarray(value)
+    out: Array = arr if arr.flags.c_contiguous else arr.copy(order="C")
+    return out

@@ -29,6 +29,7 @@ __all__ = [
     "check_rows",
     "filename",
     "read_array",
+    "stored_elements",
     "replay_rows",
     "store_arrays",
     "write_arrays",
@@ -75,6 +76,43 @@ def read_array(path: str) -> Array:
         raise CheckpointError(
             f"{path}: expected a gzipped NumPy array written without pickle; {exc}"
         ) from None
+    return out
+
+
+def stored_elements(
+    checkpoint_dir: str | os.PathLike[str], suffix: Any
+) -> list[tuple[str, tuple[int, ...], np.dtype[Any]]]:
+    """``(name, shape, dtype)`` of each ``$store$_<name>`` file of iteration ``suffix``.
+
+    The base four first, then the others by name. Only each file's ``.npy`` header is read.
+    For a buffer that infers its elements and is loaded before its first add.
+    """
+    head, tail = STORE_FILENAME_PREFIX, f"_ckpt.{suffix}.gz"
+    names = [
+        f[len(head) : -len(tail)]
+        for f in os.listdir(checkpoint_dir)
+        if f.startswith(head) and f.endswith(tail)
+    ]
+    base = ["observation", "action", "reward", "terminal"]
+    out = []
+    for name in base + sorted(n for n in names if n not in base):
+        path = filename(checkpoint_dir, STORE_FILENAME_PREFIX + name, suffix)
+        if name not in names:
+            raise FileNotFoundError(f"Missing file: {path}")
+        try:
+            with open(path, "rb") as f, gzip.GzipFile(fileobj=f, mode="rb") as infile:
+                version = np.lib.format.read_magic(infile)
+                read = (
+                    np.lib.format.read_array_header_1_0
+                    if version == (1, 0)
+                    else np.lib.format.read_array_header_2_0
+                )
+                shape, _, dtype = read(infile)
+        except (ValueError, OSError, EOFError) as exc:
+            raise CheckpointError(f"{path}: expected a gzipped NumPy array; {exc}") from None
+        if dtype.hasobject or len(shape) < 1:
+            raise CheckpointError(f"{path}: expected one row per slot, got {dtype}{shape}")
+        out.append((name, tuple(shape[1:]), np.dtype(dtype)))
     return out
 
 

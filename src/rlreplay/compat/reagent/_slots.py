@@ -15,14 +15,17 @@ import numpy as np
 
 from rlreplay.compat.reagent._args import positive_int
 from rlreplay.compat.reagent._assembly import _Batch
-from rlreplay.errors import EmptyBufferError, InvalidIdError, ShapeError
+from rlreplay.compat.reagent._errors import IndexAssertionError
+from rlreplay.errors import EmptyBufferError, InvalidIdError
 
 if TYPE_CHECKING:
     from rlreplay.buffer import ReplayBuffer as CoreReplayBuffer
     from rlreplay.compat.reagent.circular_replay_buffer import ReplayBuffer
 
 __all__ = [
+    "SlotRangeError",
     "as_slots",
+    "batch_slots",
     "choose_slots",
     "drawable_slots",
     "gather",
@@ -85,15 +88,43 @@ def slot_index(index: Any, cap: int) -> int:
 
 
 def as_slots(indices: Any, cap: int) -> Array:
-    """Slot numbers from a tensor/array/list of any shape, flattened to int64."""
-    arr = np.asarray(indices.cpu() if hasattr(indices, "cpu") else indices).reshape(-1)
+    """Slot numbers from a tensor/array/list of any shape and integer dtype, flattened to int64.
+
+    Raises:
+        AssertionError: Not integers (ReAgent asserts an integer dtype); also
+            :class:`rlreplay.InvalidIdError`.
+        IndexError: A slot outside ``[0, cap)`` (:class:`SlotRangeError`).
+    """
+    arr = _numpy(indices).reshape(-1)
     if arr.size and arr.dtype.kind not in "iu":
-        raise InvalidIdError(f"indices: expected integers, got dtype {arr.dtype}")
+        raise IndexAssertionError(f"Indices must be integers, given: {arr.dtype}")
     arr = arr.astype(np.int64)
     bad = (arr < 0) | (arr >= cap)
     if bad.any():
-        raise InvalidIdError(f"indices: expected slots in [0, {cap}), got {arr[bad][:5].tolist()}")
+        raise SlotRangeError(f"indices: expected slots in [0, {cap}), got {arr[bad][:5].tolist()}")
     return arr
+
+
+def batch_slots(indices: Any, cap: int) -> Array:
+    """The slots of ``sample_transition_batch(indices=...)``, read as ReAgent reads them.
+
+    ReAgent converts the indices with ``.type(torch.int64)`` (floats are truncated) and reads
+    every slot modulo ``replay_capacity``; so does this.
+    """
+    arr = _numpy(indices).reshape(-1)
+    if arr.size and arr.dtype.kind not in "iuf":
+        raise IndexAssertionError(f"indices: expected numbers, got dtype {arr.dtype}")
+    out: Array = np.trunc(arr).astype(np.int64) % cap if arr.dtype.kind == "f" else arr % cap
+    return out.astype(np.int64, copy=False)
+
+
+class SlotRangeError(InvalidIdError, IndexError):
+    """A slot index outside ``[0, replay_capacity)`` (an ``IndexError``, as in ReAgent's tree)."""
+
+
+def _numpy(indices: Any) -> Array:
+    out: Array = np.asarray(indices.cpu() if hasattr(indices, "cpu") else indices)
+    return out
 
 
 def slots_of_ids(slot_id: Array, id_slot: Array, ids: Array) -> Array:
@@ -156,9 +187,10 @@ def choose_slots(buf: ReplayBuffer, batch_size: int | None, indices: Any) -> Arr
     if indices is None:
         b = buf._batch_size if batch_size is None else positive_int("batch_size", batch_size)
         return sample_slots(buf, b)
-    slots = buf._as_slots(indices)
+    slots = batch_slots(indices, buf._replay_capacity)
     if batch_size is not None and batch_size != slots.size:
-        raise ShapeError(f"batch_size={batch_size} but {slots.size} indices were given")
+        # ReAgent: assert len(indices) == batch_size
+        raise IndexAssertionError(f"batch_size={batch_size} but {slots.size} indices were given")
     return slots
 
 

@@ -49,7 +49,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import numpy as np
 
 from rlreplay.buffer import ReplayBuffer as CoreReplayBuffer
-from rlreplay.compat.reagent import _args, _assembly, _checkpoint, _slots
+from rlreplay.compat.reagent import _args, _assembly, _checkpoint, _elements, _slots
 from rlreplay.compat.reagent._assembly import EXTRA, _Batch
 from rlreplay.compat.reagent._checkpoint import CHECKPOINT_DURATION, STORE_FILENAME_PREFIX
 from rlreplay.errors import CheckpointError, ConfigError
@@ -72,8 +72,6 @@ Array = np.ndarray[Any, Any]
 shape_type = collections.namedtuple("shape_type", ["name", "shape", "type"])
 #: ``ReplayElement(name, shape, type)``: one stored or returned element (ReAgent's alias).
 ReplayElement = shape_type
-
-_namedtuple: Any = collections.namedtuple  # element names are known only at run time
 
 
 class NotFoundError(CheckpointError, FileNotFoundError):
@@ -145,26 +143,46 @@ class ReplayBuffer:
 
     _prioritized: ClassVar[bool] = False
 
+    # The elements, fixed by the constructor or (inferring) by the first add: _elements.setup.
+    _observation_shape: tuple[int, ...]
+    _observation_dtype: np.dtype[Any]
+    _action_shape: tuple[int, ...]
+    _action_dtype: np.dtype[Any]
+    _reward_shape: tuple[int, ...]
+    _reward_dtype: np.dtype[Any]
+    _terminal_dtype: np.dtype[Any]
+    _extra_storage_types: list[shape_type]
+    _inferred: frozenset[str]  # elements whose shape and dtype the first add gave
+    _state_shape: tuple[int, ...]
+    _blank_obs: Array
+    _batch_type: Any
+    _initialized: bool  # False only while an inferring buffer awaits its first add
+    _core: CoreReplayBuffer
+
     def __init__(
         self,
-        observation_shape: tuple[int, ...],
-        stack_size: int,
-        replay_capacity: int,
-        batch_size: int,
+        observation_shape: tuple[int, ...] | None = None,
+        stack_size: int = 1,
+        replay_capacity: int = 10000,
+        batch_size: int = 1,
         return_everything_as_stack: bool = False,
         return_as_timeline_format: bool = False,
         update_horizon: int = 1,
         gamma: float = 0.99,
         max_sample_attempts: int = 1000,
         extra_storage_types: list[shape_type] | None = None,
-        observation_dtype: Any = np.uint8,
-        action_shape: tuple[int, ...] = (),
-        action_dtype: Any = np.int32,
-        reward_shape: tuple[int, ...] = (),
-        reward_dtype: Any = np.float32,
+        observation_dtype: Any = None,
+        action_shape: tuple[int, ...] | None = None,
+        action_dtype: Any = None,
+        reward_shape: tuple[int, ...] | None = None,
+        reward_dtype: Any = None,
         *,
         seed: int | None = None,
     ) -> None:
+        # ReAgent's first check: assert isinstance(observation_shape, tuple).
+        self._inferring = observation_shape is None
+        if not self._inferring:
+            _args.observation_shape(observation_shape)
         self._stack_size = _args.positive_int("stack_size", stack_size)
         self._replay_capacity = _args.positive_int("replay_capacity", replay_capacity)
         self._batch_size = _args.positive_int("batch_size", batch_size)
@@ -176,26 +194,31 @@ class ReplayBuffer:
                 f"replay_capacity={replay_capacity} < update_horizon + stack_size = "
                 f"{self._update_horizon + self._stack_size}"
             )
+        if return_as_timeline_format and self._update_horizon <= 1:
+            raise ConfigError(
+                "Pointless to return as timeline format when update_horizon "
+                f"({update_horizon}) is 1."
+            )
         self._gamma = float(gamma)
-        self._observation_shape = _args.as_shape("observation_shape", observation_shape)
-        self._observation_dtype = np.dtype(observation_dtype)
-        self._action_shape = _args.as_shape("action_shape", action_shape)
-        self._action_dtype = np.dtype(action_dtype)
-        self._reward_shape = _args.as_shape("reward_shape", reward_shape)
-        self._reward_dtype = np.dtype(reward_dtype)
-        self._terminal_dtype = np.dtype(np.uint8)
         self._return_everything_as_stack = bool(return_everything_as_stack)
         self._return_as_timeline_format = bool(return_as_timeline_format)
-        self._extra_storage_types = _extras(extra_storage_types, self._reserved_names())
-        self._state_shape = (*self._observation_shape, self._stack_size)
         self._cumulative_discount_vector = np.array(
             [math.pow(self._gamma, j) for j in range(self._update_horizon)], np.float32
         )
         self._seed = _args.seed(seed)
-        self._blank_obs = np.zeros(self._observation_shape, self._observation_dtype)
-        self._batch_type: Any = _namedtuple(
-            "filler", [e.name for e in self.get_transition_elements()]
+        self._declared = _elements.declare(
+            observation_shape,
+            extra_storage_types,
+            self._reserved_names(),
+            observation_dtype=observation_dtype,
+            action_shape=action_shape,
+            action_dtype=action_dtype,
+            reward_shape=reward_shape,
+            reward_dtype=reward_dtype,
         )
+        # An inferring buffer holds placeholders for the elements until its first add.
+        elements = _elements.declared_elements(self._declared)
+        _elements.setup(self, elements, frozenset(), final=not self._inferring)
         self._reset()
 
     # ------------------------------------------------------------------ construction helpers
@@ -279,7 +302,8 @@ class ReplayBuffer:
     def _reset(self) -> None:
         """Empty the buffer: a fresh core (same seed) and fresh slot bookkeeping."""
         cap = self._replay_capacity
-        self._core = self._make_core()
+        if self._initialized:
+            self._core = self._make_core()
         self._rng = np.random.default_rng([self._seed, 1])  # the exact fallback draw only
         self._add_count = 0
         self._slot_id = np.full(cap, -1, np.int64)  # core id held by each slot
@@ -291,9 +315,12 @@ class ReplayBuffer:
 
     # ------------------------------------------------------------------ counters
     @property
-    def add_count(self) -> int:
-        """Rows written so far, including the padding rows at episode starts."""
-        return self._add_count
+    def add_count(self) -> Array:
+        """Rows written so far, including the padding rows at episode starts.
+
+        A 0-d int64 array, as ReAgent's ``add_count = np.array(0)``.
+        """
+        return np.array(self._add_count, np.int64)
 
     def cursor(self) -> int:
         """Index to the location where the next transition will be written."""
@@ -342,8 +369,11 @@ class ReplayBuffer:
         """Returns a default list of elements to be stored in this replay memory.
 
         Returns:
-            ``observation``, ``action``, ``reward``, ``terminal`` (uint8) and the extras.
+            ``observation``, ``action``, ``reward``, ``terminal`` (uint8, or as inferred) and
+            the extras; empty for a buffer that infers them before its first add.
         """
+        if not self._initialized:
+            return []
         return [
             ReplayElement("observation", self._observation_shape, self._observation_dtype),
             ReplayElement("action", self._action_shape, self._action_dtype),
@@ -356,37 +386,29 @@ class ReplayBuffer:
         """The signature of the add function: the storage signature (in this class)."""
         return self.get_storage_signature()
 
-    def get_transition_elements(self, batch_size: int | None = None) -> list[shape_type]:
+    def get_transition_elements(self, batch_size: int | None = None) -> list[Any]:
         """Returns a 'type signature' for :meth:`sample_transition_batch`.
 
         Elements, in order: ``state``, ``action``, ``reward``, ``next_state``, ``next_action``,
-        ``next_reward``, ``terminal``, ``indices``, then ``<x>``, ``next_<x>`` for each extra.
+        ``next_reward``, ``terminal``, ``indices``, ``step`` (the window length ``m``), then
+        ``<x>``, ``next_<x>`` for each extra (and ``sampling_probabilities`` when prioritized).
         Shapes are the nominal ones, ``(batch_size, *shape)`` with a trailing ``stack_size``
-        axis on states (and on everything with ``return_everything_as_stack``); the returned
-        tensors drop a trailing stack axis of size 1 and turn ``(batch_size,)`` into
-        ``(batch_size, 1)``.
+        axis on states (and with ``return_everything_as_stack`` on action, reward and extras;
+        ``terminal`` and ``step`` stay ``(batch_size,)``); the returned tensors drop a trailing
+        stack axis of size 1 and turn ``(batch_size,)`` into ``(batch_size, 1)``.
+
+        A buffer built without ``observation_shape`` answers as ReAgent's later buffer does:
+        the element *names* only (before its first add, without extras).
 
         Args:
             batch_size: Number of transitions; ``None`` uses the default batch size.
         """
         b = self._batch_size if batch_size is None else batch_size
-        k = (self._stack_size,) if self._return_everything_as_stack else ()
-        a = (b, *self._action_shape, *k)
-        r = (b, *self._reward_shape, *k)
-        elements = [
-            ReplayElement("state", (b, *self._state_shape), self._observation_dtype),
-            ReplayElement("action", a, self._action_dtype),
-            ReplayElement("reward", r, self._reward_dtype),
-            ReplayElement("next_state", (b, *self._state_shape), self._observation_dtype),
-            ReplayElement("next_action", a, self._action_dtype),
-            ReplayElement("next_reward", r, self._reward_dtype),
-            ReplayElement("terminal", (b, *k), np.dtype(np.bool_)),
-            ReplayElement("indices", (b,), np.dtype(np.int64)),
-        ]
-        for e in self._extra_storage_types:
-            for prefix in ("", "next_"):
-                elements.append(ReplayElement(prefix + e.name, (b, *e.shape, *k), e.type))
-        return elements
+        specs = self._transition_specs(b)
+        return [e.name for e in specs] if self._inferring else specs
+
+    def _transition_specs(self, b: int) -> list[shape_type]:
+        return _elements.transition_specs(self, b)
 
     # ------------------------------------------------------------------ writing
     def add(
@@ -402,6 +424,12 @@ class ReplayBuffer:
         step makes the last ``min(update_horizon, episode length)`` slots valid. When the ring
         is full the oldest row is overwritten.
 
+        Values are stored as ReAgent's arrays store them, with NumPy's assignment casts
+        (float64 zeros into a uint8 observation, a float action into int32). A buffer built
+        without ``observation_shape`` infers its elements from its first add (the keys
+        beyond the four are its extras) and then asserts, as ReAgent's later buffer does,
+        that every value it was left to infer keeps the first value's shape and dtype.
+
         Args:
             observation: Array of shape ``observation_shape``.
             action: The action (``action_shape``).
@@ -413,20 +441,47 @@ class ReplayBuffer:
         Raises:
             ValueError: Wrong number of arguments, or a wrong shape (:class:`rlreplay.ShapeError`).
             KeyError: An extra given by a name that is not stored (:class:`rlreplay.FieldError`).
-            TypeError: A value that cannot be cast safely (:class:`rlreplay.DTypeError`).
+            AssertionError: Of an inferred element, a value of another shape or dtype than
+                at the first add (also a :class:`rlreplay.ShapeError`).
         """
         given = (observation, action, reward, terminal, *args)
-        values = _args.parse_add_args(self.get_add_args_signature(), given, kwargs)
-        step = self._convert_step(values)  # validates everything before anything is written
+        fresh = not self._initialized
+        if fresh:
+            self._initialize(given[:4], kwargs)
+        try:
+            kwargs = self._add_kwargs(kwargs)
+            signature = self.get_add_args_signature()
+            values = _args.parse_add_args(signature, given, kwargs, self._inferred)
+            step = self._convert_step(values)  # checks everything before anything is written
+        except Exception:
+            if fresh:  # a refused first add leaves the elements to infer, as before it
+                elements = _elements.declared_elements(self._declared)
+                _elements.setup(self, elements, frozenset(), final=False)
+            raise
         if self.is_empty() or self._episode_ended:
             for _ in range(self._stack_size - 1):
                 _slots.write_padding(self)
         _slots.write_step(self, step, values)
 
+    def _initialize(self, values: Sequence[Any], kwargs: dict[str, Any]) -> None:
+        """Infer the elements from a first add and build the core (ReAgent's later API)."""
+        elements, inferred = _elements.infer(self, values, kwargs)
+        _elements.setup(self, elements, inferred, final=True)
+        self._core = self._make_core()
+
+    def _add_kwargs(self, kwargs: dict[str, Any]) -> dict[str, Any]:
+        """Hook: the keyword arguments of an add as the signature takes them."""
+        return kwargs
+
     def _convert_step(self, values: Sequence[Any]) -> dict[str, Any]:
-        """Core keyword arguments for one step, converted (and so validated) by its schema."""
-        schema = self._core.schema
-        return _args.convert_step(schema, self._extra_storage_types, self._blank_obs, values)
+        """Core keyword arguments for one step, cast as ReAgent's arrays cast them."""
+        return _args.convert_step(
+            self._core.schema,
+            self.get_storage_signature(),
+            self._extra_storage_types,
+            self._blank_obs,
+            values,
+        )
 
     def _release(self, slot: int) -> None:
         """Forget the step slot ``slot`` held (it is being overwritten)."""
@@ -510,7 +565,7 @@ class ReplayBuffer:
         batch = _slots.gather(self._core, self._slot_id, slots)
         arrays = self._transition_arrays(batch)
         return self._batch_type(
-            *(_assembly.to_torch(arrays[e.name]) for e in self.get_transition_elements())
+            *(_assembly.to_torch(arrays[e.name]) for e in self._transition_specs(slots.size))
         )
 
     def sample_all_valid_transitions(self) -> Any:
@@ -556,7 +611,8 @@ class ReplayBuffer:
         The rows are replayed into a fresh core in ring order: the rows after a terminal (and
         at the very start) are padding, and validity is marked as :meth:`add` marks it. The
         optional ``_is_valid`` file then restores validity exactly (a ReAgent checkpoint has
-        none). Sampling restarts from the buffer's seed.
+        none). Sampling restarts from the buffer's seed. A buffer that infers its elements
+        and has had no add yet takes them from the checkpoint's ``$store$_<name>`` files.
 
         Args:
             checkpoint_dir: Directory of the checkpoint files.
@@ -567,6 +623,30 @@ class ReplayBuffer:
             rlreplay.CheckpointError: A file is not a plain array (e.g. pickled) or has the
                 wrong shape or dtype.
         """
+        before = dict(self.__dict__)  # _reset() replaces every stateful part, never mutates one
+        try:
+            if not self._initialized:
+                self._initialize_from_files(checkpoint_dir, suffix)
+            valid = self._load_files(checkpoint_dir, suffix)
+        except Exception:
+            self.__dict__.update(before)  # a failed load changes nothing
+            raise
+        if valid is not None:
+            self._is_valid[:] = valid
+            self._num_valid_indices = int(valid.sum())
+
+    def _initialize_from_files(self, checkpoint_dir: str | os.PathLike[str], suffix: Any) -> None:
+        if not os.path.isdir(checkpoint_dir):
+            raise NotFoundError(f"Missing checkpoint directory: {checkpoint_dir}")
+        try:
+            found = _checkpoint.stored_elements(checkpoint_dir, suffix)
+        except FileNotFoundError as exc:
+            raise NotFoundError(str(exc)) from None
+        elements, inferred = _elements.from_files(self, found)
+        _elements.setup(self, elements, inferred, final=True)
+
+    def _load_files(self, checkpoint_dir: str | os.PathLike[str], suffix: Any) -> Array | None:
+        """Read, check and replay the files; the validity mask read (``None`` if absent)."""
         paths = {n: _checkpoint.filename(checkpoint_dir, n, suffix) for n in self._required_files()}
         missing = [p for p in paths.values() if not os.path.exists(p)]
         if missing:
@@ -575,16 +655,9 @@ class ReplayBuffer:
         valid_path = _checkpoint.filename(checkpoint_dir, "_is_valid", suffix)
         valid = _checkpoint.read_array(valid_path) if os.path.exists(valid_path) else None
         rows, add_count = self._check_loaded(data, valid)
-        before = dict(self.__dict__)  # _reset() replaces every stateful part, never mutates one
-        try:
-            self._reset()
-            self._replay_rows(rows, add_count, data)
-        except Exception:
-            self.__dict__.update(before)  # a failed load changes nothing
-            raise
-        if valid is not None:
-            self._is_valid[:] = valid
-            self._num_valid_indices = int(valid.sum())
+        self._reset()
+        self._replay_rows(rows, add_count, data)
+        return valid
 
     def _check_loaded(
         self, data: dict[str, Array], valid: Array | None

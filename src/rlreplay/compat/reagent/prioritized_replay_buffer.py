@@ -82,19 +82,19 @@ class PrioritizedReplayBuffer(ReplayBuffer):
 
     def __init__(
         self,
-        observation_shape: tuple[int, ...],
-        stack_size: int,
-        replay_capacity: int,
-        batch_size: int,
+        observation_shape: tuple[int, ...] | None = None,
+        stack_size: int = 1,
+        replay_capacity: int = 10000,
+        batch_size: int = 1,
         update_horizon: int = 1,
         gamma: float = 0.99,
         max_sample_attempts: int = 1000,
         extra_storage_types: list[shape_type] | None = None,
-        observation_dtype: Any = np.uint8,
-        action_shape: tuple[int, ...] = (),
-        action_dtype: Any = np.int32,
-        reward_shape: tuple[int, ...] = (),
-        reward_dtype: Any = np.float32,
+        observation_dtype: Any = None,
+        action_shape: tuple[int, ...] | None = None,
+        action_dtype: Any = None,
+        reward_shape: tuple[int, ...] | None = None,
+        reward_dtype: Any = None,
         *,
         seed: int | None = None,
         **kwargs: Any,
@@ -139,13 +139,19 @@ class PrioritizedReplayBuffer(ReplayBuffer):
         """The storage signature with an added ``priority`` (float32 scalar)."""
         return [*super().get_add_args_signature(), ReplayElement("priority", (), np.float32)]
 
-    def get_transition_elements(self, batch_size: int | None = None) -> list[shape_type]:
+    def _transition_specs(self, b: int) -> list[shape_type]:
         """The elements of ``ReplayBuffer`` plus ``sampling_probabilities`` (float32)."""
-        b = self._batch_size if batch_size is None else batch_size
         return [
-            *super().get_transition_elements(batch_size),
+            *super()._transition_specs(b),
             ReplayElement("sampling_probabilities", (b,), np.dtype(np.float32)),
         ]
+
+    def _add_kwargs(self, kwargs: dict[str, Any]) -> dict[str, Any]:
+        # A buffer that infers its elements takes the priority by name, if at all (else
+        # max_recorded_priority, as for None).
+        if self._inferring and "priority" not in kwargs:
+            return {**kwargs, "priority": None}
+        return kwargs
 
     # ------------------------------------------------------------------ priorities
     @property

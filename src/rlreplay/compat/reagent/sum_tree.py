@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from rlreplay.compat.reagent._errors import ConfigAssertionError
 from rlreplay.errors import ConfigError, EmptyBufferError
 from rlreplay.sampling.trees import SumTree as _CoreSumTree
 
@@ -46,7 +47,9 @@ class SumTree:
         capacity: Number of leaves, an int ``>= 1``.
 
     Raises:
-        ValueError: ``capacity`` is not a positive int (:class:`rlreplay.ConfigError`).
+        AssertionError: ``capacity`` is not an int, as ReAgent asserts (also a
+            :class:`rlreplay.ConfigError`).
+        ValueError: ``capacity`` is not positive (:class:`rlreplay.ConfigError`).
 
     Example:
         >>> from rlreplay.compat.reagent.sum_tree import SumTree
@@ -61,7 +64,8 @@ class SumTree:
 
     def __init__(self, capacity: int) -> None:
         if isinstance(capacity, bool) or not isinstance(capacity, int | np.integer):
-            raise ConfigError(f"Sum tree capacity should be a positive int. Got: {capacity!r}")
+            # ReAgent: assert isinstance(capacity, int)
+            raise ConfigAssertionError(f"Sum tree capacity should be an int. Got: {capacity!r}")
         if capacity <= 0:
             raise ConfigError(f"Sum tree capacity should be positive. Got: {capacity}")
         self._tree = _CoreSumTree(int(capacity))

@@ -1,0 +1,27 @@
+"""Errors of the ReAgent front-end that are also the exception types ReAgent raises.
+
+ReAgent checks many inputs with ``assert``: its constructor asserts that ``observation_shape``
+is a tuple, its ``SumTree`` that the capacity is an int, its ``sample_transition_batch`` that
+``len(indices) == batch_size``, its priority getters that indices are integers, and its later
+(shape-inferring) buffer that each added value has the shape and dtype of the first one. A
+ReAgent user catches ``AssertionError`` there; an rlreplay user catches the rlreplay error. Each
+class below is both.
+"""
+
+from __future__ import annotations
+
+from rlreplay.errors import ConfigError, InvalidIdError, ShapeError
+
+__all__ = ["ConfigAssertionError", "ElementAssertionError", "IndexAssertionError"]
+
+
+class ConfigAssertionError(ConfigError, AssertionError):
+    """A constructor argument ReAgent refuses with ``assert`` (e.g. a non-tuple shape)."""
+
+
+class ElementAssertionError(ShapeError, AssertionError):
+    """An added value whose shape or dtype differs from the one inferred at the first add."""
+
+
+class IndexAssertionError(InvalidIdError, AssertionError):
+    """Indices ReAgent refuses with ``assert`` (not integers, or not ``batch_size`` of them)."""
