@@ -54,9 +54,9 @@ def episode(
 
 def same(got: Any, want: Any) -> bool:
     """Exact equality, kinds included (arrays: dtype, shape and bytes; dicts: identity)."""
-    if isinstance(want, tuple):
+    if isinstance(want, tuple | list):
         return (
-            isinstance(got, tuple)
+            type(got) is type(want)
             and len(got) == len(want)
             and all(same(g, w) for g, w in zip(got, want, strict=True))
         )
@@ -126,9 +126,24 @@ def test_module_paths_mirror_nnabla_rl() -> None:
 def test_capacity_property_and_checks() -> None:
     assert ReplayBuffer().capacity is None
     assert ReplayBuffer(capacity=7).capacity == 7
-    for bad in (0, -1, 1.5, True, "3"):
-        with pytest.raises(ValueError, match="capacity"):
+    # nnabla-rl: ``assert capacity is None or capacity >= 0``, then ``RingBuffer(maxlen=capacity)``
+    # builds ``[None for _ in range(maxlen)]`` (TypeError for a float) and its append computes
+    # ``% maxlen`` (ZeroDivisionError for 0, at the first append).
+    with pytest.raises(AssertionError, match="capacity"):
+        ReplayBuffer(capacity=-1)
+    with pytest.raises(ValueError, match="capacity"):  # also an rr.ConfigError
+        ReplayBuffer(capacity=-1)
+    for bad in (1.5, "3"):
+        with pytest.raises(TypeError):
             ReplayBuffer(capacity=bad)  # type: ignore[arg-type]
+    assert ReplayBuffer(capacity=True).capacity == 1
+    empty = ReplayBuffer(capacity=0)
+    assert empty.capacity == 0 and len(empty) == 0
+    with pytest.raises(ZeroDivisionError):
+        empty.append(episode(1, 0)[0])
+    with pytest.raises(ZeroDivisionError):
+        empty.append("any object")
+    assert len(empty) == 0
     with pytest.raises(ValueError, match="seed"):
         ReplayBuffer(seed=-1)
 
@@ -159,10 +174,14 @@ def test_round_trip_keeps_kinds_of_values_and_extras() -> None:
         (s1, (np.int64(0), np.array([0.3, 0.4])), np.float32(2.5), True, s2, info1, "more"),
     ]
     buffer = fill(ReplayBuffer(), exps)
+    buffer.append((s2, (np.int64(1), np.array([0.5, 0.6])), np.float32(3.5), 0.5, s0, info1, 0))
+    exps.append(buffer[2])  # non_terminal 0.5: not terminal; kept as given, as nnabla-rl does
+    assert buffer[2][3] == 0.5
+    assert buffer._objects is None  # columnar: kinds and dtypes are those of the first one
     for i, e in enumerate(exps):
         got = buffer[i]
         assert same(got[0], e[0]) and same(got[1], e[1]) and same(got[2], e[2])
-        assert got[3] == 1.0 and type(got[3]) is float
+        assert got[3] is e[3]  # non_terminal as appended (nnabla-rl keeps the object)
         assert same(got[4], e[4]) and got[5] is e[5] and got[6] == e[6]
 
 
@@ -181,41 +200,61 @@ def test_episode_boundaries_reach_the_core() -> None:
     core = buffer._core
     assert core is not None
     ids = np.arange(len(core))
-    # 14 experiences: the last (open episode) is held by the adapter until the next append.
-    assert len(core) == len(MIXED) - 1 and len(buffer) == len(MIXED)
+    # every experience is in the core at once; the open episode is still running
+    assert len(core) == len(MIXED) == len(buffer)
     ends = core.steps_to_episode_end(ids).tolist()
-    assert ends == [3, 2, 1, 0, 2, 1, 0, 1, 0, -1, -1, -1, -1]
+    assert ends == [3, 2, 1, 0, 2, 1, 0, 1, 0, -1, -1, -1, -1, -1]
     batch = core.get_transitions(ids[:9])
     assert batch.terminated.tolist() == [False] * 3 + [True] + [False] * 5
     assert batch.truncated.tolist() == [False] * 6 + [True, False, True]
 
 
-def test_append_checks_and_leaves_buffer_unchanged_on_error() -> None:
-    buffer = fill(ReplayBuffer(), episode(3, 0, end="open"))
-    before = all_items(buffer)
-    s = np.zeros(2, np.float32)
-    bad = [
-        ((s, np.zeros(1), 0.0, 1.0, s), ValueError),  # 5 elements
-        ("not an experience", ValueError),
-        ((s, np.array([0]), 0.0, 0.5, s, {}), ValueError),  # non_terminal neither 1 nor 0
-        ((np.zeros(3, np.float32), np.array([0]), 0.0, 1.0, s, {}), rr.ShapeError),
-        ((s, np.array([0]), 0.0, 1.0, (s, s), {}), rr.ShapeError),  # s_next structure
-        ((s.astype(np.complex64), np.array([0]), 0.0, 1.0, s, {}), rr.DTypeError),
-        ((s, np.array([0.5]), 0.0, 1.0, s, {}), rr.DTypeError),  # float action, int field
-    ]
-    for exp, err in bad:
-        with pytest.raises(err):
-            buffer.append(exp)  # type: ignore[arg-type]
-    assert len(buffer) == 3
-    assert all(same(g, w) for g, w in zip(all_items(buffer), before, strict=True))
-    assert isinstance(rr.ShapeError("x"), ValueError) and isinstance(rr.DTypeError("x"), TypeError)
+@pytest.mark.parametrize(
+    "odd",
+    [
+        pytest.param(lambda s: (s, np.zeros(1), 0.0, 1.0, s), id="5-tuple without info"),
+        pytest.param(lambda s: "not an experience", id="a string"),
+        pytest.param(lambda s: (s, np.array([0]), 0.0, None, s, {}), id="non_terminal None"),
+        pytest.param(
+            lambda s: (np.zeros(3, np.float32), np.array([0]), 0.0, 1.0, s, {}), id="another shape"
+        ),
+        pytest.param(lambda s: (s, np.array([0]), 0.0, 1.0, (s, s), {}), id="s_next a tuple"),
+        pytest.param(
+            lambda s: (s.astype(np.complex64), np.array([0]), 0.0, 1.0, s, {}), id="another dtype"
+        ),
+        pytest.param(lambda s: (s, np.array([0.5]), 0.0, 1.0, s, {}), id="float action"),
+        pytest.param(lambda s: [s, np.array([0]), 0.0, 1.0, s, {}], id="a list"),
+        pytest.param(lambda s: (s, np.array([0]), 1, 1.0, s, {}), id="int reward"),
+    ],
+)
+def test_any_experience_is_kept_as_appended_and_nothing_moves(odd: Any) -> None:
+    """nnabla-rl's ``append`` is ``self._buffer.append(experience)``: any object is kept.
+
+    An experience that does not fit the columnar layout moves the buffer to its object store;
+    the experiences before it keep their positions and values, later ones follow.
+    """
+    start = episode(3, 0, end="open")
+    buffer = fill(ReplayBuffer(capacity=5), start)
+    assert buffer._objects is None
+    exp = odd(np.zeros(2, np.float32))
+    buffer.append(exp)
+    assert buffer._objects is not None and buffer._core is None
+    later = episode(3, 10)
+    buffer.append_all(later)
+    want = [*start, exp, *later][-5:]
+    got = all_items(buffer)
+    assert len(got) == 5
+    assert same(got[0], want[0])  # moved from the core: equal copies, position kept
+    for g, w in zip(got[1:], want[1:], strict=True):
+        assert g is w  # the object store keeps the objects themselves
 
 
 def test_first_experience_fixes_the_schema() -> None:
     buffer = ReplayBuffer()
-    with pytest.raises(rr.DTypeError):
-        buffer.append((np.array(["a"]), np.zeros(1), 0.0, 1.0, np.array(["b"]), {}))
-    assert len(buffer) == 0 and buffer._codec is None  # a failed first append builds nothing
+    strings = (np.array(["a"]), np.zeros(1), 0.0, 1.0, np.array(["b"]), {})
+    buffer.append(strings)  # no numeric layout: the object store from the start
+    assert buffer._core is None and buffer[0] is strings
+    buffer = ReplayBuffer()
     buffer.append(episode(1, 0)[0])
     core = buffer._core
     assert core is not None
@@ -236,6 +275,33 @@ def test_getitem_indexing() -> None:
     assert [key(e) for e in buffer] == [key(e) for e in MIXED]  # iteration protocol
     with pytest.raises(IndexError):
         ReplayBuffer()[0]
+
+
+@pytest.mark.parametrize("objects", [False, True])
+def test_bounded_buffer_raises_key_error_like_nnabla_rl_ring(objects: bool) -> None:
+    """nnabla-rl's ``RingBuffer.__getitem__``: ``if index < 0 or index >= len(self): raise
+    KeyError``; the unbounded buffer is a ``deque`` (negative positions from the end,
+    ``IndexError``)."""
+    exps: list[Any] = list(MIXED) + (["an object"] if objects else [])
+    bounded = fill(ReplayBuffer(capacity=100), exps)
+    assert (bounded._objects is not None) is objects
+    n = len(exps)
+    for bad in (-1, -n, n, n + 3):
+        with pytest.raises(KeyError):
+            bounded[bad]
+        with pytest.raises(KeyError):
+            bounded.sample_indices([0, bad])
+    with pytest.raises(KeyError):
+        bounded.sample_indices([n - 1], num_steps=2)
+    assert len(list(bounded)) == n  # iteration stops at the end
+    unbounded = fill(ReplayBuffer(), exps)
+    assert unbounded[-1] is exps[-1] if objects else same(unbounded[-1], exps[-1])
+    for bad in (n, -n - 1):
+        with pytest.raises(IndexError):
+            unbounded[bad]
+    # deque reads ``buffer[index + j]``: -1 then 0 (the oldest), as nnabla-rl's sample_indices
+    steps, _ = unbounded.sample_indices([-1], num_steps=2)
+    assert same(steps[1][0], exps[0])
 
 
 def test_append_all_equals_appends() -> None:
@@ -416,8 +482,28 @@ def test_decorable_buffer_decorates_every_item_handed_out() -> None:
     assert all(key(e) % 1 == 0.5 for step in experiences for e in step)
     assert same(buffer[2][0], MIXED[2][0] + 0.5)  # stored data unchanged
     assert len(calls) == 1 + 2 + 6 + 1
-    with pytest.raises(TypeError, match="decor_fun"):
-        DecorableReplayBuffer(10, decor_fun=None)  # type: ignore[arg-type]
+    # nnabla-rl stores decor_fun unchecked and calls it in __getitem__
+    broken = DecorableReplayBuffer(10, decor_fun=None)  # type: ignore[arg-type]
+    broken.append_all(MIXED)
+    with pytest.raises(TypeError):
+        broken[0]
+
+
+def test_decor_fun_gets_any_experience_as_stored() -> None:
+    """``decor_fun`` is called with ``self._buffer[item]``: the appended object itself."""
+    seen: list[Any] = []
+
+    def decor(e: Any) -> Any:
+        seen.append(e)
+        return ("decorated", e)
+
+    buffer = DecorableReplayBuffer(capacity=4, decor_fun=decor, seed=0)
+    objects: list[Any] = [3, {"s": 1}, (np.zeros(2), 1, 0.5, 1.0, np.ones(2)), ("mixed", 2.0)]
+    buffer.append_all(objects)
+    assert [buffer[i] for i in range(4)] == [("decorated", o) for o in objects]
+    assert all(g is o for g, o in zip(seen, objects, strict=True))
+    experiences, _ = buffer.sample(num_samples=4)
+    assert sorted(id(e[1]) for e in experiences) == sorted(id(o) for o in objects)
 
 
 # ---------------------------------------------------------------------------- Hindsight
@@ -610,7 +696,7 @@ def test_atari_oldest_experience_keeps_its_whole_stack(capacity: int) -> None:
 
 def test_atari_input_checks() -> None:
     stack = np.zeros((4, *FRAME))
-    with pytest.raises(ValueError, match="capacity"):
+    with pytest.raises(TypeError, match="capacity"):  # nnabla-rl: range(None) in its ring
         MemoryEfficientAtariBuffer(capacity=None)  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="stacked_frames"):
         MemoryEfficientAtariBuffer(capacity=3, stacked_frames=0)
@@ -620,15 +706,14 @@ def test_atari_input_checks() -> None:
     with pytest.raises(rr.ShapeError):
         buffer.append(((stack, stack), 0, 0.0, 1.0, (stack, stack), {}))
     buffer.append((stack, 0, 0.0, 1.0, stack, {}))
-    with pytest.raises(ValueError, match=r"\[0, 1\]"):
-        buffer.append((stack + 2.0, 0, 0.0, 1.0, stack, {}))
-    with pytest.raises(ValueError, match=r"\[0, 1\]"):
-        buffer.append((stack, 0, 0.0, 1.0, np.full((4, *FRAME), np.nan), {}))
     with pytest.raises(rr.ShapeError):
         buffer.append((np.zeros((4, 2, 2)), 0, 0.0, 1.0, np.zeros((4, 2, 2)), {}))
-    buffer.append((np.full((4, *FRAME), 255, np.uint8), 1, 0.0, 0.0, np.zeros((4, *FRAME)), {}))
-    assert buffer[1][0].dtype == np.float32 and np.all(buffer[1][0] == 1.0)
-    assert len(buffer) == 2 and type(buffer[1][1]) is int
+    # nnabla-rl stores (s * 255.0).astype(np.uint8): 0.5 -> 127 (truncated, not rounded)
+    half = np.full((4, *FRAME), 0.5)
+    buffer.append((half, 1.7, np.float32(2), 0.0, half, {}))  # float action into an int field
+    assert buffer[1][0].dtype == np.float32 and np.all(buffer[1][0][-1] == np.float32(127 / 255))
+    assert len(buffer) == 2 and buffer[1][1] == 1 and type(buffer[1][1]) is int  # a cast
+    assert buffer[1][2] == 2.0 and type(buffer[1][2]) is float
 
 
 # Prioritized buffers: tests/compat/test_nnabla_rl_prioritized.py
@@ -651,7 +736,7 @@ def test_trajectory_buffer_sizes_and_items() -> None:
     assert len(buffer) == 14 and buffer.trajectory_num == 4 and buffer.capacity is None
     assert all(same(g, w) for g, w in zip(all_items(buffer), flat, strict=True))
     for i, t in enumerate(TRAJS):
-        assert same(buffer.get_trajectory(i), tuple(t))
+        assert same(buffer.get_trajectory(i), t)  # appended as a list: a list
     with pytest.raises(IndexError):
         buffer.get_trajectory(4)
     experiences, _ = buffer.sample_indices([0, 3, 13], num_steps=1)
@@ -677,10 +762,13 @@ def test_trajectory_is_a_core_episode() -> None:
 def test_num_trajectories_drops_the_oldest() -> None:
     buffer = filled_traj(num_trajectories=2)
     assert buffer.capacity == 2 and buffer.trajectory_num == 2 and len(buffer) == 6
-    assert same(buffer.get_trajectory(0), tuple(TRAJS[2])) and same(buffer[0], TRAJS[2][0])
+    assert same(buffer.get_trajectory(0), TRAJS[2]) and same(buffer[0], TRAJS[2][0])
     assert buffer._core is not None and len(buffer._core) == 6
-    with pytest.raises(ValueError, match="num_trajectories"):
-        TrajectoryReplayBuffer(num_trajectories=0)
+    # nnabla-rl: ReplayBuffer(capacity=num_trajectories): the same rules as capacity
+    with pytest.raises(AssertionError):
+        TrajectoryReplayBuffer(num_trajectories=-1)
+    with pytest.raises(ZeroDivisionError):
+        TrajectoryReplayBuffer(num_trajectories=0).append_trajectory(TRAJS[0])
 
 
 def test_sample_trajectories() -> None:
@@ -696,7 +784,7 @@ def test_sample_trajectories() -> None:
     with pytest.raises(ValueError):
         buffer.sample_trajectories(num_samples=0)
     trajs, _ = buffer.sample_indices_trajectory([1, 3])
-    assert same(trajs, (tuple(TRAJS[1]), tuple(TRAJS[3])))
+    assert same(trajs, (TRAJS[1], TRAJS[3]))
     with pytest.raises(ValueError, match="Indices are empty"):
         buffer.sample_indices_trajectory([])
 
@@ -709,7 +797,7 @@ def test_sample_trajectories_portion() -> None:
     for p in portions:
         assert len(p) == 2 and key(p[1]) == key(p[0]) + 1  # consecutive, same trajectory
         i = [key(e) for e in flat].index(key(p[0]))
-        assert same(p, tuple(flat[i : i + 2]))
+        assert same(p, flat[i : i + 2])  # a slice of a list
     with pytest.raises(RuntimeError, match="shorter than portion length"):
         for _ in range(50):  # the 2-experience trajectory is drawn sooner or later
             buffer.sample_trajectories_portion(num_samples=1, portion_length=3)
@@ -755,17 +843,66 @@ def test_sample_indices_portion_follows_the_seed_example() -> None:
         buffer.sample_indices_portion([50])
 
 
-def test_append_trajectory_checks() -> None:
-    buffer = filled_traj()
-    with pytest.raises(ValueError, match="at least one"):
-        buffer.append_trajectory([])
-    with pytest.raises(ValueError, match="non_terminal"):
-        buffer.append_trajectory(episode(2, 0) + episode(2, 10))
-    with pytest.raises(ValueError, match="differs"):
-        buffer.append_trajectory(episode(2, 0, end="open") + episode(2, 10))
-    with pytest.raises(rr.ShapeError):
-        buffer.append_trajectory(episode(2, 0, end="open") + episode(1, 2, tuple_state=True))
-    assert len(buffer) == 14 and buffer.trajectory_num == 4
+def odd_trajectories() -> list[Any]:
+    """Trajectories nnabla-rl stores as given (``self._buffer.append(trajectory)``)."""
+    return [
+        episode(2, 0) + episode(2, 10),  # non_terminal == 0 in the middle
+        episode(2, 20, end="open") + episode(3, 30),  # s jumps from 22 to 30
+        tuple(episode(3, 40, end="open")),  # a tuple, no terminal flag at all
+        [],  # empty
+        episode(1, 50, end="timelimit") + episode(2, 51, end="open"),  # a time limit inside
+    ]
+
+
+@pytest.mark.parametrize("num_trajectories", [None, 3])
+def test_append_trajectory_stores_any_trajectory_as_given(num_trajectories: int | None) -> None:
+    """Grouping, order and flags are the caller's: nothing is rejected, split or reordered."""
+    trajs = odd_trajectories()
+    buffer = TrajectoryReplayBuffer(num_trajectories=num_trajectories, seed=0)
+    for t in trajs:
+        buffer.append_trajectory(t)
+    kept = trajs if num_trajectories is None else trajs[-num_trajectories:]
+    flat = [e for t in kept for e in t]
+    assert buffer._objects is None  # every experience fits the columnar layout
+    assert buffer.trajectory_num == len(kept) and len(buffer) == len(flat)
+    assert all(same(g, w) for g, w in zip(all_items(buffer), flat, strict=True))
+    for i, t in enumerate(kept):
+        assert same(buffer.get_trajectory(i), t)
+    many, _ = buffer.sample_indices_trajectory(list(range(len(kept))))
+    assert all(same(g, w) for g, w in zip(many, kept, strict=True))
+    # portions stay inside the caller's trajectories, across their inner episode ends
+    sizes = {len(t) for t in kept}
+    owner = [i for i, t in enumerate(kept) for _ in t]
+    for _ in range(20):
+        portions, _ = buffer.sample_trajectories_portion(num_samples=2, portion_length=1)
+        for p in portions:
+            assert len(p) == 1
+    if min(sizes - {0}) >= 2:
+        portions, _ = buffer.sample_indices_portion(list(range(len(flat))), portion_length=2)
+        for i, p in enumerate(portions):
+            t = kept[owner[i]]
+            j = min(i - owner.index(owner[i]), len(t) - 2)
+            assert same(p, t[j : j + 2])
+
+
+def test_append_trajectory_of_odd_objects_uses_the_object_store() -> None:
+    buffer = filled_traj(num_trajectories=3)
+    buffer.append_trajectory([1, "two", {"three": 3}])
+    assert buffer._objects is not None and buffer.trajectory_num == 3
+    assert same(buffer.get_trajectory(0), TRAJS[2]) and same(buffer.get_trajectory(1), TRAJS[3])
+    assert buffer.get_trajectory(2) == [1, "two", {"three": 3}]
+    buffer.append_trajectory(TRAJS[0])
+    assert buffer.trajectory_num == 3 and same(buffer.get_trajectory(0), TRAJS[3])
+    assert buffer.get_trajectory(2) is not TRAJS[0] and all(
+        g is w for g, w in zip(buffer.get_trajectory(2), TRAJS[0], strict=True)
+    )
+    portions, _ = buffer.sample_indices_portion([4, 5, 6], portion_length=2)
+    # past the trajectory's end: its last portion_length experiences (the seed's rule)
+    assert portions == ([1, "two"], ["two", {"three": 3}], ["two", {"three": 3}])
+    with pytest.raises(NotImplementedError):  # nnabla-rl: append raises NotImplementedError
+        buffer.append(TRAJS[0][0])
+    with pytest.raises(KeyError):
+        buffer.get_trajectory(3)
 
 
 def test_trajectory_append_builds_trajectories_at_episode_ends(
@@ -782,7 +919,7 @@ def test_trajectory_append_builds_trajectories_at_episode_ends(
     buffer.append_trajectory(last)
     assert buffer.trajectory_num == 3 and len(buffer) == 2 + 1 + 5
     assert [key(buffer.get_trajectory(i)[0]) for i in range(3)] == [20, 30, 40]
-    assert same(buffer.get_trajectory(2), tuple(last))
+    assert same(buffer.get_trajectory(2), last)
 
 
 def test_trajectory_buffer_is_reproducible() -> None:

@@ -2,7 +2,8 @@
 
 ``nnabla_rl.replay_buffer`` is :mod:`rlreplay.compat.nnabla_rl.replay_buffer` and
 ``nnabla_rl.replay_buffers`` is :mod:`rlreplay.compat.nnabla_rl.replay_buffers`; neither nnabla
-nor nnabla-rl is needed. The differences from nnabla-rl are listed in ``docs/migrating/nnabla_rl.md``.
+nor nnabla-rl is needed. The differences from nnabla-rl are listed in
+``docs/migrating/nnabla_rl.md``.
 
 Example:
     >>> import rlreplay.compat.nnabla_rl as rl

@@ -15,8 +15,9 @@ class DecorableReplayBuffer(ReplayBuffer):
     This buffer enables decorating the experience before the item is used for building the
     batch. Decoration function will be called when ``__getitem__`` is called (and so for every
     experience :meth:`sample` and :meth:`sample_indices` return). You can use this buffer to
-    augment the data or add noise to the experience. Stored data is never changed: the function
-    gets a fresh copy of the experience's arrays each time.
+    augment the data or add noise to the experience. The function gets each experience as it
+    was appended (any object); in the columnar store its arrays are fresh copies each time, so
+    stored data is never changed.
 
     Args:
         capacity: Most experiences kept, or None for no limit.
@@ -43,10 +44,7 @@ class DecorableReplayBuffer(ReplayBuffer):
         seed: int | None = None,
     ) -> None:
         super().__init__(capacity=capacity, seed=seed)
-        if not callable(decor_fun):
-            raise TypeError(
-                f"decor_fun: expected a callable experience -> experience, got {decor_fun!r}"
-            )
+        # Not checked here: nnabla-rl calls it at the first read (TypeError if not callable).
         self._decor_fun = decor_fun
 
     def _decorate(self, experience: Experience) -> Experience:

@@ -76,6 +76,8 @@ class HindsightReplayBuffer(ReplayBuffer):
         True
     """
 
+    _objects_allowed = False  # relabelling is the core's (goals from its episode index)
+
     def __init__(
         self,
         reward_function: RewardFunction,

@@ -1,7 +1,8 @@
 """Stand-in for ``nnabla_rl.replay_buffers.memory_efficient_atari_buffer`` over the rlreplay core.
 
 An Atari state is a stack of ``stacked_frames`` grayscale frames normalised to ``[0, 1]``. As
-in nnabla-rl, only the newest frame of each state is stored, as ``uint8`` (``round(255 * x)``),
+in nnabla-rl, only the newest frame of each state is stored, as ``uint8``
+(nnabla-rl's ``(x * 255.0).astype(np.uint8)``, NumPy's unsafe cast, so fractions truncate),
 and the stack is rebuilt at sample time: here by the core's frame stacking
 (``frame_stack=stacked_frames``, ``stack_pad="first"``: before an episode's first frame the
 stack repeats that frame, which is what a frame-stacking wrapper shows after a reset).
@@ -16,21 +17,12 @@ from typing import Any
 
 import numpy as np
 
-from rlreplay.compat.nnabla_rl.replay_buffer import (
-    ReplayBuffer,
-    _Codec,
-    _infer_part,
-    _Part,
-    _Row,
-    _Slot,
-    check_capacity,
-    check_count,
-)
+from rlreplay.compat.nnabla_rl._codec import Codec, Part, Row, Slot, Unfit, infer_part
+from rlreplay.compat.nnabla_rl.replay_buffer import ReplayBuffer, check_capacity, check_count
 from rlreplay.compat.nnabla_rl.replay_buffers.trajectory_replay_buffer import (
     TrajectoryReplayBuffer,
 )
-from rlreplay.errors import DTypeError, ShapeError
-from rlreplay.spec import Field, Schema
+from rlreplay.spec import Field
 
 __all__ = ["MemoryEfficientAtariBuffer", "MemoryEfficientAtariTrajectoryBuffer"]
 
@@ -38,65 +30,63 @@ Array = np.ndarray[Any, Any]
 
 
 def _quantize(what: str, value: Any, shape: tuple[int, ...]) -> Array:
-    """A ``uint8`` copy of a frame stack normalised to ``[0, 1]`` (or already in 0..255)."""
+    """nnabla-rl's ``(state * 255.0).astype(np.uint8)`` of a frame stack (a new array).
+
+    NumPy's unsafe cast, as nnabla-rl: fractions are truncated and values outside ``[0, 1]``
+    wrap or saturate as the platform's float-to-uint8 conversion does.
+    """
     if isinstance(value, tuple):
-        raise ShapeError(f"{what}: expected a frame stack array, got a tuple")
+        raise Unfit(f"{what}: expected a frame stack array, got a tuple")
     arr = np.asarray(value)
     if arr.shape != shape:
-        raise ShapeError(
+        raise Unfit(
             f"{what}: expected a stack of frames of shape {shape} (stacked_frames first), "
             f"got {arr.shape}"
         )
-    if arr.dtype.kind == "f":
-        scaled = np.rint(arr * 255.0)
-        if not (scaled.min() >= 0 and scaled.max() <= 255):  # NaN fails too
-            raise ValueError(f"{what}: expected frames normalised to [0, 1]")
-        return scaled.astype(np.uint8)
-    if arr.dtype.kind in "biu":
-        if arr.size and (arr.min() < 0 or arr.max() > 255):
-            raise ValueError(f"{what}: expected integer frames in [0, 255]")
-        return arr.astype(np.uint8)  # a copy
-    raise DTypeError(f"{what}: expected float frames in [0, 1] or uint8 frames, got {arr.dtype}")
+    if arr.dtype.kind not in "biuf":
+        raise Unfit(f"{what}: expected number frames, got dtype {arr.dtype}")
+    with np.errstate(all="ignore"):
+        return (arr * 255.0).astype(np.uint8)
 
 
-class _AtariCodec(_Codec):
+class _AtariCodec(Codec):
     """Stores the last frame of ``s`` (uint8) in ``obs``; states come back as float stacks."""
 
-    def __init__(self, state: _Slot, action: _Slot, reward: _Part, stacked_frames: int) -> None:
-        super().__init__(state, action, reward)
+    def __init__(self, state: Slot, action: Slot, reward: Part, stacked_frames: int) -> None:
+        super().__init__(state, action, reward, cast=True)
         self.stacked_frames = stacked_frames
         self.stack_shape = (stacked_frames, *state.parts[0].field.shape)
 
     @classmethod
     def infer_atari(cls, experience: Sequence[Any], stacked_frames: int) -> _AtariCodec:
+        if type(experience) is not tuple or len(experience) < 6:
+            raise Unfit("not a tuple (s, a, r, non_terminal, s_next, info, ...)")
         s = experience[0]
         if isinstance(s, tuple):
-            raise ShapeError("s: the Atari buffers store one frame stack per state, got a tuple")
+            raise Unfit("s: the Atari buffers store one frame stack per state, got a tuple")
         shape = np.shape(s)
         if len(shape) < 2 or shape[0] != stacked_frames:
-            raise ShapeError(
+            raise Unfit(
                 f"s: expected a stack of {stacked_frames} frames (shape ({stacked_frames}, H, W)"
                 f"), got shape {shape}"
             )
-        frame = _Part("obs", Field(shape[1:], np.uint8, observation=True), "array")
+        frame = Part("obs", Field(shape[1:], np.uint8, observation=True), "array")
         return cls(
-            _Slot((frame,), False),
-            _Slot.infer("action", experience[1], observation=False),
-            _infer_part("reward", experience[2], observation=False, reward=True),
+            Slot((frame,), False),
+            Slot.infer("action", experience[1], observation=False),
+            infer_part("reward", experience[2], observation=False),
             stacked_frames,
         )
 
-    def _convert_state(self, schema: Schema, prefix: str, what: str, value: Any) -> tuple[Any, ...]:
-        stack = _quantize(what, value, self.stack_shape)
-        schema.convert(prefix + "obs", stack[-1], ())
-        return (stack,)
+    def convert_state(self, what: str, value: Any) -> tuple[Any, ...]:
+        return (_quantize(what, value, self.stack_shape),)
 
-    def step_values(self, row: _Row) -> dict[str, Any]:
+    def step_values(self, row: Row) -> dict[str, Any]:
         out = super().step_values(row)
         out["obs"] = row.obs[0][-1]
         return out
 
-    def final_values(self, row: _Row) -> dict[str, Any]:
+    def final_values(self, row: Row) -> dict[str, Any]:
         return {"next_obs": row.next_obs[0][-1]}
 
     def decode_state(self, batch: Any, prefix: str) -> list[Any]:
@@ -138,11 +128,13 @@ class MemoryEfficientAtariBuffer(ReplayBuffer):
         (dtype('float32'), (4, 84, 84), [0.0, 0.0, 0.0, 1.0])
     """
 
+    _objects_allowed = False  # frames are quantised into the core's uint8 column
+
     def __init__(self, capacity: int, stacked_frames: int = 4, *, seed: int | None = None) -> None:
         super().__init__(capacity=check_capacity("capacity", capacity, allow_none=False), seed=seed)
         self._frame_stack = check_count("stacked_frames", stacked_frames)
 
-    def _make_codec(self, experience: Sequence[Any]) -> _Codec:
+    def _make_codec(self, experience: Any) -> Codec:
         return _AtariCodec.infer_atari(experience, self._frame_stack)
 
 
@@ -157,9 +149,11 @@ class MemoryEfficientAtariTrajectoryBuffer(TrajectoryReplayBuffer):
         seed: Seed of the random generator (an rlreplay addition).
     """
 
+    _objects_allowed = False  # frames are quantised into the core's uint8 column
+
     def __init__(self, num_trajectories: int | None = None, *, seed: int | None = None) -> None:
         super().__init__(num_trajectories, seed=seed)
         self._frame_stack = 4  # nnabla-rl builds MemoryEfficientAtariBuffer(len(trajectory))
 
-    def _make_codec(self, experience: Sequence[Any]) -> _Codec:
+    def _make_codec(self, experience: Any) -> Codec:
         return _AtariCodec.infer_atari(experience, self._frame_stack)

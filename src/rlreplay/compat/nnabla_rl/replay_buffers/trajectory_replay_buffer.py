@@ -1,11 +1,16 @@
 """Stand-in for ``nnabla_rl.replay_buffers.trajectory_replay_buffer`` over the rlreplay core.
 
-A trajectory is one episode of the core: its experiences are stored steps, its end is the
-core's episode end (``terminated`` when the last ``non_terminal == 0``, else ``truncated``), and
-which trajectory an experience belongs to comes from the core's episode index
-(:meth:`rlreplay.ReplayBuffer.episode_begin`, :meth:`~rlreplay.ReplayBuffer.steps_to_episode_end`).
-The adapter keeps only the lengths of the stored trajectories, oldest first, to number them
-and to drop the oldest one (:meth:`rlreplay.ReplayBuffer.dequeue`) past ``num_trajectories``.
+A trajectory is whatever sequence of experiences the caller hands to
+:meth:`~TrajectoryReplayBuffer.append_trajectory`: it is stored as given, whatever its
+``non_terminal`` flags and whether each ``s`` equals the previous ``s_next``, and sampling by
+trajectory or by portion uses exactly that grouping. The adapter keeps the lengths of the
+stored trajectories, oldest first, to number them, to find the trajectory of an experience and
+to drop the oldest one (:meth:`rlreplay.ReplayBuffer.dequeue`) past ``num_trajectories``.
+
+In the columnar store the experiences are core steps; the core's episodes only serve to store
+each observation once, so a trajectory is one core episode or several (a new one where ``s``
+differs from the previous ``s_next`` or after ``non_terminal == 0``). Experiences that do not
+fit the columnar layout move the buffer to its object store, as the base buffer does.
 """
 
 from __future__ import annotations
@@ -17,6 +22,8 @@ from typing import Any
 
 import numpy as np
 
+from rlreplay.compat.nnabla_rl._checks import PositionError, PositionKeyError, ZeroCapacityError
+from rlreplay.compat.nnabla_rl._codec import Row
 from rlreplay.compat.nnabla_rl.replay_buffer import (
     Experience,
     Indices,
@@ -31,8 +38,8 @@ from rlreplay.sampling.uniform import draw_uniform
 __all__ = ["Trajectory", "TrajectoryReplayBuffer"]
 
 Array = np.ndarray[Any, Any]
-#: A trajectory: its experiences in time order.
-Trajectory = tuple[Experience, ...]
+#: A trajectory: its experiences in time order (a list if it was appended as a list).
+Trajectory = Sequence[Experience]
 
 
 class TrajectoryReplayBuffer(ReplayBuffer):
@@ -46,10 +53,11 @@ class TrajectoryReplayBuffer(ReplayBuffer):
     :meth:`sample_indices` work on experiences exactly as the base buffer's do;
     :meth:`sample_trajectories` draws whole trajectories, :meth:`sample_trajectories_portion`
     and :meth:`sample_indices_portion` windows of ``portion_length`` experiences inside one
-    trajectory.
+    trajectory. Trajectories come back as lists if they were appended as lists, else as
+    tuples.
 
-    Invariants: the core's stored steps are the stored trajectories, oldest first, followed by
-    the steps of a trajectory still being appended with :meth:`append` (not visible until it
+    Invariants: the store's experiences are the stored trajectories, oldest first, followed by
+    the steps of a trajectory still being built with :meth:`append` (not visible until it
     ends); ``len(self)`` is the sum of the stored trajectories' lengths.
 
     Args:
@@ -78,8 +86,10 @@ class TrajectoryReplayBuffer(ReplayBuffer):
             "num_trajectories", num_trajectories, allow_none=True
         )
         self._lengths: deque[int] = deque()  # stored trajectories, oldest first
+        self._as_list: deque[bool] = deque()  # whether each was appended as a list
         self._visible = 0  # sum of self._lengths
-        self._running = 0  # core steps of the trajectory still being appended
+        self._running = 0  # steps of the trajectory still being built with append
+        self._grouping = False  # append_trajectory is writing: it closes the trajectory
 
     # ------------------------------------------------------------------ sizes
     @property
@@ -98,50 +108,77 @@ class TrajectoryReplayBuffer(ReplayBuffer):
     def _core_visible(self) -> int:
         return self._visible
 
-    def _first_id(self) -> int:
-        # The oldest stored step is the first step of the oldest trajectory.
-        return self._next_id - (0 if self._core is None else len(self._core))
+    def _stored_count(self) -> int:
+        if self._objects is not None:
+            return len(self._objects)
+        return 0 if self._core is None else len(self._core)
+
+    def _object_capacity(self) -> int | None:
+        return None  # whole trajectories are dropped by _close_trajectory
+
+    def _bounded(self) -> bool:
+        return self._num_trajectories is not None
 
     # ------------------------------------------------------------------ writing
     def append(self, experience: Experience) -> None:
-        """Add one experience to the trajectory being built.
+        """Add one experience to the trajectory being built (an rlreplay addition).
 
         The trajectory ends (and becomes visible) with an experience whose ``non_terminal``
         is 0 or whose ``info["TimeLimit.truncated"]`` is true, or when the next experience's
-        ``s`` differs from its ``s_next``. nnabla-rl raises ``NotImplementedError`` here.
-        """
-        super().append(experience)
-
-    def append_trajectory(self, trajectory: Sequence[Experience]) -> None:
-        """Add one trajectory (a sequence of experiences in time order).
-
-        Its last experience ends it (terminated if its ``non_terminal`` is 0, else
-        truncated). A trajectory still being built with :meth:`append` ends first.
+        ``s`` differs from its ``s_next``.
 
         Raises:
-            ValueError: An empty trajectory, an experience other than the last one with
-                ``non_terminal == 0``, or an ``s`` that differs from the previous experience's
-                ``s_next`` (a trajectory is one episode: its observations are stored once).
-            As :meth:`append` for a malformed experience; nothing is stored then.
+            NotImplementedError: As nnabla-rl, for an experience that does not fit the
+                columnar layout or once the buffer uses its object store (use
+                :meth:`append_trajectory`).
         """
+        row = self._encode(experience)
+        if row is None:
+            raise NotImplementedError(
+                "TrajectoryReplayBuffer.append: this experience can only be stored with "
+                "append_trajectory (as in nnabla-rl)"
+            )
+        self._append_row(row)
+
+    def append_trajectory(self, trajectory: Sequence[Experience]) -> None:
+        """Add one trajectory: a sequence of experiences, stored and grouped as given.
+
+        A trajectory still being built with :meth:`append` ends first.
+
+        Raises:
+            ZeroDivisionError: ``num_trajectories`` is 0 (as nnabla-rl's ring).
+        """
+        if self._num_trajectories == 0:
+            raise ZeroCapacityError(
+                "append_trajectory: num_trajectories is 0 (nnabla-rl's ring divides by it)"
+            )
         experiences = list(trajectory)
-        if not experiences:
-            raise ValueError("trajectory: expected at least one experience, got none")
-        rows = [self._encode(e) for e in experiences]
-        for i in range(len(rows) - 1):
-            if rows[i].terminal:
-                raise ValueError(
-                    f"trajectory: experience {i} has non_terminal == 0 but is not the last one"
-                )
-            if not self._continues(rows[i], rows[i + 1]):
-                raise ValueError(
-                    f"trajectory: the s of experience {i + 1} differs from the s_next of "
-                    f"experience {i}; split it into trajectories where the episode restarts"
-                )
-        self._release_held(False)
-        for row in rows[:-1]:
-            self._write(row, None)
-        self._write(rows[-1], "terminated" if rows[-1].terminal else "truncated")
+        as_list = isinstance(trajectory, list)
+        if self._newest is not None:
+            self._cut()  # closes the trajectory built with append
+        rows: list[Row] = []
+        fits = True
+        for e in experiences:
+            row = self._encode(e)
+            if row is None:  # does not fit the columnar layout: the object store takes all
+                fits = False
+                break
+            rows.append(row)
+        self._grouping = True
+        try:
+            if not fits:
+                for e in experiences:
+                    self._append_object(e)
+            else:
+                for i, row in enumerate(rows):
+                    end = self._end_of(row)
+                    last = i == len(rows) - 1
+                    if end is None and (last or not self._continues(row, rows[i + 1])):
+                        end = "truncated"  # a new core episode where the observations jump
+                    self._write(row, end)
+        finally:
+            self._grouping = False
+        self._close_trajectory(len(experiences), as_list)
 
     def append_all(self, experiences: Sequence[Experience]) -> None:
         """Add experiences one by one (as :meth:`append`)."""
@@ -149,17 +186,34 @@ class TrajectoryReplayBuffer(ReplayBuffer):
 
     def _on_written(self, ended: bool) -> None:
         self._running += 1
-        if not ended:
-            return
-        self._lengths.append(self._running)
-        self._visible += self._running
+        if ended and not self._grouping:
+            self._close_trajectory(self._running, False)
+
+    def _on_cut(self) -> None:
+        if not self._grouping and self._running:
+            self._close_trajectory(self._running, False)
+
+    def _append_object(self, experience: Any) -> None:
+        super()._append_object(experience)
+        self._running += 1
+
+    def _close_trajectory(self, n: int, as_list: bool) -> None:
+        """The last ``n`` stored steps become the newest trajectory; drop the oldest ones."""
+        self._lengths.append(n)
+        self._as_list.append(as_list)
+        self._visible += n
         self._running = 0
-        if self._num_trajectories is not None:
-            while len(self._lengths) > self._num_trajectories:
-                n = self._lengths.popleft()
-                self._visible -= n
+        if self._num_trajectories is None:
+            return
+        while len(self._lengths) > self._num_trajectories:
+            m = self._lengths.popleft()
+            self._as_list.popleft()
+            self._visible -= m
+            if m and self._objects is not None:
+                self._objects.drop_oldest(m)
+            elif m:
                 assert self._core is not None
-                self._core.dequeue(n)
+                self._core.dequeue(m)
 
     # ------------------------------------------------------------------ trajectories
     def _starts(self) -> Array:
@@ -167,27 +221,42 @@ class TrajectoryReplayBuffer(ReplayBuffer):
         lengths = np.fromiter(self._lengths, np.int64, len(self._lengths))
         return self._first_id() + np.cumsum(lengths) - lengths
 
-    def _runs(self, starts: Array, lengths: Array) -> list[Trajectory]:
-        """The experiences of runs of consecutive steps (one core gather for all)."""
+    def _runs(self, starts: Array, lengths: Array, as_list: Sequence[bool]) -> list[Trajectory]:
+        """The experiences of runs of consecutive steps (one gather for all), as given."""
+        if lengths.size == 0:
+            return []
         ends = np.cumsum(lengths)
         ids = np.repeat(starts - (ends - lengths), lengths) + np.arange(int(ends[-1]))
         flat = self._experiences(ids)
         return [
-            tuple(flat[e - n : e]) for e, n in zip(ends.tolist(), lengths.tolist(), strict=True)
+            (list if lst else tuple)(flat[e - n : e])
+            for e, n, lst in zip(ends.tolist(), lengths.tolist(), as_list, strict=True)
         ]
+
+    def _trajectory_numbers(self, idx: Array) -> Array:
+        """Trajectory numbers checked as nnabla-rl's ring (``KeyError``) or deque does."""
+        n = self.trajectory_num
+        if not self._bounded():
+            idx = np.where(idx < 0, idx + n, idx)
+        bad = (idx < 0) | (idx >= n)
+        if bad.any():
+            error = PositionKeyError if self._bounded() else PositionError
+            raise error(f"trajectory index {int(idx[bad][0])} is out of range for {n} trajectories")
+        return idx
+
+    def _trajectories(self, idx: Array) -> list[Trajectory]:
+        lengths = np.fromiter(self._lengths, np.int64, self.trajectory_num)
+        as_list = [self._as_list[i] for i in idx.tolist()]
+        return self._runs(self._starts()[idx], lengths[idx], as_list)
 
     def get_trajectory(self, trajectory_index: int) -> Trajectory:
         """The stored trajectory number ``trajectory_index`` (0: the oldest).
 
         Raises:
-            IndexError: No such trajectory.
+            KeyError: No such trajectory (``IndexError`` without ``num_trajectories``).
         """
-        i = operator.index(trajectory_index)
-        n = self.trajectory_num
-        j = i + n if i < 0 else i
-        if not 0 <= j < n:
-            raise IndexError(f"trajectory_index {i} is out of range for {n} trajectories")
-        return self._runs(self._starts()[j : j + 1], np.array([self._lengths[j]]))[0]
+        i = np.array([operator.index(trajectory_index)], np.int64)
+        return self._trajectories(self._trajectory_numbers(i))[0]
 
     def sample_trajectories(
         self, num_samples: int = 1
@@ -219,24 +288,19 @@ class TrajectoryReplayBuffer(ReplayBuffer):
 
         Raises:
             ValueError: If indices are empty.
-            IndexError: No such trajectory.
+            KeyError: No such trajectory (``IndexError`` without ``num_trajectories``).
         """
-        idx = as_indices(indices)
-        n = self.trajectory_num
-        idx = np.where(idx < 0, idx + n, idx)
-        if ((idx < 0) | (idx >= n)).any():
-            raise IndexError(f"trajectory indices {idx.tolist()[:5]} out of range for {n}")
-        lengths = np.fromiter(self._lengths, np.int64, n)
-        runs = self._runs(self._starts()[idx], lengths[idx])
+        idx = self._trajectory_numbers(as_indices(indices))
+        runs = self._trajectories(idx)
         weights = np.ones((idx.shape[0], 1))
         return (runs[0] if len(runs) == 1 else tuple(runs)), {"weights": weights}
 
     def _episodes_of(self, ids: Array) -> tuple[Array, Array]:
-        """``(first id, length)`` of the trajectory (core episode) holding each id."""
-        assert self._core is not None
-        start = self._core.episode_begin(ids)
-        length = ids - start + self._core.steps_to_episode_end(ids) + 1
-        return start, length
+        """``(first id, length)`` of the stored trajectory holding each (visible) id."""
+        lengths = np.fromiter(self._lengths, np.int64, self.trajectory_num)
+        ends = np.cumsum(lengths)
+        k = np.searchsorted(ends, ids - self._first_id(), side="right")
+        return self._first_id() + ends[k] - lengths[k], lengths[k]
 
     def sample_trajectories_portion(
         self, num_samples: int = 1, portion_length: int = 1
@@ -303,5 +367,8 @@ class TrajectoryReplayBuffer(ReplayBuffer):
     def _portions(
         self, starts: Array, portion_length: int
     ) -> tuple[tuple[Trajectory, ...], dict[str, Any]]:
-        runs = self._runs(starts, np.full(starts.shape[0], portion_length, np.int64))
+        ends = np.cumsum(np.fromiter(self._lengths, np.int64, self.trajectory_num))
+        owner = np.searchsorted(ends, starts - self._first_id(), side="right")
+        as_list = [self._as_list[k] for k in owner.tolist()]  # a slice of a list is a list
+        runs = self._runs(starts, np.full(starts.shape[0], portion_length, np.int64), as_list)
         return tuple(runs), {"weights": np.ones((starts.shape[0], 1))}
