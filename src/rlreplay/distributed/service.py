@@ -1,0 +1,361 @@
+"""A sharded replay service on Ray whose samples follow exactly one buffer's law."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator, Mapping, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any
+
+import numpy as np
+
+from rlreplay.batch import Batch
+from rlreplay.distributed.limiter import LimiterHost
+from rlreplay.distributed.shard import Shard
+from rlreplay.distributed.split import (
+    encode_env_ids,
+    merge_batches,
+    route_ids,
+    split_batch_size,
+)
+from rlreplay.distributed.writer import Writer, call
+from rlreplay.errors import ConfigError, ReplayClosed, ShapeError
+from rlreplay.limits import RateLimiter
+from rlreplay.spec import Field, Schema, positive_int
+
+__all__ = ["ReplayService"]
+
+Array = np.ndarray[Any, Any]
+
+
+def _ray() -> Any:
+    try:
+        import ray
+    except ImportError:  # pragma: no cover - depends on the environment
+        raise ImportError("rlreplay.distributed needs Ray: pip install 'rlreplay[ray]'") from None
+    return ray
+
+
+class ReplayService:
+    """Replay sharded over Ray actors, sampled as if it were one buffer.
+
+    Shard ``k`` is a Ray actor holding a core buffer of ``capacity // num_shards`` transitions
+    for the envs ``e`` with ``e % num_shards == k`` (an env's episodes never straddle shards).
+    :meth:`sample` draws ``B`` transitions with exactly the law of one buffer holding every
+    shard's data: the shards' shares are ``Multinomial(B, M_k / M)`` with ``M_k`` a shard's
+    sampleable count (uniform) or priority mass ``sum p ** alpha`` (prioritized), each shard
+    draws its share by its own law, and importance weights use the global probability and
+    the global smallest one (see :mod:`rlreplay.distributed.split`). Draws within a shard
+    are independent (``stratified=False``), so a batch is i.i.d. as a single buffer's with
+    ``stratified=False``. The masses are read just before the draw: writes that land between
+    the two calls shift the split by their share of the mass.
+
+    Args:
+        num_shards: Number of shard actors.
+        capacity: Transitions over all shards.
+        fields: As for :class:`rlreplay.ReplayBuffer`.
+        prioritized: Proportional prioritized replay (rank-based ranks are global and cannot
+            be split across shards).
+        alpha: Priority exponent (prioritized).
+        beta: Importance exponent at the first sample; ``beta_final``/``beta_steps`` anneal it
+            over the service's samples.
+        beta_final: Exponent after ``beta_steps`` samples.
+        beta_steps: Samples over which beta moves (0: constant).
+        n_step: Window length.
+        gamma: Discount.
+        rate_limiter: A :class:`rlreplay.RateLimiter` (its parameters; the service keeps its
+            own counters in a limiter actor) applied to every writer's inserts and every
+            sample, or ``None``.
+        seed: Seeds the service's generator and, through it, every shard's.
+        num_envs: Env ids writers may use (``0 .. num_envs - 1``); default ``num_shards``.
+        ray_init: Arguments for ``ray.init`` if Ray is not running yet (ignored otherwise).
+        actor_options: Extra ``.options(...)`` for the shard actors (default ``num_cpus=0``).
+        **buffer_options: Other core buffer arguments (``frame_stack``, ``eps``, ...).
+
+    Every blocking call takes ``timeout`` (seconds, ``None``: wait for ever) and raises
+    :class:`rlreplay.ReplayTimeout` when it runs out; calls after :meth:`close` raise
+    :class:`rlreplay.ReplayClosed`.
+
+    Example:
+        >>> import numpy as np, rlreplay as rr
+        >>> from rlreplay.distributed import ReplayService
+        >>> svc = ReplayService(2, 1000, {"obs": rr.Field((2,), np.float32)}, seed=0)
+        >>> w = svc.writer([0, 1])
+        >>> for t in range(10):
+        ...     w.add(obs=np.zeros((2, 2), np.float32), reward=[1.0, 1.0],
+        ...           terminated=[t == 9] * 2, truncated=[False] * 2,
+        ...           next_obs=np.zeros((2, 2), np.float32))
+        >>> w.close()
+        >>> svc.sample(8).obs.shape
+        (8, 2)
+        >>> svc.close()
+    """
+
+    def __init__(
+        self,
+        num_shards: int,
+        capacity: int,
+        fields: Mapping[str, Field | tuple[Any, Any]],
+        prioritized: bool = False,
+        alpha: float = 0.6,
+        beta: float = 0.4,
+        n_step: int = 1,
+        gamma: float = 0.99,
+        rate_limiter: RateLimiter | None = None,
+        seed: int | None = None,
+        *,
+        beta_final: float | None = None,
+        beta_steps: int = 0,
+        num_envs: int | None = None,
+        ray_init: Mapping[str, Any] | None = None,
+        actor_options: Mapping[str, Any] | None = None,
+        **buffer_options: Any,
+    ) -> None:
+        ray = _ray()
+        self.num_shards = S = positive_int("num_shards", num_shards)
+        self.capacity = positive_int("capacity", capacity)
+        self.num_envs = positive_int("num_envs", S if num_envs is None else num_envs)
+        if self.num_envs < S:
+            raise ConfigError(
+                f"num_envs: each of the {S} shards needs an env, got num_envs={self.num_envs}"
+            )
+        if buffer_options.get("variant", "proportional") != "proportional":
+            raise ConfigError(
+                "variant: rank-based ranks are global; a sharded service samples proportionally"
+            )
+        if rate_limiter is not None and not isinstance(rate_limiter, RateLimiter):
+            raise ConfigError(f"rate_limiter: expected an rr.RateLimiter, got {rate_limiter!r}")
+        self.prioritized = bool(prioritized)
+        self.alpha = float(alpha)
+        self.beta0 = float(beta)
+        self.beta_final = self.beta0 if beta_final is None else float(beta_final)
+        self.beta_steps = int(beta_steps)
+        self.schema = Schema.build(fields)
+        options: dict[str, Any] = dict(buffer_options, n_step=n_step, gamma=gamma)
+        if self.prioritized:
+            # The service computes weights and anneals beta itself; shards draw independently
+            # so that a batch is i.i.d. like one buffer's.
+            options.update(alpha=alpha, beta=0.0, stratified=False)
+        if not ray.is_initialized():
+            ray.init(**dict(ray_init or {}))
+        seeds = np.random.SeedSequence(seed).spawn(S + 1)
+        self._rng = np.random.default_rng(seeds[S])
+        self._rng_lock = threading.Lock()
+        remote_shard = ray.remote(Shard).options(**{"num_cpus": 0, **dict(actor_options or {})})
+        self._shards = [
+            remote_shard.remote(
+                self.capacity // S,
+                dict(fields),
+                len(range(k, self.num_envs, S)),
+                self.prioritized,
+                int(seeds[k].generate_state(1)[0]),
+                options,
+            )
+            for k in range(S)
+        ]
+        self._limiter: Any = None
+        self._limiter_config = None if rate_limiter is None else rate_limiter.config()
+        if rate_limiter is not None:
+            host = ray.remote(LimiterHost).options(num_cpus=0, max_concurrency=256)
+            self._limiter = host.remote(rate_limiter, S)
+        self._samples = 0  # service-wide sample calls, for beta
+        self._closed = False
+        # Fail here, not at the first write, if a shard cannot be built (bad fields, ...).
+        call(ray, [s.sizes.remote() for s in self._shards], None, "ReplayService()")
+
+    # ------------------------------------------------------------------ writing
+    def writer(self, env_ids: Sequence[int] | int, *, flush_every: int = 64) -> Writer:
+        """A writer for the envs ``env_ids`` (picklable: hand it to Ray tasks or actors).
+
+        Args:
+            env_ids: Service env ids in ``[0, num_envs)`` this writer writes.
+            flush_every: Steps buffered before they are sent (``flush()`` sends earlier).
+        """
+        self._check_open()
+        envs = np.atleast_1d(np.asarray(env_ids))
+        if envs.ndim != 1 or envs.dtype.kind not in "iu" or envs.shape[0] == 0:
+            raise ShapeError(f"env_ids: expected a non-empty 1-D sequence of ints, got {env_ids}")
+        if envs.min() < 0 or envs.max() >= self.num_envs or np.unique(envs).shape[0] < len(envs):
+            raise ShapeError(
+                f"env_ids: expected unique ints in [0, {self.num_envs}), got {envs.tolist()}"
+            )
+        return Writer(
+            shards=list(self._shards),
+            env_ids=[int(e) for e in envs],
+            num_shards=self.num_shards,
+            next_names=tuple("next_" + n for n in self.schema.observation_names),
+            flush_every=positive_int("flush_every", flush_every),
+            limiter=self._limiter,
+            limiter_config=self._limiter_config,
+            scalar=isinstance(env_ids, int | np.integer),
+        )
+
+    # ------------------------------------------------------------------ sampling
+    @property
+    def beta(self) -> float:
+        """The importance exponent the next :meth:`sample` uses."""
+        if self.beta_steps == 0:
+            return self.beta0
+        frac = min(1.0, self._samples / self.beta_steps)
+        return self.beta0 + (self.beta_final - self.beta0) * frac
+
+    def sample(self, batch_size: int, *, timeout: float | None = None) -> Batch:
+        """Draw ``batch_size`` transitions from all shards with one buffer's law.
+
+        Returns:
+            A :class:`rlreplay.Batch` like a core buffer's, with service ``ids`` and
+            ``env_ids``; prioritized batches carry global ``probabilities`` and ``weights``.
+
+        Raises:
+            EmptyBufferError: Nothing is sampleable in any shard.
+            ReplayTimeout: The rate limiter or a shard did not answer within ``timeout``.
+        """
+        batch_size = positive_int("batch_size", batch_size)
+        with self._rng_lock:
+            self._check_open()
+            beta = self.beta
+            self._samples += 1
+            seed = int(self._rng.integers(2**63))
+        return self._sample(batch_size, beta, np.random.default_rng(seed), timeout)
+
+    def _sample(
+        self, batch_size: int, beta: float, rng: np.random.Generator, timeout: float | None
+    ) -> Batch:
+        ray = _ray()
+        if self._limiter is not None:
+            call(ray, self._limiter.await_sample.remote(batch_size, timeout), None, "sample")
+        infos = call(ray, [s.info.remote() for s in self._shards], timeout, "sample")
+        masses = [m for _, m, _ in infos]
+        counts = split_batch_size(batch_size, masses, rng)
+        drawing = [k for k in range(self.num_shards) if counts[k]]
+        refs = [self._shards[k].sample.remote(int(counts[k])) for k in drawing]
+        got = call(ray, refs, timeout, "sample")
+        parts = [(k, b, m, low) for k, (b, m, low) in zip(drawing, got, strict=True)]
+        lows = {k: low for k, (_, _, low) in enumerate(infos)}
+        lows.update({k: low for k, _, _, low in parts})
+        return merge_batches(
+            parts,
+            self.num_shards,
+            rng,
+            prioritized=self.prioritized,
+            total_mass=float(sum(masses)),
+            smallest_mass=min(lows.values()),
+            beta=beta,
+        )
+
+    def iterate(
+        self, batch_size: int, *, prefetch: int = 2, timeout: float | None = None
+    ) -> Iterator[Batch]:
+        """Endless batches, ``prefetch`` of them requested ahead so the learner never waits on a
+        round trip. Priorities updated after a batch was requested do not affect it.
+
+        Raises:
+            ReplayClosed: The service was closed (ends the iteration).
+        """
+        batch_size = positive_int("batch_size", batch_size)
+        prefetch = positive_int("prefetch", prefetch)
+        pool = ThreadPoolExecutor(max_workers=prefetch, thread_name_prefix="rlreplay-prefetch")
+        pending: list[Future[Batch]] = []
+        try:
+            while True:
+                while len(pending) < prefetch:
+                    with self._rng_lock:
+                        self._check_open()
+                        beta, self._samples = self.beta, self._samples + 1
+                        rng = np.random.default_rng(int(self._rng.integers(2**63)))
+                    pending.append(pool.submit(self._sample, batch_size, beta, rng, timeout))
+                yield pending.pop(0).result()
+        finally:
+            pool.shutdown(wait=False, cancel_futures=True)
+
+    # ------------------------------------------------------------------ priorities
+    def update_priorities(self, ids: Any, priorities: Any, *, timeout: float | None = None) -> int:
+        """Route ``(ids, priorities)`` to their shards; ids overwritten since are ignored.
+
+        Returns:
+            How many ids were ignored as overwritten (summed over shards).
+
+        Raises:
+            InvalidIdError: An id never issued.
+            ShapeError: ``priorities`` and ``ids`` differ in shape.
+            PriorityError: As the core's.
+        """
+        self._check_open()
+        p = np.asarray(priorities)
+        if p.shape != np.shape(ids):
+            raise ShapeError(
+                f"priorities: expected one per id, shape {np.shape(ids)}, got shape {p.shape}"
+            )
+        shard, local = route_ids(ids, self.num_shards)
+        p = p.reshape(-1)
+        refs = [
+            self._shards[k].update_priorities.remote(local[shard == k], p[shard == k])
+            for k in range(self.num_shards)
+            if (shard == k).any()
+        ]
+        return int(sum(call(_ray(), refs, timeout, "update_priorities")))
+
+    # ------------------------------------------------------------------ inspection
+    def get_transitions(self, ids: Any, *, timeout: float | None = None) -> Batch:
+        """The transitions with service ids ``ids`` (each sampleable now), in order."""
+        self._check_open()
+        ids = np.asarray(ids)
+        shard, local = route_ids(ids, self.num_shards)
+        ks = [k for k in range(self.num_shards) if (shard == k).any()]
+        refs = [self._shards[k].get_transitions.remote(local[shard == k]) for k in ks]
+        got = call(_ray(), refs, timeout, "get_transitions")
+        flat = ids.reshape(-1)
+        out: dict[str, Array] = {}
+        for k, part in zip(ks, got, strict=True):
+            rows = np.flatnonzero(shard == k)
+            values = dict(part, ids=flat[rows])
+            values["env_ids"] = encode_env_ids(part["env_ids"], k, self.num_shards)
+            for name, v in values.items():
+                v = np.asarray(v)
+                if name not in out:
+                    out[name] = np.zeros((flat.shape[0], *v.shape[1:]), v.dtype)
+                out[name][rows] = v
+        return Batch(out)
+
+    def stats(self, *, timeout: float | None = None) -> dict[str, Any]:
+        """Per-shard ``stored``/``sampleable`` counts and the rate limiter's counters."""
+        self._check_open()
+        ray = _ray()
+        sizes = call(ray, [s.sizes.remote() for s in self._shards], timeout, "stats")
+        limiter = None
+        if self._limiter is not None:
+            limiter = call(ray, self._limiter.stats.remote(), timeout, "stats")
+        return {
+            "shards": [{"stored": a, "sampleable": b} for a, b in sizes],
+            "stored": sum(a for a, _ in sizes),
+            "sampleable": sum(b for _, b in sizes),
+            "samples": self._samples,
+            "rate_limiter": limiter,
+        }
+
+    def __len__(self) -> int:
+        """Transitions stored over all shards."""
+        return int(self.stats()["stored"])
+
+    # ------------------------------------------------------------------ lifetime
+    def close(self) -> None:
+        """Wake waiting writers and samplers (ReplayClosed) and stop the shard actors."""
+        if self._closed:
+            return
+        self._closed = True
+        ray = _ray()
+        if self._limiter is not None:
+            ray.get(self._limiter.close.remote())
+            ray.kill(self._limiter)
+        for s in self._shards:
+            ray.kill(s)
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise ReplayClosed("ReplayService is closed")
+
+    def __enter__(self) -> ReplayService:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -1,0 +1,202 @@
+"""Writers of a :class:`~rlreplay.distributed.ReplayService`: batch steps, send them in chunks."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from rlreplay.errors import FieldError, ReplayClosed, ReplayTimeout, ShapeError
+
+__all__ = ["Writer", "call"]
+
+Array = np.ndarray[Any, Any]
+
+
+def call(ray: Any, refs: Any, timeout: float | None, what: str) -> Any:
+    """``ray.get`` with rlreplay's errors: a timeout raises ReplayTimeout, a dead actor
+    ReplayClosed; an actor's own error (ReplayTimeout, InvalidIdError, ...) is raised as the
+    instance of its class that Ray makes (it also is a ``RayTaskError``)."""
+    try:
+        return ray.get(refs, timeout=timeout)
+    except ray.exceptions.GetTimeoutError:
+        raise ReplayTimeout(
+            f"{what}: no answer from the shards within timeout={timeout} s"
+        ) from None
+    except ray.exceptions.RayActorError as exc:
+        raise ReplayClosed(f"{what}: a shard or the rate limiter is gone ({exc})") from None
+
+
+class Writer:
+    """Writes steps of its envs to their shards, ``flush_every`` steps at a time.
+
+    ``add`` keeps steps locally; once ``flush_every`` are buffered (or on :meth:`flush` /
+    :meth:`close`) they go to their shards, one call per shard, each env's steps in order as
+    one ``extend``. Errors of a shard (a bad value, a closed service) surface at the flush.
+    With a rate limiter the writer asks it for each chunk it sends (chunks small enough that a
+    learner's batch and the chunk fit the limiter's band together) and reports what landed.
+
+    A writer pickles with its unsent steps, so it can be built on the driver and handed to a
+    Ray task or actor; two writers must not write the same env at the same time (their steps
+    would interleave into one episode).
+    """
+
+    def __init__(
+        self,
+        *,
+        shards: Sequence[Any],
+        env_ids: Sequence[int],
+        num_shards: int,
+        next_names: tuple[str, ...],
+        flush_every: int,
+        limiter: Any,
+        limiter_config: Mapping[str, Any] | None,
+        scalar: bool,
+    ) -> None:
+        self.env_ids = list(env_ids)
+        self.flush_every = flush_every
+        self._shards = list(shards)
+        self._num_shards = num_shards
+        self._next_names = next_names
+        self._limiter = limiter
+        self._limiter_config = None if limiter_config is None else dict(limiter_config)
+        self._scalar = scalar or len(self.env_ids) == 1
+        self._steps: list[tuple[int, dict[str, Any]]] = []  # (env, values) in order
+        self._keys: frozenset[str] | None = None
+        self._closed = False
+        self.sent = 0
+
+    @property
+    def pending(self) -> int:
+        """Steps buffered and not sent yet."""
+        return len(self._steps)
+
+    def add(self, *, env_ids: Sequence[int] | None = None, timeout: float | None = None,
+            **values: Any) -> None:  # fmt: skip
+        """Buffer one step of each of ``env_ids`` (default: the writer's envs).
+
+        Values have a leading axis ``len(env_ids)``, except for a writer of one env called
+        without ``env_ids``, which takes one step's values as they are (like a core buffer with
+        one env). ``next_<obs>`` is needed at episode ends only, as in the core.
+
+        Args:
+            env_ids: A subset of the writer's envs.
+            timeout: For the flush this add may trigger.
+            **values: One value per field.
+
+        Raises:
+            FieldError: A step's fields differ from the first step's (``next_*`` aside).
+            ShapeError: Unknown env ids or a wrong leading axis.
+            ReplayClosed: The writer was closed.
+        """
+        if self._closed:
+            raise ReplayClosed("Writer is closed")
+        given = {k: v for k, v in values.items() if v is not None}
+        keys = frozenset(k for k in given if k not in self._next_names)
+        if self._keys is None:
+            self._keys = keys
+        elif keys != self._keys:
+            raise FieldError(
+                f"add: fields {sorted(keys)} differ from this writer's first step's "
+                f"{sorted(self._keys)}"
+            )
+        if env_ids is None and self._scalar:
+            self._steps.append((self.env_ids[0], given))
+        else:
+            envs = self.env_ids if env_ids is None else [int(e) for e in env_ids]
+            unknown = sorted(set(envs) - set(self.env_ids))
+            if unknown:
+                raise ShapeError(f"env_ids: {unknown} are not this writer's {self.env_ids}")
+            arrays = {k: np.asarray(v) for k, v in given.items()}
+            for k, v in arrays.items():
+                if v.ndim == 0 or v.shape[0] != len(envs):
+                    raise ShapeError(
+                        f"{k}: expected a leading axis of {len(envs)} (one row per env), "
+                        f"got shape {v.shape}"
+                    )
+            for i, env in enumerate(envs):
+                self._steps.append((env, {k: v[i] for k, v in arrays.items()}))
+        if len(self._steps) >= self.flush_every:
+            self.flush(timeout=timeout)
+
+    def flush(self, *, timeout: float | None = None) -> int:
+        """Send every buffered step; returns how many were sent.
+
+        Raises:
+            ReplayTimeout: The rate limiter or a shard did not let the steps in within
+                ``timeout`` (the steps not sent stay buffered).
+            ReplayClosed: The service was closed.
+        """
+        import ray
+
+        sent = 0
+        while self._steps:
+            piece = self._steps[: self._grant_size()]
+            n = len(piece)
+            if self._limiter is not None:
+                call(ray, self._limiter.await_insert.remote(n, timeout), None, "flush")
+            by_shard = self._group(piece)
+            ks = sorted(by_shard)
+            refs = [self._shards[k].extend.remote(by_shard[k]) for k in ks]
+            try:
+                results = call(ray, refs, timeout, "flush")
+            except BaseException:
+                if self._limiter is not None:
+                    self._limiter.cancel_insert.remote(n)
+                raise
+            if self._limiter is not None:  # waited for: a sample may count on these steps
+                commits = [
+                    self._limiter.commit_insert.remote(stored, k, version, size)
+                    for k, (version, size, stored) in zip(ks, results, strict=True)
+                ]
+                call(ray, commits, timeout, "flush")
+            del self._steps[:n]
+            sent += n
+        self.sent += sent
+        return sent
+
+    def _grant_size(self) -> int:
+        """Steps per limiter request: all of them without a limiter; else at most half the
+        band's worth, so a learner's batch of up to half the band still fits beside it."""
+        cfg = self._limiter_config
+        if cfg is None:
+            return len(self._steps)
+        band = float(cfg["max_diff"]) - float(cfg["min_diff"])
+        spi = float(cfg["samples_per_insert"])
+        cap = band / (2.0 * spi) if math.isfinite(band) else float(len(self._steps))
+        return max(1, min(len(self._steps), int(cap)))
+
+    def _group(self, piece: list[tuple[int, dict[str, Any]]]) -> dict[int, list[Any]]:
+        """Per shard, ``(local env, values stacked over the env's steps)`` runs."""
+        per_env: dict[int, list[dict[str, Any]]] = {}
+        for env, values in piece:
+            per_env.setdefault(env, []).append(values)
+        out: dict[int, list[Any]] = {}
+        for env, steps in per_env.items():
+            stacked: dict[str, Array] = {}
+            for name in steps[0]:
+                if name not in self._next_names:
+                    stacked[name] = np.stack([np.asarray(s[name]) for s in steps])
+            for name in self._next_names:  # given at episode ends only: zeros elsewhere
+                given = [s.get(name) for s in steps]
+                like = next((np.asarray(g) for g in given if g is not None), None)
+                if like is not None:
+                    zero = np.zeros_like(like)
+                    stacked[name] = np.stack([zero if g is None else np.asarray(g) for g in given])
+            k, local = env % self._num_shards, env // self._num_shards
+            out.setdefault(k, []).append((local, stacked))
+        return out
+
+    def close(self, *, timeout: float | None = None) -> None:
+        """Flush, then refuse further steps. Closing twice is harmless."""
+        if not self._closed:
+            self.flush(timeout=timeout)
+            self._closed = True
+
+    def __enter__(self) -> Writer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
