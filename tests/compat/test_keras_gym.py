@@ -684,3 +684,30 @@ def test_agrees_with_the_native_core(n: int, k: int) -> None:
         live = ~ref.terminated  # after a done keras-gym reads the next episode's step
         np.testing.assert_array_equal(S_next[live], to_keras(ref.next_obs)[live])
         np.testing.assert_array_equal(A_next[live], ref.next_action[live])
+
+
+def test_pickles_like_keras_gyms_plain_array_buffer() -> None:
+    """keras-gym's buffer holds NumPy arrays and a RandomState, so users pickle it."""
+    import pickle
+
+    buf = fill(3)
+    copy = pickle.loads(pickle.dumps(buf))
+    assert len(copy) == len(buf) and copy.random_seed == 3
+    for _ in range(3):
+        for x, y in zip(buf.sample(), copy.sample(), strict=True):
+            np.testing.assert_array_equal(x, y)
+    copy.add(state(150, 2), 0, 1.0, False, 99)  # and it goes on taking steps
+    assert len(copy) == len(buf) + 1
+    empty = pickle.loads(pickle.dumps(ExperienceReplayBuffer(discrete(), 10)))
+    assert len(empty) == 0
+
+
+def test_batch_size_zero_fails_at_sample_as_keras_gyms_stack_does() -> None:
+    buf = ExperienceReplayBuffer(discrete(), 10, batch_size=0)
+    with pytest.raises(InsufficientCacheError):  # keras-gym: not initialized yet
+        buf.sample()
+    buf.add(np.zeros(1), 0, 0.0, False, 0)
+    with pytest.raises(ValueError, match="at least one array"):  # np.stack([])
+        buf.sample()
+    with pytest.raises(rr.ConfigError, match="capacity"):  # capacity + bootstrap_n == 0
+        ExperienceReplayBuffer(discrete(), -1).add(np.zeros(1), 0, 0.0, False, 0)

@@ -431,6 +431,21 @@ class ExperienceReplayBuffer:
         # The core stacks frames on axis 1; keras-gym puts them on the last axis.
         return np.ascontiguousarray(np.moveaxis(obs, 1, -1))
 
+    # ------------------------------------------------------------------ pickling
+    def __getstate__(self) -> dict[str, Any]:
+        """keras-gym's buffer is plain arrays and pickles; the core travels as its state."""
+        state = dict(self.__dict__)
+        core = state.pop("_core")
+        state["_core_state"] = None if core is None else core.state_dict()
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        core_state = state.pop("_core_state")
+        self.__dict__.update(state)
+        self._core = None
+        if core_state is not None:
+            self._init_core().load_state_dict(core_state)
+
     # ------------------------------------------------------------------ sizes
     def __len__(self) -> int:
         return max(0, self._num_transitions - self.bootstrap_n)
