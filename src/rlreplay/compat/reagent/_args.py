@@ -27,6 +27,7 @@ __all__ = [
     "cast",
     "check_inferred",
     "convert_step",
+    "env_elements",
     "extras",
     "infer_element",
     "inferred_dtype",
@@ -113,6 +114,20 @@ def space_shape_dtype(name: str, space: Any) -> tuple[tuple[int, ...], np.dtype[
     if kind == "Box":
         return tuple(space.shape), np.dtype(space.dtype)
     raise ConfigError(f"{name}: {kind} not supported; expected a Box or Discrete space")
+
+
+def env_elements(env: Any) -> dict[str, Any]:
+    """Constructor arguments for an env's observation and action spaces (float32 rewards)."""
+    obs_shape, obs_dtype = space_shape_dtype("observation_space", env.observation_space)
+    action_shape, action_dtype = space_shape_dtype("action_space", env.action_space)
+    return {
+        "observation_shape": obs_shape,
+        "observation_dtype": obs_dtype,
+        "action_shape": action_shape,
+        "action_dtype": action_dtype,
+        "reward_shape": (),
+        "reward_dtype": np.float32,
+    }
 
 
 # ---------------------------------------------------------------------- add

@@ -16,7 +16,9 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from rlreplay.compat.reagent import _elements
 from rlreplay.compat.reagent._assembly import core_name
+from rlreplay.compat.reagent._errors import NotFoundError
 from rlreplay.compat.reagent._slots import write_padding, write_step
 from rlreplay.errors import CheckpointError
 
@@ -28,6 +30,8 @@ __all__ = [
     "STORE_FILENAME_PREFIX",
     "check_rows",
     "filename",
+    "initialize_from_files",
+    "load_files",
     "read_array",
     "stored_elements",
     "replay_rows",
@@ -114,6 +118,38 @@ def stored_elements(
             raise CheckpointError(f"{path}: expected one row per slot, got {dtype}{shape}")
         out.append((name, tuple(shape[1:]), np.dtype(dtype)))
     return out
+
+
+def initialize_from_files(
+    buf: ReplayBuffer, checkpoint_dir: str | os.PathLike[str], suffix: Any
+) -> None:
+    """Fix an inferring buffer's elements from a checkpoint's ``$store$`` files."""
+    if not os.path.isdir(checkpoint_dir):
+        raise NotFoundError(f"Missing checkpoint directory: {checkpoint_dir}")
+    try:
+        found = stored_elements(checkpoint_dir, suffix)
+    except FileNotFoundError as exc:
+        raise NotFoundError(str(exc)) from None
+    elements, inferred = _elements.from_files(buf, found)
+    _elements.setup(buf, elements, inferred, final=True)
+
+
+def load_files(
+    buf: ReplayBuffer, checkpoint_dir: str | os.PathLike[str], suffix: Any
+) -> Array | None:
+    """Read, check and replay the files into ``buf``; the validity mask (``None`` if absent)."""
+    names = buf._required_files()
+    paths = {n: filename(checkpoint_dir, n, suffix) for n in names}
+    missing = [p for p in paths.values() if not os.path.exists(p)]
+    if missing:
+        raise NotFoundError(f"Missing file(s): {missing}")
+    data = {name: read_array(path) for name, path in paths.items()}
+    valid_path = filename(checkpoint_dir, "_is_valid", suffix)
+    valid = read_array(valid_path) if os.path.exists(valid_path) else None
+    rows, add_count = buf._check_loaded(data, valid)
+    buf._reset()
+    buf._replay_rows(rows, add_count, data)
+    return valid
 
 
 def store_arrays(buf: ReplayBuffer) -> dict[str, Array]:

@@ -10,9 +10,14 @@ class below is both.
 
 from __future__ import annotations
 
-from rlreplay.errors import ConfigError, InvalidIdError, ShapeError
+from rlreplay.errors import CheckpointError, ConfigError, InvalidIdError, ShapeError
 
-__all__ = ["ConfigAssertionError", "ElementAssertionError", "IndexAssertionError"]
+__all__ = [
+    "ConfigAssertionError",
+    "ElementAssertionError",
+    "IndexAssertionError",
+    "NotFoundError",
+]
 
 
 class ConfigAssertionError(ConfigError, AssertionError):
@@ -25,3 +30,10 @@ class ElementAssertionError(ShapeError, AssertionError):
 
 class IndexAssertionError(InvalidIdError, AssertionError):
     """Indices ReAgent refuses with ``assert`` (not integers, or not ``batch_size`` of them)."""
+
+
+class NotFoundError(CheckpointError, FileNotFoundError):
+    """Not all files of a checkpoint were found (``load``).
+
+    Subclasses :class:`rlreplay.CheckpointError` (a ``ValueError``) and ``FileNotFoundError``.
+    """

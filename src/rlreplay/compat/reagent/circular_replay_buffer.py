@@ -31,11 +31,13 @@ timeline windows              ``assemble.stack_frames``
 
 The core keeps ``replay_capacity`` real steps, at least as many as the ring holds (the ring
 also holds padding rows), so every step a slot names is still stored there and every valid slot
-is one the core can assemble.
+is one the core can assemble. Built without ``observation_shape`` (ReAgent's later API), the
+buffer builds its core at the first add, from the elements that add shows.
 
-The parts live in private modules of this package: ``_slots`` (slot bookkeeping, validity,
-slot draws), ``_assembly`` (the returned elements: stacks, timeline format), ``_checkpoint``
-(Dopamine's file layout) and ``_args`` (checks of user arguments).
+Private modules: ``_slots`` (slot bookkeeping, validity, slot draws), ``_assembly`` (returned
+elements: stacks, timeline format), ``_elements`` (declared and inferred elements),
+``_checkpoint`` (Dopamine's file layout), ``_args`` (user arguments, ReAgent's casts) and
+``_errors`` (errors that are also ReAgent's ``AssertionError``).
 """
 
 from __future__ import annotations
@@ -52,7 +54,8 @@ from rlreplay.buffer import ReplayBuffer as CoreReplayBuffer
 from rlreplay.compat.reagent import _args, _assembly, _checkpoint, _elements, _slots
 from rlreplay.compat.reagent._assembly import EXTRA, _Batch
 from rlreplay.compat.reagent._checkpoint import CHECKPOINT_DURATION, STORE_FILENAME_PREFIX
-from rlreplay.errors import CheckpointError, ConfigError
+from rlreplay.compat.reagent._errors import NotFoundError
+from rlreplay.errors import ConfigError
 from rlreplay.spec import Field
 
 if TYPE_CHECKING:
@@ -72,13 +75,6 @@ Array = np.ndarray[Any, Any]
 shape_type = collections.namedtuple("shape_type", ["name", "shape", "type"])
 #: ``ReplayElement(name, shape, type)``: one stored or returned element (ReAgent's alias).
 ReplayElement = shape_type
-
-
-class NotFoundError(CheckpointError, FileNotFoundError):
-    """Not all files of a checkpoint were found (``load``).
-
-    Subclasses :class:`rlreplay.CheckpointError` (a ``ValueError``) and ``FileNotFoundError``.
-    """
 
 
 class ReplayBuffer:
@@ -103,13 +99,16 @@ class ReplayBuffer:
     sampling ``B`` transitions is O(B * (stack_size + update_horizon)) gathers in the core.
 
     Args:
-        observation_shape: Shape of one observation (a frame).
+        observation_shape: Shape of one observation (a frame), a tuple. ``None`` (omitted):
+            ReAgent's later API; every element whose shape and dtype are not given is
+            inferred from the first :meth:`add`, extras from its other keyword arguments.
         stack_size: Number of frames in a state (stacked on the last axis).
         replay_capacity: Rows in the ring (padding rows included); at least
             ``update_horizon + stack_size``.
         batch_size: Default batch size of :meth:`sample_transition_batch`.
-        return_everything_as_stack: Also stack action, reward, terminal and extras over the
-            ``stack_size`` steps ending at each sampled step (``reward`` is then raw rewards).
+        return_everything_as_stack: Also stack action, reward and extras over the
+            ``stack_size`` steps ending at each sampled step (``reward`` is then raw rewards;
+            ``terminal`` and ``step`` stay ``(B, 1)``).
         return_as_timeline_format: Return ``reward``, ``next_state``, ``next_action``,
             ``next_reward`` and ``next_<x>`` as lists (one tensor per transition) of the ``m``
             per-step values of the window, like ReAgent's timeline output.
@@ -118,16 +117,18 @@ class ReplayBuffer:
         max_sample_attempts: Draws that may be rejected (slot not valid here) before sampling
             switches to an exact draw among valid slots (prioritized: before it fails).
         extra_storage_types: ``ReplayElement``\\ s of extra per-step contents.
-        observation_dtype: Observation dtype.
-        action_shape: Action shape (``()``: a scalar).
-        action_dtype: Action dtype.
-        reward_shape: Reward shape (``()``: a scalar).
-        reward_dtype: Reward dtype.
+        observation_dtype: Observation dtype (default ``np.uint8``).
+        action_shape: Action shape (default ``()``, a scalar).
+        action_dtype: Action dtype (default ``np.int32``).
+        reward_shape: Reward shape (default ``()``, a scalar).
+        reward_dtype: Reward dtype (default ``np.float32``).
         seed: rlreplay extension: seed of the sampler. ``None`` draws one from NumPy's global
             random state, so ``np.random.seed`` before construction makes sampling repeatable.
 
     Raises:
-        ValueError: An argument out of range (:class:`rlreplay.ConfigError`).
+        AssertionError: ``observation_shape`` is not a tuple (also :class:`rlreplay.ConfigError`).
+        ValueError: An argument out of range, or the timeline format with
+            ``update_horizon == 1`` (:class:`rlreplay.ConfigError`).
 
     Example:
         >>> import numpy as np
@@ -251,23 +252,15 @@ class ReplayBuffer:
         Raises:
             ValueError: An unsupported space (:class:`rlreplay.ConfigError`).
         """
-        obs_space, action_space = env.observation_space, env.action_space
-        obs_shape, obs_dtype = _args.space_shape_dtype("observation_space", obs_space)
-        action_shape, action_dtype = _args.space_shape_dtype("action_space", action_space)
         extra = list(kwargs.pop("extra_storage_types", None) or [])
         if store_log_prob:
             extra.append(ReplayElement("log_prob", (), np.float32))
         return cls(
-            observation_shape=obs_shape,
             stack_size=stack_size,
             replay_capacity=replay_memory_size,
             batch_size=batch_size,
-            observation_dtype=obs_dtype,
-            action_shape=action_shape,
-            action_dtype=action_dtype,
-            reward_shape=(),
-            reward_dtype=np.float32,
             extra_storage_types=extra,
+            **_args.env_elements(env),
             **kwargs,
         )
 
@@ -626,38 +619,14 @@ class ReplayBuffer:
         before = dict(self.__dict__)  # _reset() replaces every stateful part, never mutates one
         try:
             if not self._initialized:
-                self._initialize_from_files(checkpoint_dir, suffix)
-            valid = self._load_files(checkpoint_dir, suffix)
+                _checkpoint.initialize_from_files(self, checkpoint_dir, suffix)
+            valid = _checkpoint.load_files(self, checkpoint_dir, suffix)
         except Exception:
             self.__dict__.update(before)  # a failed load changes nothing
             raise
         if valid is not None:
             self._is_valid[:] = valid
             self._num_valid_indices = int(valid.sum())
-
-    def _initialize_from_files(self, checkpoint_dir: str | os.PathLike[str], suffix: Any) -> None:
-        if not os.path.isdir(checkpoint_dir):
-            raise NotFoundError(f"Missing checkpoint directory: {checkpoint_dir}")
-        try:
-            found = _checkpoint.stored_elements(checkpoint_dir, suffix)
-        except FileNotFoundError as exc:
-            raise NotFoundError(str(exc)) from None
-        elements, inferred = _elements.from_files(self, found)
-        _elements.setup(self, elements, inferred, final=True)
-
-    def _load_files(self, checkpoint_dir: str | os.PathLike[str], suffix: Any) -> Array | None:
-        """Read, check and replay the files; the validity mask read (``None`` if absent)."""
-        paths = {n: _checkpoint.filename(checkpoint_dir, n, suffix) for n in self._required_files()}
-        missing = [p for p in paths.values() if not os.path.exists(p)]
-        if missing:
-            raise NotFoundError(f"Missing file(s): {missing}")
-        data = {name: _checkpoint.read_array(path) for name, path in paths.items()}
-        valid_path = _checkpoint.filename(checkpoint_dir, "_is_valid", suffix)
-        valid = _checkpoint.read_array(valid_path) if os.path.exists(valid_path) else None
-        rows, add_count = self._check_loaded(data, valid)
-        self._reset()
-        self._replay_rows(rows, add_count, data)
-        return valid
 
     def _check_loaded(
         self, data: dict[str, Array], valid: Array | None
