@@ -10,6 +10,8 @@ Example:
 
 from rlreplay.batch import Batch
 from rlreplay.buffer import ReplayBuffer, load
+from rlreplay.buffer_episodes import StoredRange
+from rlreplay.buffer_fifo import Atomic
 from rlreplay.errors import (
     CheckpointError,
     ConfigError,
@@ -25,7 +27,7 @@ from rlreplay.errors import (
     ShapeError,
 )
 from rlreplay.limits import MinSize, RateLimiter, SampleToInsertRatio
-from rlreplay.prioritized import PrioritizedReplayBuffer
+from rlreplay.prioritized import PrioritizedReplayBuffer, PriorityStarts
 from rlreplay.sampling.trees import MaxTree, MinTree, SumTree
 from rlreplay.spec import Field
 from rlreplay.transforms import HindsightRelabel
@@ -33,6 +35,7 @@ from rlreplay.transforms import HindsightRelabel
 __version__ = "0.1.0"
 
 __all__ = [
+    "Atomic",
     "Batch",
     "CheckpointError",
     "ConfigError",
@@ -48,6 +51,7 @@ __all__ = [
     "PerformanceWarning",
     "PrioritizedReplayBuffer",
     "PriorityError",
+    "PriorityStarts",
     "RateLimiter",
     "ReplayBuffer",
     "ReplayClosed",
@@ -55,6 +59,7 @@ __all__ = [
     "ReplayTimeout",
     "SampleToInsertRatio",
     "ShapeError",
+    "StoredRange",
     "SumTree",
     "__version__",
     "load",

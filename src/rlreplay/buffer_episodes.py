@@ -7,7 +7,7 @@ queries by id (``episode_begin``, ``steps_to_episode_end``, ``get_field``, ``sam
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -20,7 +20,24 @@ from rlreplay.sequences import draw_sequence_starts, gather_runs, run_lengths
 from rlreplay.spec import positive_int
 from rlreplay.transforms import Transform, apply_transform
 
-__all__ = ["EpisodesMixin"]
+__all__ = ["EpisodesMixin", "StoredRange"]
+
+
+class StoredRange(NamedTuple):
+    """Per env ``e``, the stored steps are ``first[e] .. end[e] - 1`` (absolute step numbers).
+
+    Steps count from 0 per env and never restart (not after :meth:`~rlreplay.ReplayBuffer.clear`
+    or ``dequeue`` either); the id of step ``t`` of env ``e`` is ``t * num_envs + e``. An env
+    stores nothing when ``first[e] == end[e]``; ``end[e]`` is the number of steps ever added to
+    it, i.e. the step its next :meth:`~rlreplay.ReplayBuffer.add` writes.
+
+    Attributes:
+        first: int64 ``(num_envs,)``: each env's oldest stored step.
+        end: int64 ``(num_envs,)``: one past each env's newest stored step.
+    """
+
+    first: Array
+    end: Array
 
 
 class EpisodesMixin(BufferHost):
@@ -161,6 +178,29 @@ class EpisodesMixin(BufferHost):
             out["ids"] = self._index.ids(np.full_like(steps, env_ids[0]), steps)
             out["env_ids"] = np.full_like(steps, env_ids[0])
             return Batch(out)
+
+    def stored_range(self) -> StoredRange:
+        """Each env's stored steps ``first[e] .. end[e] - 1`` (copies; see :class:`StoredRange`).
+
+        Returns:
+            ``StoredRange(first, end)``, int64 arrays of shape ``(num_envs,)``.
+
+        Raises:
+            ReplayClosed: The buffer is closed.
+
+        Example:
+            >>> import numpy as np, rlreplay as rr
+            >>> buf = rr.ReplayBuffer(4, {"obs": rr.Field((), np.float32)})  # 4 steps kept
+            >>> for t in range(6):
+            ...     _ = buf.add(obs=t, reward=0.0, terminated=False, truncated=False)
+            >>> r = buf.stored_range()
+            >>> r.first.tolist(), r.end.tolist()  # steps 0 and 1 were overwritten
+            ([2], [6])
+        """
+        with self._lock:
+            self._check_open()
+            env = self._index.env
+            return StoredRange(env[:, HEAD].copy(), env[:, COUNT].copy())
 
     def _stored_steps(self, ids: Any) -> tuple[Array, Array, Array]:
         """``(env_ids, t, slots)`` of stored steps; overwritten or never-issued ids raise."""

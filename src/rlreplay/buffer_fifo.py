@@ -1,7 +1,8 @@
-"""FIFO use of a replay buffer: blocking waits, ``dequeue`` and ``gather_all`` (ALF's queue use).
+"""Locking and FIFO use of a replay buffer: ``atomic``, blocking waits, ``dequeue``, ``gather_all``.
 
-A part of :class:`rlreplay.ReplayBuffer` (see :mod:`rlreplay.buffer_host`). Blocking calls wait
-on the buffer's condition (``_cond``, on the buffer's re-entrant lock) with
+A part of :class:`rlreplay.ReplayBuffer` (see :mod:`rlreplay.buffer_host`). Every public method
+takes the buffer's one re-entrant lock; :meth:`FifoMixin.atomic` holds it across several calls.
+Blocking calls wait on the buffer's condition (``_cond``, on that lock) with
 :class:`queue.Queue` timeout semantics; :meth:`close` wakes them and they raise
 :class:`rlreplay.ReplayClosed`.
 """
@@ -9,7 +10,8 @@ on the buffer's condition (``_cond``, on the buffer's re-entrant lock) with
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from types import TracebackType
+from typing import Any, Generic, Self, TypeVar
 
 import numpy as np
 
@@ -20,11 +22,66 @@ from rlreplay.errors import ConfigError, EmptyBufferError, ReplayTimeout, ShapeE
 from rlreplay.sequences import gather_runs
 from rlreplay.spec import positive_int
 
-__all__ = ["FifoMixin", "check_timeout"]
+__all__ = ["Atomic", "FifoMixin", "check_timeout"]
+
+_B = TypeVar("_B", bound=BufferHost)
+
+
+class Atomic(Generic[_B]):
+    """The context manager :meth:`FifoMixin.atomic` returns: holds the buffer's lock."""
+
+    __slots__ = ("_buffer",)
+
+    def __init__(self, buffer: _B) -> None:
+        self._buffer = buffer
+
+    def __enter__(self) -> _B:
+        self._buffer._lock.acquire()
+        return self._buffer
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self._buffer._lock.release()
 
 
 class FifoMixin(BufferHost):
-    """Blocking waits, ``dequeue`` and ``gather_all`` of :class:`rlreplay.ReplayBuffer`."""
+    """``atomic``, blocking waits, ``dequeue``, ``gather_all`` of :class:`rlreplay.ReplayBuffer`."""
+
+    def atomic(self) -> Atomic[Self]:
+        """Hold the buffer's lock across several calls: no other thread reads or writes between.
+
+        Every public method already takes the lock for its own duration; ``with buf.atomic():``
+        makes a group of calls one step for every other thread (e.g. read
+        :meth:`stored_range`, then fetch by ids that are then still stored). The lock is
+        re-entrant: the calls inside, and nested ``atomic()`` blocks of the same thread, take
+        it again without deadlock.
+
+        A blocking call inside (``add(block=True)``, ``dequeue(block=True)``) releases the lock
+        while it waits, as :meth:`threading.Condition.wait` does (so other threads can make the
+        room or the data it waits for), and takes it back before returning: the block is
+        atomic before and after such a wait, not across it. The context neither checks nor
+        changes whether the buffer is open: calls inside raise :class:`rlreplay.ReplayClosed`
+        as usual.
+
+        Returns:
+            A context manager whose ``with ... as b`` gives this buffer.
+
+        Example:
+            >>> import numpy as np, rlreplay as rr
+            >>> buf = rr.ReplayBuffer(8, {"obs": rr.Field((), np.float32)})
+            >>> with buf.atomic():
+            ...     ids = buf.extend(obs=np.arange(3, dtype=np.float32), reward=np.zeros(3),
+            ...                      terminated=[False, False, True], truncated=[False] * 3,
+            ...                      next_obs=np.zeros(3, np.float32))
+            ...     first, end = buf.stored_range()
+            >>> first.tolist(), end.tolist(), ids.tolist()
+            ([0], [3], [0, 1, 2])
+        """
+        return Atomic(self)
 
     def _wait(self, ready: Callable[[], bool], timeout: float | None, what: str) -> None:
         """Wait (releasing the lock) until ``ready()``; ``queue.Queue`` timeout semantics."""

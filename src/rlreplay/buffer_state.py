@@ -25,6 +25,16 @@ __all__ = ["StateMixin"]
 class StateMixin(BufferHost):
     """``state_dict``, ``load_state_dict`` and ``save`` of :class:`rlreplay.ReplayBuffer`."""
 
+    @property
+    def rng(self) -> np.random.Generator:
+        """The buffer's one random generator, from which every draw of the buffer comes.
+
+        Its state is part of the buffer's state (:meth:`state_dict`, :meth:`save`): a
+        front-end or transform that draws from it (under ``atomic()``, as the buffer's own draws
+        happen under its lock) stays reproducible across a checkpoint and reload.
+        """
+        return self._rng
+
     def _config(self) -> dict[str, Any]:
         return {
             "capacity": self.capacity,

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
 from rlreplay.buffer import ReplayBuffer
-from rlreplay.episodes import LO, expand_ranges
+from rlreplay.episodes import HI, LO, expand_ranges
 from rlreplay.errors import (
     ConfigError,
     EmptyBufferError,
@@ -20,11 +20,33 @@ from rlreplay.errors import (
 from rlreplay.sampling.priorities import VARIANTS, Priorities
 from rlreplay.sampling.uniform import DrawOptions
 from rlreplay.sequences import valid_sequence_starts
-from rlreplay.spec import Field, int_at_least
+from rlreplay.spec import Field, int_at_least, positive_int
 
-__all__ = ["PrioritizedReplayBuffer"]
+__all__ = ["PrioritizedReplayBuffer", "PriorityStarts"]
 
 Array = np.ndarray[Any, Any]
+
+_REJECTION_ROUNDS = 64  # redraws of out-of-bounds starts before the exact O(N) fallback
+
+
+class PriorityStarts(NamedTuple):
+    """Starts drawn by :meth:`PrioritizedReplayBuffer.sample_starts`.
+
+    Attributes:
+        env_ids: int64 ``(n,)``: the env of each start.
+        steps: int64 ``(n,)``: its absolute step (see :class:`rlreplay.StoredRange`).
+        ids: int64 ``(n,)``: its id, ``steps * num_envs + env_ids``.
+        probabilities: float64 ``(n,)``: ``P(i) = m_i / M`` of each start, ``m_i`` its
+            sampling mass and ``M`` the total mass of the allowed starts.
+        candidates: How many allowed starts have a mass ``> 0`` (``N``; ``N * P(i)`` is
+            ALF's importance weight).
+    """
+
+    env_ids: Array
+    steps: Array
+    ids: Array
+    probabilities: Array
+    candidates: int
 
 
 class PrioritizedReplayBuffer(ReplayBuffer):
@@ -337,6 +359,99 @@ class PrioritizedReplayBuffer(ReplayBuffer):
             ) from None
         self._beta_step += 1
         return env_ids[pos], t[pos], {"weights": weights, "probabilities": probabilities}
+
+    def sample_starts(self, n: int, first: Any, end: Any) -> PriorityStarts:
+        """Draw ``n`` starts by priority among the sampleable steps within per-env bounds.
+
+        The allowed starts are the sampleable transitions (those :meth:`sample` draws from)
+        whose step ``t`` of env ``e`` has ``first[e] <= t < end[e]``; start ``i`` is drawn with
+        ``P(i) = m_i / sum of m over the allowed starts``, ``m`` being :meth:`sample`'s mass
+        (``p^alpha``, or the rank mass), with replacement. For a front-end that restricts where
+        sequences may start (ALF: not among the earliest frames, and ``L`` stored steps from
+        the start on) and computes its own weights. The draws come from :attr:`rng` (the
+        buffer's checkpointed generator), as :meth:`sample`'s do (stratified when
+        ``stratified``), those out of bounds being redrawn; the expected number of draws of
+        each allowed start is exactly ``n * P(i)``. The ``beta`` schedule does not advance.
+
+        Cost: ``O(A)`` for ``A`` allowed starts, plus ``O(n log size)`` per round of draws
+        (a round redraws the out-of-bounds ones; after 64 rounds the rest are drawn exactly
+        among the allowed starts, ``O(A)``).
+
+        Args:
+            n: Number of starts (``>= 1``).
+            first: int ``(num_envs,)``: each env's first allowed step.
+            end: int ``(num_envs,)``: one past each env's last allowed step.
+
+        Returns:
+            A :class:`PriorityStarts` (``env_ids``, ``steps``, ``ids``, ``probabilities``,
+            ``candidates``).
+
+        Raises:
+            ShapeError: ``first`` or ``end`` is not an integer array of shape ``(num_envs,)``.
+            EmptyBufferError: No allowed start has a mass ``> 0``.
+            ReplayClosed: The buffer is closed.
+
+        Example:
+            >>> import numpy as np, rlreplay as rr
+            >>> buf = rr.PrioritizedReplayBuffer(16, {"obs": rr.Field((), np.float32)},
+            ...                                  alpha=1.0, eps=0.0)
+            >>> ids = buf.extend(obs=np.arange(6, dtype=np.float32), reward=np.zeros(6),
+            ...                  terminated=[False] * 5 + [True], truncated=[False] * 6,
+            ...                  next_obs=np.zeros(6, np.float32))
+            >>> _ = buf.update_priorities(ids, [1.0, 1.0, 1.0, 3.0, 1.0, 1.0])
+            >>> s = buf.sample_starts(100, first=[2], end=[4])  # steps 2 and 3 only
+            >>> sorted(set(zip(s.steps.tolist(), s.probabilities.tolist()))), s.candidates
+            ([(2, 0.25), (3, 0.75)], 2)
+        """
+        n = positive_int("n", n)
+        with self._lock:
+            self._check_open()
+            lo, hi = self._step_bounds("first", first), self._step_bounds("end", end)
+            index, prios = self._index, self._prios  # settles deferred steps first
+            env = index.env
+            a_lo = np.maximum(env[:, LO], lo)
+            a_env, a_t = expand_ranges(a_lo, np.maximum(np.minimum(env[:, HI], hi) - a_lo, 0))
+            if prios.rank_based and prios.changes >= prios._sort_threshold():
+                prios.resort()  # the masses read below are the ones the draws use
+            masses = prios.sum_tree.get(index.slots(a_env, a_t))
+            total = float(masses.sum())
+            if not total > 0.0:
+                raise EmptyBufferError(
+                    f"sample_starts: no start in [first, end) = [{lo.tolist()}, {hi.tolist()}) "
+                    f"has a priority > 0 ({a_t.shape[0]} sampleable starts there)"
+                )
+            env_ids, t = self._draw_in_bounds(n, lo, hi, a_env, a_t, masses, total)
+            m = prios.sum_tree.get(index.slots(env_ids, t))
+            return PriorityStarts(
+                env_ids, t, index.ids(env_ids, t), m / total, int(np.count_nonzero(masses))
+            )
+
+    def _step_bounds(self, name: str, value: Any) -> Array:
+        arr = np.asarray(value)
+        if arr.shape != (self.num_envs,) or arr.dtype.kind not in "iu":
+            raise ShapeError(
+                f"{name}: expected an integer array of shape ({self.num_envs},) (one step per "
+                f"env), got {arr.dtype} of shape {arr.shape}"
+            )
+        return arr.astype(np.int64)
+
+    def _draw_in_bounds(
+        self, n: int, lo: Array, hi: Array, a_env: Array, a_t: Array, masses: Array, total: float
+    ) -> tuple[Array, Array]:
+        """``n`` draws by mass from the tree, redrawing those outside ``[lo, hi)``."""
+        prios, start = self._prios, self._index.env[:, LO]
+        env_ids, t, _, _ = prios.draw(n, self._rng, self.stratified, 0.0, start)
+        for _ in range(_REJECTION_ROUNDS):
+            bad = (t < lo[env_ids]) | (t >= hi[env_ids])
+            if not bad.any():
+                return env_ids, t
+            k = int(bad.sum())
+            env_ids[bad], t[bad], _, _ = prios.draw(k, self._rng, self.stratified, 0.0, start)
+        bad = (t < lo[env_ids]) | (t >= hi[env_ids])
+        if bad.any():  # the excluded starts hold nearly all the mass: draw the rest exactly
+            pick = self._rng.choice(a_t.shape[0], size=int(bad.sum()), p=masses / total)
+            env_ids[bad], t[bad] = a_env[pick], a_t[pick]
+        return env_ids, t
 
     # ------------------------------------------------------------------ state
     def _config(self) -> dict[str, Any]:
