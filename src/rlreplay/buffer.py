@@ -499,9 +499,14 @@ class ReplayBuffer(WritingMixin, FifoMixin, EpisodesMixin, StateMixin):
         meta = reader.meta
         config = dict(meta["config"])
         config["fields"] = Schema.from_json(config["fields"]).fields
+        reader.require_data_only(config)
         config.update(overrides)
         capacity = config.pop("capacity")
         fields = config.pop("fields")
+        # Nothing is allocated for counts the file could not hold (24: a slot's index row).
+        reader.require_fit("capacity", capacity, 24 + sum(f.nbytes for f in fields.values()))
+        obs_bytes = sum(f.nbytes for f in fields.values() if f.observation)
+        reader.require_fit("finals_capacity", meta["state"]["finals_capacity"], 16 + obs_bytes)
         buf = cls(capacity, fields, **config)
         buf._load_meta(meta["state"])
         dest = buf._state_arrays()
@@ -516,6 +521,9 @@ class ReplayBuffer(WritingMixin, FifoMixin, EpisodesMixin, StateMixin):
         if missing:
             raise CheckpointError(f"checkpoint: arrays {sorted(missing)} are missing")
         buf._after_load()
+        kept = {k: v for k, v in meta["config"].items() if k not in overrides}
+        reader.require_same("configuration", kept, {k: buf._config().get(k) for k in kept})
+        reader.require_same("state", meta["state"], buf._state_meta())
         return buf
 
 
@@ -531,8 +539,9 @@ def load(path: str | os.PathLike[str], /, **overrides: Any) -> ReplayBuffer:
         CheckpointError: Missing, truncated, corrupted or unknown checkpoint.
     """
     reader = CheckpointReader(path)
-    name = reader.meta.get("class")
-    cls = ReplayBuffer if name == "ReplayBuffer" else ReplayBuffer._registry.get(str(name))
-    if cls is None:
-        raise CheckpointError(f"checkpoint {str(path)!r}: unknown buffer class {name!r}")
-    return cls._from_checkpoint(reader, overrides)
+    with reader.loading():  # any error of a hostile file's contents is a CheckpointError
+        name = reader.meta.get("class")
+        cls = ReplayBuffer if name == "ReplayBuffer" else ReplayBuffer._registry.get(str(name))
+        if cls is None:
+            raise CheckpointError(f"checkpoint {str(path)!r}: unknown buffer class {name!r}")
+        return cls._from_checkpoint(reader, overrides)

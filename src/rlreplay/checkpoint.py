@@ -27,7 +27,8 @@ import json
 import os
 import struct
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from glob import escape as glob_escape
 from pathlib import Path
 from typing import Any
@@ -186,18 +187,106 @@ class CheckpointReader:
                 raise CheckpointError(f"{where}: header checksum mismatch (corrupted file)")
         try:
             parsed = json.loads(header)
-        except ValueError as exc:
-            raise CheckpointError(f"{where}: unreadable header: {exc}") from exc
+        except (ValueError, RecursionError) as exc:  # UnicodeDecodeError is a ValueError
+            raise CheckpointError(f"{where}: unreadable header: {exc}") from None
         self.data_start = _aligned(_PREFIX.size + hlen + 32)
-        self.meta: dict[str, Any] = parsed["meta"]
-        self.table: list[dict[str, Any]] = parsed["arrays"]
-        data_size = int(parsed["data_size"])
+        self.size = size
+        if not isinstance(parsed, dict) or set(parsed) != {"meta", "arrays", "data_size"}:
+            raise CheckpointError(f"{where}: header must hold exactly meta, arrays and data_size")
+        meta, table, data_size = parsed["meta"], parsed["arrays"], parsed["data_size"]
+        if not isinstance(meta, dict) or not isinstance(table, list):
+            raise CheckpointError(f"{where}: header meta must be an object, arrays a list")
+        if _as_count(data_size) is None:
+            raise CheckpointError(f"{where}: data_size must be an integer >= 0; got {data_size!r}")
         expected = self.data_start + data_size + 32
         if size != expected:
             raise CheckpointError(
                 f"{where}: expected {expected} bytes, found {size} (truncated or padded file)"
             )
-        self.data_size = data_size
+        self.meta: dict[str, Any] = meta
+        self.table: list[dict[str, Any]] = [
+            _check_entry(where, i, entry, data_size) for i, entry in enumerate(table)
+        ]
+        end, names = 0, set()
+        for entry in self.table:
+            if entry["offset"] < end or entry["name"] in names:
+                raise CheckpointError(
+                    f"{where}: array {entry['name']!r} overlaps the one before it or repeats a "
+                    "name (offsets must grow, names be unique)"
+                )
+            end = entry["offset"] + entry["nbytes"]
+            names.add(entry["name"])
+        self.data_size: int = data_size
+
+    def require_fit(self, what: str, count: Any, item_bytes: int) -> int:
+        """``count`` (from the header) as an int, if ``count`` items of ``item_bytes`` fit the file.
+
+        A loader calls this for every count of the header that sizes an allocation (a
+        capacity, a number of final records), with the fewest bytes one item takes in a valid
+        file, before it allocates anything: a hostile header then fails before any allocation
+        larger than the file.
+
+        Raises:
+            CheckpointError: ``count`` is not an integer ``>= 0``, or the items would take
+                more bytes than the whole file.
+        """
+        where = f"checkpoint {str(self.path)!r}"
+        if _as_count(count) is None:
+            raise CheckpointError(f"{where}: {what} must be an integer >= 0; got {count!r}")
+        if count * item_bytes > self.size:
+            raise CheckpointError(
+                f"{where}: {what} {count} would take {count * item_bytes} bytes, more than the "
+                f"whole file ({self.size} bytes): the header is inconsistent"
+            )
+        return int(count)
+
+    def require_data_only(self, config: Mapping[str, Any]) -> None:
+        """Refuse a configuration that names storage or code (only a caller's overrides may).
+
+        Raises:
+            CheckpointError: ``config`` holds ``storage``, ``path`` or ``transforms``.
+        """
+        named = sorted(_NEVER_FROM_FILE & set(config))
+        if named:
+            raise CheckpointError(
+                f"checkpoint {str(self.path)!r}: the configuration names {named}, which a "
+                "checkpoint never holds (pass them to rlreplay.load)"
+            )
+
+    def require_same(self, what: str, stored: Any, rebuilt: Any) -> None:
+        """Refuse a header value that the buffer built from it would not write back as is.
+
+        A value that a loader coerced (a string where a number belongs, a float for an int)
+        or ignored makes the file something :func:`write_checkpoint` never wrote.
+
+        Raises:
+            CheckpointError: ``stored`` and ``rebuilt`` differ as JSON.
+        """
+        if _canonical(stored) != _canonical(rebuilt):
+            raise CheckpointError(
+                f"checkpoint {str(self.path)!r}: the {what} in the header is not what a buffer "
+                f"built from it holds: {stored!r} != {rebuilt!r}"
+            )
+
+    @contextmanager
+    def loading(self) -> Iterator[None]:
+        """Turns any error of building a buffer from this file into a :class:`CheckpointError`.
+
+        Every value of a checksummed header has been checked for its type and range where the
+        format defines it; the configuration and state are checked by the constructors and
+        loaders they go to, whose errors (a ``ConfigError``, a ``KeyError`` for a missing key, a
+        ``TypeError`` for a value of the wrong type) all mean "this file is not a valid
+        checkpoint" here.
+        """
+        try:
+            yield
+        except CheckpointError:
+            raise
+        except Exception as exc:
+            raise CheckpointError(
+                f"checkpoint {str(self.path)!r}: inconsistent contents "
+                f"({type(exc).__name__}: {exc})"
+            ) from exc
 
     def read_into(
         self, destination: Callable[[str, np.dtype[Any], tuple[int, ...]], Array]
@@ -217,7 +306,7 @@ class CheckpointReader:
             for entry in self.table:
                 _skip(f, entry["offset"] - pos, data_hash)
                 dtype = np.dtype(entry["dtype"])
-                shape = tuple(entry["shape"])
+                shape = entry["shape"]
                 dest = destination(entry["name"], dtype, shape)
                 if dest.dtype != dtype or dest.shape != shape or not dest.flags.c_contiguous:
                     raise CheckpointError(
@@ -231,9 +320,77 @@ class CheckpointReader:
                 raise CheckpointError(f"{where}: data checksum mismatch (corrupted file)")
 
 
+def _canonical(value: Any) -> str:
+    """``value`` as sorted JSON (tuples as lists), to compare two values as JSON."""
+    return json.dumps(value, sort_keys=True, default=repr)
+
+
+def _as_count(value: Any) -> int | None:
+    """``value`` if it is a JSON integer ``>= 0`` (not a bool), else ``None``."""
+    if type(value) is int and value >= 0:
+        return value
+    return None
+
+
+# Constructor arguments that are never data: only the caller of load may give them.
+_NEVER_FROM_FILE = frozenset({"storage", "path", "transforms"})
+
+# Array dtypes a checkpoint may hold: plain numbers and booleans (never objects, structured or
+# subarray dtypes, which could make reading write pointers or allocate more than stated).
+_PLAIN_KINDS = frozenset("biufc")
+_MAX_NDIM = 32
+
+
+def _check_entry(where: str, i: int, entry: Any, data_size: int) -> dict[str, Any]:
+    """One array entry of the header, checked against itself and the data region.
+
+    Returns the entry with ``shape`` as a tuple; raises :class:`CheckpointError` on anything
+    another writer than :func:`write_checkpoint` could have put there.
+    """
+    if not isinstance(entry, dict) or set(entry) != {"name", "dtype", "shape", "offset", "nbytes"}:
+        raise CheckpointError(
+            f"{where}: array entry {i} must hold name, dtype, shape, offset, nbytes"
+        )
+    name, dtype_str, shape = entry["name"], entry["dtype"], entry["shape"]
+    offset, nbytes = _as_count(entry["offset"]), _as_count(entry["nbytes"])
+    if not isinstance(name, str) or not isinstance(dtype_str, str) or len(dtype_str) > 8:
+        raise CheckpointError(f"{where}: array entry {i} has a bad name or dtype")
+    try:
+        dtype = np.dtype(dtype_str)
+    except (TypeError, ValueError, SyntaxError):
+        raise CheckpointError(
+            f"{where}: array {name!r} has an unknown dtype {dtype_str!r}"
+        ) from None
+    if dtype.kind not in _PLAIN_KINDS or dtype.fields is not None or dtype.subdtype is not None:
+        raise CheckpointError(f"{where}: array {name!r} has dtype {dtype_str!r}; only numbers")
+    if (
+        not isinstance(shape, list)
+        or len(shape) > _MAX_NDIM
+        or any(_as_count(n) is None for n in shape)
+    ):
+        raise CheckpointError(f"{where}: array {name!r} has a bad shape {shape!r}")
+    count = 1
+    for n in shape:
+        count *= n  # Python ints: no overflow
+    if offset is None or nbytes is None or offset % _ALIGN:
+        raise CheckpointError(f"{where}: array {name!r} has a bad offset or size")
+    if count * dtype.itemsize != nbytes or offset + nbytes > data_size:
+        raise CheckpointError(
+            f"{where}: array {name!r} ({dtype_str}{shape}) does not fit its {nbytes} bytes at "
+            f"offset {offset} of a {data_size}-byte data region"
+        )
+    return {"name": name, "dtype": dtype_str, "shape": tuple(shape), "offset": offset,
+            "nbytes": nbytes}  # fmt: skip
+
+
 def _skip(f: io.BufferedReader, n: int, h: Any) -> None:
-    if n:
-        h.update(f.read(n))
+    """Hash the next ``n`` bytes (padding) without holding more than a chunk of them."""
+    while n > 0:
+        chunk = f.read(min(n, _CHUNK))
+        if not chunk:
+            raise CheckpointError("checkpoint: truncated inside the array data")
+        h.update(chunk)
+        n -= len(chunk)
 
 
 def _read_exact(f: io.BufferedReader, view: memoryview | None, h: Any) -> None:

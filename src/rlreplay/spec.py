@@ -99,7 +99,7 @@ class Field:
             raise ConfigError(f"Field shape: expected non-negative sizes, got {norm}")
         try:
             dt = np.dtype(dtype)
-        except TypeError as exc:
+        except (TypeError, ValueError, SyntaxError) as exc:  # e.g. a malformed dtype string
             raise ConfigError(f"Field dtype: {dtype!r} is not a NumPy dtype") from exc
         if dt.kind not in "biufc":
             raise ConfigError(
@@ -112,7 +112,7 @@ class Field:
     @property
     def nbytes(self) -> int:
         """Bytes one step's value takes."""
-        return int(np.prod(self.shape, dtype=np.int64)) * self.dtype.itemsize
+        return math.prod(self.shape) * self.dtype.itemsize  # Python ints: never wraps
 
     def to_json(self) -> dict[str, Any]:
         """A JSON-able description (for checkpoints)."""

@@ -1,0 +1,158 @@
+"""Every blocking call has a timeout and is woken by ``close()``.
+
+The blocking calls are ``add(block=True)``, ``extend(block=True)`` and ``dequeue(block=True)``
+of a buffer, and ``await_insert`` / ``await_sample`` of a rate limiter. Each one, left waiting,
+raises :class:`rlreplay.ReplayTimeout` once its ``timeout`` has passed (and not much later),
+and :class:`rlreplay.ReplayClosed` within a second when another thread closes the buffer or the
+limiter, even with eight threads waiting at once; nothing is stored by a call that gave up.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import pytest
+
+import rlreplay as rr
+
+E, C = 2, 4  # env 0 is kept full (adds wait for room), env 1 empty (dequeues wait for steps)
+FIELDS = {"obs": rr.Field((2,), np.float32)}
+
+
+def fifo() -> rr.ReplayBuffer:
+    buf = rr.ReplayBuffer(E * C, FIELDS, num_envs=E, seed=0)
+    for t in range(C):
+        buf.add(env_ids=[0], **step(t))
+    return buf
+
+
+def step(t: int) -> dict[str, Any]:
+    return {
+        "obs": np.full((1, 2), t, np.float32),
+        "reward": np.ones(1, np.float32),
+        "terminated": np.zeros(1, bool),
+        "truncated": np.zeros(1, bool),
+    }
+
+
+def steps(n: int) -> dict[str, Any]:
+    return {
+        "obs": np.zeros((n, 2), np.float32),
+        "reward": np.ones(n, np.float32),
+        "terminated": np.zeros(n, bool),
+        "truncated": np.zeros(n, bool),
+    }
+
+
+def blocking_calls(buf: rr.ReplayBuffer, timeout: float | None) -> list[Callable[[], Any]]:
+    """Eight calls that wait on ``buf``: three adds, two extends, three dequeues."""
+
+    def add() -> Any:
+        return buf.add(env_ids=[0], block=True, timeout=timeout, **step(9))
+
+    def extend() -> Any:
+        return buf.extend(env_id=0, block=True, timeout=timeout, **steps(2))
+
+    def dequeue() -> Any:
+        return buf.dequeue(1, env_ids=[1], block=True, timeout=timeout)
+
+    return [add, add, add, extend, extend, dequeue, dequeue, dequeue]
+
+
+def start(calls: list[Callable[[], Any]]) -> tuple[list[threading.Thread], list[Any]]:
+    """Runs each call in its own thread; ``results[i]`` gets its exception (or its result)."""
+    results: list[Any] = [None] * len(calls)
+
+    def run(i: int, call: Callable[[], Any]) -> None:
+        try:
+            results[i] = call()
+        except BaseException as exc:
+            results[i] = exc
+
+    threads = [threading.Thread(target=run, args=(i, c), daemon=True) for i, c in enumerate(calls)]
+    for thread in threads:
+        thread.start()
+    return threads, results
+
+
+def wait_until_blocked(count: Callable[[], int], expected: int) -> None:
+    deadline = time.monotonic() + 10
+    while count() < expected:
+        assert time.monotonic() < deadline, f"only {count()} of {expected} threads are waiting"
+        time.sleep(0.005)
+
+
+def join_all(threads: list[threading.Thread], within: float) -> float:
+    start_time = time.monotonic()
+    for thread in threads:
+        thread.join(max(0.0, within - (time.monotonic() - start_time)))
+    elapsed = time.monotonic() - start_time
+    assert not any(t.is_alive() for t in threads), f"threads still blocked after {elapsed:.2f} s"
+    return elapsed
+
+
+@pytest.mark.parametrize("timeout", [None, 60.0])
+def test_close_wakes_eight_blocked_threads_within_a_second(timeout: float | None) -> None:
+    buf = fifo()
+    threads, results = start(blocking_calls(buf, timeout))
+    wait_until_blocked(lambda: buf._waiting, 8)
+    time.sleep(0.05)  # every thread is inside its wait, not on the way to it
+    buf.close()
+    elapsed = join_all(threads, within=1.0)
+    assert elapsed < 1.0
+    assert all(isinstance(r, rr.ReplayClosed) for r in results), results
+    with pytest.raises(rr.ReplayClosed):
+        buf.dequeue(1, block=True, timeout=5)
+
+
+def test_every_blocking_call_times_out_and_stores_nothing() -> None:
+    buf = fifo()
+    before = buf.state_dict()["arrays"]
+    threads, results = start(blocking_calls(buf, timeout=0.3))
+    t0 = time.monotonic()
+    join_all(threads, within=5.0)
+    assert time.monotonic() - t0 < 3.0
+    assert all(isinstance(r, rr.ReplayTimeout) for r in results), results
+    after = buf.state_dict()["arrays"]
+    for name in before:
+        np.testing.assert_array_equal(before[name], after[name], err_msg=name)
+    assert buf._waiting == 0
+
+
+def test_a_blocked_call_goes_on_when_its_condition_is_met() -> None:
+    buf = fifo()
+    threads, results = start(
+        [
+            lambda: buf.add(env_ids=[0], block=True, timeout=10, **step(7)),
+            lambda: buf.dequeue(1, env_ids=[1], block=True, timeout=10),
+        ]
+    )
+    wait_until_blocked(lambda: buf._waiting, 2)
+    buf.dequeue(1, env_ids=[0])  # room in env 0: the add goes on
+    buf.add(env_ids=[1], **step(8))  # a step in env 1: the dequeue goes on
+    join_all(threads, within=5.0)
+    assert isinstance(results[0], np.ndarray)
+    np.testing.assert_array_equal(results[1].obs, np.full((1, 1, 2), 8, np.float32))
+
+
+def test_close_wakes_eight_threads_blocked_on_a_rate_limiter() -> None:
+    limiter = rr.SampleToInsertRatio(samples_per_insert=1.0, min_size_to_sample=5, error_buffer=2.0)
+    calls: list[Callable[[], Any]] = [lambda: limiter.await_sample(1, timeout=60)] * 8
+    threads, results = start(calls)
+    wait_until_blocked(lambda: limiter.stats.sample_waits, 8)
+    time.sleep(0.05)
+    limiter.close()
+    assert join_all(threads, within=1.0) < 1.0
+    assert all(isinstance(r, rr.ReplayClosed) for r in results), results
+
+
+def test_rate_limiter_waits_time_out() -> None:
+    limiter = rr.MinSize(3)
+    t0 = time.monotonic()
+    with pytest.raises(rr.ReplayTimeout):
+        limiter.await_sample(1, timeout=0.2)
+    assert 0.15 < time.monotonic() - t0 < 2.0
