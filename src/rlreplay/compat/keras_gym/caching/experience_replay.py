@@ -52,6 +52,9 @@ Array = np.ndarray[Any, Any]
 
 #: keras-gym gives up after ``10 * batch_size`` rejected draws; so does this adapter.
 _ATTEMPTS_PER_ITEM = 10
+# keras-gym's cache dtypes for rewards, done flags and episode ids
+_FLOAT64, _BOOL, _INT32 = np.dtype(np.float64), np.dtype(np.bool_), np.dtype(np.int32)
+_INT32_MIN, _INT32_MAX = -(2**31), 2**31 - 1
 
 
 class ExperienceReplayBuffer:
@@ -226,21 +229,27 @@ class ExperienceReplayBuffer:
             # keras-gym's _init_cache: the shapes and dtypes come from the first state.
             first = np.asarray(s)
             self._s_shape, self._s_dtype = first.shape, first.dtype
+            self._eye: Array | None = None
             if self.action_space_is_discrete:
-                self._a_shape: tuple[int, ...] = (self.num_actions,)  # one-hot encoded
+                self._eye = np.eye(self.num_actions)  # keras-gym's _one_hot_encode_discrete
+                self._a_shape: tuple[int, ...] = (self.num_actions,)
                 self._a_dtype = np.dtype(np.float64)
             else:
                 self._a_shape = tuple(self.env.action_space.shape)
                 self._a_dtype = np.dtype(self.env.action_space.dtype)
             self._initialized = True
-        if self.action_space_is_discrete:
-            a = np.eye(self.num_actions)[a]  # keras-gym's _one_hot_encode_discrete
-        # keras-gym's assignments, in its order (a failing one stores nothing here)
+        if self._eye is not None:
+            a = self._eye[a]  # np.eye(num_actions)[a], as keras-gym one-hot encodes
+        # keras-gym's assignments, in its order (a failing one stores nothing here); the
+        # Python scalars that need no conversion skip the NumPy round trip
         frame = _assigned(s, self._s_shape, self._s_dtype)
         action = _assigned(a, self._a_shape, self._a_dtype)
-        reward = _assigned(r, (), np.dtype(np.float64))
-        is_done = bool(_assigned(done, (), np.dtype(np.bool_)))
-        eid = int(_assigned(episode_id, (), np.dtype(np.int32)))
+        reward = r if type(r) is float else _assigned(r, (), _FLOAT64)
+        is_done = done if type(done) is bool else bool(_assigned(done, (), _BOOL))
+        if type(episode_id) is int and _INT32_MIN <= episode_id <= _INT32_MAX:
+            eid = episode_id
+        else:
+            eid = int(_assigned(episode_id, (), _INT32))
         core = self._core if self._core is not None else self._init_core()
         if self._running is not None and eid != self._running:
             core.end_episode(0, next_obs=self._blank)  # a cut: nothing to bootstrap from
@@ -428,8 +437,12 @@ class ExperienceReplayBuffer:
     def _states(self, obs: Array) -> Array:
         if self.num_frames == 1:
             return obs
-        # The core stacks frames on axis 1; keras-gym puts them on the last axis.
-        return np.ascontiguousarray(np.moveaxis(obs, 1, -1))
+        # The core stacks frames on axis 1; keras-gym puts them on the last axis. One frame
+        # at a time reads contiguous rows: about 4x faster than a strided moveaxis copy.
+        out = np.empty((obs.shape[0], *obs.shape[2:], obs.shape[1]), obs.dtype)
+        for f in range(obs.shape[1]):
+            out[..., f] = obs[:, f]
+        return out
 
     # ------------------------------------------------------------------ pickling
     def __getstate__(self) -> dict[str, Any]:
@@ -467,6 +480,8 @@ def _assigned(value: Any, shape: tuple[int, ...], dtype: np.dtype[Any]) -> Array
     NumPy's assignment: unsafe casts (float64 into uint8, 1.7 into int32), broadcasting, and
     NumPy's own errors for what it cannot assign.
     """
+    if type(value) is np.ndarray and value.shape == shape and value.dtype == dtype:
+        return value  # nothing to convert (the core copies it into its columns)
     row = np.empty((1, *shape), dtype)
     row[0] = value  # exactly keras-gym's `self._s[self._i] = s` on one row
     out: Array = row[0]
