@@ -554,3 +554,51 @@ def test_max_heap_data_holder_ranks_by_priority() -> None:
     holder.sort_data()
     assert holder[holder.get_index_from_heap_index(0)] == "c" and holder.get_rank(1) == 1
     assert sorted(holder.get_rank(i) for i in range(3)) == [1, 2, 3]
+
+
+@settings(max_examples=30, deadline=None)
+@given(
+    capacity=st.integers(1, 6),
+    ops=st.lists(
+        st.one_of(
+            st.just(("append",)),
+            st.tuples(st.just("update"), st.lists(st.integers(0, 5), min_size=1, max_size=4),
+                      st.lists(st.floats(-3, 3, allow_nan=False), min_size=1, max_size=4)),
+        ),
+        max_size=25,
+    ),
+    method=st.sampled_from(["buffer_max", "batch_max"]),
+)  # fmt: skip
+def test_random_operations_match_a_reference_model(
+    capacity: int, ops: list[Any], method: str
+) -> None:
+    """Appends (the largest priority so far) and updates, through ring wraps: the weights of
+    every position equal the reference model's, priorities kept per append number."""
+    buffer = ProportionalPrioritizedReplayBuffer(
+        capacity=capacity, alpha=0.5, beta=0.6, betasteps=0, normalization_method=method
+    )
+    model: dict[int, float] = {}  # append number -> priority
+    top, appended = 1.0, 0
+    for op in ops:
+        if op[0] == "append":
+            buffer.append(experience(appended))
+            model[appended] = top
+            model.pop(appended - capacity, None)
+            appended += 1
+        elif model:
+            first = appended - len(model)
+            picked = [i % len(model) for i in op[1]]
+            buffer.sample_indices(picked)
+            buffer.update_priorities(op[2])
+            for i, e in zip(picked, op[2], strict=False):  # the shorter list wins
+                model[first + i] = abs(min(max(e, -1.0), 1.0)) + 1e-8
+                top = max(top, model[first + i])
+        if model:
+            assert len(buffer) == len(model)
+            assert numbers([buffer[i] for i in range(len(model))]) == sorted(model)
+            everything = np.arange(len(model))
+            _, info = buffer.sample_indices(everything)
+            probs = reference_probabilities([model[k] for k in sorted(model)], 0.5, False)
+            want = reference_weights(probs, everything, 0.6, method)
+            np.testing.assert_allclose(info["weights"], want, rtol=1e-6)  # eps round trips
+            buffer.update_priorities([model[k] - 1e-8 for k in sorted(model)])  # unchanged
