@@ -8,10 +8,9 @@ keeps every step of a sequence stored):
   recent part and the rest are split separately); within an env the core's
   :func:`~rlreplay.sampling.uniform.draw_mixed` draws them, recent ones among the env's newest
   ``recent_steps`` starts, without duplicates unless ``replacement``;
-* prioritized: the core's :class:`~rlreplay.PrioritizedReplayBuffer` draws starts with
-  ``P(i) = p_i / sum p`` over the possible starts (``sample_sequences``'s law with
-  ``pad=False``, drawn from its sum tree with rejection) and ``importance_weight_i = N * P(i)
-  = p_i / mean(non-zero p)``.
+* prioritized: the core's :meth:`~rlreplay.PrioritizedReplayBuffer.sample_starts` draws
+  starts with ``P(i) = p_i / sum p`` over the possible starts (from its sum tree, redrawing
+  the ones out of bounds) and ``importance_weight_i = N * P(i) = p_i / mean(non-zero p)``.
 """
 
 from __future__ import annotations
@@ -22,8 +21,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from rlreplay.episodes import COUNT, HI, LO, expand_ranges
-from rlreplay.errors import ReplayError
+from rlreplay.errors import EmptyBufferError, ReplayError
 from rlreplay.prioritized import PrioritizedReplayBuffer
 from rlreplay.sampling.uniform import draw_mixed
 
@@ -39,8 +37,6 @@ __all__ = [
 ]
 
 Array = np.ndarray[Any, Any]
-
-_REJECTION_ROUNDS = 64  # redraws of starts among ignored frames before the exact fallback
 
 
 class ReplayAssertionError(ReplayError, AssertionError):
@@ -110,46 +106,25 @@ def priority_starts(
 ) -> tuple[Array, Array, Array]:
     """``n`` starts drawn by the core by priority, and their weights ``N * P(i)`` (float32).
 
-    The core's sum tree draws among its sampleable steps (``O(n log size)``); the few that
-    are no possible start (among the ignored frames, or without ``L`` stored steps after
-    them: at most ``ignored + L - 1`` per env) are redrawn, so the law is ``P(i) = p_i /
-    (sum of p over the possible starts)``. ``N`` counts the possible starts with ``p > 0``.
+    :meth:`~rlreplay.PrioritizedReplayBuffer.sample_starts` draws among the core's sampleable
+    steps within ``[ranges.lo, ranges.hi)`` (not among the ignored frames, and with ``L``
+    stored steps from the start on) with ``P(i) = p_i / (sum of p over the possible
+    starts)`` (the core's ``alpha`` is 1); ``N`` counts the possible starts with ``p > 0``.
 
     Raises:
         ReplayAssertionError: No possible start has a priority > 0 (ALF's message).
     """
     if n == 0:
         return np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.float32)
-    E, C, L = core.num_envs, core.env_capacity, ranges.length
-    index, prios = core._index, core._prios
-    # Priorities of the possible starts, by slot (0 elsewhere): the sampleable ones, less the
-    # ignored frames and the starts too close to the newest step.
-    lo_c, hi_c = index.env[:, LO], index.env[:, HI]
-    possible = np.where(prios.live, prios.prio, 0.0)
-    for first, end in ((lo_c, np.minimum(hi_c, ranges.lo)), (np.maximum(lo_c, ranges.hi), hi_c)):
-        env, t = expand_ranges(first, end - first)
-        possible[env * C + t % C] = 0.0
-    mass = float(possible.sum())
-    if not mass > 0.0:
+    try:
+        s = core.sample_starts(n, ranges.lo, ranges.hi)
+    except EmptyBufferError:
         raise ReplayAssertionError(
             "There is no data in the buffer or the data has not been assigned valid priority "
-            f"(no start of {L} stored steps has a priority > 0)"
-        )
-    env, t, _ = core._draw_starts(n, L, False, True, False)
-    for _ in range(_REJECTION_ROUNDS):
-        bad = (t < ranges.lo[env]) | (t >= ranges.hi[env])
-        if not bad.any():
-            break
-        env[bad], t[bad], _ = core._draw_starts(int(bad.sum()), L, False, True, False)
-    bad = (t < ranges.lo[env]) | (t >= ranges.hi[env])
-    if bad.any():  # the excluded starts hold nearly all the mass: draw among the rest exactly
-        slot = core._rng.choice(possible.shape[0], size=int(bad.sum()), p=possible / mass)
-        # Slot -> position: the stored step of env slot // C whose ring index is slot % C.
-        env[bad] = slot // C
-        newest = index.env[env[bad], COUNT] - 1
-        t[bad] = newest - (newest - slot % C) % C
-    weights = core.get_priorities(t * E + env) * (np.count_nonzero(possible) / mass)
-    return env, t, weights.astype(np.float32)
+            f"(no start of {ranges.length} stored steps has a priority > 0)"
+        ) from None
+    weights = s.probabilities * s.candidates
+    return s.env_ids, s.steps, weights.astype(np.float32)
 
 
 def draw_starts(

@@ -70,7 +70,6 @@ from rlreplay.compat.alf._nest import (
 )
 from rlreplay.compat.alf._setup import check_options, make_core, positive, spec_layout
 from rlreplay.compat.alf.segment_tree import as_numpy, check_device
-from rlreplay.episodes import COUNT, HEAD
 from rlreplay.errors import EmptyBufferError, FieldError, ReplayClosed, ShapeError
 from rlreplay.sampling.trees import MaxTree
 
@@ -215,7 +214,8 @@ class ReplayBuffer(torch.nn.Module):
             initial_priority=initial_priority, gamma=gamma, record_episodic_return=self._record,
             reward_clip=reward_clip, default_return=default_return,
         )  # fmt: skip
-        self._lock = self._core._lock  # one lock: blocking waits release it (RLock condition)
+        # The core's lock, held across several core calls (blocking waits release it).
+        self._atomic = self._core.atomic
         self._all_envs = np.arange(E, dtype=np.int64)
         self._stopped = False
         self._disc0 = Disc0Segments(E, C)
@@ -268,7 +268,7 @@ class ReplayBuffer(torch.nn.Module):
 
         We use a large value so that new experience is used for training soon.
         """
-        with self._lock:
+        with self._atomic():
             return torch.tensor(self._new_priority(), dtype=torch.float32, device=self._device)
 
     def _new_priority(self) -> float:
@@ -281,11 +281,15 @@ class ReplayBuffer(torch.nn.Module):
             f"max_length={self._max_length}, prioritized_sampling={self._prioritized}"
         )
 
-    # ------------------------------------------------------------------ core internals
+    # ------------------------------------------------------------------ helpers
     def _bounds(self) -> tuple[Array, Array]:
-        """Per env: the oldest stored position and ``current_pos`` (copies; under the lock)."""
-        env = self._core._index.env
-        return env[:, HEAD].copy(), env[:, COUNT].copy()
+        """Per env: the oldest stored position and ``current_pos`` (copies).
+
+        Raises:
+            rlreplay.ReplayClosed: The buffer was stopped.
+        """
+        first, end = self._core.stored_range()
+        return first, end
 
     def _nest(
         self, data: Mapping[str, Array], device: torch.device, length: int | None = None
@@ -331,7 +335,7 @@ class ReplayBuffer(torch.nn.Module):
         envs = env_array(env_ids, self._all_envs)
         B = envs.shape[0]
         values, disc0 = step_values(batch, self._layout, B, StepType.LAST)
-        with self._lock:
+        with self._atomic():
             try:
                 ids = self._core.add(env_ids=envs, block=blocking, timeout=timeout, **values)
             except ReplayClosed:
@@ -358,7 +362,7 @@ class ReplayBuffer(torch.nn.Module):
 
     def clear(self, env_ids: Any = None) -> None:
         """Remove every stored step of ``env_ids`` (default: all). Positions keep counting."""
-        with self._lock:
+        with self._atomic():
             if env_ids is None:
                 self._core.clear()
                 if self._max_prio is not None:
@@ -405,7 +409,7 @@ class ReplayBuffer(torch.nn.Module):
             rlreplay.ReplayTimeout: ``blocking`` and not enough data within ``timeout``.
         """
         envs = env_array(env_ids, self._all_envs)
-        with self._lock:
+        with self._atomic():
             try:
                 got = self._core.dequeue(n, envs, block=blocking, timeout=timeout)
             except EmptyBufferError as exc:
@@ -435,7 +439,7 @@ class ReplayBuffer(torch.nn.Module):
         Raises:
             ReplayAssertionError: The envs hold different numbers of steps.
         """
-        with self._lock:
+        with self._atomic():
             heads, counts = self._bounds()
             sizes = counts - heads
             if (sizes != sizes[0]).any():
@@ -484,10 +488,9 @@ class ReplayBuffer(torch.nn.Module):
         """
         B = positive("batch_size", batch_size)
         L = positive("batch_length", batch_length)
-        with self._lock:
-            self._core._check_open()
+        with self._atomic():
             env, t, weights = draw_starts(
-                self._core._rng, self._pcore, *self._bounds(), B, L,
+                self._core.rng, self._pcore, *self._bounds(), B, L,
                 ignored=self._ignored, recent_ratio=self._recent_ratio,
                 recent_steps=self._recent_steps, replacement=self._with_replacement,
             )  # fmt: skip
@@ -524,7 +527,7 @@ class ReplayBuffer(torch.nn.Module):
         prio = as_numpy(priorities)
         if prio.shape != ids.shape:
             raise ShapeError(f"priorities: expected shape {ids.shape}, got {prio.shape}")
-        with self._lock:
+        with self._atomic():
             self._pcore.update_priorities(ids, prio)  # validates; ignores overwritten steps
             heads, _ = self._bounds()
             live = pos >= heads[env]
@@ -554,7 +557,7 @@ class ReplayBuffer(torch.nn.Module):
         def get(name: str) -> Array:
             return self._core.get_field(name, ids)
 
-        with self._lock:
+        with self._atomic():
             return field_tensors(field_name, self._spec, self._names, get, self._device)
 
     def steps_to_episode_end(self, pos: Any, env_ids: Any) -> torch.Tensor:
@@ -572,7 +575,7 @@ class ReplayBuffer(torch.nn.Module):
         """
         self._require_episodic("steps_to_episode_end")
         env, p, ids = self._ids(env_ids, pos)
-        with self._lock:
+        with self._atomic():
             dist = self._core.steps_to_episode_end(ids)
             _, counts = self._bounds()
             out = np.where(dist < 0, counts[env] - 1 - p, dist)
@@ -589,7 +592,7 @@ class ReplayBuffer(torch.nn.Module):
         """
         self._require_episodic("get_episode_begin_position")
         _, _, ids = self._ids(env_ids, pos)
-        with self._lock:
+        with self._atomic():
             begin = self._core.episode_begin(ids) // self._num_envs
         return to_tensor(begin, self._device)
 
@@ -610,7 +613,7 @@ class ReplayBuffer(torch.nn.Module):
         if self._discount is None:
             raise FieldError("get_disc_0_begin_position: data_spec has no scalar 'discount'")
         env, p, _ = self._ids(env_ids, pos)
-        with self._lock:
+        with self._atomic():
             heads, counts = self._bounds()
             out = self._disc0.begin_of(env, p, heads, counts)
         return to_tensor(out, self._device)
@@ -620,7 +623,7 @@ class ReplayBuffer(torch.nn.Module):
         """The full state for ``state_dict()`` (``{}`` unless ``enable_checkpoint``)."""
         if not self._enable_checkpoint:
             return {}
-        with self._lock:
+        with self._atomic():
             return {
                 "core": self._core.state_dict(),
                 **self._disc0.state_dict(),
@@ -631,7 +634,7 @@ class ReplayBuffer(torch.nn.Module):
         """Restore :meth:`get_extra_state` (ignored unless ``enable_checkpoint``)."""
         if not self._enable_checkpoint or not state:
             return
-        with self._lock:
+        with self._atomic():
             core_state = dict(state["core"])
             # The seed only names how the generator started; its state is restored from meta.
             core_state["config"] = {**core_state["config"], "seed": self._core.seed}
