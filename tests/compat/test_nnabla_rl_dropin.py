@@ -200,3 +200,28 @@ def test_trajectory_buffer_append_then_odd_trajectory_keeps_everything_in_order(
     assert buffer.get_trajectory(2) == ("a", "b")
     trajectories, _ = buffer.sample_trajectories(num_samples=3)
     assert sorted(len(t) for t in trajectories) == [1, 2, 3]
+
+
+def test_unseeded_buffers_draw_from_nnabla_rl_global_generator() -> None:
+    """nnabla-rl's ``_random_indices``: ``rl.random.drng.choice(max_index, size=num_samples,
+    replace=False)``; ``set_global_seed`` replaces ``drng`` with a seeded generator."""
+    import rlreplay.compat.nnabla_rl.random as rl_random
+    from rlreplay.compat.nnabla_rl.utils.reproductions import set_global_seed
+
+    objects = list(range(10))
+    set_global_seed(11)
+    buffer = ReplayBuffer(capacity=10)
+    buffer.append_all(objects)
+    drawn, _ = buffer.sample(num_samples=4)
+    want = np.random.default_rng(11).choice(10, size=4, replace=False)
+    assert drawn == [objects[i] for i in want]
+    rl_random.seed(11)  # the same state: the same draw, from any unseeded buffer
+    other = TrajectoryReplayBuffer()
+    other.append_trajectory(objects)
+    again, _ = other.sample(num_samples=4)
+    assert again == drawn
+    own = ReplayBuffer(capacity=10, seed=11)  # seed=: a generator of its own
+    own.append_all(objects)
+    state = rl_random.drng.bit_generator.state
+    assert own.sample(num_samples=4)[0] == drawn
+    assert rl_random.drng.bit_generator.state == state  # drng untouched

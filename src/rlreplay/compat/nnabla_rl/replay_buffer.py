@@ -41,8 +41,10 @@ Capacity. ``capacity=None`` is unbounded: the core starts with room for
 step re-added (amortised O(1) per append; nothing is ever dropped). A bounded buffer keeps the
 newest ``capacity`` experiences, as nnabla-rl's ring does.
 
-Random numbers. nnabla-rl draws from its global ``nnabla_rl.random.drng``; each buffer here has
-its own generator, seeded with the extra keyword ``seed`` (same seed, same calls: same samples).
+Random numbers. As in nnabla-rl, buffers draw from the global generator
+``rlreplay.compat.nnabla_rl.random.drng`` (``nnabla_rl.random.drng``, seeded by
+``utils.reproductions.set_global_seed``); a buffer given the extra keyword ``seed`` has a
+generator of its own instead (same seed, same calls: same samples).
 """
 
 from __future__ import annotations
@@ -53,6 +55,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+import rlreplay.compat.nnabla_rl.random as rl_random
 from rlreplay.batch import Batch
 from rlreplay.buffer import ReplayBuffer as CoreBuffer
 from rlreplay.compat.nnabla_rl._checks import (
@@ -135,7 +138,8 @@ class ReplayBuffer:
 
     Args:
         capacity: Most experiences kept (an int ``>= 0``), or None for no limit.
-        seed: Seed of this buffer's random generator (nnabla-rl has a global one instead).
+        seed: Seed of a random generator of this buffer's own (an rlreplay addition); without
+            it the buffer draws from nnabla-rl's global ``random.drng``, as nnabla-rl does.
 
     Raises:
         AssertionError: A negative ``capacity`` (as nnabla-rl; also an ``rr.ConfigError``).
@@ -164,7 +168,7 @@ class ReplayBuffer:
         self._capacity = check_capacity("capacity", capacity, allow_none=True)
         self._frame_stack = 1  # frames per state the core rebuilds (Atari: stacked_frames)
         self._seed = check_seed(seed)
-        self._rng = np.random.default_rng(self._seed)
+        self._own_rng = None if self._seed is None else np.random.default_rng(self._seed)
         self._generation = 0  # cores built so far (each gets its own derived seed)
         self._core: CoreBuffer | None = None
         self._codec: Codec | None = None
@@ -172,6 +176,11 @@ class ReplayBuffer:
         self._next_id = 0  # the id of the next appended experience
         self._newest: Row | None = None  # the core's newest step while its episode runs
         self._objects: ObjectStore | None = None  # the object store, once active
+
+    @property
+    def _rng(self) -> np.random.Generator:
+        """The generator draws come from: the buffer's own (``seed=``) or nnabla-rl's ``drng``."""
+        return rl_random.drng if self._own_rng is None else self._own_rng
 
     # ------------------------------------------------------------------ sizes
     @property

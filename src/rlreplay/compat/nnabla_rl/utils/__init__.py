@@ -1,0 +1,5 @@
+"""Stand-in for the part of ``nnabla_rl.utils`` that replay-buffer users call."""
+
+from rlreplay.compat.nnabla_rl.utils import reproductions
+
+__all__ = ["reproductions"]
