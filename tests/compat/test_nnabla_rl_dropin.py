@@ -167,12 +167,16 @@ def test_decorable_buffer_object_store_decorates_as_stored() -> None:
 
 
 def test_columnar_only_buffers_cast_as_numpy_assignment() -> None:
-    """Where a value goes into a preallocated array, it is cast as ``arr[i] = value`` casts."""
+    """Where a value goes into a preallocated array, it is cast as ``arr[i] = value`` casts.
+
+    (nnabla-rl's Atari buffer stores ``(s * 255.0).astype(np.uint8)``; the hindsight buffer
+    has no object store here: its goals are the core's columns.)
+    """
     frames = np.full((4, 3, 3), 0.999)
     atari = MemoryEfficientAtariBuffer(capacity=5)
     atari.append((frames, 0, 0.0, 1.0, frames, {}))
     atari.append((frames.astype(np.float32), np.int8(1), 1, 1.0, frames, {}))
-    assert len(atari) == 2 and atari[1][1] == 1 and type(atari[1][1]) is int
+    assert len(atari) == 2 and type(atari[1][1]) is np.int8 and atari[1][2] == 1  # as appended
     # (0.999 * 255.0).astype(np.uint8) == 254: truncated as nnabla-rl's astype
     assert np.all(atari[1][0] == np.float32(254 / 255))
 

@@ -26,7 +26,19 @@ import numpy as np
 
 from rlreplay.spec import Field
 
-__all__ = ["TIMELIMIT_KEY", "Codec", "Part", "Row", "Slot", "Unfit", "infer_part", "same"]
+__all__ = [
+    "TIMELIMIT_KEY",
+    "Codec",
+    "Part",
+    "Row",
+    "Slot",
+    "Unfit",
+    "check_shape",
+    "infer_part",
+    "is_terminal",
+    "is_timelimit",
+    "same",
+]
 
 Array = np.ndarray[Any, Any]
 #: The ``info`` key nnabla-rl's environment wrappers set on a time-limit truncation.
@@ -175,7 +187,7 @@ def same(a: tuple[Any, ...], b: tuple[Any, ...]) -> bool:
     return True
 
 
-def _terminal(value: Any) -> bool:
+def is_terminal(value: Any) -> bool:
     """``non_terminal == 0`` for a number (:class:`Unfit` for anything else)."""
     if type(value) in (bool, int, float) or (
         isinstance(value, np.generic) and value.dtype.kind in "biuf"
@@ -184,7 +196,7 @@ def _terminal(value: Any) -> bool:
     raise Unfit(f"non_terminal: a {type(value).__name__}, not a number")
 
 
-def _timelimit(info: Any) -> bool:
+def is_timelimit(info: Any) -> bool:
     if not isinstance(info, Mapping):
         return False
     try:
@@ -245,7 +257,7 @@ class Codec:
         elif not self.reward.fits(r):
             raise Unfit(f"r: {type(r).__name__} does not fit {self.reward.field}")
         side = (non_terminal, *exp[5:])
-        terminal, timelimit = _terminal(non_terminal), _timelimit(exp[5])
+        terminal, timelimit = is_terminal(non_terminal), is_timelimit(exp[5])
         return Row(obs, next_obs, action, _copy(r), terminal, timelimit, side)
 
     def convert_state(self, what: str, value: Any) -> tuple[Any, ...]:

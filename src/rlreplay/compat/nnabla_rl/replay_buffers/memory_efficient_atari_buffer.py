@@ -17,7 +17,16 @@ from typing import Any
 
 import numpy as np
 
-from rlreplay.compat.nnabla_rl._codec import Codec, Part, Row, Slot, Unfit, infer_part
+from rlreplay.compat.nnabla_rl._codec import (
+    Codec,
+    Part,
+    Row,
+    Slot,
+    Unfit,
+    check_shape,
+    is_terminal,
+    is_timelimit,
+)
 from rlreplay.compat.nnabla_rl.replay_buffer import ReplayBuffer, check_capacity, check_count
 from rlreplay.compat.nnabla_rl.replay_buffers.trajectory_replay_buffer import (
     TrajectoryReplayBuffer,
@@ -50,18 +59,22 @@ def _quantize(what: str, value: Any, shape: tuple[int, ...]) -> Array:
 
 
 class _AtariCodec(Codec):
-    """Stores the last frame of ``s`` (uint8) in ``obs``; states come back as float stacks."""
+    """Stores the last frame of ``s`` (uint8) in ``obs``; states come back as float stacks.
 
-    def __init__(self, state: Slot, action: Slot, reward: Part, stacked_frames: int) -> None:
-        super().__init__(state, action, reward, cast=True)
+    As nnabla-rl's ring, which keeps ``a`` and ``r`` as the appended objects, ``a``, ``r``,
+    ``non_terminal`` and ``info`` go to the side ring untouched; the core's reward column
+    holds zeros.
+    """
+
+    def __init__(self, frame: Part, stacked_frames: int) -> None:
+        zero = Part("reward", Field((), np.float64), "python", float)
+        super().__init__(Slot((frame,), False), Slot((), False), zero, cast=True)
         self.stacked_frames = stacked_frames
-        self.stack_shape = (stacked_frames, *state.parts[0].field.shape)
+        self.stack_shape = (stacked_frames, *frame.field.shape)
 
     @classmethod
-    def infer_atari(cls, experience: Sequence[Any], stacked_frames: int) -> _AtariCodec:
-        if type(experience) is not tuple or len(experience) < 6:
-            raise Unfit("not a tuple (s, a, r, non_terminal, s_next, info, ...)")
-        s = experience[0]
+    def infer_atari(cls, experience: Any, stacked_frames: int) -> _AtariCodec:
+        s = check_shape(experience)[0]
         if isinstance(s, tuple):
             raise Unfit("s: the Atari buffers store one frame stack per state, got a tuple")
         shape = np.shape(s)
@@ -71,20 +84,21 @@ class _AtariCodec(Codec):
                 f"), got shape {shape}"
             )
         frame = Part("obs", Field(shape[1:], np.uint8, observation=True), "array")
-        return cls(
-            Slot((frame,), False),
-            Slot.infer("action", experience[1], observation=False),
-            infer_part("reward", experience[2], observation=False),
-            stacked_frames,
-        )
+        return cls(frame, stacked_frames)
+
+    def encode(self, experience: Any) -> Row:
+        exp = check_shape(experience)
+        s, a, r, non_terminal, s_next = exp[:5]
+        obs = self.convert_state("s", s)
+        next_obs = self.convert_state("s_next", s_next)
+        terminal, timelimit = is_terminal(non_terminal), is_timelimit(exp[5])
+        return Row(obs, next_obs, (), 0.0, terminal, timelimit, (a, r, non_terminal, *exp[5:]))
 
     def convert_state(self, what: str, value: Any) -> tuple[Any, ...]:
         return (_quantize(what, value, self.stack_shape),)
 
     def step_values(self, row: Row) -> dict[str, Any]:
-        out = super().step_values(row)
-        out["obs"] = row.obs[0][-1]
-        return out
+        return {"obs": row.obs[0][-1], "reward": 0.0}
 
     def final_values(self, row: Row) -> dict[str, Any]:
         return {"next_obs": row.next_obs[0][-1]}
@@ -94,6 +108,13 @@ class _AtariCodec(Codec):
         states = np.asarray(batch[prefix + "obs"]).astype(np.float32)
         states /= np.float32(255.0)
         return list(states)
+
+    def decode(self, batch: Any, sides: Sequence[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
+        s = self.decode_state(batch, "")
+        s_next = self.decode_state(batch, "next_")
+        return [
+            (s[i], side[0], side[1], side[2], s_next[i], *side[3:]) for i, side in enumerate(sides)
+        ]
 
 
 class MemoryEfficientAtariBuffer(ReplayBuffer):
