@@ -588,8 +588,8 @@ def test_priorities_get_set_and_probabilities() -> None:
     assert buf.get_priority(np.arange(6, dtype=np.int32)).tolist() == [0, 1, 2, 3, 4, 0]
     assert buf.get_priority(np.arange(6)).dtype == np.float32
     buf.set_priority(np.array([1, 2]), np.array([0.0, 8.0]))
-    buf.set_priority([0], [5.0])  # a padding row: keeps 0
-    assert buf.get_priority([0, 1, 2]).tolist() == [0, 0, 8]
+    buf.set_priority([0], [5.0])  # a padding row: kept as ReAgent's leaf, never drawn
+    assert buf.get_priority([0, 1, 2]).tolist() == [5, 0, 8]
     assert buf.sum_tree.get(2) == 8.0 and buf.sum_tree.max_recorded_priority == 8.0
     with pytest.raises(ValueError):
         buf.set_priority([1], [-1.0])

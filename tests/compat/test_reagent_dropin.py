@@ -429,3 +429,26 @@ def test_inferred_buffer_loads_into_a_fresh_inferring_buffer(tmp_path: Any) -> N
     with pytest.raises(FileNotFoundError):
         empty.load(tmp_path, 8)
     assert empty.get_storage_signature() == []
+
+
+def test_priority_of_a_slot_without_transition_is_kept_until_written() -> None:
+    # ReAgent's set_priority writes the tree leaf of any slot; get_priority reads it back.
+    buf = make(PrioritizedReplayBuffer, stack_size=2, replay_capacity=10)
+    fill(buf, [2])  # slot 0 padding, slots 1, 2 steps; 3.. never written
+    buf.set_priority(np.array([0, 5], np.int32), [2.5, 4.0])
+    assert buf.get_priority(np.array([0, 5, 1], np.int32)).tolist() == [2.5, 4.0, 1.0]
+    assert set(buf.sample_index_batch(64).tolist()) <= {1, 2}  # never drawn
+    fill(buf, [2])  # slots 3 (padding), 4, 5: written over
+    assert buf.get_priority(np.array([3, 5], np.int32)).tolist() == [0.0, 2.0]
+
+
+def test_extra_named_next_something() -> None:
+    # ReAgent stores any extra name; its batch has <x> and next_<x> for each.
+    buf = make(extra_storage_types=[ReplayElement("next_obs", (2,), np.float32)])
+    for t in range(3):
+        buf.add(obs_of(0, t), 0, 1.0, t == 2, obs_of(0, t + 1))
+    batch = buf.sample_all_valid_transitions()
+    assert batch.next_obs[:, 0].tolist() == [2, 3, 4]
+    assert batch.next_next_obs[:, 0].tolist() == [3, 4, 0]  # 0: after the terminal
+    with pytest.raises(ValueError, match="taken"):  # next_<x> twice: a duplicate field
+        make(extra_storage_types=[ReplayElement(n, (), np.float32) for n in ("a", "next_a")])

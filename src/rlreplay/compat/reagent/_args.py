@@ -74,8 +74,8 @@ def observation_shape(value: Any) -> tuple[int, ...]:
 def extras(extra: Sequence[Any] | None, reserved: set[str]) -> list[Element]:
     """The ``(name, shape, dtype)`` of each extra storage element, checked in order.
 
-    A name must be an identifier, not start with ``next_``, and be neither reserved nor
-    repeated.
+    A name must be an identifier (a field of the batch namedtuple) and give no batch element
+    twice (``x`` and ``next_x`` together, a reserved name, a repeat).
     """
     out: list[Element] = []
     seen: set[str] = set()
@@ -86,9 +86,13 @@ def extras(extra: Sequence[Any] | None, reserved: set[str]) -> list[Element]:
             raise ConfigError(
                 f"extra_storage_types: expected ReplayElement(name, shape, type), got {e!r}"
             ) from None
-        if not isinstance(name, str) or not name.isidentifier() or name.startswith("next_"):
+        if not isinstance(name, str) or not name.isidentifier():
             raise ConfigError(f"extra_storage_types: {name!r} is not a usable element name")
-        if name in reserved or name in seen:
+        if name in reserved or name in seen or f"next_{name}" in seen | reserved:
+            raise ConfigError(f"extra_storage_types: the name {name!r} is taken")
+        if name.startswith("next_") and name[5:] in seen:
+            # Its batch element would be the next_<x> of extra <x>: ReAgent's namedtuple of
+            # elements refuses the duplicate name with a ValueError too.
             raise ConfigError(f"extra_storage_types: the name {name!r} is taken")
         seen.add(name)
         out.append((name, as_shape(f"extra_storage_types[{name}]", shape), np.dtype(dtype)))

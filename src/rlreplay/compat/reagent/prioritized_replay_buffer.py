@@ -171,7 +171,7 @@ class PrioritizedReplayBuffer(ReplayBuffer):
         slots = self._as_slots(indices)
         ids = self._slot_id[slots]
         held = ids >= 0
-        out = np.zeros(slots.size, np.float32)
+        out = self._loose_priority[slots].astype(np.float32)
         if held.any():
             out[held] = self._prio_core.get_priorities(ids[held])
         return out
@@ -179,7 +179,9 @@ class PrioritizedReplayBuffer(ReplayBuffer):
     def set_priority(self, indices: Any, priorities: Any) -> None:
         """Sets the priorities of slots (ReAgent does not exponentiate them: ``alpha = 1``).
 
-        Slots that hold no transition (padding rows, never written) keep priority 0.
+        A slot that holds no transition (a padding row, never written) keeps the value for
+        :meth:`get_priority`, as ReAgent's tree leaf does, but is never drawn; the next row
+        written there resets it.
 
         Args:
             indices: Slots in ``[0, replay_capacity)``, any shape.
@@ -197,6 +199,9 @@ class PrioritizedReplayBuffer(ReplayBuffer):
             raise PriorityError(f"Sum tree values should be finite and nonnegative. Got {p}")
         ids = self._slot_id[slots]
         held = ids >= 0
+        # A slot holding no step keeps its priority aside, as ReAgent's tree leaf would: never
+        # drawn here (it holds no transition), but get_priority returns it until a write.
+        self._loose_priority[slots[~held]] = p[~held]
         if held.any():
             self._prio_core.update_priorities(ids[held], p[held])
         if p.size:
@@ -219,7 +224,12 @@ class PrioritizedReplayBuffer(ReplayBuffer):
         self._prio_core.update_priorities(np.array([new_id]), np.array([p]))
         self._max_recorded_priority = max(self._max_recorded_priority, p)
 
+    def _reset(self) -> None:
+        super()._reset()
+        self._loose_priority = np.zeros(self._replay_capacity, np.float64)
+
     def _release(self, slot: int) -> None:
+        self._loose_priority[slot] = 0.0  # a padding row or a new step takes the slot
         old = int(self._slot_id[slot])
         if old >= 0:
             # The core may still hold the step; it must never be drawn for this slot again.
@@ -258,7 +268,7 @@ class PrioritizedReplayBuffer(ReplayBuffer):
     def _checkpoint_arrays(self) -> dict[str, Array]:
         arrays = super()._checkpoint_arrays()
         # ReAgent pickles its SumTree object here; this file holds its leaves as an array.
-        leaves = np.zeros(self._replay_capacity, np.float64)
+        leaves = self._loose_priority.copy()
         held = self._slot_id >= 0
         if held.any():
             leaves[held] = self._prio_core.get_priorities(self._slot_id[held])
@@ -284,6 +294,8 @@ class PrioritizedReplayBuffer(ReplayBuffer):
     def _replay_rows(self, rows: dict[str, Array], add_count: int, data: dict[str, Array]) -> None:
         self._max_recorded_priority = 1.0
         super()._replay_rows(rows, add_count, data)
+        loose = self._slot_id < 0
+        self._loose_priority[loose] = data["sum_tree"][loose]
 
     def _loaded_value(
         self, rows: dict[str, Array], data: dict[str, Array], name: str, slot: int
