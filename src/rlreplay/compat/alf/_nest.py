@@ -130,8 +130,12 @@ def flag(values: dict[str, Any], name: str, rows: int) -> Array:
 
 # ---------------------------------------------------------------------- outputs
 def to_tensor(array: Array, device: torch.device) -> torch.Tensor:
-    """A tensor of ``array`` on ``device`` (sharing memory on the CPU)."""
-    tensor = torch.from_numpy(np.ascontiguousarray(array))
+    """A tensor of ``array`` on ``device`` (sharing memory on the CPU), of the same shape.
+
+    (``np.ascontiguousarray`` alone would turn a 0-d array into shape ``(1,)``.)
+    """
+    arr = np.asarray(array)
+    tensor = torch.from_numpy(np.ascontiguousarray(arr)).reshape(arr.shape)
     return tensor if device.type == "cpu" else tensor.to(device)
 
 

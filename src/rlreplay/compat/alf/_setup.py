@@ -19,12 +19,17 @@ from rlreplay.prioritized import PrioritizedReplayBuffer
 from rlreplay.spec import Field
 
 __all__ = [
+    "ConfigAssertionError",
     "SpecLayout",
     "check_options",
     "make_core",
     "positive",
     "spec_layout",
 ]
+
+
+class ConfigAssertionError(ConfigError, AssertionError):
+    """A constructor option ALF refuses with an assertion (also a :class:`rlreplay.ConfigError`)."""
 
 
 def positive(name: str, value: Any, minimum: int = 1) -> int:
@@ -48,7 +53,8 @@ def check_options(
     ``keep_episodic_info=None`` resolves to whether episode information is needed.
 
     Raises:
-        rlreplay.ConfigError: An option out of range, or options that contradict each other.
+        rlreplay.ConfigError: An option out of range.
+        ConfigAssertionError: ``record_episodic_return`` with ``keep_episodic_info=False``.
     """
     E = positive("num_environments", num_environments)
     C = positive("max_length", max_length, minimum=2)
@@ -58,12 +64,16 @@ def check_options(
             "allow_multiprocess: rlreplay's buffer is thread-safe but lives in one process; "
             "use threads (or one buffer per process)"
         )
+    # ALF: "keep_episodic_info will be set to True if num_earliest_frames_ignored > 0" (even
+    # when given as False), and record_episodic_return "assumes keep_episodic_info to be True".
+    if ignored > 0:
+        keep_episodic_info = True
     if keep_episodic_info is None:
-        keep_episodic_info = ignored > 0 or bool(record_episodic_return)
-    if not keep_episodic_info and (ignored > 0 or record_episodic_return):
-        raise ConfigError(
-            "keep_episodic_info=False: num_earliest_frames_ignored > 0 and "
-            "record_episodic_return need episode information; leave it None or True"
+        keep_episodic_info = bool(record_episodic_return)
+    if not keep_episodic_info and record_episodic_return:
+        raise ConfigAssertionError(
+            "keep_episodic_info=False: record_episodic_return needs episode information; "
+            "leave keep_episodic_info None or True"
         )
     if (
         isinstance(recent_data_ratio, bool)

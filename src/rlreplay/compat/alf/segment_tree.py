@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from rlreplay.errors import ConfigError, DTypeError, PriorityError
+from rlreplay.errors import ConfigError, DTypeError, InvalidIdError, PriorityError
 from rlreplay.sampling.trees import MaxTree, MinTree, SumTree
 
 __all__ = ["MaxSegmentTree", "MinSegmentTree", "SegmentTree", "SumSegmentTree"]
@@ -37,6 +37,14 @@ _TREES: dict[Any, type[SumTree | MinTree | MaxTree]] = {
     max: MaxTree,
     np.maximum: MaxTree,
 }
+
+
+def _hashable(op: Any) -> bool:
+    try:
+        hash(op)
+    except TypeError:
+        return False
+    return True
 
 
 def check_device(device: Any, what: str) -> torch.device:
@@ -67,6 +75,63 @@ def as_numpy(value: Any) -> Array:
     return np.asarray(value)
 
 
+class _OpTree:
+    """ALF's own tree for an ``op`` that rlreplay's kernels do not compute (e.g. ``torch.mul``).
+
+    ALF's layout and arithmetic, in ``dtype`` (so every node equals ALF's): ``values[1]`` is the
+    root, the leaves are ``values[capacity:]`` and ``values[i] = op(values[2i], values[2i+1])``,
+    recomputed level by level for the ancestors of the leaves set. All nodes start at 0.
+    """
+
+    def __init__(self, capacity: int, op: Callable[..., Any], dtype: torch.dtype) -> None:
+        if isinstance(capacity, bool) or not isinstance(capacity, int | np.integer):
+            raise ConfigError(f"capacity: expected an int >= 1, got {capacity!r}")
+        if capacity < 1:
+            raise ConfigError(f"capacity: expected an int >= 1, got {capacity!r}")
+        self.capacity = int(capacity)
+        self._op = op
+        self._values = torch.zeros(2 * self.capacity, dtype=dtype)
+
+    def _leaves(self, idx: Array) -> torch.Tensor:
+        bad = (idx < 0) | (idx >= self.capacity)
+        if bad.any():
+            raise InvalidIdError(
+                f"indices: expected values in [0, {self.capacity}), got {idx[bad][:5].tolist()}"
+            )
+        return torch.from_numpy(np.ascontiguousarray(idx + self.capacity))
+
+    def get(self, idx: Array) -> Array:
+        out: Array = self._values[self._leaves(np.asarray(idx))].double().numpy()
+        return out
+
+    def set(self, idx: Array, values: Array) -> None:
+        idx = np.asarray(idx)
+        self._leaves(idx)  # validates
+        flat = idx.reshape(-1)
+        vals = np.broadcast_to(values, idx.shape).reshape(-1)
+        # With duplicate indices the last value wins (torch's indexed write leaves it open).
+        uniq, last = np.unique(flat[::-1], return_index=True)
+        nodes = torch.from_numpy(uniq + self.capacity)
+        self._values[nodes] = torch.as_tensor(vals[::-1][last]).to(self._values.dtype)
+        parents = np.unique(nodes.numpy() // 2)
+        parents = parents[parents >= 1]
+        while parents.shape[0]:
+            p = torch.from_numpy(parents)
+            self._values[p] = self._op(self._values[2 * p], self._values[2 * p + 1])
+            parents = np.unique(parents // 2)
+            parents = parents[parents >= 1]
+
+    @property
+    def root(self) -> float:
+        return float(self._values[1])
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"values": self._values.clone()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self._values.copy_(torch.as_tensor(state["values"]))
+
+
 class SegmentTree(torch.nn.Module):
     """Summary (sum, min or max) over ``capacity`` leaves, each update O(log capacity).
 
@@ -76,14 +141,17 @@ class SegmentTree(torch.nn.Module):
 
     Args:
         capacity: Number of leaves.
-        op: ``torch.add``, ``torch.min`` or ``torch.max`` (``operator.add``, ``min`` and
-            ``max`` and their NumPy counterparts also work).
+        op: Elementwise binary function of tensors. ``torch.add``, ``torch.min`` and
+            ``torch.max`` (or ``operator.add``, ``min``, ``max`` and their NumPy counterparts)
+            run on rlreplay's float64 trees; any other ``op`` runs ALF's own algorithm in
+            ``dtype``.
         dtype: dtype of the values handed back (and the precision values are stored with).
         device: ``"cpu"`` or ``"cuda"``: where handed-back tensors are created.
         name: Name of the tree.
 
     Raises:
-        ConfigError: An unsupported ``op``, a bad ``capacity`` or an unavailable device.
+        ConfigError: An ``op`` that is not callable, a bad ``capacity`` or an unavailable
+            device.
     """
 
     def __init__(
@@ -95,22 +163,23 @@ class SegmentTree(torch.nn.Module):
         name: str = "SegmentTree",
     ) -> None:
         super().__init__()
-        tree_cls = _TREES.get(op)
-        if tree_cls is None:
-            raise ConfigError(
-                f"op: expected torch.add, torch.min or torch.max (the trees rlreplay "
-                f"computes), got {op!r}"
-            )
+        tree_cls = _TREES.get(op) if _hashable(op) else None
+        if not callable(op):
+            raise ConfigError(f"op: expected a binary function of tensors, got {op!r}")
         if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
             raise ConfigError(f"dtype: expected a floating-point torch dtype, got {dtype!r}")
         self._name = name
         self._op = op
         self._dtype = dtype
         self._device = check_device(device, "device")
-        self._tree: SumTree | MinTree | MaxTree = tree_cls(capacity)
+        self._tree: SumTree | MinTree | MaxTree | _OpTree
+        if tree_cls is None:  # any other op: ALF's algorithm, in dtype
+            self._tree = _OpTree(capacity, op, dtype)
+        else:
+            self._tree = tree_cls(capacity)
+            if tree_cls is not SumTree:  # ALF's nodes start at 0, rlreplay's at the neutral one
+                self._tree.set(np.arange(self._tree.capacity), 0.0)
         self._capacity = self._tree.capacity
-        if tree_cls is not SumTree:  # ALF's nodes start at 0, rlreplay's at the neutral element
-            self._tree.set(np.arange(self._capacity), 0.0)
         self._nnz = 0
 
     @property
@@ -124,7 +193,10 @@ class SegmentTree(torch.nn.Module):
         return self._name
 
     def _out(self, array: Array) -> torch.Tensor:
-        return torch.from_numpy(np.ascontiguousarray(array)).to(self._device, self._dtype)
+        # Shape kept: np.ascontiguousarray turns a 0-d array into shape (1,).
+        arr = np.asarray(array)
+        out = torch.from_numpy(np.ascontiguousarray(arr)).reshape(arr.shape)
+        return out.to(self._device, self._dtype)
 
     def _indices(self, indices: Any) -> Array:
         idx = as_numpy(indices)
@@ -169,6 +241,8 @@ class SegmentTree(torch.nn.Module):
         return self._out(np.array(self._total()))
 
     def _total(self) -> float:
+        if isinstance(self._tree, _OpTree):
+            return self._tree.root
         if isinstance(self._tree, SumTree):
             return self._tree.total
         if isinstance(self._tree, MinTree):
