@@ -443,9 +443,9 @@ class ReplayBuffer:
             return self._objects.get((ids - self._first_id()).tolist())
         codec = self._codec
         assert codec is not None
-        cached = np.zeros(ids.shape[0], np.bool_)
-        if self._newest is not None:
-            cached = ids == self._next_id - 1
+        if self._newest is None or not (ids == self._next_id - 1).any():
+            return self._decode_batch(self._transitions(ids)) if ids.size else []
+        cached = ids == self._next_id - 1
         out: list[Experience] = [None] * ids.shape[0]
         stored = np.flatnonzero(~cached)
         if stored.size:
