@@ -1,0 +1,96 @@
+"""Stored steps and episodes of a buffer, read through its public API only.
+
+Every export walks the same things: the stored steps of each env in time order (from
+:meth:`~rlreplay.ReplayBuffer.stored_range`; the id of step ``t`` of env ``e`` is
+``t * num_envs + e``) and the episodes they form (:meth:`~rlreplay.ReplayBuffer.episode_begin`
+and :meth:`~rlreplay.ReplayBuffer.steps_to_episode_end`). Callers hold ``buf.atomic()`` so that
+the steps they list are still stored when they read them.
+"""
+
+from __future__ import annotations
+
+import itertools
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+import numpy as np
+
+if TYPE_CHECKING:
+    from rlreplay.buffer import ReplayBuffer
+
+__all__ = ["EpisodeRuns", "StoredSteps", "episode_runs", "stored_steps"]
+
+Array = np.ndarray[Any, Any]
+
+
+class StoredSteps(NamedTuple):
+    """Every stored step, env by env in time order (int64 arrays of one length).
+
+    Attributes:
+        env_ids: The step's env.
+        t: Its absolute step number in that env.
+        ids: Its id (``t * num_envs + env``).
+        episode_ids: The id of its episode's first step (possibly overwritten since).
+        step_in_episode: Its position in its episode (0 at the episode's first step).
+        to_end: Steps after it in its episode (0 at the last step, -1 while the episode runs).
+    """
+
+    env_ids: Array
+    t: Array
+    ids: Array
+    episode_ids: Array
+    step_in_episode: Array
+    to_end: Array
+
+
+def stored_steps(buf: ReplayBuffer) -> StoredSteps:
+    """List every stored step of ``buf`` (call under ``buf.atomic()``)."""
+    first, end = buf.stored_range()
+    counts = end - first
+    env_ids = np.repeat(np.arange(buf.num_envs, dtype=np.int64), counts)
+    # t = first[e] + (position within env e's run), vectorised over all envs.
+    run_starts = np.cumsum(counts) - counts
+    offsets = np.arange(int(counts.sum()), dtype=np.int64) - np.repeat(run_starts, counts)
+    t = np.repeat(first, counts) + offsets
+    ids = t * buf.num_envs + env_ids
+    begin = buf.episode_begin(ids) if ids.size else np.zeros(0, np.int64)
+    to_end = buf.steps_to_episode_end(ids) if ids.size else np.zeros(0, np.int64)
+    step = t - begin // buf.num_envs
+    return StoredSteps(env_ids, t, ids, begin.astype(np.int64), step, to_end.astype(np.int64))
+
+
+class EpisodeRuns(NamedTuple):
+    """The episodes among the stored steps, split by what an export can do with them.
+
+    Attributes:
+        complete: ``(first_id, length)`` of every episode whose steps are all stored and that
+            has ended, ordered by the id of its last step (the order episodes completed in,
+            per env; envs interleave by step).
+        incomplete: Episodes still running (their end is not known yet).
+        overwritten: Ended episodes whose first steps were overwritten.
+    """
+
+    complete: list[tuple[int, int]]
+    incomplete: int
+    overwritten: int
+
+
+def episode_runs(steps: StoredSteps) -> EpisodeRuns:
+    """Split the stored steps into episodes (see :class:`EpisodeRuns`)."""
+    starts = (
+        np.flatnonzero(np.r_[True, steps.episode_ids[1:] != steps.episode_ids[:-1]])
+        if steps.ids.size
+        else np.zeros(0, np.int64)
+    )
+    complete: list[tuple[int, int, int]] = []
+    incomplete = overwritten = 0
+    bounds = np.r_[starts, steps.ids.size]
+    for a, b in itertools.pairwise(bounds):
+        last = b - 1
+        if steps.to_end[last] != 0:
+            incomplete += 1
+        elif steps.step_in_episode[a] != 0:
+            overwritten += 1
+        else:
+            complete.append((int(steps.ids[last]), int(steps.ids[a]), int(b - a)))
+    complete.sort()
+    return EpisodeRuns([(first, n) for _, first, n in complete], incomplete, overwritten)

@@ -1,0 +1,160 @@
+"""The ecosystem methods of :class:`rlreplay.ReplayBuffer`: exports, Minari, prefetching.
+
+:class:`IOMixin` is a base of the buffer; each method delegates to a module of
+:mod:`rlreplay.io`, imported when the method is first called, and those modules use only the
+buffer's public API. Nothing here imports pyarrow, pandas, minari, torch or jax at import
+time.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import TYPE_CHECKING, Any, Self, cast
+
+if TYPE_CHECKING:
+    import pandas as pd
+    import pyarrow as pa
+
+    from rlreplay.buffer import ReplayBuffer
+    from rlreplay.io.iterate import Prefetcher
+    from rlreplay.io.minari import MinariExport
+
+__all__ = ["IOMixin"]
+
+_SAMPLERS = ("sample", "sample_sequences", "sample_episodes")
+
+
+class IOMixin:
+    """``to_arrow``, ``to_pandas``, ``to_parquet``, ``to_minari``, ``from_minari``, ``iterate``."""
+
+    def _buffer(self) -> ReplayBuffer:
+        return cast("ReplayBuffer", self)
+
+    def to_arrow(self) -> pa.Table:
+        """Every stored step as a :class:`pyarrow.Table`, one row per step.
+
+        Columns: ``env_id``, ``episode_id``, ``step`` (in the episode), ``id``,
+        ``episode_end``, then every stored field (a field of shape ``s`` as nested fixed-size
+        lists). See :mod:`rlreplay.io.arrow`.
+
+        Example:
+            >>> import numpy as np, rlreplay as rr
+            >>> from rlreplay.io import IOMixin
+            >>> class Buffer(IOMixin, rr.ReplayBuffer): ...
+            >>> buf = Buffer(8, {"obs": rr.Field((2,), np.float32)})
+            >>> _ = buf.add(obs=[0, 1], reward=1.0, terminated=False, truncated=False)
+            >>> buf.to_arrow().column_names[:4]
+            ['env_id', 'episode_id', 'step', 'id']
+        """
+        from rlreplay.io.arrow import to_arrow
+
+        return to_arrow(self._buffer())
+
+    def to_pandas(self) -> pd.DataFrame:
+        """Every stored step as a :class:`pandas.DataFrame` (the columns of :meth:`to_arrow`)."""
+        from rlreplay.io.arrow import to_pandas
+
+        return to_pandas(self._buffer())
+
+    def to_parquet(self, path: str | os.PathLike[str], **kwargs: Any) -> None:
+        """Write :meth:`to_arrow`'s table to a Parquet file (``kwargs``: e.g. ``compression``)."""
+        from rlreplay.io.arrow import to_parquet
+
+        to_parquet(self._buffer(), path, **kwargs)
+
+    def to_minari(self, dataset_id: str, **kwargs: Any) -> MinariExport:
+        """Write the stored complete episodes as a local Minari dataset.
+
+        See :func:`rlreplay.io.minari.to_minari` for the arguments (spaces, ``action_field``,
+        ``data_format``, ``progress`` and Minari's metadata).
+
+        Returns:
+            ``MinariExport(dataset, episodes, steps, skipped_incomplete, skipped_overwritten)``.
+        """
+        from rlreplay.io.minari import to_minari
+
+        return to_minari(self._buffer(), dataset_id, **kwargs)
+
+    @classmethod
+    def from_minari(
+        cls,
+        dataset_or_id: Any,
+        *,
+        capacity: int | None = None,
+        progress: bool | None = None,
+        **kwargs: Any,
+    ) -> Self:
+        """A new buffer holding every episode of a local Minari dataset (never downloads).
+
+        Args:
+            dataset_or_id: A :class:`minari.MinariDataset` or a local dataset's id.
+            capacity: Default: the dataset's step count.
+            progress: tqdm progress bar (default: when stderr is a terminal).
+            **kwargs: ``n_step``, ``frame_stack``, ``gamma``, ``seed``, ``infos=False``, and
+                any other constructor argument (see :func:`rlreplay.io.minari.from_minari`).
+        """
+        from rlreplay.io.minari import from_minari
+
+        target = cast("type[ReplayBuffer]", cls)
+        buf = from_minari(target, dataset_or_id, capacity=capacity, progress=progress, **kwargs)
+        return cast("Self", buf)
+
+    def iterate(
+        self,
+        batch_size: int,
+        *,
+        prefetch: int = 2,
+        method: str = "sample",
+        as_: str = "numpy",
+        device: Any = None,
+        timeout: float | None = None,
+        **sample_kwargs: Any,
+    ) -> Prefetcher[Any]:
+        """Endless batches drawn ``prefetch`` ahead on a background thread.
+
+        While the learner works on one batch the next ones are sampled (and converted, and
+        sent to ``device``), so the two overlap. Close the iterator (``close()`` or a ``with``
+        block) to stop the thread; an error raised by sampling is raised by ``next``.
+
+        Args:
+            batch_size: ``B`` of every call.
+            prefetch: Batches made ahead.
+            method: ``"sample"``, ``"sample_sequences"`` (give ``length=``) or
+                ``"sample_episodes"`` (``batch_size`` episodes).
+            as_: ``"numpy"``, ``"torch"`` or ``"jax"`` (see :func:`rlreplay.io.frameworks.convert`).
+            device: Where torch/JAX arrays go.
+            timeout: Most seconds one ``next`` waits (``None``: for ever).
+            **sample_kwargs: Passed to the sampling method on every call.
+
+        Returns:
+            A :class:`rlreplay.io.iterate.Prefetcher` (an iterator and a context manager).
+
+        Raises:
+            ConfigError: An unknown ``method`` or ``as_``.
+
+        Example:
+            >>> import numpy as np, rlreplay as rr
+            >>> from rlreplay.io import IOMixin
+            >>> class Buffer(IOMixin, rr.ReplayBuffer): ...
+            >>> buf = Buffer(64, {"obs": rr.Field((), np.float32)}, seed=0)
+            >>> for t in range(10):
+            ...     _ = buf.add(obs=t, reward=1.0, terminated=False, truncated=False)
+            >>> with buf.iterate(4, prefetch=2) as batches:
+            ...     [next(batches).obs.shape for _ in range(2)]
+            [(4,), (4,)]
+        """
+        from rlreplay.errors import ConfigError
+        from rlreplay.io.frameworks import FORMATS, convert
+        from rlreplay.io.iterate import Prefetcher
+
+        if method not in _SAMPLERS:
+            raise ConfigError(f"method: expected one of {_SAMPLERS}, got {method!r}")
+        if as_ not in FORMATS:
+            raise ConfigError(f"as_: expected one of {FORMATS}, got {as_!r}")
+        draw = getattr(self._buffer(), method)
+
+        def produce() -> Any:
+            batch = draw(batch_size, **sample_kwargs)
+            return batch if as_ == "numpy" and device is None else convert(batch, as_, device)
+
+        return Prefetcher(produce, prefetch=prefetch, timeout=timeout)

@@ -1,0 +1,85 @@
+"""to_arrow / to_pandas / to_parquet: every stored step, every field, as added."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+
+pa = pytest.importorskip("pyarrow")
+pq = pytest.importorskip("pyarrow.parquet")
+
+from rlreplay.io.arrow import INDEX_COLUMNS, column_to_numpy  # noqa: E402
+from tests.io.conftest import FIELDS, Buffer, PBuffer, fill  # noqa: E402
+
+
+def expected_rows(buf: Any, rec: Any) -> list[dict[str, Any]]:
+    """The rows a correct export has: the last env_capacity steps of each env, in order."""
+    E, C = buf.num_envs, buf.env_capacity
+    rows = []
+    for e in range(E):
+        steps = rec.steps[e]
+        for step in steps[max(0, len(steps) - C) :]:
+            t, start = step["_t"], step["_start"]
+            ends = step["terminated"] or step["truncated"]
+            rows.append(
+                {"env_id": e, "episode_id": start * E + e, "step": t - start, "id": t * E + e,
+                 "episode_end": ends, **{k: step[k] for k in buf.schema.fields}}
+            )  # fmt: skip
+    return rows
+
+
+def check_table(table: Any, buf: Any, rec: Any) -> None:
+    rows = expected_rows(buf, rec)
+    assert table.num_rows == len(rows)
+    assert table.column_names == [*INDEX_COLUMNS, *buf.schema.names]
+    for name in table.column_names:
+        got = column_to_numpy(table, name)
+        want = np.array([r[name] for r in rows])
+        if name in buf.schema.fields:
+            f = buf.schema.fields[name]
+            assert got.dtype == f.dtype and got.shape == (len(rows), *f.shape), name
+            want = want.reshape(len(rows), *f.shape)
+        np.testing.assert_array_equal(got, want.astype(got.dtype), err_msg=name)
+
+
+@pytest.mark.parametrize("num_envs", [1, 3])
+@pytest.mark.parametrize("n_steps", [0, 5, 40])
+def test_arrow_matches_what_was_added(num_envs: int, n_steps: int) -> None:
+    buf = Buffer(30 * num_envs, FIELDS, num_envs=num_envs, n_step=2, seed=0)
+    rec = fill(buf, n_steps, seed=n_steps + num_envs, finish=False)
+    table = buf.to_arrow()
+    check_table(table, buf, rec)
+    frame_type = table.schema.field("frame").type
+    assert frame_type == pa.list_(pa.list_(pa.uint8(), 2), 2)  # nested fixed-size lists
+
+
+def test_prioritized_and_parquet_round_trip(tmp_path: Any) -> None:
+    buf = PBuffer(40, FIELDS, n_step=3, seed=1)
+    rec = fill(buf, 70, seed=3)
+    path = tmp_path / "steps.parquet"
+    buf.to_parquet(path, compression="zstd")
+    check_table(pq.read_table(path), buf, rec)
+
+
+def test_pandas_cells_have_field_shapes() -> None:
+    buf = Buffer(20, FIELDS, seed=0)
+    rec = fill(buf, 12, seed=5)
+    frame = buf.to_pandas()
+    rows = expected_rows(buf, rec)
+    assert list(frame.columns) == [*INDEX_COLUMNS, *buf.schema.names]
+    assert len(frame) == len(rows)
+    for i, row in enumerate(rows):
+        for name in buf.schema.names:
+            np.testing.assert_array_equal(np.asarray(frame[name].iloc[i]), row[name])
+    assert frame["episode_id"].tolist() == [r["episode_id"] for r in rows]
+
+
+def test_complex_field_is_refused() -> None:
+    from rlreplay.errors import FieldError
+
+    buf = Buffer(8, {"obs": ((), np.complex64)})
+    buf.add(obs=1j, reward=0.0, terminated=False, truncated=False)
+    with pytest.raises(FieldError, match="complex"):
+        buf.to_arrow()
