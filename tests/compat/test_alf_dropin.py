@@ -161,3 +161,43 @@ def test_the_three_ops_still_run_on_the_core_trees(op: Any) -> None:
     tree[torch.tensor([0, 2])] = torch.tensor([1.0, 2.0])
     assert tree._tree.__class__ is rr.SumTree  # the fast float64 kernels, not the fallback
     assert tree.summary().item() == 3.0
+
+
+# ---------------------------------------------------------------------- add_batch values
+def test_add_batch_broadcasts_values_as_alfs_indexed_write() -> None:
+    # ALF's RingBuffer writes every leaf with ``buffer[(env_ids, idx)] = value``: torch
+    # broadcasts the value to ``[batch_size] + spec.shape``.
+    rb = ReplayBuffer(SPEC, 2, max_length=4)
+    step = exp(2, 0)._replace(observation=torch.tensor([[1.0], [2.0]]), discount=torch.tensor(1.0))
+    rb.add_batch(step)
+    got, _ = rb.gather_all()
+    assert got.observation.tolist() == [[[1.0, 1.0]], [[2.0, 2.0]]]
+    assert got.discount.tolist() == [[1.0], [1.0]]
+
+
+def test_add_batch_shape_and_dtype_errors_are_runtime_errors_as_in_alf() -> None:
+    # torch's indexed write raises RuntimeError for a value that does not broadcast, and for a
+    # dtype it cannot hold ("Index put requires the source and destination dtypes match").
+    rb = ReplayBuffer(SPEC, 2, max_length=4)
+    with pytest.raises(RuntimeError) as shape:
+        rb.add_batch(exp(2, 0)._replace(observation=torch.zeros(2, 3)))
+    assert isinstance(shape.value, rr.ShapeError)
+    uint8 = Exp(
+        step_type=TensorSpec((), torch.int32),
+        reward=TensorSpec(()),
+        discount=TensorSpec(()),
+        observation=TensorSpec((2,), torch.uint8),
+    )
+    rb = ReplayBuffer(uint8, 2, max_length=4)
+    with pytest.raises(RuntimeError) as dtype:
+        rb.add_batch(exp(2, 0)._replace(observation=torch.full((2, 2), 3.5)))
+    assert isinstance(dtype.value, rr.DTypeError)
+    assert rb.total_size.item() == 0  # nothing was written
+
+
+def test_a_batch_of_another_size_is_refused_without_env_ids() -> None:
+    # Seed, add_batch: "env_ids (Tensor) - If None, batch_size must be num_environments."
+    rb = ReplayBuffer(SPEC, 2, max_length=4)
+    with pytest.raises(RuntimeError, match="batch_size 1"):
+        rb.add_batch(exp(1, 0))
+    assert rb.total_size.item() == 0

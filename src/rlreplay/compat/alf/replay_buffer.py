@@ -61,6 +61,7 @@ from rlreplay.compat.alf._draws import (
 )
 from rlreplay.compat.alf._episodic import Disc0Segments
 from rlreplay.compat.alf._nest import (
+    AssignDTypeError,
     broadcast_ids,
     env_array,
     field_tensors,
@@ -70,7 +71,7 @@ from rlreplay.compat.alf._nest import (
 )
 from rlreplay.compat.alf._setup import check_options, make_core, positive, spec_layout
 from rlreplay.compat.alf.segment_tree import as_numpy, check_device
-from rlreplay.errors import EmptyBufferError, FieldError, ReplayClosed, ShapeError
+from rlreplay.errors import DTypeError, EmptyBufferError, FieldError, ReplayClosed, ShapeError
 from rlreplay.sampling.trees import MaxTree
 
 __all__ = ["BatchInfo", "ReplayAssertionError", "ReplayBuffer", "StepType"]
@@ -326,7 +327,11 @@ class ReplayBuffer(torch.nn.Module):
 
         Raises:
             rlreplay.FieldError: A leaf of ``data_spec`` missing from ``batch``.
-            rlreplay.ShapeError, rlreplay.DTypeError: A leaf of the wrong shape or dtype.
+            AssignShapeError: A leaf that does not broadcast to ``[batch_size] + shape`` (a
+                ``RuntimeError``, as torch's in ALF; also an ``rlreplay.ShapeError``).
+            AssignDTypeError: A leaf whose dtype the spec's cannot hold (a ``RuntimeError``,
+                as torch's in ALF; also an ``rlreplay.DTypeError``). Values of the same kind
+                (int64 into int32, float64 into float32) are cast, where ALF refuses them.
             rlreplay.InvalidIdError: Bad ``env_ids``.
             rlreplay.ReplayTimeout: ``blocking`` and no room within ``timeout``.
             rlreplay.ReplayClosed: The buffer was stopped (a blocking add that :meth:`stop`
@@ -342,6 +347,8 @@ class ReplayBuffer(torch.nn.Module):
                 if blocking and self._stopped:
                     return
                 raise
+            except DTypeError as exc:  # ALF's torch write raises RuntimeError here
+                raise AssignDTypeError(str(exc)) from None
             t = ids // self._num_envs
             slots = envs * self._max_length + t % self._max_length
             self._disc0.record(envs, t, slots, disc0)
