@@ -87,6 +87,7 @@ class Report:
     rss_mb_second_tenth: float = 0.0
     rss_mb_last_tenth: float = 0.0
     rss_growth_pct: float = 0.0
+    rss_mb_by_tenth: list[float] = field(default_factory=list)
 
     def fail(self, message: str) -> None:
         if len(self.violations) < 20:
@@ -256,6 +257,11 @@ class Soak:
         if len(self.rss) < 10:
             return
         tenth = self.ops / 10
+        for k in range(10):
+            part = [r for n, r in self.rss if k * tenth <= n < (k + 1) * tenth]
+            self.report.rss_mb_by_tenth.append(
+                round(float(np.mean(part)) / 2**20, 2) if part else 0
+            )
         second = [r for n, r in self.rss if tenth <= n < 2 * tenth]
         last = [r for n, r in self.rss if n >= 9 * tenth]
         if second and last:
