@@ -264,9 +264,9 @@ def from_minari(
         ConfigError: ``num_envs`` other than 1, or infos that clash with the spaces' fields.
         FileNotFoundError: No local dataset of that id.
     """
-    dataset = _load(dataset_or_id)
     if kwargs.get("num_envs", 1) != 1:
         raise ConfigError("from_minari: a dataset is loaded into one env (num_envs=1)")
+    dataset = _load(dataset_or_id)
     extra = _info_fields(dataset) if infos else {}
     if capacity is None:
         minimum = kwargs.get("n_step", 1) + kwargs.get("frame_stack", 1)
