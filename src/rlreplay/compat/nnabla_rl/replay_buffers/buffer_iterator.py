@@ -11,6 +11,9 @@ from typing import Any
 
 import numpy as np
 
+import rlreplay.compat.nnabla_rl.random as rl_random
+from rlreplay.compat.nnabla_rl._checks import check_seed
+
 __all__ = ["BufferIterator"]
 
 
@@ -29,7 +32,9 @@ class BufferIterator:
         batch_size: Positions per batch.
         shuffle: Visit the positions in a new random order each epoch.
         repeat: Start over when an epoch is over, instead of stopping.
-        seed: Seed of the shuffles (an rlreplay addition; nnabla-rl uses its global generator).
+        seed: Seed of a generator of the iterator's own for the shuffles (an rlreplay
+            addition); without it the shuffles draw from nnabla-rl's global ``random.drng``
+            (seeded by ``utils.reproductions.set_global_seed``), as nnabla-rl's do.
 
     Example:
         >>> import numpy as np
@@ -54,10 +59,16 @@ class BufferIterator:
         self._batch_size = operator.index(batch_size)
         self._shuffle = shuffle
         self._repeat = repeat
-        self._rng = np.random.default_rng(seed)
+        seed = check_seed(seed)
+        self._own_rng = None if seed is None else np.random.default_rng(seed)
         self._indices = np.arange(len(buffer))
         self._index = 0
         self.reset()
+
+    @property
+    def _rng(self) -> np.random.Generator:
+        """The shuffles' generator: the iterator's own (``seed=``) or nnabla-rl's ``drng``."""
+        return rl_random.drng if self._own_rng is None else self._own_rng
 
     def __iter__(self) -> BufferIterator:
         return self

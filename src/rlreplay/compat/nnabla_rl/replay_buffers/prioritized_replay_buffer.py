@@ -120,7 +120,6 @@ class _PrioritizedReplayBuffer(ReplayBuffer):
         self._prios.check_priority(self._max_priority)
         self._appended = 0  # experiences appended so far: the t-th is in slot t % capacity
         self._last_sampled: Array | None = None  # append numbers awaiting update_priorities
-        self._sampler = np.random.default_rng(seed)
 
     # ------------------------------------------------------------------ writing
     def append(self, experience: Any) -> None:
@@ -198,19 +197,19 @@ class _PrioritizedReplayBuffer(ReplayBuffer):
         """
         first = self._first()
         lo = np.array([first], np.int64)
-        _, t, _, _ = self._prios.draw(k, self._sampler, True, self._beta, lo)
+        _, t, _, _ = self._prios.draw(k, self._rng, True, self._beta, lo)
         positions: Array = t - first
         last = len(self) - num_steps  # the last position a draw may take
         for _ in range(_REDRAW_ROUNDS):
             bad = positions > last
             if not bad.any():
                 return positions
-            _, t, _, _ = self._prios.draw(int(bad.sum()), self._sampler, True, self._beta, lo)
+            _, t, _, _ = self._prios.draw(int(bad.sum()), self._rng, True, self._beta, lo)
             positions[bad] = t - first
         bad = positions > last
         if bad.any():
             slots = (first + np.arange(last + 1)) % self._slots
-            pos, _, _ = self._prios.draw_among(slots, int(bad.sum()), self._sampler, True, 1.0)
+            pos, _, _ = self._prios.draw_among(slots, int(bad.sum()), self._rng, True, 1.0)
             positions[bad] = pos
         return positions
 
@@ -302,7 +301,8 @@ class ProportionalPrioritizedReplayBuffer(_PrioritizedReplayBuffer):
         normalization_method: ``"buffer_max"`` (weights divided by the largest weight of the
             buffer) or ``"batch_max"`` (of the batch); ``"buffer"``/``"batch"`` too.
         keep_min: Accepted for compatibility (the min tree is always kept).
-        seed: Seed of the random generator (an rlreplay addition).
+        seed: Seed of a random generator of the buffer's own (an rlreplay addition); without
+            it the buffer draws from nnabla-rl's global ``random.drng``, as nnabla-rl does.
 
     Raises:
         ValueError: ``capacity`` None or ``< 1``, or an unknown ``normalization_method``.
@@ -367,7 +367,8 @@ class RankBasedPrioritizedReplayBuffer(_PrioritizedReplayBuffer):
         sort_interval: Changes between two re-sorts of the ranks.
         init_max_error: Priority of experiences appended before any larger one is set.
         normalization_method: ``"buffer_max"`` or ``"batch_max"`` (``"buffer"``/``"batch"``).
-        seed: Seed of the random generator (an rlreplay addition).
+        seed: Seed of a random generator of the buffer's own (an rlreplay addition); without
+            it the buffer draws from nnabla-rl's global ``random.drng``, as nnabla-rl does.
 
     Example:
         >>> import numpy as np

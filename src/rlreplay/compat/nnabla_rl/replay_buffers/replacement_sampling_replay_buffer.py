@@ -5,8 +5,6 @@ from __future__ import annotations
 import operator
 from typing import Any
 
-import numpy as np
-
 from rlreplay.compat.nnabla_rl.replay_buffer import ReplayBuffer
 
 __all__ = ["ReplacementSamplingReplayBuffer"]
@@ -22,7 +20,8 @@ class ReplacementSamplingReplayBuffer(ReplayBuffer):
 
     Args:
         capacity: Most experiences kept, or None for no limit.
-        seed: Seed of this buffer's random generator (nnabla-rl has a global one instead).
+        seed: Seed of a random generator of the buffer's own (an rlreplay addition); without
+            it the buffer draws from nnabla-rl's global ``random.drng``, as nnabla-rl does.
 
     Example:
         >>> import numpy as np
@@ -35,7 +34,6 @@ class ReplacementSamplingReplayBuffer(ReplayBuffer):
 
     def __init__(self, capacity: int | None = None, *, seed: int | None = None) -> None:
         super().__init__(capacity=capacity, seed=seed)
-        self._sampler = np.random.default_rng(seed)
 
     def sample(self, num_samples: int = 1, num_steps: int = 1) -> tuple[Any, dict[str, Any]]:
         """Randomly sample num_samples experiences, with replacement.
@@ -62,5 +60,5 @@ class ReplacementSamplingReplayBuffer(ReplayBuffer):
             )
         if num_samples < 0:
             raise ValueError("negative dimensions are not allowed")
-        indices = self._sampler.choice(max_index, size=num_samples, replace=True)
+        indices = self._rng.choice(max_index, size=num_samples, replace=True)
         return self.sample_indices(indices, num_steps=num_steps)
