@@ -9,10 +9,10 @@ framework's array type:
   To another device (``"cuda:0"``, ...): the array is copied once into pinned (page-locked)
   host memory when CUDA is available, then sent with ``non_blocking=True``, so the transfer
   overlaps whatever the caller does next on the host.
-* ``as_="jax"``: through DLPack (:func:`jax.numpy.from_dlpack`), zero-copy on the CPU for the
-  dtypes JAX keeps (with JAX's default ``jax_enable_x64=False`` a float64/int64 array becomes
-  a 32-bit copy, as ``jnp.asarray`` would make it); ``device=`` then places it with
-  :func:`jax.device_put`.
+* ``as_="jax"``: through DLPack (:func:`jax.numpy.from_dlpack`). On the CPU JAX takes the
+  memory as is when the array is 64-byte aligned and of a dtype it keeps; otherwise it copies
+  (with JAX's default ``jax_enable_x64=False`` a float64/int64 array becomes a 32-bit copy,
+  as ``jnp.asarray`` would make it). ``device=`` then places it with :func:`jax.device_put`.
 * ``as_="numpy"``: the batch itself.
 
 A read-only array (e.g. a view a user transform returned) is copied first: neither
