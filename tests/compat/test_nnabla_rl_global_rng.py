@@ -65,7 +65,7 @@ CASES: dict[str, tuple[Callable[..., Any], Callable[[int], Any]]] = {
         lambda **kw: RB.PrioritizedReplayBuffer(capacity=50, variant="rank_based", **kw),
         experience,
     ),
-    # "Hindsight" joins with the front-end's own relabelling (next commit)
+    "Hindsight": (hindsight, goal_experience),
     "Atari": (
         lambda **kw: RB.MemoryEfficientAtariBuffer(capacity=50, **kw),
         atari_experience,

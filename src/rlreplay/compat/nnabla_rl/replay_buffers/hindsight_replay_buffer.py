@@ -1,23 +1,34 @@
-"""Stand-in for ``nnabla_rl.replay_buffers.hindsight_replay_buffer`` over the rlreplay core.
+"""Stand-in for ``nnabla_rl.replay_buffers.hindsight_replay_buffer``.
 
-Goal-conditioned experiences have the state ``(observation, desired_goal, achieved_goal)``,
-stored as the core's observation fields ``obs_0``, ``obs_1`` and ``obs_2``. Relabelling is the
-core's :class:`rlreplay.HindsightRelabel` with the ``"future"`` strategy, nnabla-rl's: with
-probability ``hindsight_prob`` a sampled experience at step ``t`` of an episode ending at step
-``d`` gets the goal ``g = achieved_goal of s_next at a step drawn uniformly from [t, d]``, both
-its desired goals (in ``s`` and ``s_next``) become ``g`` and its reward becomes
-``reward_function(s_next[2], g, info)``.
+Goal-conditioned experiences have the state ``(observation, desired_goal, achieved_goal)``.
+The experiences are stored by the front-end's base :class:`ReplayBuffer` (whatever it stores,
+it gives back as appended: the columnar store or the object store, chosen as there), and the
+relabelling is nnabla-rl's "future" strategy, done here at sample time as nnabla-rl does it:
+
+* ``append`` writes ``index_in_episode`` (0 for an episode's first experience) and
+  ``episode_end_index`` (the ``index_in_episode`` of the episode's last experience; for the
+  running episode, of its newest one so far) into the experience's ``info`` dict, in place;
+* each sampled experience at step ``t`` of its episode is relabelled with probability
+  ``hindsight_prob``: a future experience is drawn uniformly from the steps ``[t,
+  episode_end_index]`` of the same episode (the running episode included, with the steps
+  appended so far), its ``s_next[2]`` (achieved goal) becomes the goal ``g``, and the
+  experience comes back as ``((s[0], g, s[2]), a, reward_function(s_next[2], g, info),
+  non_terminal, (s_next[0], g, s_next[2]), info)``, the reward exactly as ``reward_function``
+  returns it.
+
+Episode bookkeeping is the front-end's own (one start id per experience and one end id per
+finished episode, in rings aligned with the store's ids), so a relabelling never reads a goal
+from another episode, whatever the ``info`` dicts hold.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
-from rlreplay.batch import Batch
-from rlreplay.buffer import ReplayBuffer as CoreBuffer
+from rlreplay.compat.nnabla_rl._codec import is_timelimit
 from rlreplay.compat.nnabla_rl.replay_buffer import (
     Experience,
     Indices,
@@ -25,40 +36,83 @@ from rlreplay.compat.nnabla_rl.replay_buffer import (
     as_indices,
     check_count,
 )
-from rlreplay.errors import ShapeError
-from rlreplay.spec import Field
-from rlreplay.transforms import HindsightRelabel
 
 __all__ = ["HindsightReplayBuffer"]
 
 Array = np.ndarray[Any, Any]
 RewardFunction = Callable[[Array, Array, dict[str, Any]], Any]
 
-# Core field names of the goal-conditioned state's elements.
-_DESIRED_GOAL, _ACHIEVED_GOAL = "obs_1", "obs_2"
+#: Ring room of an unbounded buffer's episode bookkeeping before its first doubling.
+_INITIAL_ROOM = 1024
+
+
+class _EpisodeIds:
+    """Per stored experience id: the id of its episode's first and last experience.
+
+    A ring of ``room`` slots (``id % room``) for a bounded buffer; an unbounded one doubles
+    its room as it fills. ``end == -1`` marks the running episode (its end is the newest id).
+    """
+
+    def __init__(self, capacity: int | None) -> None:
+        self._bounded = capacity is not None
+        room = max(1, capacity) if capacity is not None else _INITIAL_ROOM
+        self.start = np.zeros(room, np.int64)
+        self.end = np.full(room, -1, np.int64)
+
+    def put(self, i: int, start: int) -> None:
+        room = self.start.shape[0]
+        if not self._bounded and i >= room:
+            grown = 2 * room
+            while grown <= i:
+                grown *= 2
+            self.start = np.concatenate([self.start, np.zeros(grown - room, np.int64)])
+            self.end = np.concatenate([self.end, np.full(grown - room, -1, np.int64)])
+            room = grown
+        self.start[i % room] = start
+        self.end[i % room] = -1
+
+    def close(self, first: int, last: int) -> None:
+        """The episode of ids ``[first, last]`` (those still stored) ended at ``last``."""
+        room = self.start.shape[0]
+        ids = np.arange(max(first, last - room + 1), last + 1)
+        self.end[ids % room] = last
+
+    def bounds(self, ids: Array, newest: int) -> tuple[Array, Array]:
+        """First and last id of the episode of each stored id (the running one: ``newest``)."""
+        slots = ids % self.start.shape[0]
+        end = self.end[slots]
+        return self.start[slots], np.where(end < 0, newest, end)
 
 
 class HindsightReplayBuffer(ReplayBuffer):
-    """nnabla-rl's hindsight experience replay (HER, "future" goals) on rlreplay.
+    """nnabla-rl's hindsight experience replay (HER, "future" goals).
 
-    Sampling is the base buffer's (distinct indices, uniformly); each returned experience of a
-    *finished* episode is then relabelled with probability ``hindsight_prob``::
+    Sampling is the base buffer's (distinct indices, uniformly); each returned experience is
+    then relabelled with probability ``hindsight_prob``::
 
         g        = s_next[2] of the experience at a step drawn uniformly from [t, episode end]
         s'       = (s[0], g, s[2]);   s_next' = (s_next[0], g, s_next[2])
         r'       = reward_function(s_next[2], g, info)
         experience' = (s', a, r', non_terminal, s_next', info)
 
-    The goal always comes from the same episode (the core's episode index), never from an
-    overwritten step. Experiences of the running episode are returned as stored (the core does
-    not know where that episode ends yet). Stored data is never changed.
+    An episode ends at ``non_terminal == 0`` (as in nnabla-rl) or at a true
+    ``info["TimeLimit.truncated"]``; the running episode's end is its newest experience. The
+    goal always comes from the same episode. Stored data is never changed (only the
+    ``index_in_episode`` and ``episode_end_index`` keys of the appended ``info`` dicts, as
+    nnabla-rl writes them). Random numbers come from nnabla-rl's global ``random.drng``
+    unless ``seed`` is given.
+
+    Cost: :meth:`append` O(1) amortised (plus an O(episode length) pass when an episode
+    ends); a sample of ``B`` is the base buffer's plus one ``reward_function`` call per
+    relabelled experience.
 
     Args:
         reward_function: ``(achieved_goal, desired_goal, info) -> reward`` for one experience
             (``info`` is the experience's own ``info`` dict).
-        hindsight_prob: Probability in ``[0, 1]`` of relabelling an experience.
+        hindsight_prob: Probability of relabelling a sampled experience (not checked, as in
+            nnabla-rl: ``>= 1`` always relabels, ``<= 0`` never).
         capacity: Most experiences kept, or None for no limit.
-        seed: Seed of the random generators (an rlreplay addition).
+        seed: Seed of a random generator of the buffer's own (an rlreplay addition).
 
     Example:
         >>> import numpy as np
@@ -74,9 +128,9 @@ class HindsightReplayBuffer(ReplayBuffer):
         >>> experiences, info = buffer.sample(num_samples=3)
         >>> all(e[0][1][0] > e[0][2][0] for e in experiences)  # goals from the future
         True
+        >>> buffer[1][5]
+        {'index_in_episode': 1, 'episode_end_index': 4}
     """
-
-    _objects_allowed = False  # relabelling is the core's (goals from its episode index)
 
     def __init__(
         self,
@@ -87,57 +141,61 @@ class HindsightReplayBuffer(ReplayBuffer):
         seed: int | None = None,
     ) -> None:
         super().__init__(capacity=capacity, seed=seed)
-        if not callable(reward_function):
-            raise TypeError(f"reward_function: expected a callable, got {reward_function!r}")
         self._reward_function = reward_function
         self._hindsight_prob = hindsight_prob
-        self._relabel = self._new_relabel()  # checks hindsight_prob now
-        self._reward_shape: tuple[int, ...] = ()
-
-    def _new_relabel(self) -> HindsightRelabel:
-        """One relabelling transform per core (a transform binds to one buffer)."""
-        return HindsightRelabel(
-            self._relabel_reward,
-            strategy="future",
-            relabel_prob=self._hindsight_prob,
-            achieved_goal=_ACHIEVED_GOAL,
-            desired_goal=_DESIRED_GOAL,
-        )
-
-    def _build_core(self, capacity: int, fields: dict[str, Field], seed: int | None) -> CoreBuffer:
-        self._relabel = self._new_relabel()
-        self._reward_shape = fields["reward"].shape
-        return CoreBuffer(
-            capacity,
-            fields,
-            n_step=1,
-            gamma=1.0,
-            stack_pad="first",
-            seed=seed,
-            transforms=[self._relabel],
-        )
+        self._episodes = _EpisodeIds(self._capacity)
+        self._episode_start = 0  # id of the running episode's first experience
+        self._running_infos: list[dict[str, Any]] = []  # its info dicts, oldest first
 
     def append(self, experience: Experience) -> None:
         """Add new experience to the replay buffer.
 
+        Writes ``index_in_episode`` and ``episode_end_index`` into the experience's ``info``
+        (its last element), as nnabla-rl does.
+
         Raises:
             RuntimeError: The state is not a tuple ``(observation, desired_goal,
                 achieved_goal)`` (as nnabla-rl).
-            ValueError: ``info`` is not a dict (as nnabla-rl), or as the base buffer's.
+            ValueError: ``info`` is not a dict (as nnabla-rl).
         """
-        if not isinstance(experience, tuple | list) or len(experience) < 6:
-            super().append(experience)  # raises the base buffer's ValueError
-            return
-        if not isinstance(experience[0], tuple):
+        s, *_ = experience
+        if not isinstance(s, tuple):
             raise RuntimeError("Hindsight replay only supports tuple observation environment")
-        if not len(experience[0]) == 3:
+        if not len(s) == 3:
             raise RuntimeError(
                 "Observation is not a tuple of 3 elements: (observation, desired_goal, "
                 "achieved_goal)"
             )
-        if not isinstance(experience[5], dict):
-            raise ValueError(f"info: expected a dict, got {type(experience[5]).__name__}")
-        super().append(experience)
+        non_terminal = experience[3]
+        info = experience[-1]
+        if not isinstance(info, dict):
+            raise ValueError(f"info: expected a dict, got {type(info).__name__}")
+        i = self._next_id
+        index_in_episode = i - self._episode_start
+        info.update({"index_in_episode": index_in_episode, "episode_end_index": index_in_episode})
+        super().append(experience)  # raises before any bookkeeping if nothing is stored
+        self._episodes.put(i, self._episode_start)
+        self._running_infos.append(info)
+        if self._capacity is not None and len(self._running_infos) > 2 * self._capacity:
+            del self._running_infos[: -self._capacity]  # dropped experiences: never read again
+        if non_terminal == 0 or is_timelimit(info):
+            self._episodes.close(self._episode_start, i)
+            for running in self._running_infos:
+                running["episode_end_index"] = index_in_episode
+            self._running_infos = []
+            self._episode_start = i + 1
+
+    def _raw_experiences(self, ids: Array) -> list[Experience]:
+        """As the base buffer's; the running episode's ``info`` get its current end."""
+        out = super()._raw_experiences(ids)
+        running = ids >= self._episode_start
+        if running.any():
+            end = self._next_id - 1 - self._episode_start
+            for j in np.flatnonzero(running).tolist():
+                info = out[j][-1]
+                if isinstance(info, dict):
+                    info["episode_end_index"] = end
+        return out
 
     def sample_indices(
         self, indices: Indices, num_steps: int = 1
@@ -148,30 +206,28 @@ class HindsightReplayBuffer(ReplayBuffer):
             ValueError: If indices are empty or num_steps is 0 or negative.
             NotImplementedError: ``num_steps > 1`` (n-step learning is not supported, as in
                 nnabla-rl).
+            KeyError: Bounded buffer: an index outside ``[0, len)``.
+            IndexError: Unbounded buffer: an index outside ``[-len, len)``.
         """
         idx = as_indices(indices)
         if check_count("num_steps", num_steps) > 1:
             raise NotImplementedError("HindsightReplayBuffer: n-step learning is not supported")
-        experiences = self._steps_at(self._check_range(idx, 1), 1)
+        ids = self._first_id() + self._positions(idx)
+        experiences = self._experiences(ids)
+        rng = self._rng
+        relabel = rng.random(ids.shape[0]) < self._hindsight_prob
+        if relabel.any():
+            chosen = ids[relabel]
+            _, last = self._episodes.bounds(chosen, self._next_id - 1)
+            future = chosen + rng.integers(0, last - chosen + 1)
+            goals = self._experiences(future)
+            for j, g in zip(np.flatnonzero(relabel).tolist(), goals, strict=True):
+                experiences[j] = self._hindsight(experiences[j], g[4][2])
         return experiences, {"weights": np.ones((idx.shape[0], 1))}
 
-    def _transitions(self, ids: Array) -> Batch:
-        return self._relabel(super()._transitions(ids))
-
-    def _relabel_reward(self, achieved: Array, goal: Array, info: Mapping[str, Array]) -> Array:
-        """The core's vectorised ``reward_fn`` from nnabla-rl's per-experience one."""
-        infos = self._extras_of(np.asarray(info["ids"]))
-        rewards = [
-            self._reward_function(achieved[i], goal[i], extra[0] if extra else {})
-            for i, extra in enumerate(infos)
-        ]
-        out = np.asarray(rewards)
-        expected = (achieved.shape[0], *self._reward_shape)
-        if out.shape != expected:
-            if out.size != int(np.prod(expected)):
-                raise ShapeError(
-                    f"reward_function: expected a reward of shape {self._reward_shape} (as the "
-                    f"appended r) per experience, got {out.shape[1:]}"
-                )
-            out = out.reshape(expected)
-        return out
+    def _hindsight(self, experience: Experience, goal: Any) -> Experience:
+        """The experience with desired goal ``goal`` and its reward for that goal."""
+        s, a, _, non_terminal, s_next, *rest = experience
+        info = rest[0] if rest else {}
+        reward = self._reward_function(s_next[2], goal, info)
+        return ((s[0], goal, s[2]), a, reward, non_terminal, (s_next[0], goal, s_next[2]), *rest)
