@@ -257,12 +257,13 @@ class CheckpointReader:
         """Refuse a header value that the buffer built from it would not write back as is.
 
         A value that a loader coerced (a string where a number belongs, a float for an int)
-        or ignored makes the file something :func:`write_checkpoint` never wrote.
+        or ignored makes the file something :func:`write_checkpoint` never wrote. Only the
+        keys the file has are compared, so a later rlreplay may add keys to what it writes.
 
         Raises:
             CheckpointError: ``stored`` and ``rebuilt`` differ as JSON.
         """
-        if _canonical(stored) != _canonical(rebuilt):
+        if _canonical(stored) != _canonical(_project(rebuilt, stored)):
             raise CheckpointError(
                 f"checkpoint {str(self.path)!r}: the {what} in the header is not what a buffer "
                 f"built from it holds: {stored!r} != {rebuilt!r}"
@@ -318,6 +319,13 @@ class CheckpointReader:
             _skip(f, self.data_size - pos, data_hash)
             if data_hash.digest() != f.read(32):
                 raise CheckpointError(f"{where}: data checksum mismatch (corrupted file)")
+
+
+def _project(rebuilt: Any, stored: Any) -> Any:
+    """``rebuilt`` restricted to the dict keys ``stored`` has (recursively)."""
+    if isinstance(stored, dict) and isinstance(rebuilt, Mapping):
+        return {k: _project(rebuilt.get(k), v) for k, v in stored.items()}
+    return rebuilt
 
 
 def _canonical(value: Any) -> str:
