@@ -12,6 +12,8 @@ from rlreplay.compat.nnabla_rl.replay_buffers.hindsight_replay_buffer import Hin
 from rlreplay.compat.nnabla_rl.replay_buffers.memory_efficient_atari_buffer import (
     MemoryEfficientAtariBuffer,
     MemoryEfficientAtariTrajectoryBuffer,
+    ProportionalPrioritizedAtariBuffer,
+    RankBasedPrioritizedAtariBuffer,
 )
 from rlreplay.compat.nnabla_rl.replay_buffers.prioritized_replay_buffer import (
     PrioritizedReplayBuffer,
@@ -32,7 +34,9 @@ __all__ = [
     "MemoryEfficientAtariBuffer",
     "MemoryEfficientAtariTrajectoryBuffer",
     "PrioritizedReplayBuffer",
+    "ProportionalPrioritizedAtariBuffer",
     "ProportionalPrioritizedReplayBuffer",
+    "RankBasedPrioritizedAtariBuffer",
     "RankBasedPrioritizedReplayBuffer",
     "ReplacementSamplingReplayBuffer",
     "TrajectoryReplayBuffer",

@@ -28,12 +28,21 @@ from rlreplay.compat.nnabla_rl._codec import (
     is_timelimit,
 )
 from rlreplay.compat.nnabla_rl.replay_buffer import ReplayBuffer, check_capacity, check_count
+from rlreplay.compat.nnabla_rl.replay_buffers.prioritized_replay_buffer import (
+    ProportionalPrioritizedReplayBuffer,
+    RankBasedPrioritizedReplayBuffer,
+)
 from rlreplay.compat.nnabla_rl.replay_buffers.trajectory_replay_buffer import (
     TrajectoryReplayBuffer,
 )
 from rlreplay.spec import Field
 
-__all__ = ["MemoryEfficientAtariBuffer", "MemoryEfficientAtariTrajectoryBuffer"]
+__all__ = [
+    "MemoryEfficientAtariBuffer",
+    "MemoryEfficientAtariTrajectoryBuffer",
+    "ProportionalPrioritizedAtariBuffer",
+    "RankBasedPrioritizedAtariBuffer",
+]
 
 Array = np.ndarray[Any, Any]
 
@@ -107,6 +116,8 @@ class _AtariCodec(Codec):
         # (B, stacked_frames, *frame) uint8 -> float32 / 255, nnabla-rl's _normalize_state
         states = np.asarray(batch[prefix + "obs"]).astype(np.float32)
         states /= np.float32(255.0)
+        # the core adds no stack axis for one frame; nnabla-rl's stacks always have it
+        states = states.reshape(states.shape[0], *self.stack_shape)
         return list(states)
 
     def decode(self, batch: Any, sides: Sequence[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
@@ -175,6 +186,116 @@ class MemoryEfficientAtariTrajectoryBuffer(TrajectoryReplayBuffer):
     def __init__(self, num_trajectories: int | None = None, *, seed: int | None = None) -> None:
         super().__init__(num_trajectories, seed=seed)
         self._frame_stack = 4  # nnabla-rl builds MemoryEfficientAtariBuffer(len(trajectory))
+
+    def _make_codec(self, experience: Any) -> Codec:
+        return _AtariCodec.infer_atari(experience, self._frame_stack)
+
+
+class ProportionalPrioritizedAtariBuffer(ProportionalPrioritizedReplayBuffer):
+    """Proportional prioritized version of :class:`MemoryEfficientAtariBuffer`.
+
+    Experiences are stored as :class:`MemoryEfficientAtariBuffer` stores them (one ``uint8``
+    frame each, stacks rebuilt at sample time, ``a``, ``r``, ``non_terminal`` and ``info`` as
+    appended) and drawn, weighted and updated as :class:`ProportionalPrioritizedReplayBuffer`
+    does (``P(i) ∝ (|clip(e_i)| + epsilon) ** alpha``).
+
+    Args:
+        capacity: Most experiences kept (``>= 1``).
+        alpha, beta, betasteps, error_clip, epsilon, init_max_error, normalization_method: As
+            :class:`ProportionalPrioritizedReplayBuffer`.
+        stacked_frames: Frames per state.
+        seed: Seed of a random generator of the buffer's own (an rlreplay addition).
+
+    Example:
+        >>> import numpy as np
+        >>> buffer = ProportionalPrioritizedAtariBuffer(capacity=100, seed=0)
+        >>> for t in range(6):
+        ...     s = np.full((4, 84, 84), t / 255.0)
+        ...     buffer.append((s, 0, 1.0, 1.0, np.full((4, 84, 84), (t + 1) / 255.0), {}))
+        >>> experiences, info = buffer.sample(num_samples=2)
+        >>> experiences[0][0].shape, experiences[0][0].dtype, info["weights"].shape
+        ((4, 84, 84), dtype('float32'), (2, 1))
+        >>> buffer.update_priorities(np.array([0.5, 0.1]))
+    """
+
+    _objects_allowed = False  # frames are quantised into the core's uint8 column
+
+    def __init__(
+        self,
+        capacity: int,
+        alpha: float = 0.6,
+        beta: float = 0.4,
+        betasteps: int = 10000,
+        error_clip: tuple[float, float] | None = (-1, 1),
+        epsilon: float = 1e-8,
+        init_max_error: float = 1.0,
+        normalization_method: str = "buffer_max",
+        stacked_frames: int = 4,
+        *,
+        seed: int | None = None,
+    ) -> None:
+        super().__init__(
+            capacity,
+            alpha=alpha,
+            beta=beta,
+            betasteps=betasteps,
+            error_clip=error_clip,
+            epsilon=epsilon,
+            init_max_error=init_max_error,
+            normalization_method=normalization_method,
+            seed=seed,
+        )
+        self._frame_stack = check_count("stacked_frames", stacked_frames)
+
+    def _make_codec(self, experience: Any) -> Codec:
+        return _AtariCodec.infer_atari(experience, self._frame_stack)
+
+
+class RankBasedPrioritizedAtariBuffer(RankBasedPrioritizedReplayBuffer):
+    """Rank-based prioritized version of :class:`MemoryEfficientAtariBuffer`.
+
+    Experiences are stored as :class:`MemoryEfficientAtariBuffer` stores them and drawn,
+    weighted and updated as :class:`RankBasedPrioritizedReplayBuffer` does
+    (``P(i) ∝ rank_i ** -alpha``).
+
+    Args:
+        capacity: Most experiences kept (``>= 1``).
+        alpha, beta, betasteps, error_clip, reset_segment_interval, sort_interval,
+            init_max_error, normalization_method: As :class:`RankBasedPrioritizedReplayBuffer`.
+        stacked_frames: Frames per state.
+        seed: Seed of a random generator of the buffer's own (an rlreplay addition).
+    """
+
+    _objects_allowed = False  # frames are quantised into the core's uint8 column
+
+    def __init__(
+        self,
+        capacity: int,
+        alpha: float = 0.7,
+        beta: float = 0.5,
+        betasteps: int = 10000,
+        error_clip: tuple[float, float] | None = (-1, 1),
+        reset_segment_interval: int = 1000,
+        sort_interval: int = 1000000,
+        init_max_error: float = 1.0,
+        normalization_method: str = "buffer_max",
+        stacked_frames: int = 4,
+        *,
+        seed: int | None = None,
+    ) -> None:
+        super().__init__(
+            capacity,
+            alpha=alpha,
+            beta=beta,
+            betasteps=betasteps,
+            error_clip=error_clip,
+            reset_segment_interval=reset_segment_interval,
+            sort_interval=sort_interval,
+            init_max_error=init_max_error,
+            normalization_method=normalization_method,
+            seed=seed,
+        )
+        self._frame_stack = check_count("stacked_frames", stacked_frames)
 
     def _make_codec(self, experience: Any) -> Codec:
         return _AtariCodec.infer_atari(experience, self._frame_stack)
