@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import collections
 import operator
+import threading
+import time
 from typing import Any
 
 import numpy as np
@@ -201,3 +203,55 @@ def test_a_batch_of_another_size_is_refused_without_env_ids() -> None:
     with pytest.raises(RuntimeError, match="batch_size 1"):
         rb.add_batch(exp(1, 0))
     assert rb.total_size.item() == 0
+
+
+# ---------------------------------------------------------------------- stop and revive
+JOIN = 20.0  # seconds: a thread still alive after this is deadlocked
+
+
+def test_stop_ends_only_blocking_calls_and_revive_restores_them() -> None:
+    # ALF's RingBuffer: stop() "Stop waiting processes from being blocked. Only checked in
+    # blocking mode of dequeue and enqueue. All blocked processes will return None."
+    # revive() "Clears the stop Event so blocking mode will start working again."
+    rb = ReplayBuffer(SPEC, 1, max_length=2)
+    got: list[Any] = []
+    th = threading.Thread(target=lambda: got.append(rb.dequeue(blocking=True)))
+    th.start()
+    time.sleep(0.05)
+    rb.stop()
+    th.join(JOIN)
+    assert not th.is_alive() and got == [None]
+    # Non-blocking calls go on working while stopped.
+    rb.add_batch(exp(1, 0, StepType.FIRST))
+    rb.add_batch(exp(1, 1))
+    assert rb.total_size.item() == 2
+    assert rb.dequeue(blocking=True) is None  # blocking while stopped: None at once
+    assert rb.add_batch(exp(1, 2), blocking=True) is None and rb.total_size.item() == 2
+    batch, _ = rb.get_batch(batch_size=1, batch_length=2)
+    assert batch.reward.tolist() == [[0.0, 1.0]]
+    rb.revive()
+    first = rb.dequeue(blocking=True, timeout=5)
+    assert first.reward.tolist() == [[0.0]]
+    # Blocking again: a blocked add waits for room, and a dequeue makes it.
+    rb.add_batch(exp(1, 2))
+    done = threading.Event()
+    th = threading.Thread(target=lambda: (rb.add_batch(exp(1, 3), blocking=True), done.set()))
+    th.start()
+    assert not done.wait(0.2)
+    rb.dequeue()
+    th.join(JOIN)
+    assert done.is_set()
+    data, info = rb.gather_all()
+    assert info.positions.tolist() == [2] and data.reward.tolist() == [[2.0, 3.0]]
+
+
+def test_blocking_timeouts_count_from_the_call() -> None:
+    rb = ReplayBuffer(SPEC, 1, max_length=2)
+    t0 = time.monotonic()
+    with pytest.raises(TimeoutError, match=r"timeout=0\.2"):
+        rb.dequeue(blocking=True, timeout=0.2)
+    assert 0.15 < time.monotonic() - t0 < 5
+    with pytest.raises(TimeoutError):
+        rb.dequeue(blocking=True, timeout=0)
+    with pytest.raises(ValueError):
+        rb.dequeue(blocking=True, timeout=-1)

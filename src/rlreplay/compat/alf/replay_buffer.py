@@ -53,6 +53,7 @@ import torch
 
 from rlreplay.batch import Batch
 from rlreplay.buffer import ReplayBuffer as CoreBuffer
+from rlreplay.compat.alf._blocking import wait_unless_stopped
 from rlreplay.compat.alf._draws import (
     ReplayAssertionError,
     draw_starts,
@@ -71,7 +72,7 @@ from rlreplay.compat.alf._nest import (
 )
 from rlreplay.compat.alf._setup import check_options, make_core, positive, spec_layout
 from rlreplay.compat.alf.segment_tree import as_numpy, check_device
-from rlreplay.errors import DTypeError, EmptyBufferError, FieldError, ReplayClosed, ShapeError
+from rlreplay.errors import DTypeError, EmptyBufferError, FieldError, ShapeError
 from rlreplay.sampling.trees import MaxTree
 
 __all__ = ["BatchInfo", "ReplayAssertionError", "ReplayBuffer", "StepType"]
@@ -287,7 +288,7 @@ class ReplayBuffer(torch.nn.Module):
         """Per env: the oldest stored position and ``current_pos`` (copies).
 
         Raises:
-            rlreplay.ReplayClosed: The buffer was stopped.
+            rlreplay.ReplayClosed: The core buffer was closed (``core.close()``).
         """
         first, end = self._core.stored_range()
         return first, end
@@ -334,19 +335,26 @@ class ReplayBuffer(torch.nn.Module):
                 (int64 into int32, float64 into float32) are cast, where ALF refuses them.
             rlreplay.InvalidIdError: Bad ``env_ids``.
             rlreplay.ReplayTimeout: ``blocking`` and no room within ``timeout``.
-            rlreplay.ReplayClosed: The buffer was stopped (a blocking add that :meth:`stop`
-                interrupts returns without adding, as in ALF).
+
+        A blocking add while the buffer is stopped (:meth:`stop`) returns at once without
+        adding, as in ALF.
         """
         envs = env_array(env_ids, self._all_envs)
         B = envs.shape[0]
         values, disc0 = step_values(batch, self._layout, B, StepType.LAST)
         with self._atomic():
             try:
-                ids = self._core.add(env_ids=envs, block=blocking, timeout=timeout, **values)
-            except ReplayClosed:
-                if blocking and self._stopped:
-                    return
-                raise
+                if blocking:
+
+                    def add(wait: float) -> Array:
+                        return self._core.add(env_ids=envs, block=True, timeout=wait, **values)
+
+                    got = wait_unless_stopped(add, self._is_stopped, timeout, "add_batch")
+                    if got is None:  # stopped: ALF's blocking add returns without adding
+                        return
+                    ids = got
+                else:
+                    ids = self._core.add(env_ids=envs, **values)
             except DTypeError as exc:  # ALF's torch write raises RuntimeError here
                 raise AssignDTypeError(str(exc)) from None
             t = ids // self._num_envs
@@ -359,13 +367,20 @@ class ReplayBuffer(torch.nn.Module):
                 self._max_prio.set(slots, p0)
 
     def stop(self) -> None:
-        """Wake every blocked :meth:`add_batch` / :meth:`dequeue` and close the buffer.
+        """Stop blocking calls: blocked and later blocking ones return ``None`` (ALF's ``stop``).
 
-        Blocked calls return (``dequeue`` returns ``None``); later calls raise
-        :class:`rlreplay.ReplayClosed` (ALF's buffer can be revived, this one cannot).
+        Only blocking :meth:`add_batch` (which then adds nothing) and :meth:`dequeue` are
+        affected, until :meth:`revive`; blocked calls notice within 0.05 s. Everything else
+        goes on working, as in ALF.
         """
         self._stopped = True
-        self._core.close()
+
+    def revive(self) -> None:
+        """Let blocking calls block again after :meth:`stop` (ALF's ``revive``)."""
+        self._stopped = False
+
+    def _is_stopped(self) -> bool:
+        return self._stopped
 
     def clear(self, env_ids: Any = None) -> None:
         """Remove every stored step of ``env_ids`` (default: all). Positions keep counting."""
@@ -409,7 +424,7 @@ class ReplayBuffer(torch.nn.Module):
 
         Returns:
             A nest of tensors ``[batch_size, n, ...]`` on ``device``, or ``None`` when a
-            blocking dequeue is ended by :meth:`stop`.
+            blocking dequeue is ended by :meth:`stop` (or called while stopped).
 
         Raises:
             ReplayAssertionError: Not enough data and not ``blocking`` (an AssertionError).
@@ -417,14 +432,20 @@ class ReplayBuffer(torch.nn.Module):
         """
         envs = env_array(env_ids, self._all_envs)
         with self._atomic():
-            try:
-                got = self._core.dequeue(n, envs, block=blocking, timeout=timeout)
-            except EmptyBufferError as exc:
-                raise ReplayAssertionError(f"dequeue: not enough data: {exc}") from None
-            except ReplayClosed:
-                if blocking and self._stopped:
+            if blocking:
+
+                def take(wait: float) -> Batch:
+                    return self._core.dequeue(n, envs, block=True, timeout=wait)
+
+                stopped_or_got = wait_unless_stopped(take, self._is_stopped, timeout, "dequeue")
+                if stopped_or_got is None:  # stopped: ALF's blocking dequeue returns None
                     return None
-                raise
+                got = stopped_or_got
+            else:
+                try:
+                    got = self._core.dequeue(n, envs)
+                except EmptyBufferError as exc:
+                    raise ReplayAssertionError(f"dequeue: not enough data: {exc}") from None
             self._forget(got)
         return self._nest(got, self._device)
 

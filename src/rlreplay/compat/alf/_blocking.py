@@ -1,0 +1,52 @@
+"""Blocking calls that ALF's ``stop()`` ends and ``revive()`` re-enables (private to ALF's).
+
+ALF's ``stop()`` does not close the buffer: it only makes blocked (and later) blocking
+``add_batch`` / ``dequeue`` calls return ``None`` at once, until ``revive()``; non-blocking
+calls go on working. The core has no such switch (its ``close`` is final), so a blocking call
+here waits on the core in slices of at most :data:`POLL` seconds and looks at the flag between
+them: room or data that arrives wakes the waiter at once (the core's condition), a ``stop()``
+within :data:`POLL` seconds.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import TypeVar
+
+from rlreplay.buffer_fifo import check_timeout
+from rlreplay.errors import ReplayTimeout
+
+__all__ = ["POLL", "wait_unless_stopped"]
+
+POLL = 0.05  # seconds between two looks at the stop flag while blocked
+
+T = TypeVar("T")
+
+
+def wait_unless_stopped(
+    call: Callable[[float], T], stopped: Callable[[], bool], timeout: float | None, what: str
+) -> T | None:
+    """``call(slice_seconds)`` (a blocking core call) until it succeeds; ``None`` if stopped.
+
+    Args:
+        call: Runs the blocking core call with the given timeout; raises
+            :class:`rlreplay.ReplayTimeout` when it runs out.
+        stopped: Whether the buffer is stopped (checked before every slice).
+        timeout: The caller's timeout in seconds (``None``: for ever).
+        what: The call's name, for the timeout message.
+
+    Raises:
+        rlreplay.ReplayTimeout: Not done within ``timeout``.
+        rlreplay.ConfigError: A bad ``timeout``.
+    """
+    check_timeout(timeout)
+    deadline = None if timeout is None else time.monotonic() + timeout
+    while not stopped():
+        left = POLL if deadline is None else min(POLL, max(0.0, deadline - time.monotonic()))
+        try:
+            return call(left)
+        except ReplayTimeout:
+            if deadline is not None and time.monotonic() >= deadline:
+                raise ReplayTimeout(f"{what}: not possible within timeout={timeout} s") from None
+    return None
