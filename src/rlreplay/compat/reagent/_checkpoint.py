@@ -2,8 +2,10 @@
 
 A checkpoint of iteration ``N`` is one gzipped ``.npy`` file per attribute,
 ``<name>_ckpt.N.gz``: ``$store$_<element>`` per storage element (one row per slot),
-``add_count``, ``invalid_range`` and ``_is_valid``. Arrays only: files are written and read
-without pickle. Loading replays the rows into a fresh core in ring order (:func:`replay_rows`).
+``add_count``, ``invalid_range`` and ``_is_valid`` (and the prioritized buffer's ``sum_tree``,
+pickled as ReAgent pickles it: :mod:`._pickled`). Every other file is a plain array, written
+and read without pickle. Loading replays the rows into a fresh core in ring order
+(:func:`replay_rows`).
 """
 
 from __future__ import annotations
@@ -53,17 +55,22 @@ def filename(checkpoint_dir: str | os.PathLike[str], name: str, suffix: Any) -> 
 
 
 def write_arrays(
-    checkpoint_dir: str | os.PathLike[str], iteration_number: int, arrays: dict[str, Array]
+    checkpoint_dir: str | os.PathLike[str], iteration_number: int, arrays: dict[str, Array | bytes]
 ) -> None:
     """Write each array to its gzipped file (via a temporary name); drop stale iterations.
 
-    ``checkpoint_dir`` must exist.
+    An array is written as ``.npy`` without pickle; ``bytes`` are written as they are (the
+    prioritized buffer's ``sum_tree``, pickled as ReAgent pickles it). ``checkpoint_dir``
+    must exist.
     """
     for name, arr in arrays.items():
         path = filename(checkpoint_dir, name, iteration_number)
         tmp = path + ".tmp"
         with open(tmp, "wb") as f, gzip.GzipFile(fileobj=f, mode="wb") as out:
-            np.save(out, arr, allow_pickle=False)
+            if isinstance(arr, bytes):
+                out.write(arr)
+            else:
+                np.save(out, arr, allow_pickle=False)
         os.replace(tmp, path)
         stale = iteration_number - CHECKPOINT_DURATION
         if stale >= 0:
@@ -143,7 +150,9 @@ def load_files(
     missing = [p for p in paths.values() if not os.path.exists(p)]
     if missing:
         raise NotFoundError(f"Missing file(s): {missing}")
-    data = {name: read_array(path) for name, path in paths.items()}
+    data: dict[str, Array] = {}
+    for name, path in paths.items():
+        data.update(buf._read_file(name, path))
     valid_path = filename(checkpoint_dir, "_is_valid", suffix)
     valid = read_array(valid_path) if os.path.exists(valid_path) else None
     rows, add_count = buf._check_loaded(data, valid)
@@ -152,12 +161,12 @@ def load_files(
     return valid
 
 
-def store_arrays(buf: ReplayBuffer) -> dict[str, Array]:
+def store_arrays(buf: ReplayBuffer) -> dict[str, Array | bytes]:
     """Attribute name -> array, in Dopamine's layout (store arrays per slot, scalars)."""
     cap = buf._replay_capacity
     ids = buf._slot_id
     held = ids >= 0
-    arrays: dict[str, Array] = {}
+    arrays: dict[str, Array | bytes] = {}
     for e in buf.get_storage_signature():
         arr = np.zeros((cap, *e.shape), e.type)
         if held.any():

@@ -572,9 +572,13 @@ class ReplayBuffer:
         return _assembly.transition_arrays(self, batch)
 
     # ------------------------------------------------------------------ checkpoints
-    def _checkpoint_arrays(self) -> dict[str, Array]:
+    def _checkpoint_arrays(self) -> dict[str, Array | bytes]:
         """Attribute name -> array, in Dopamine's layout (store arrays per slot, scalars)."""
         return _checkpoint.store_arrays(self)
+
+    def _read_file(self, name: str, path: str) -> dict[str, Array]:
+        """Hook: the arrays a checkpoint file of attribute ``name`` holds (a plain array)."""
+        return {name: _checkpoint.read_array(path)}
 
     def _required_files(self) -> list[str]:
         names = [STORE_FILENAME_PREFIX + e.name for e in self.get_storage_signature()]

@@ -19,7 +19,9 @@ from typing import TYPE_CHECKING, Any, ClassVar, cast
 import numpy as np
 
 from rlreplay.compat.reagent._assembly import _Batch
+from rlreplay.compat.reagent._pickled import dumps_sum_tree, read_sum_tree_file
 from rlreplay.compat.reagent.circular_replay_buffer import ReplayBuffer, ReplayElement, shape_type
+from rlreplay.compat.reagent.sum_tree import SumTree
 from rlreplay.errors import CheckpointError, PriorityError, ShapeError
 from rlreplay.prioritized import PrioritizedReplayBuffer as CorePrioritizedReplayBuffer
 
@@ -265,28 +267,47 @@ class PrioritizedReplayBuffer(ReplayBuffer):
         return out
 
     # ------------------------------------------------------------------ checkpoints
-    def _checkpoint_arrays(self) -> dict[str, Array]:
+    def _checkpoint_arrays(self) -> dict[str, Array | bytes]:
         arrays = super()._checkpoint_arrays()
-        # ReAgent pickles its SumTree object here; this file holds its leaves as an array.
+        # What ReAgent writes here: its SumTree object, pickled (levels padded to a power of
+        # two, max_recorded_priority), under ReAgent's class path so its load reads it back.
+        tree = SumTree._from_leaves(self._slot_priorities(), self._max_recorded_priority)
+        arrays["sum_tree"] = dumps_sum_tree(tree)
+        return arrays
+
+    def _slot_priorities(self) -> Array:
+        """The priority of every slot, as ReAgent's tree leaves hold them (float64)."""
         leaves = self._loose_priority.copy()
         held = self._slot_id >= 0
         if held.any():
             leaves[held] = self._prio_core.get_priorities(self._slot_id[held])
-        arrays["sum_tree"] = leaves
-        return arrays
+        return leaves
 
     def _required_files(self) -> list[str]:
         return [*super()._required_files(), "sum_tree"]
+
+    def _read_file(self, name: str, path: str) -> dict[str, Array]:
+        if name != "sum_tree":
+            return super()._read_file(name, path)
+        # ReAgent's pickled SumTree, read with a restricted unpickler (or a plain array of
+        # leaves, which earlier versions of this front-end wrote).
+        leaves, top = read_sum_tree_file(path)
+        out = {"sum_tree": leaves}
+        if top is not None:
+            out["max_recorded_priority"] = np.array(top, np.float64)
+        return out
 
     def _check_loaded(
         self, data: dict[str, Array], valid: Array | None
     ) -> tuple[dict[str, Array], int]:
         leaves = data["sum_tree"]
-        if leaves.shape != (self._replay_capacity,) or leaves.dtype.kind not in "iuf":
+        cap = self._replay_capacity
+        # ReAgent's leaves are padded to a power of two; those past the capacity are no slot.
+        if leaves.ndim != 1 or leaves.size < cap or leaves.dtype.kind not in "iuf":
             raise CheckpointError(
-                f"sum_tree: expected ({self._replay_capacity},) priorities, got "
-                f"{leaves.dtype}{leaves.shape}"
+                f"sum_tree: expected at least {cap} priorities, got {leaves.dtype}{leaves.shape}"
             )
+        data["sum_tree"] = leaves = leaves[:cap].astype(np.float64)
         if not (np.isfinite(leaves).all() and (leaves >= 0).all()):
             raise CheckpointError("sum_tree: priorities must be finite and >= 0")
         return super()._check_loaded(data, valid)
@@ -296,6 +317,8 @@ class PrioritizedReplayBuffer(ReplayBuffer):
         super()._replay_rows(rows, add_count, data)
         loose = self._slot_id < 0
         self._loose_priority[loose] = data["sum_tree"][loose]
+        if "max_recorded_priority" in data:  # ReAgent's tree restores it as it was saved
+            self._max_recorded_priority = float(data["max_recorded_priority"])
 
     def _loaded_value(
         self, rows: dict[str, Array], data: dict[str, Array], name: str, slot: int

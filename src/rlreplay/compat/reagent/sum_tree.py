@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from rlreplay.compat.reagent._errors import ConfigAssertionError
-from rlreplay.errors import ConfigError, EmptyBufferError
+from rlreplay.errors import CheckpointError, ConfigError, EmptyBufferError
 from rlreplay.sampling.trees import SumTree as _CoreSumTree
 
 __all__ = ["SumTree"]
@@ -93,6 +93,52 @@ class SumTree:
             below = levels[0]
             levels.insert(0, below[0::2] + below[1::2])
         return levels
+
+    def __getstate__(self) -> dict[str, Any]:
+        """ReAgent's pickled state: ``{"nodes": levels, "max_recorded_priority": float}``."""
+        return {"nodes": self.nodes, "max_recorded_priority": float(self.max_recorded_priority)}
+
+    def __setstate__(self, state: Any) -> None:
+        """Take the state a pickled ReAgent (or Dopamine) ``SumTree`` holds.
+
+        Only the leaves (the last level) are read; the sums above them are recomputed. The
+        capacity becomes the number of leaves (a power of two in ReAgent's trees; its padding
+        leaves are 0, so draws are unchanged).
+
+        Raises:
+            rlreplay.CheckpointError: Not a dict with ``nodes`` (levels of ``1, 2, 4, ...``
+                finite values ``>= 0``) and a finite ``max_recorded_priority``.
+        """
+        if not isinstance(state, dict) or not isinstance(state.get("nodes"), list | tuple):
+            raise CheckpointError(
+                f"SumTree state: expected a dict with 'nodes', got {state!r:.200}"
+            )
+        levels = state["nodes"]
+        sizes = [np.shape(level) for level in levels]
+        if not levels or sizes != [(1 << d,) for d in range(len(levels))]:
+            raise CheckpointError(
+                f"SumTree state: expected levels of 1, 2, 4, ... nodes, got {sizes}"
+            )
+        try:
+            leaves = np.asarray(levels[-1], np.float64)
+            top = float(state.get("max_recorded_priority", 1.0))
+        except (TypeError, ValueError) as exc:
+            raise CheckpointError(f"SumTree state: non-numeric values ({exc})") from None
+        if not (np.isfinite(leaves).all() and (leaves >= 0).all() and math.isfinite(top)):
+            raise CheckpointError("SumTree state: values must be finite and >= 0")
+        self._fill(leaves, top)
+
+    @classmethod
+    def _from_leaves(cls, leaves: Array, max_recorded_priority: float) -> SumTree:
+        """A tree of ``len(leaves)`` leaves holding ``leaves`` (finite, ``>= 0``)."""
+        tree = cls.__new__(cls)
+        tree._fill(np.asarray(leaves, np.float64), float(max_recorded_priority))
+        return tree
+
+    def _fill(self, leaves: Array, max_recorded_priority: float) -> None:
+        self._tree = _CoreSumTree(int(leaves.size))
+        self._tree.set(np.arange(leaves.size), leaves)
+        self.max_recorded_priority = max_recorded_priority
 
     def _total_priority(self) -> float:
         """The value at the root: the sum of all leaves."""

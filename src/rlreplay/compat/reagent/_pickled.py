@@ -1,0 +1,219 @@
+"""ReAgent's pickled ``sum_tree`` checkpoint file (private to the ReAgent front-end).
+
+ReAgent's prioritized buffer (like Dopamine's, whose ``save``/``load`` it reuses) writes every
+public attribute that is not an array with ``pickle``: its ``sum_tree`` attribute, a
+``reagent.replay_memory.sum_tree.SumTree`` whose state is ``{"nodes": [level arrays, root
+first], "max_recorded_priority": float}``. Unpickling an arbitrary file runs code named by the
+file, so :class:`RestrictedUnpickler` resolves only the globals such a file needs:
+
+* NumPy's array and scalar reconstruction (``numpy.core.multiarray._reconstruct`` /
+  ``scalar``, their ``numpy._core`` spellings, ``numpy.core.numeric._frombuffer`` for pickle
+  protocol 5, ``numpy.ndarray``, ``numpy.dtype``), which build arrays and dtypes from bytes;
+* plain builtin containers (``list``, ``tuple``, ``dict``, ``set``, ``frozenset``) and, for
+  the text protocols 0-2, ``_codecs.encode`` restricted to latin-1 (how they spell bytes) and
+  ``copyreg._reconstructor`` restricted to building a ``SumTree``;
+* ReAgent's and Dopamine's ``SumTree`` class paths, mapped to the front-end's
+  :class:`~rlreplay.compat.reagent.sum_tree.SumTree` (its ``__setstate__`` reads their state).
+
+Any other global raises :class:`rlreplay.CheckpointError` naming it, before anything is called.
+:func:`dumps_sum_tree` writes a front-end ``SumTree`` as ReAgent's own file would hold it (the
+class named by ReAgent's path, arrays by NumPy's long-standing ``numpy.core.multiarray`` path),
+so ReAgent's ``load`` reads a checkpoint the front-end saved.
+"""
+
+from __future__ import annotations
+
+import codecs
+import copyreg
+import gzip
+import importlib
+import io
+import pickle
+from typing import Any, ClassVar
+
+import numpy as np
+
+from rlreplay.compat.reagent.sum_tree import SumTree
+from rlreplay.errors import CheckpointError
+
+__all__ = [
+    "REAGENT_SUM_TREE",
+    "RestrictedUnpickler",
+    "dumps_sum_tree",
+    "loads_sum_tree",
+    "read_sum_tree_file",
+]
+
+Array = np.ndarray[Any, Any]
+
+#: Where ReAgent's ``SumTree`` class lives (the global its pickled ``sum_tree`` file names).
+REAGENT_SUM_TREE = ("reagent.replay_memory.sum_tree", "SumTree")
+_SUM_TREE_PATHS = {
+    REAGENT_SUM_TREE,
+    ("dopamine.replay_memory.sum_tree", "SumTree"),
+    ("rlreplay.compat.reagent.sum_tree", "SumTree"),
+}
+_NPY_MAGIC = b"\x93NUMPY"
+_PY2_MODULES = {"copy_reg": "copyreg", "__builtin__": "builtins"}
+
+
+def _numpy_globals() -> dict[tuple[str, str], Any]:
+    """The NumPy callables and classes an array or scalar pickle names, under both spellings."""
+    try:  # NumPy 2 (numpy.core is its deprecated alias)
+        multiarray = importlib.import_module("numpy._core.multiarray")
+        numeric = importlib.import_module("numpy._core.numeric")
+    except ImportError:  # NumPy 1.x
+        multiarray = importlib.import_module("numpy.core.multiarray")
+        numeric = importlib.import_module("numpy.core.numeric")
+    out: dict[tuple[str, str], Any] = {
+        ("numpy", "ndarray"): np.ndarray,
+        ("numpy", "dtype"): np.dtype,
+    }
+    for core in ("numpy.core", "numpy._core"):
+        out[(f"{core}.multiarray", "_reconstruct")] = multiarray._reconstruct
+        out[(f"{core}.multiarray", "scalar")] = multiarray.scalar
+        out[(f"{core}.numeric", "_frombuffer")] = getattr(numeric, "_frombuffer")  # noqa: B009
+    return out
+
+
+_CONTAINERS: dict[tuple[str, str], Any] = {
+    ("builtins", "list"): list,
+    ("builtins", "tuple"): tuple,
+    ("builtins", "dict"): dict,
+    ("builtins", "set"): set,
+    ("builtins", "frozenset"): frozenset,
+    # Protocol 0/1 spell `object` as the base of copyreg._reconstructor.
+    ("builtins", "object"): object,
+}
+
+
+def _latin1_encode(text: str, encoding: str = "utf-8", errors: str = "strict") -> bytes:
+    """``_codecs.encode`` as protocols 0-2 use it to spell bytes: latin-1 only."""
+    if encoding not in ("latin1", "latin-1") or not isinstance(text, str):
+        raise CheckpointError(f"refused _codecs.encode with encoding {encoding!r}")
+    return codecs.encode(text, "latin1", errors)
+
+
+def _sum_tree_reconstructor(cls: Any, base: Any, state: Any) -> SumTree:
+    """``copyreg._reconstructor`` as protocols 0/1 use it for a plain class: SumTree only."""
+    if cls is not SumTree or base is not object or state is not None:
+        raise CheckpointError(f"refused copyreg._reconstructor({cls!r}, {base!r}, {state!r})")
+    out: SumTree = copyreg._reconstructor(cls, base, state)  # type: ignore[attr-defined]
+    return out
+
+
+class RestrictedUnpickler(pickle.Unpickler):
+    """An unpickler that resolves only the globals of a pickled ReAgent/Dopamine ``SumTree``.
+
+    Raises:
+        rlreplay.CheckpointError: From :meth:`find_class`, for any other global.
+    """
+
+    _allowed: ClassVar[dict[tuple[str, str], Any] | None] = None
+
+    @classmethod
+    def allowed(cls) -> dict[tuple[str, str], Any]:
+        """``(module, name)`` -> the object it resolves to."""
+        if cls._allowed is None:
+            table = {**_numpy_globals(), **_CONTAINERS}
+            table.update({path: SumTree for path in _SUM_TREE_PATHS})
+            table[("_codecs", "encode")] = _latin1_encode
+            table[("copyreg", "_reconstructor")] = _sum_tree_reconstructor
+            cls._allowed = table
+        return cls._allowed
+
+    def find_class(self, module: str, name: str) -> Any:
+        # Protocols 0-2 spell these modules by their Python 2 names (pickle's fix_imports).
+        module = _PY2_MODULES.get(module, module)
+        try:
+            return self.allowed()[(module, name)]
+        except KeyError:
+            raise CheckpointError(
+                f"refused global {module}.{name}: a ReAgent sum_tree checkpoint names only "
+                "NumPy arrays, builtin containers and the SumTree class"
+            ) from None
+
+
+def loads_sum_tree(data: bytes) -> SumTree:
+    """The ``SumTree`` of a pickled ReAgent/Dopamine ``sum_tree`` file's (decompressed) bytes.
+
+    Raises:
+        rlreplay.CheckpointError: A refused global, a malformed pickle, or anything but a
+            ``SumTree`` with valid levels.
+    """
+    try:
+        out = RestrictedUnpickler(io.BytesIO(data)).load()
+    except CheckpointError:
+        raise
+    except Exception as exc:  # a malformed pickle fails in many ways; none runs foreign code
+        msg = f"sum_tree: not a readable pickle ({type(exc).__name__}: {exc})"
+        raise CheckpointError(msg) from None
+    if not isinstance(out, SumTree) or not hasattr(out, "_tree"):
+        raise CheckpointError(f"sum_tree: expected a pickled SumTree, got {type(out).__name__}")
+    return out
+
+
+_PurePickler: Any = pickle._Pickler  # the pure-Python pickler (typeshed lists few members)
+
+
+class _ReAgentPickler(_PurePickler):  # type: ignore[misc]
+    """The pure-Python pickler, naming globals as ReAgent's environment has them.
+
+    The front-end's ``SumTree`` is written as ``reagent.replay_memory.sum_tree.SumTree`` and
+    NumPy's ``numpy._core`` modules as ``numpy.core`` (what NumPy 1.x, which ReAgent runs on,
+    imports; NumPy 2 reads that spelling too).
+    """
+
+    dispatch = _PurePickler.dispatch.copy()
+
+    def save_global(self, obj: Any, name: str | None = None) -> None:
+        module, qualname = getattr(obj, "__module__", None), name or obj.__qualname__
+        if obj is SumTree:
+            module, qualname = REAGENT_SUM_TREE
+        elif isinstance(module, str) and module.startswith("numpy._core."):
+            module = "numpy.core." + module[len("numpy._core.") :]
+        else:
+            super().save_global(obj, name)
+            return
+        self.save(module)
+        self.save(qualname)
+        self.write(pickle.STACK_GLOBAL)
+        self.memoize(obj)
+
+
+_ReAgentPickler.dispatch[type] = _ReAgentPickler.save_global
+
+
+def dumps_sum_tree(tree: SumTree) -> bytes:
+    """``tree`` pickled as ReAgent's ``save`` pickles its ``sum_tree`` (protocol 4)."""
+    buf = io.BytesIO()
+    _ReAgentPickler(buf, protocol=4).dump(tree)
+    return buf.getvalue()
+
+
+def read_sum_tree_file(path: str) -> tuple[Array, float | None]:
+    """The leaves and ``max_recorded_priority`` of a ``sum_tree_ckpt`` file.
+
+    The file is either ReAgent's pickled ``SumTree`` (read with :class:`RestrictedUnpickler`;
+    its leaves are padded to a power of two) or a plain ``.npy`` array of leaves, which earlier
+    front-end versions wrote (no ``max_recorded_priority``: ``None``).
+
+    Raises:
+        rlreplay.CheckpointError: Unreadable, refused or malformed contents.
+    """
+    try:
+        with open(path, "rb") as f, gzip.GzipFile(fileobj=f, mode="rb") as infile:
+            data = infile.read()
+    except (OSError, EOFError) as exc:
+        raise CheckpointError(f"{path}: expected a gzipped sum_tree file; {exc}") from None
+    if data.startswith(_NPY_MAGIC):
+        try:
+            leaves: Array = np.load(io.BytesIO(data), allow_pickle=False)
+        except (ValueError, OSError, EOFError) as exc:
+            raise CheckpointError(f"{path}: expected a NumPy array of priorities; {exc}") from None
+        return leaves, None
+    try:
+        tree = loads_sum_tree(data)
+    except CheckpointError as exc:
+        raise CheckpointError(f"{path}: {exc}") from None
+    return tree.nodes[-1], float(tree.max_recorded_priority)
