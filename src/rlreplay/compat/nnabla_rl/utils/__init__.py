@@ -1,5 +1,5 @@
 """Stand-in for the part of ``nnabla_rl.utils`` that replay-buffer users call."""
 
-from rlreplay.compat.nnabla_rl.utils import reproductions
+from rlreplay.compat.nnabla_rl.utils import data, reproductions
 
-__all__ = ["reproductions"]
+__all__ = ["data", "reproductions"]
