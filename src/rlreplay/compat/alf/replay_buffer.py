@@ -39,7 +39,8 @@ ever applied. Everything else lives in the core, under its lock.
 
 The parts live in private modules of this package: ``_setup`` (option checks, the core),
 ``_nest`` (nests and tensors to and from core arrays), ``_draws`` (where sequences start,
-returns) and ``_episodic`` (the discount-0 segments).
+returns), ``_episodic`` (the discount-0 segments), ``_queries`` (position queries and the
+checkpoint state) and ``_blocking`` (blocking calls that ``stop`` ends).
 """
 
 from __future__ import annotations
@@ -63,16 +64,15 @@ from rlreplay.compat.alf._draws import (
 from rlreplay.compat.alf._episodic import Disc0Segments
 from rlreplay.compat.alf._nest import (
     AssignDTypeError,
-    broadcast_ids,
     env_array,
-    field_tensors,
     pack_rows,
     step_values,
     to_tensor,
 )
+from rlreplay.compat.alf._queries import EpisodicQueries
 from rlreplay.compat.alf._setup import check_options, make_core, positive, spec_layout
 from rlreplay.compat.alf.segment_tree import as_numpy, check_device
-from rlreplay.errors import DTypeError, EmptyBufferError, FieldError, ShapeError
+from rlreplay.errors import DTypeError, EmptyBufferError, ShapeError
 from rlreplay.sampling.trees import MaxTree
 
 __all__ = ["BatchInfo", "ReplayAssertionError", "ReplayBuffer", "StepType"]
@@ -107,7 +107,7 @@ class BatchInfo(NamedTuple):
     discounted_return: Any = ()
 
 
-class ReplayBuffer(torch.nn.Module):
+class ReplayBuffer(EpisodicQueries, torch.nn.Module):
     """ALF's multi-env replay buffer of raw time steps, on rlreplay's core buffer.
 
     Terminology (ALF's): ``pos`` is the always increasing position of a step in the infinitely
@@ -284,27 +284,10 @@ class ReplayBuffer(torch.nn.Module):
         )
 
     # ------------------------------------------------------------------ helpers
-    def _bounds(self) -> tuple[Array, Array]:
-        """Per env: the oldest stored position and ``current_pos`` (copies).
-
-        Raises:
-            rlreplay.ReplayClosed: The core buffer was closed (``core.close()``).
-        """
-        first, end = self._core.stored_range()
-        return first, end
-
     def _nest(
         self, data: Mapping[str, Array], device: torch.device, length: int | None = None
     ) -> Any:
         return pack_rows(self._spec, self._names, data, device, length)
-
-    def _ids(self, env_ids: Any, positions: Any) -> tuple[Array, Array, Array]:
-        """Broadcast ``env_ids`` and ``positions``; return ``(env, pos, core ids)``."""
-        return broadcast_ids(env_ids, positions, self._num_envs)
-
-    def _require_episodic(self, what: str) -> None:
-        if not self._keep_episodic_info:
-            raise ReplayAssertionError(f"{what}: needs keep_episodic_info=True")
 
     # ------------------------------------------------------------------ writing
     def add_batch(
@@ -561,112 +544,3 @@ class ReplayBuffer(torch.nn.Module):
             live = pos >= heads[env]
             slots = env * self._max_length + pos % self._max_length
             self._max_prio.set(slots[live], prio[live].astype(np.float64))
-
-    # ------------------------------------------------------------------ episodic queries
-    def get_field(self, field_name: Any, env_ids: Any, positions: Any) -> Any:
-        """The stored value of a field at ``(env_ids, positions)``.
-
-        Args:
-            field_name: A dotted path (``"observation.image"``; a path to a sub-nest gives that
-                nest), or a nest of such paths.
-            env_ids: int64 tensor.
-            positions: int64 tensor broadcastable with ``env_ids`` (from a :class:`BatchInfo`).
-
-        Returns:
-            Tensors (on ``device``) of shape ``broadcast(env_ids, positions) + leaf shape``,
-            in the structure of ``field_name``.
-
-        Raises:
-            rlreplay.FieldError: No such field.
-            rlreplay.InvalidIdError: A position not stored (overwritten or never added).
-        """
-        _, _, ids = self._ids(env_ids, positions)
-
-        def get(name: str) -> Array:
-            return self._core.get_field(name, ids)
-
-        with self._atomic():
-            return field_tensors(field_name, self._spec, self._names, get, self._device)
-
-    def steps_to_episode_end(self, pos: Any, env_ids: Any) -> torch.Tensor:
-        """The distance from each step to the closest episode end (``LAST`` step) in future.
-
-        For an episode still running, the distance to the env's newest step.
-
-        Args:
-            pos: int64 positions of stored steps.
-            env_ids: int64, broadcastable with ``pos``.
-
-        Raises:
-            ReplayAssertionError: ``keep_episodic_info`` is False.
-            rlreplay.InvalidIdError: A position not stored.
-        """
-        self._require_episodic("steps_to_episode_end")
-        env, p, ids = self._ids(env_ids, pos)
-        with self._atomic():
-            dist = self._core.steps_to_episode_end(ids)
-            _, counts = self._bounds()
-            out = np.where(dist < 0, counts[env] - 1 - p, dist)
-        return to_tensor(out, self._device)
-
-    def get_episode_begin_position(self, pos: Any, env_ids: Any) -> torch.Tensor:
-        """The position of the first step of the episode holding each step.
-
-        Note that the episode begin may not still be in the replay buffer.
-
-        Raises:
-            ReplayAssertionError: ``keep_episodic_info`` is False.
-            rlreplay.InvalidIdError: A position not stored.
-        """
-        self._require_episodic("get_episode_begin_position")
-        _, _, ids = self._ids(env_ids, pos)
-        with self._atomic():
-            begin = self._core.episode_begin(ids) // self._num_envs
-        return to_tensor(begin, self._device)
-
-    def get_disc_0_begin_position(self, pos: Any, env_ids: Any) -> torch.Tensor:
-        """Where the discount-0 segment of each step begins.
-
-        Steps with ``discount == 0`` close segments as ``LAST`` steps close episodes: the
-        result is the position right after the newest step before ``pos`` whose discount is
-        0 (0 if there is none). Note that the discount 0 step may no longer be in the
-        replay buffer.
-
-        Raises:
-            ReplayAssertionError: ``keep_episodic_info`` is False.
-            rlreplay.FieldError: ``data_spec`` has no scalar top-level ``discount``.
-            rlreplay.InvalidIdError: A position not stored.
-        """
-        self._require_episodic("get_disc_0_begin_position")
-        if self._discount is None:
-            raise FieldError("get_disc_0_begin_position: data_spec has no scalar 'discount'")
-        env, p, _ = self._ids(env_ids, pos)
-        with self._atomic():
-            heads, counts = self._bounds()
-            out = self._disc0.begin_of(env, p, heads, counts)
-        return to_tensor(out, self._device)
-
-    # ------------------------------------------------------------------ state
-    def get_extra_state(self) -> dict[str, Any]:
-        """The full state for ``state_dict()`` (``{}`` unless ``enable_checkpoint``)."""
-        if not self._enable_checkpoint:
-            return {}
-        with self._atomic():
-            return {
-                "core": self._core.state_dict(),
-                **self._disc0.state_dict(),
-                "max_priority": None if self._max_prio is None else self._max_prio.state_dict(),
-            }
-
-    def set_extra_state(self, state: Any) -> None:
-        """Restore :meth:`get_extra_state` (ignored unless ``enable_checkpoint``)."""
-        if not self._enable_checkpoint or not state:
-            return
-        with self._atomic():
-            core_state = dict(state["core"])
-            # The seed only names how the generator started; its state is restored from meta.
-            core_state["config"] = {**core_state["config"], "seed": self._core.seed}
-            self._core.load_state_dict(core_state)
-            self._disc0.load_state_dict(state)
-            if self._max_prio is not None and state["max_priority"] is not None:
-                self._max_prio.load_state_dict(state["max_priority"])
