@@ -209,8 +209,10 @@ def test_priority_indices_errors() -> None:
         buf.get_priority(np.array([0.0, 1.0]))
     with pytest.raises(AssertionError):
         buf.set_priority(np.array([0.5]), [1.0])
+    with pytest.raises(IndexError):  # capacity 50: ReAgent's tree has 64 leaves
+        buf.get_priority(np.array([64], np.int32))
     with pytest.raises(IndexError):
-        buf.get_priority(np.array([50], np.int32))
+        buf.get_priority(np.array([-65], np.int32))
 
 
 # ---------------------------------------------------------------------- shapes of results

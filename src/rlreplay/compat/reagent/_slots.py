@@ -25,6 +25,7 @@ if TYPE_CHECKING:
 __all__ = [
     "SlotRangeError",
     "as_slots",
+    "leaf_count",
     "batch_slots",
     "choose_slots",
     "drawable_slots",
@@ -77,32 +78,52 @@ def write_step(buf: ReplayBuffer, step: dict[str, Any], values: Sequence[Any]) -
 
 # ---------------------------------------------------------------------- slots and ids
 def slot_index(index: Any, cap: int) -> int:
-    """One slot number in ``[0, cap)`` from an int, array or tensor of one integer."""
+    """One slot in ``[0, cap)`` from an int, NumPy integer or one-integer array/tensor.
+
+    Read as ReAgent's ``self._is_index_valid[index]`` (a torch tensor) reads it: a negative
+    index counts from the end.
+
+    Raises:
+        IndexError: Not one integer, or outside ``[-cap, cap)`` (:class:`SlotRangeError`).
+    """
     arr = np.asarray(index.cpu() if hasattr(index, "cpu") else index)
     if arr.size != 1 or arr.dtype.kind not in "iu":
-        raise InvalidIdError(f"index: expected one int slot, got {index!r}")
+        raise SlotRangeError(f"index: expected one int slot, got {index!r}")
     i = int(arr.reshape(-1)[0])
-    if not 0 <= i < cap:
-        raise InvalidIdError(f"index: expected a slot in [0, {cap}), got {index!r}")
-    return i
+    if not -cap <= i < cap:
+        raise SlotRangeError(f"index {i} is out of bounds for {cap} slots")
+    return i % cap
 
 
 def as_slots(indices: Any, cap: int) -> Array:
-    """Slot numbers from a tensor/array/list of any shape and integer dtype, flattened to int64.
+    """Leaf numbers of ReAgent's sum tree from a tensor/array/list of any shape, as int64.
+
+    ReAgent reads ``sum_tree.nodes[-1][index]``: its leaf level has ``2**ceil(log2(cap))``
+    entries (slots, then zero padding leaves), and a negative index counts back from its end.
+    The result lies in ``[0, leaf_count(cap))``; values ``>= cap`` are padding leaves.
 
     Raises:
         AssertionError: Not integers (ReAgent asserts an integer dtype); also
             :class:`rlreplay.InvalidIdError`.
-        IndexError: A slot outside ``[0, cap)`` (:class:`SlotRangeError`).
+        IndexError: An index outside ``[-leaves, leaves)`` (:class:`SlotRangeError`).
     """
     arr = _numpy(indices).reshape(-1)
     if arr.size and arr.dtype.kind not in "iu":
         raise IndexAssertionError(f"Indices must be integers, given: {arr.dtype}")
     arr = arr.astype(np.int64)
-    bad = (arr < 0) | (arr >= cap)
+    leaves = leaf_count(cap)
+    bad = (arr < -leaves) | (arr >= leaves)
     if bad.any():
-        raise SlotRangeError(f"indices: expected slots in [0, {cap}), got {arr[bad][:5].tolist()}")
-    return arr
+        raise SlotRangeError(
+            f"indices {arr[bad][:5].tolist()} are out of bounds for the {leaves} tree leaves"
+        )
+    out: Array = arr % leaves
+    return out
+
+
+def leaf_count(cap: int) -> int:
+    """Leaves of ReAgent's sum tree for ``cap`` slots: the power of two ``>= cap``."""
+    return 1 << (cap - 1).bit_length()
 
 
 def batch_slots(indices: Any, cap: int) -> Array:

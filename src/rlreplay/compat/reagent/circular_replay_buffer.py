@@ -34,7 +34,8 @@ also holds padding rows), so every step a slot names is still stored there and e
 is one the core can assemble. Built without ``observation_shape`` (ReAgent's later API), the
 buffer builds its core at the first add, from the elements that add shows.
 
-Private modules: ``_slots`` (slot bookkeeping, validity, slot draws), ``_assembly`` (returned
+Private modules: ``_ring`` (the ring's counters and validity marks, the base class),
+``_slots`` (writing rows and marking validity, slot draws), ``_assembly`` (returned
 elements: stacks, timeline format), ``_elements`` (declared and inferred elements),
 ``_checkpoint`` (Dopamine's file layout), ``_args`` (user arguments, ReAgent's casts) and
 ``_errors`` (errors that are also ReAgent's ``AssertionError``).
@@ -55,6 +56,7 @@ from rlreplay.compat.reagent import _args, _assembly, _checkpoint, _elements, _s
 from rlreplay.compat.reagent._assembly import EXTRA, _Batch
 from rlreplay.compat.reagent._checkpoint import CHECKPOINT_DURATION, STORE_FILENAME_PREFIX
 from rlreplay.compat.reagent._errors import NotFoundError
+from rlreplay.compat.reagent._ring import SlotRing
 from rlreplay.errors import ConfigError
 from rlreplay.spec import Field
 
@@ -77,7 +79,7 @@ shape_type = collections.namedtuple("shape_type", ["name", "shape", "type"])
 ReplayElement = shape_type
 
 
-class ReplayBuffer:
+class ReplayBuffer(SlotRing):
     """ReAgent's circular replay buffer: uniform sampling of n-step transitions with stacks.
 
     Stores transitions (state, action, reward, next_state, terminal and any extra contents)
@@ -294,68 +296,10 @@ class ReplayBuffer:
 
     def _reset(self) -> None:
         """Empty the buffer: a fresh core (same seed) and fresh slot bookkeeping."""
-        cap = self._replay_capacity
         if self._initialized:
             self._core = self._make_core()
         self._rng = np.random.default_rng([self._seed, 1])  # the exact fallback draw only
-        self._add_count = 0
-        self._slot_id = np.full(cap, -1, np.int64)  # core id held by each slot
-        self._id_slot = np.full(cap, -1, np.int64)  # slot of core id i, at i % cap
-        self._is_valid = np.zeros(cap, np.bool_)
-        self._num_valid_indices = 0
-        self._num_transitions_in_current_episode = 0
-        self._episode_ended = True  # the next add starts an episode (with padding rows)
-
-    # ------------------------------------------------------------------ counters
-    @property
-    def add_count(self) -> Array:
-        """Rows written so far, including the padding rows at episode starts.
-
-        A 0-d int64 array, as ReAgent's ``add_count = np.array(0)``.
-        """
-        return np.array(self._add_count, np.int64)
-
-    def cursor(self) -> int:
-        """Index to the location where the next transition will be written."""
-        return self._add_count % self._replay_capacity
-
-    def is_empty(self) -> bool:
-        """Is the Replay Buffer empty?"""
-        return self._add_count == 0
-
-    def is_full(self) -> bool:
-        """Is the Replay Buffer full?"""
-        return self._add_count >= self._replay_capacity
-
-    @property
-    def size(self) -> int:
-        """Number of valid (sampleable) slots."""
-        return self._num_valid_indices
-
-    @property
-    def invalid_range(self) -> Array:
-        """Dopamine's slots around the cursor: ``cursor - n .. cursor + stack_size - 1``."""
-        cap, n = self._replay_capacity, self._update_horizon
-        return (self.cursor() - n + np.arange(self._stack_size + n)) % cap
-
-    def is_valid_transition(self, index: int) -> bool:
-        """Whether slot ``index`` is valid (sampleable)."""
-        return bool(self._is_valid[_slots.slot_index(index, self._replay_capacity)])
-
-    def set_index_valid_status(self, idx: int, is_valid: bool) -> None:
-        """Mark slot ``idx`` valid or not (for conditional sampling); keeps :attr:`size` right.
-
-        A slot marked valid that holds no transition the core can assemble (a padding row, a
-        slot never written, a window not known yet) counts in :attr:`size` but is never drawn,
-        and asking for it explicitly raises ``ValueError``.
-        """
-        idx = _slots.slot_index(idx, self._replay_capacity)
-        was = bool(self._is_valid[idx])
-        if is_valid and not was:
-            self._num_valid_indices += 1
-        elif was and not is_valid:
-            self._num_valid_indices -= 1
-        self._is_valid[idx] = bool(is_valid)
+        self._reset_ring()
 
     # ------------------------------------------------------------------ signatures
     def get_storage_signature(self) -> list[shape_type]:
@@ -476,23 +420,8 @@ class ReplayBuffer:
             values,
         )
 
-    def _release(self, slot: int) -> None:
-        """Forget the step slot ``slot`` held (it is being overwritten)."""
-        old = int(self._slot_id[slot])
-        if old >= 0 and self._id_slot[old % self._replay_capacity] == slot:
-            self._id_slot[old % self._replay_capacity] = -1
-
     def _on_step_written(self, new_id: int, values: Sequence[Any]) -> None:
         """Hook: a real step got core id ``new_id`` (the prioritized buffer sets its priority)."""
-
-    # ------------------------------------------------------------------ slots and ids
-    def _as_slots(self, indices: Any) -> Array:
-        """Slot numbers from a tensor/array/list of any shape, flattened to int64."""
-        return _slots.as_slots(indices, self._replay_capacity)
-
-    def _slots_of_ids(self, ids: Array) -> Array:
-        """Slot of each core id, or -1 if no slot holds it any more."""
-        return _slots.slots_of_ids(self._slot_id, self._id_slot, ids)
 
     # ------------------------------------------------------------------ sampling
     def sample_index_batch(self, batch_size: int) -> torch.Tensor:
@@ -654,8 +583,3 @@ class ReplayBuffer:
             f"stack_size={self._stack_size}, replay_capacity={self._replay_capacity}, "
             f"add_count={self._add_count}, size={self.size})"
         )
-
-
-# ---------------------------------------------------------------------- helpers
-def _extras(extra: Sequence[Any] | None, reserved: set[str]) -> list[shape_type]:
-    return [ReplayElement(*e) for e in _args.extras(extra, reserved)]

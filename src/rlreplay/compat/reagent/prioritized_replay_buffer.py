@@ -20,6 +20,7 @@ import numpy as np
 
 from rlreplay.compat.reagent._assembly import _Batch
 from rlreplay.compat.reagent._pickled import dumps_sum_tree, read_sum_tree_file
+from rlreplay.compat.reagent._slots import SlotRangeError
 from rlreplay.compat.reagent.circular_replay_buffer import ReplayBuffer, ReplayElement, shape_type
 from rlreplay.compat.reagent.sum_tree import SumTree
 from rlreplay.errors import CheckpointError, PriorityError, ShapeError
@@ -164,18 +165,30 @@ class PrioritizedReplayBuffer(ReplayBuffer):
     def get_priority(self, indices: Any) -> Array:
         """Fetches the priorities of slots; 0 for any slot not yet used (or a padding row).
 
+        Indices are read as ReAgent reads its tree's leaves (``nodes[-1][index]``): negative
+        ones count back from the end of the leaf level (a power of two ``>= replay_capacity``),
+        and the padding leaves past the capacity read 0.
+
         Args:
-            indices: Slots in ``[0, replay_capacity)``: an array, tensor or list, any shape.
+            indices: Integer slots: an array, tensor or list, any shape.
 
         Returns:
             float32 array of the priorities, flattened.
+
+        Raises:
+            AssertionError: Not integers (also :class:`rlreplay.InvalidIdError`).
+            IndexError: Outside the tree's leaves.
         """
-        slots = self._as_slots(indices)
+        leaves = self._as_slots(indices)
+        out = np.zeros(leaves.size, np.float32)
+        real = leaves < self._replay_capacity
+        slots = leaves[real]
         ids = self._slot_id[slots]
         held = ids >= 0
-        out = self._loose_priority[slots].astype(np.float32)
+        got = self._loose_priority[slots].astype(np.float32)
         if held.any():
-            out[held] = self._prio_core.get_priorities(ids[held])
+            got[held] = self._prio_core.get_priorities(ids[held])
+        out[real] = got
         return out
 
     def set_priority(self, indices: Any, priorities: Any) -> None:
@@ -186,14 +199,24 @@ class PrioritizedReplayBuffer(ReplayBuffer):
         written there resets it.
 
         Args:
-            indices: Slots in ``[0, replay_capacity)``, any shape.
+            indices: Integer slots, any shape; negative ones count back from the end of the
+                tree's leaf level, as in ReAgent.
             priorities: One finite priority ``>= 0`` per slot; with duplicates the last wins.
 
         Raises:
             ValueError: A negative or non-finite priority (:class:`rlreplay.PriorityError`), or
                 a count that differs from the number of slots.
+            AssertionError: Indices that are not integers.
+            IndexError: A padding leaf past ``replay_capacity`` (which ReAgent would then draw
+                as a slot that does not exist) or an index outside the tree.
         """
         slots = self._as_slots(indices)
+        padding = slots >= self._replay_capacity
+        if padding.any():
+            raise SlotRangeError(
+                f"indices {slots[padding][:5].tolist()} name no slot of the "
+                f"{self._replay_capacity}; a priority there would be drawn as a missing slot"
+            )
         p = _numpy(priorities).astype(np.float64).reshape(-1)
         if p.size != slots.size:
             raise ShapeError(f"priorities: expected {slots.size} (one per index), got {p.size}")
@@ -329,7 +352,12 @@ class PrioritizedReplayBuffer(ReplayBuffer):
 
 
 class _SlotPriorities:
-    """A view of a prioritized buffer's priorities shaped like ReAgent's ``sum_tree``."""
+    """A view of a prioritized buffer's priorities shaped like ReAgent's ``sum_tree``.
+
+    ``get``/``set`` read and write slot priorities; ``nodes``, ``sample``,
+    ``stratified_sample`` and ``_total_priority`` answer from a :class:`SumTree` of the
+    current priorities (``O(replay_capacity)`` to build).
+    """
 
     def __init__(self, buffer: PrioritizedReplayBuffer) -> None:
         self._buffer = buffer
@@ -348,7 +376,30 @@ class _SlotPriorities:
         self._buffer.set_priority([node_index], [value])
 
     def _total_priority(self) -> float:
-        return float(self._buffer.get_priority(np.arange(self._buffer._replay_capacity)).sum())
+        return float(self._tree().nodes[0][0])
+
+    @property
+    def nodes(self) -> list[Array]:
+        """The tree's levels, root first, as ReAgent's ``nodes`` (fresh copies)."""
+        return self._tree().nodes
+
+    def sample(self, query_value: float | None = None) -> int:
+        """A slot drawn with probability ``p_i / sum_j p_j`` (ReAgent's ``SumTree.sample``).
+
+        As in ReAgent it may name a slot that is not a valid transition; the buffer's own
+        :meth:`PrioritizedReplayBuffer.sample_index_batch` redraws those.
+        """
+        return self._tree().sample(query_value)
+
+    def stratified_sample(self, batch_size: int) -> list[int]:
+        """``batch_size`` slots, one per equal stratum of the total (ReAgent's method)."""
+        return self._tree().stratified_sample(batch_size)
+
+    def _tree(self) -> SumTree:
+        # Built from the slot priorities on each call, O(replay_capacity): for inspection and
+        # for code written against ReAgent's tree; the buffer samples from the core's tree.
+        buf = self._buffer
+        return SumTree._from_leaves(buf._slot_priorities(), buf._max_recorded_priority)
 
 
 def _numpy(value: Any) -> Array:

@@ -1,0 +1,120 @@
+"""The slot ring of the ReAgent buffer: counters, validity, slots <-> core ids (private).
+
+ReAgent's (Dopamine's) buffer numbers its memory by *slots* of one ring of ``replay_capacity``
+rows; ``add_count`` counts every row written (padding rows included) and the cursor is
+``add_count % replay_capacity``. :class:`SlotRing` holds that bookkeeping and the public
+counters ReAgent exposes; :class:`~.circular_replay_buffer.ReplayBuffer` builds on it. The
+map between slots and the core's ids is ``slot_id[s]`` (the core id slot ``s`` holds, ``-1`` for
+a padding row or a slot never written) and ``id_slot[i % capacity]`` (the slot holding core id
+``i``, ``-1`` once released).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from rlreplay.compat.reagent import _slots
+
+__all__ = ["SlotRing"]
+
+Array = np.ndarray[Any, Any]
+
+
+class SlotRing:
+    """ReAgent's ring counters and validity marks over ``replay_capacity`` slots.
+
+    Invariants: ``0 <= cursor() < replay_capacity``; :attr:`size` is the number of slots
+    marked valid; ``slot_id`` and ``id_slot`` are inverse where both are set.
+    """
+
+    _replay_capacity: int
+    _stack_size: int
+    _update_horizon: int
+
+    def _reset_ring(self) -> None:
+        """Fresh bookkeeping: nothing written, no slot valid, the next add starts an episode."""
+        cap = self._replay_capacity
+        self._add_count = 0
+        self._slot_id = np.full(cap, -1, np.int64)  # core id held by each slot
+        self._id_slot = np.full(cap, -1, np.int64)  # slot of core id i, at i % cap
+        self._is_valid = np.zeros(cap, np.bool_)
+        self._num_valid_indices = 0
+        self._num_transitions_in_current_episode = 0
+        self._episode_ended = True  # the next add starts an episode (with padding rows)
+
+    # ------------------------------------------------------------------ counters
+    @property
+    def add_count(self) -> Array:
+        """Rows written so far, including the padding rows at episode starts.
+
+        A 0-d int64 array, as ReAgent's ``add_count = np.array(0)``.
+        """
+        return np.array(self._add_count, np.int64)
+
+    def cursor(self) -> int:
+        """Index to the location where the next transition will be written."""
+        return self._add_count % self._replay_capacity
+
+    def is_empty(self) -> bool:
+        """Is the Replay Buffer empty?"""
+        return self._add_count == 0
+
+    def is_full(self) -> bool:
+        """Is the Replay Buffer full?"""
+        return self._add_count >= self._replay_capacity
+
+    @property
+    def size(self) -> int:
+        """Number of valid (sampleable) slots."""
+        return self._num_valid_indices
+
+    @property
+    def invalid_range(self) -> Array:
+        """Dopamine's slots around the cursor: ``cursor - n .. cursor + stack_size - 1``."""
+        cap, n = self._replay_capacity, self._update_horizon
+        return (self.cursor() - n + np.arange(self._stack_size + n)) % cap
+
+    # ------------------------------------------------------------------ validity
+    def is_valid_transition(self, index: int) -> bool:
+        """Whether slot ``index`` is valid (sampleable).
+
+        ``index`` reads ReAgent's validity tensor as ``tensor[index]`` does: an int, NumPy
+        integer or one-element integer tensor; negative values count from the end.
+
+        Raises:
+            IndexError: Not an integer, or outside ``[-replay_capacity, replay_capacity)``.
+        """
+        return bool(self._is_valid[_slots.slot_index(index, self._replay_capacity)])
+
+    def set_index_valid_status(self, idx: int, is_valid: bool) -> None:
+        """Mark slot ``idx`` valid or not (for conditional sampling); keeps :attr:`size` right.
+
+        ``idx`` is read as in :meth:`is_valid_transition`. A slot marked valid that holds no
+        transition the core can assemble (a padding row, a slot never written, a window not
+        known yet) counts in :attr:`size` but is never drawn, and asking for it explicitly
+        raises ``ValueError``.
+        """
+        idx = _slots.slot_index(idx, self._replay_capacity)
+        was = bool(self._is_valid[idx])
+        if is_valid and not was:
+            self._num_valid_indices += 1
+        elif was and not is_valid:
+            self._num_valid_indices -= 1
+        self._is_valid[idx] = bool(is_valid)
+
+    # ------------------------------------------------------------------ slots and ids
+    def _release(self, slot: int) -> None:
+        """Forget the step slot ``slot`` held (it is being overwritten)."""
+        old = int(self._slot_id[slot])
+        if old >= 0 and self._id_slot[old % self._replay_capacity] == slot:
+            self._id_slot[old % self._replay_capacity] = -1
+
+    def _as_slots(self, indices: Any) -> Array:
+        """Slot numbers from a tensor/array/list of any shape, flattened to int64."""
+        return _slots.as_slots(indices, self._replay_capacity)
+
+    def _slots_of_ids(self, ids: Array) -> Array:
+        """Slot of each core id, or -1 if no slot holds it any more."""
+        return _slots.slots_of_ids(self._slot_id, self._id_slot, ids)
