@@ -29,6 +29,7 @@ from rlreplay.errors import (
 from rlreplay.limits import MinSize, RateLimiter, SampleToInsertRatio
 from rlreplay.prioritized import PrioritizedReplayBuffer, PriorityStarts
 from rlreplay.sampling.trees import MaxTree, MinTree, SumTree
+from rlreplay.shared import SharedHandle, SharedWriter, attach
 from rlreplay.spec import Field
 from rlreplay.transforms import HindsightRelabel
 
@@ -59,8 +60,11 @@ __all__ = [
     "ReplayTimeout",
     "SampleToInsertRatio",
     "ShapeError",
+    "SharedHandle",
+    "SharedWriter",
     "StoredRange",
     "SumTree",
     "__version__",
+    "attach",
     "load",
 ]

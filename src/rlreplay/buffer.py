@@ -186,7 +186,15 @@ class ReplayBuffer(WritingMixin, FifoMixin, EpisodesMixin, StateMixin):
         self._env_capacity = capacity // num_envs
         self._backend = make_backend(storage, path)
         self._finals0 = min(_INITIAL_FINALS, self._env_capacity)
-        self._index = EpisodeIndex(num_envs, self._env_capacity, n_step, frame_stack, self._finals0)
+        alloc = None
+        if storage == "shared":
+            # Writer processes address final records by a fixed ring of C per env (enough: a
+            # record dies with its step), and the index lives in shared memory too.
+            self._finals0, alloc = self._env_capacity, self._backend.allocate
+        self._index = EpisodeIndex(
+            num_envs, self._env_capacity, n_step, frame_stack, self._finals0, alloc
+        )
+        self._shared: Any = None  # rlreplay.shared.SharedState once share() was called
         self._cols = Columns(
             self.schema, num_envs, self._env_capacity, self._finals0, self._backend
         )
@@ -272,12 +280,16 @@ class ReplayBuffer(WritingMixin, FifoMixin, EpisodesMixin, StateMixin):
     def __len__(self) -> int:
         """Number of stored transitions."""
         with self._lock:
+            if self._shared is not None:
+                self._shared.fold(self)
             return self._index.stored
 
     @property
     def num_sampleable(self) -> int:
         """Number of transitions :meth:`sample` draws from."""
         with self._lock:
+            if self._shared is not None:
+                self._shared.fold(self)
             return int(self._index.sizes().sum())
 
     @property
@@ -350,6 +362,8 @@ class ReplayBuffer(WritingMixin, FifoMixin, EpisodesMixin, StateMixin):
         with self._lock:
             if not self._closed:
                 self._closed = True
+                if self._shared is not None:
+                    self._shared.close()  # writers see the buffer closed
                 self._backend.close()
                 self._cond.notify_all()  # waiters wake up and raise ReplayClosed
 
@@ -362,6 +376,25 @@ class ReplayBuffer(WritingMixin, FifoMixin, EpisodesMixin, StateMixin):
     def _check_open(self) -> None:
         if self._closed:
             raise ReplayClosed(f"{type(self).__name__} is closed")
+        if self._shared is not None:
+            self._shared.fold(self)  # steps published by writer processes (storage="shared")
+
+    def share(self, env_ids: Any = None) -> Any:
+        """Hand envs to writer processes (``storage="shared"`` only); see :mod:`rlreplay.shared`.
+
+        Args:
+            env_ids: The envs the handle's writer owns (default: every env). This process
+                no longer writes them.
+
+        Returns:
+            A picklable :class:`rlreplay.shared.SharedHandle` for :func:`rlreplay.attach`.
+        """
+        from rlreplay.shared import share_buffer
+
+        with self._lock:
+            if self._closed:
+                raise ReplayClosed(f"{type(self).__name__} is closed")
+            return share_buffer(self, env_ids)
 
     def clear(self) -> None:
         """Drop every stored transition. Ids keep counting, so old ids stay recognisably stale."""
@@ -411,6 +444,8 @@ class ReplayBuffer(WritingMixin, FifoMixin, EpisodesMixin, StateMixin):
             )
         with self._lock:
             self._check_open()
+            if self._shared is not None:  # redraws a batch that a writer overwrote meanwhile
+                return self._transformed(self._shared.sample(self, batch_size, opts), transform)
             env_ids, t, extra = self._draw(batch_size, opts)
             return self._transformed(self._batch(env_ids, t, extra), transform)
 

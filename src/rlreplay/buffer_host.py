@@ -67,6 +67,7 @@ class BufferHost:
     _closed: bool
     _all_envs: Array
     _writer: StepWriter
+    _shared: Any  # rlreplay.shared.SharedState of a shared buffer, else None
 
     if TYPE_CHECKING:
         # Defined by ReplayBuffer or another part; declared here for the parts that call them.

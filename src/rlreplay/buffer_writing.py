@@ -170,6 +170,8 @@ class WritingMixin(BufferHost):
         """
         with self._lock:
             self._check_open()
+            if self._shared is not None:
+                self._shared.check_owner_write(np.asarray([env_id]).reshape(-1))
             before = self._index.bounds() if self._tracks_sampleable else None
             ids = self._writer.end_episode(env_id, final)
             if before is not None:
@@ -183,6 +185,8 @@ class WritingMixin(BufferHost):
         """Store a validated call (after waiting for room if ``block``); tell the hooks."""
         if timeout is not None:
             check_timeout(timeout)
+        if self._shared is not None:
+            self._shared.check_owner_write(prep.rows_env)
         if block:
             self._wait_for_room(prep.rows_env, timeout)
         before = self._index.bounds() if self._tracks_sampleable else None

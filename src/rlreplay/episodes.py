@@ -287,19 +287,30 @@ class EpisodeIndex:
     """
 
     def __init__(
-        self, num_envs: int, env_capacity: int, n_step: int, frame_stack: int, finals_capacity: int
+        self,
+        num_envs: int,
+        env_capacity: int,
+        n_step: int,
+        frame_stack: int,
+        finals_capacity: int,
+        alloc: Callable[[str, tuple[int, ...], np.dtype[Any]], Array] | None = None,
     ) -> None:
         self.num_envs = E = num_envs
         self.env_capacity = C = env_capacity
         self.n_step = n_step
         self.frame_stack = frame_stack
         self.finals_capacity = finals_capacity
-        self._env = np.zeros((E, _NCOLS), np.int64)
+        # Where the tables live (a storage backend's allocate: shared memory for
+        # storage="shared"); zero-filled arrays in process memory by default.
+        self._alloc = alloc or (lambda name, shape, dtype: np.zeros(shape, dtype))
+        i64 = np.dtype(np.int64)
+        self._env = self._alloc("index-env", (E, _NCOLS), i64)
         self._env[:, LAST_END] = -1
-        self._slot_meta = np.zeros((E * C, 3), np.int64)
+        self._slot_meta = self._alloc("index-slot_meta", (E * C, 3), i64)
         self._slot_meta[:, FINAL_FID] = -1
         self._slot_meta[:, EP_END] = -1
-        self._final_owner = np.full(E * finals_capacity, -1, np.int64)
+        self._final_owner = self._alloc("index-final_owner", (E * finals_capacity,), i64)
+        self._final_owner[:] = -1
         self._params = np.array([C, finals_capacity, n_step, frame_stack, 0], np.int64)
         # Deferred plain steps (see defer_plain): how many, and the step the next one gets.
         self._pending = 0
@@ -426,7 +437,8 @@ class EpisodeIndex:
         fid += np.repeat(self.env[:, F_HEAD], counts)
         old_pos = env_of * old_F + fid % old_F
         new_pos = env_of * new_F + fid % new_F
-        owner = np.full(self.num_envs * new_F, -1, np.int64)
+        owner = self._alloc("index-final_owner", (self.num_envs * new_F,), np.dtype(np.int64))
+        owner[:] = -1
         owner[new_pos] = self.final_owner[old_pos]
         self._final_owner = owner
         self.finals_capacity = new_F
@@ -492,6 +504,19 @@ class EpisodeIndex:
         self.slot_meta[e * C + np.arange(start, t + 1) % C, EP_END] = t
         _recompute_bounds(self.env, self.slot_meta, e, C, self.n_step, self.frame_stack)
         return t, slot, pos
+
+    def jump(self, e: int, t: int, last_end: int, f_count: int) -> None:
+        """Forget env ``e``'s stored steps and continue at absolute step ``t >= count``.
+
+        For steps written by another process (shared storage) that were overwritten before this
+        index accounted for them: the next step accounted for is ``t``; ``last_end`` and
+        ``f_count`` are the env's last episode end and final-record count before it.
+        """
+        env = self.env
+        env[e, COUNT] = env[e, HEAD] = env[e, LO] = env[e, HI] = t
+        env[e, LAST_END] = last_end
+        env[e, F_COUNT] = env[e, F_HEAD] = f_count
+        self._lockstep = -1
 
     def dequeue(self, env_ids: Array, n: int) -> None:
         """Drop the oldest ``n`` stored steps of each env in ``env_ids`` (all must have them)."""
@@ -602,4 +627,8 @@ class EpisodeIndex:
         self.finals_capacity = finals_capacity
         self._params[P_F] = finals_capacity
         self._params[P_G] += 1
-        self._final_owner = np.full(self.num_envs * finals_capacity, -1, np.int64)
+        owner = self._alloc(
+            "index-final_owner", (self.num_envs * finals_capacity,), np.dtype(np.int64)
+        )
+        owner[:] = -1
+        self._final_owner = owner

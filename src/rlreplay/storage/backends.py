@@ -134,7 +134,7 @@ class MemmapBackend:
 
 
 def make_backend(storage: str, path: str | os.PathLike[str] | None) -> Backend:
-    """The backend named by ``storage`` (``"memory"`` or ``"memmap"`` with ``path``)."""
+    """The backend named by ``storage`` (``"memory"``, ``"memmap"`` with ``path``, ``"shared"``)."""
     if storage == "memory":
         if path is not None:
             raise ConfigError("path: only used with storage='memmap'; got storage='memory'")
@@ -143,4 +143,10 @@ def make_backend(storage: str, path: str | os.PathLike[str] | None) -> Backend:
         if path is None:
             raise ConfigError("path: storage='memmap' needs path=DIR for its working files")
         return MemmapBackend(path)
-    raise ConfigError(f"storage: expected 'memory' or 'memmap', got {storage!r}")
+    if storage == "shared":
+        if path is not None:
+            raise ConfigError("path: only used with storage='memmap'; got storage='shared'")
+        from rlreplay.storage.shared import SharedBackend
+
+        return SharedBackend()
+    raise ConfigError(f"storage: expected 'memory', 'memmap' or 'shared', got {storage!r}")

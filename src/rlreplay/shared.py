@@ -1,0 +1,560 @@
+"""Writer processes over shared memory: ``buf.share()``, :func:`attach` and the writer.
+
+A buffer built with ``storage="shared"`` keeps its columns, final observations and episode index
+in POSIX shared memory (:mod:`rlreplay.storage.shared`). ``handle = buf.share(env_ids)`` is a
+picklable description of the segments; ``w = rr.attach(handle)`` in another process maps them
+and returns a :class:`SharedWriter` that owns those envs.
+
+Protocol (per env ``e``, ring of ``C`` slots; a header row and a per-slot record in shared memory):
+
+* The writer of step ``t`` first raises ``BEGIN[e]`` to ``t + 1`` (then a fence): from now on
+  slot ``t % C``, which held step ``t - C``, is being overwritten. It then writes the columns,
+  the final observation (if the step ends its episode, at final record ``fid % C``) and the
+  slot's record ``(t, episode start, fid, done)``, and finally, after a fence, *publishes*
+  ``PUB[e] = t + 1``. A writer killed at any instant leaves ``PUB`` at its last complete step:
+  what it half wrote is never folded. The next writer of the env resumes at ``PUB``.
+* The owner *folds* published steps into its own index (under its lock, before every read):
+  it copies the new records, then reads ``BEGIN`` (after a fence) and only accounts for the
+  steps that were not overwritten meanwhile (``t >= BEGIN - C``); the index drops older ones.
+  Folding gives prioritized buffers' new steps the max priority, as ``add`` does. It also
+  drops the oldest ``guard`` steps ahead of the writer, so that a writer rarely overtakes a
+  sample in progress.
+* A sample is checked after it was gathered (a seqlock read): it read steps ``t - k + 1 ..``;
+  if a writer's ``BEGIN`` moved past any of them meanwhile, the batch is drawn again. So no
+  sampled transition is ever torn, and none is lost or duplicated by the fold.
+
+The fences are real memory fences (see :mod:`rlreplay.storage.shared`), so this holds on x86
+and on ARM. An env has one writer at a time: :func:`attach` takes a byte-range lock
+(``lockf``) on the header segment per env, which the kernel releases when the writer's
+process dies, however it dies; so a dead writer's envs can be attached again at once.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import numba
+import numpy as np
+
+from rlreplay.buffer_host import BufferHost
+from rlreplay.episodes import COUNT, F_COUNT, FINAL_FID, HEAD, LAST_END
+from rlreplay.errors import ConfigError, InvalidIdError, ReplayClosed, ReplayTimeout
+from rlreplay.sampling.uniform import DrawOptions
+from rlreplay.spec import Schema
+from rlreplay.storage.shared import MappedSegment, SharedBackend, load_acquire, store_release
+
+__all__ = ["SharedHandle", "SharedState", "SharedWriter", "attach", "share_buffer"]
+
+Array = np.ndarray[Any, Any]
+
+# Header columns, one row per env.
+PUB, BEGIN, PID, SHARED, CLOSED, BASE_T, BASE_LAST_END, BASE_FCOUNT = range(8)
+_HCOLS = 8
+# Per-slot record written by the writer: the step, its episode's first step, its final-record
+# id (the env's count of ended episodes before it) and whether it ends its episode.
+W_T, W_START, W_FID, W_DONE = range(4)
+
+
+@numba.njit(cache=True)
+def _begin(hdr: Array, rows_env: Array, t: Array) -> None:  # pragma: no cover - compiled
+    """Raise ``BEGIN`` of each row's env to its step + 1, then fence (before the data)."""
+    for i in range(rows_env.shape[0]):
+        e = rows_env[i]
+        hdr[e, BEGIN] = max(hdr[e, BEGIN], t[i] + 1)
+    store_release(hdr, 0, _HCOLS - 1, 0)  # a fence (column 7 of env 0 is unused padding)
+
+
+@numba.njit(cache=True)
+def _publish(hdr: Array, rows_env: Array, t: Array) -> None:  # pragma: no cover - compiled
+    """Fence (after the data), then ``PUB`` of each row's env = its step + 1."""
+    store_release(hdr, 0, _HCOLS - 1, 0)
+    for i in range(rows_env.shape[0]):
+        e = rows_env[i]
+        hdr[e, PUB] = max(hdr[e, PUB], t[i] + 1)
+
+
+@numba.njit(cache=True)
+def _begins(hdr: Array) -> Array:  # pragma: no cover - compiled
+    """Fence (after the data was read), then a copy of every env's ``BEGIN``."""
+    load_acquire(hdr, 0, _HCOLS - 1)
+    return hdr[:, BEGIN].copy()
+
+
+@numba.njit(cache=True)
+def _plan(
+    rows_env: Array, t: Array, done: Array, last_end: Array, fcount: Array, out: Array
+) -> None:  # pragma: no cover - compiled
+    """Each row's record ``(t, episode start, fid, done)``; advances the writer's counters."""
+    for i in range(rows_env.shape[0]):
+        e = rows_env[i]
+        out[i, W_T] = t[i]
+        out[i, W_START] = last_end[e] + 1
+        out[i, W_FID] = fcount[e]
+        out[i, W_DONE] = done[i]
+        if done[i]:
+            last_end[e] = t[i]
+            fcount[e] += 1
+
+
+@dataclass(frozen=True)
+class SharedHandle:
+    """What a writer process needs to map a shared buffer (picklable, no live objects).
+
+    Attributes:
+        segments: Array name -> (segment name, shape, dtype string).
+        fields: The buffer's schema (:meth:`rlreplay.spec.Schema.to_json`).
+        num_envs: ``E``.
+        env_capacity: ``C``, slots per env (and final records per env).
+        env_ids: The envs a writer attached with this handle owns.
+        owner_pid: The owning process (writers stop when it is gone).
+    """
+
+    segments: dict[str, tuple[str, tuple[int, ...], str]]
+    fields: dict[str, Any]
+    num_envs: int
+    env_capacity: int
+    env_ids: tuple[int, ...]
+    owner_pid: int
+
+
+class SharedState:
+    """The owner's side: header and per-slot records, folding, checked sampling.
+
+    Attributes:
+        guard: Steps per shared env dropped ahead of its writer at each fold.
+        retries: Samples drawn again because a writer overtook them.
+        timeout: Seconds a sample may spend redrawing before :class:`ReplayTimeout`.
+    """
+
+    def __init__(self, buf: BufferHost) -> None:
+        backend = buf._backend
+        if not isinstance(backend, SharedBackend):
+            raise ConfigError(
+                f"share: needs a buffer built with storage='shared', got storage={backend.kind!r}"
+            )
+        if buf.record_episodic_return:
+            raise ConfigError(
+                "share: record_episodic_return is not computed for steps of writer processes"
+            )
+        E, C = buf.num_envs, buf._env_capacity
+        i64 = np.dtype(np.int64)
+        self.header = backend.allocate("shared-header", (E, _HCOLS), i64)
+        self.records = backend.allocate("shared-records", (E * C, 4), i64)
+        self.records[:, W_T] = -1
+        self.mask = np.zeros(E, np.bool_)
+        self.env_capacity = C
+        self.guard = min(C // 8, 4096)
+        self.retries = 0
+        self.timeout = 10.0
+
+    # ------------------------------------------------------------------ owner writes
+    def check_owner_write(self, rows_env: Array) -> None:
+        """Refuse a write of the owner to an env handed to writer processes."""
+        taken = rows_env[self.mask[rows_env]]
+        if taken.size:
+            raise ConfigError(
+                f"env_ids: envs {sorted(set(taken.tolist()))} are written by writer processes "
+                "(share()); this process no longer writes them"
+            )
+
+    def close(self) -> None:
+        """Tell writers the buffer is closed (before its segments are unlinked)."""
+        self.header[:, CLOSED] = 1
+
+    # ------------------------------------------------------------------ folding
+    def fold(self, buf: BufferHost) -> None:
+        """Account for every step the writers published since the last fold."""
+        envs = np.flatnonzero(self.mask)
+        if not envs.size:
+            return
+        index = buf._index
+        before = index.bounds() if buf._tracks_sampleable else None
+        rows: list[tuple[int, int, int]] = []
+        for e in envs.tolist():
+            self._fold_env(index, int(e), rows)
+        if before is not None:
+            rows_env = np.zeros(0, np.int64)
+            rows_t = rows_env
+            if rows:
+                rows_env = np.concatenate([np.full(b - a, e, np.int64) for e, a, b in rows])
+                rows_t = np.concatenate([np.arange(a, b, dtype=np.int64) for _, a, b in rows])
+            buf._notify_sampleable(before, rows_env, rows_t)
+
+    def _fold_env(self, index: Any, e: int, rows: list[tuple[int, int, int]]) -> None:
+        C, hdr = self.env_capacity, self.header
+        for _ in range(64):  # a writer that laps the whole ring during one fold: read again
+            env = index.env
+            c = int(env[e, COUNT])
+            P = int(load_acquire(hdr, e, PUB))
+            first = max(c - 1, P - C, 0)
+            ts = np.arange(first, P, dtype=np.int64)
+            meta = self.records[e * C + ts % C]  # a copy (fancy indexing)
+            intact_from = int(_begins(hdr)[e]) - C  # steps below were (being) overwritten
+            if c >= 1 and first <= c - 1 and c - 1 >= max(intact_from, int(env[e, HEAD])):
+                m = meta[c - 1 - first]
+                # The writer ended the newest step already folded (its end_episode).
+                if m[W_T] == c - 1 and m[W_DONE] and index.slot_meta[e * C + (c - 1) % C,
+                                                                      FINAL_FID] < 0:  # fmt: skip
+                    index.end_running(e)
+            lo = max(c, intact_from)
+            if lo >= P:
+                if c < P:
+                    continue
+                break
+            new = meta[lo - first :]
+            if lo > c or (env[e, LAST_END] + 1, env[e, F_COUNT]) != (
+                new[0, W_START],
+                new[0, W_FID],
+            ):
+                index.jump(e, lo, int(new[0, W_START]) - 1, int(new[0, W_FID]))
+            index.advance(np.full(P - lo, e, np.int64), new[:, W_DONE].astype(np.bool_))
+            rows.append((e, lo, P))
+            break
+        # Keep the oldest `guard` steps ahead of the writer out of reach of samples.
+        env = index.env
+        drop = min(int(hdr[e, BEGIN]) + self.guard - C, int(env[e, COUNT])) - int(env[e, HEAD])
+        if drop > 0:
+            index.dequeue(np.array([e], np.int64), drop)
+
+    # ------------------------------------------------------------------ sampling
+    def intact(self, env_ids: Array, t: Array, frame_stack: int) -> bool:
+        """Whether no step a sample read (``t - k + 1 ..``) was overwritten while it read."""
+        begins = _begins(self.header)
+        lowest = t - (frame_stack - 1)
+        bad = self.mask[env_ids] & (lowest < begins[env_ids] - self.env_capacity)
+        return not bool(bad.any())
+
+    def sample(self, buf: Any, batch_size: int, opts: DrawOptions) -> Any:
+        """``buf``'s draw and assembly, again until no writer overtook the batch."""
+        deadline = time.monotonic() + self.timeout
+        beta_step = getattr(buf, "_beta_step", None)
+        while True:
+            env_ids, t, extra = buf._draw(batch_size, opts)
+            batch = buf._batch(env_ids, t, extra)
+            if self.intact(env_ids, t, buf.frame_stack):
+                return batch
+            self.retries += 1
+            if time.monotonic() > deadline:
+                raise ReplayTimeout(
+                    f"sample: writers overwrote every batch drawn for {self.timeout} s; "
+                    "use a larger capacity"
+                )
+            if beta_step is not None:
+                buf._beta_step = beta_step  # one schedule step per sample, not per attempt
+            self.fold(buf)
+
+
+def share_buffer(buf: Any, env_ids: Any) -> SharedHandle:
+    """``buf.share(env_ids)`` (called under the buffer's lock)."""
+    if buf._shared is None:
+        buf._shared = SharedState(buf)
+    state: SharedState = buf._shared
+    envs = buf._all_envs if env_ids is None else buf._writer.check_env_ids(env_ids)
+    index, hdr = buf._index, state.header
+    buf._fast_add = False  # the generated add writes every env; the general one checks
+    for e in envs.tolist():
+        if hdr[e, SHARED]:
+            continue  # shared before: its writers' state is in the header already
+        env = index.env
+        hdr[e, PUB] = hdr[e, BEGIN] = hdr[e, BASE_T] = env[e, COUNT]
+        hdr[e, BASE_LAST_END] = env[e, LAST_END]
+        hdr[e, BASE_FCOUNT] = env[e, F_COUNT]
+        hdr[e, SHARED] = 1
+        state.mask[e] = True
+    return SharedHandle(
+        segments=buf._backend.segments(),
+        fields=buf.schema.to_json(),
+        num_envs=buf.num_envs,
+        env_capacity=buf.env_capacity,
+        env_ids=tuple(int(e) for e in envs),
+        owner_pid=os.getpid(),
+    )
+
+
+# ---------------------------------------------------------------------- the writer process side
+# Segments this process mapped, by name, with the number of writers using each. POSIX record
+# locks belong to the process and are all dropped when *any* descriptor of the file closes, so
+# one descriptor per segment serves every writer of this process, closed with the last one.
+_MAPPED: dict[str, list[Any]] = {}
+# (header segment, env) attached by a writer of this process: locks do not exclude the process
+# that holds them, so a second attach here is caught by this set.
+_ATTACHED: set[tuple[str, int]] = set()
+
+
+def _map(name: str) -> MappedSegment:
+    entry = _MAPPED.get(name)
+    if entry is None:
+        entry = _MAPPED[name] = [MappedSegment(name), 0]
+    entry[1] += 1
+    seg: MappedSegment = entry[0]
+    return seg
+
+
+def _unmap(name: str) -> None:
+    entry = _MAPPED.get(name)
+    if entry is not None:
+        entry[1] -= 1
+        if entry[1] <= 0:
+            del _MAPPED[name]
+            entry[0].close()
+
+
+def attach(handle: SharedHandle, *, timeout: float = 0.0) -> SharedWriter:
+    """Map a shared buffer in this process and own the handle's envs for writing.
+
+    Args:
+        handle: From ``buf.share(env_ids)`` in the owning process.
+        timeout: Seconds to wait for envs still attached elsewhere to become free (0: none).
+
+    Returns:
+        A :class:`SharedWriter`.
+
+    Raises:
+        ConfigError: An env is attached by another live writer (after ``timeout``), or the
+            buffer is gone.
+    """
+    return SharedWriter(handle, timeout)
+
+
+class SharedWriter:
+    """Writes steps of its envs into a shared buffer owned by another process.
+
+    ``add``, ``extend`` and ``end_episode`` take the buffer's arguments and validate them as the
+    buffer does; a step is visible to the owner's samples once published (at the end of each
+    call). Not thread-safe: one writer per thread.
+
+    Args:
+        handle: From ``buf.share(env_ids)``.
+        timeout: As in :func:`attach`.
+    """
+
+    def __init__(self, handle: SharedHandle, timeout: float = 0.0) -> None:
+        self.handle = handle
+        self.schema = Schema.from_json(handle.fields)
+        self.num_envs, C = handle.num_envs, handle.env_capacity
+        self.env_capacity = C
+        self.env_ids = np.array(handle.env_ids, np.int64)
+        self._names: list[str] = []
+        arrays: dict[str, Array] = {}
+        try:
+            for name, (seg, shape, dtype) in handle.segments.items():
+                arrays[name] = _map(seg).array(shape, dtype)
+                self._names.append(seg)
+        except BaseException:
+            for seg in self._names:
+                _unmap(seg)
+            raise
+        self._steps = {n: arrays[n] for n in self.schema.fields}
+        self._finals = {n: arrays[f"final-{n}"] for n in self.schema.observation_names}
+        self._hdr, self._records = arrays["shared-header"], arrays["shared-records"]
+        self._hdr_seg = handle.segments["shared-header"][0]
+        self._fd = _MAPPED[self._hdr_seg][0].fd
+        self._locked: list[int] = []
+        self._closed = False
+        try:
+            self._acquire(timeout)
+        except BaseException:
+            self.close()
+            raise
+        E = self.num_envs
+        self._t = np.zeros(E, np.int64)
+        self._last_end = np.full(E, -1, np.int64)
+        self._fcount = np.zeros(E, np.int64)
+        self._next_check = 0.0
+        for e in self._locked:
+            self._resume(e)
+
+    # ------------------------------------------------------------------ ownership
+    def _acquire(self, timeout: float) -> None:
+        deadline = time.monotonic() + max(0.0, float(timeout))
+        for e in self.env_ids.tolist():
+            while True:
+                mine = (self._hdr_seg, e) in _ATTACHED
+                if not mine:
+                    try:
+                        fcntl.lockf(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB, 1, e)
+                        break
+                    except OSError:
+                        pass
+                if time.monotonic() >= deadline:
+                    who = "this process" if mine else f"process {int(self._hdr[e, PID])}"
+                    raise ConfigError(
+                        f"attach: env {e} is attached to a live writer ({who}); an env has one "
+                        "writer at a time: close() that writer first (or let it exit)"
+                    )
+                time.sleep(0.01)
+            _ATTACHED.add((self._hdr_seg, e))
+            self._locked.append(e)
+
+    def _resume(self, e: int) -> None:
+        """Continue env ``e`` where its last writer (or the owner) published."""
+        hdr, C = self._hdr, self.env_capacity
+        if hdr[e, CLOSED]:
+            raise ReplayClosed("attach: the shared buffer is closed")
+        P = int(hdr[e, PUB])
+        if hdr[e, BASE_T] == P:
+            last_end, fcount = int(hdr[e, BASE_LAST_END]), int(hdr[e, BASE_FCOUNT])
+        else:
+            m = self._records[e * C + (P - 1) % C]
+            done = int(m[W_DONE])
+            last_end = P - 1 if done else int(m[W_START]) - 1
+            fcount = int(m[W_FID]) + done
+        self._t[e], self._last_end[e], self._fcount[e] = P, last_end, fcount
+        dead = int(hdr[e, PID]) != 0  # its writer never closed: it died
+        hdr[e, PID] = os.getpid()
+        if dead and P > 0 and last_end != P - 1 and hdr[e, BASE_T] <= P - 1:
+            # The dead writer's episode cannot go on with this writer's steps: end it at its
+            # last published step, truncated, with that step's own observation as the final
+            # one (the true next observation died with the writer).
+            slot = e * C + (P - 1) % C
+            self.end_episode(e, **{f"next_{n}": self._steps[n][slot] for n in self._finals})
+
+    def _check_alive(self) -> None:
+        if self._closed:
+            raise ReplayClosed("SharedWriter is closed")
+        if self._hdr[self._locked[0], CLOSED] if self._locked else False:
+            raise ReplayClosed("the shared buffer was closed by its owner")
+        now = time.monotonic()
+        if now >= self._next_check:  # the owner's liveness, at most once a second
+            self._next_check = now + 1.0
+            try:
+                os.kill(self.handle.owner_pid, 0)
+            except ProcessLookupError:
+                raise ReplayClosed("the process owning the shared buffer is gone") from None
+            except PermissionError:
+                pass
+
+    def _rows(self, env_ids: Any) -> Array:
+        arr = np.asarray(env_ids)
+        if arr.ndim != 1 or arr.dtype.kind not in "iu":
+            raise InvalidIdError(f"env_ids: expected a 1-D sequence of ints, got {arr!r}")
+        arr = arr.astype(np.int64)
+        foreign = sorted(set(arr.tolist()) - set(self._locked))
+        if foreign or np.unique(arr).size != arr.size:
+            raise InvalidIdError(
+                f"env_ids: expected unique envs of this writer {self._locked}, got {arr.tolist()}"
+            )
+        return arr
+
+    def next_step(self, env_id: int) -> int:
+        """The absolute step the next ``add`` of ``env_id`` stores (its id is ``t * E + e``)."""
+        return int(self._t[int(self._rows([env_id])[0])])
+
+    # ------------------------------------------------------------------ writing
+    def add(self, *, env_ids: Any = None, **values: Any) -> Array:
+        """Store one step of every env of this writer (or of ``env_ids``).
+
+        Values have a leading axis ``len(env_ids)`` (default: the writer's envs; no leading
+        axis when it owns exactly one env and ``env_ids`` is not given), as
+        :meth:`rlreplay.ReplayBuffer.add`.
+
+        Returns:
+            The ids of the stored transitions.
+        """
+        self._check_alive()
+        if env_ids is None:
+            rows = np.array(self._locked, np.int64)
+            lead: tuple[int, ...] = () if rows.size == 1 else (rows.size,)
+        else:
+            rows = self._rows(env_ids)
+            lead = (rows.size,)
+        return self._store(rows, self._convert(values, lead), lead)
+
+    def extend(self, *, env_id: int | None = None, **values: Any) -> Array:
+        """Store ``T`` consecutive steps of one env (leading axis ``T``)."""
+        self._check_alive()
+        e = self._locked[0] if env_id is None else int(self._rows([env_id])[0])
+        shape = np.shape(values.get("terminated", 0))
+        if len(shape) != 1:
+            raise InvalidIdError(f"terminated: extend expects shape (T,), got {shape}")
+        T = shape[0]
+        conv = self._convert(values, (T,))
+        ids = []
+        for a in range(0, T, self.env_capacity):  # no slot twice in one assignment
+            b = min(T, a + self.env_capacity)
+            part = {k: np.asarray(v)[a:b] for k, v in conv.items()}
+            ids.append(self._store(np.full(b - a, e, np.int64), part, (b - a,)))
+        return np.concatenate(ids) if ids else np.zeros(0, np.int64)
+
+    def _convert(self, values: dict[str, Any], lead: tuple[int, ...]) -> dict[str, Any]:
+        nexts = set(self.schema.next_names())
+        values = {k: v for k, v in values.items() if not (v is None and k in nexts)}
+        self.schema.check_keys(values, ending=False)
+        conv = self.schema.convert_all(values, lead)
+        if np.any(conv["terminated"]) or np.any(conv["truncated"]):
+            self.schema.check_keys(values, ending=True)
+        return conv
+
+    def _store(self, rows: Array, conv: dict[str, Any], lead: tuple[int, ...]) -> Array:
+        C, F = self.env_capacity, self.env_capacity
+        n = rows.shape[0]
+        # One env's rows are consecutive steps (extend), or each env appears once (add).
+        t = self._t[rows] + (np.arange(n) if n > 1 and rows[0] == rows[-1] else 0)
+        done = np.logical_or(conv["terminated"], conv["truncated"]).reshape(n)
+        slots = rows * C + t % C
+        plan = np.empty((n, 4), np.int64)
+        _plan(rows, t, done, self._last_end, self._fcount, plan)
+        _begin(self._hdr, rows, t)
+        for name, col in self._steps.items():
+            col[slots] = conv[name]
+        if done.any():
+            pos = rows[done] * F + plan[done, W_FID] % F
+            for name, col in self._finals.items():
+                v = conv["next_" + name]
+                col[pos] = v if not lead else np.asarray(v)[done]
+        self._records[slots] = plan
+        _publish(self._hdr, rows, t)
+        self._t[rows] = t + 1 if n == 1 or rows[0] != rows[-1] else t[-1] + 1
+        out: Array = t * self.num_envs + rows
+        return out
+
+    def end_episode(self, env_id: int | None = None, **final: Any) -> Array:
+        """End the env's running episode at its newest step, as truncated (see the buffer's).
+
+        Raises:
+            InvalidIdError: The env has no step, or its newest step already ends an episode.
+            FieldError: Not exactly the ``next_<name>`` values.
+        """
+        self._check_alive()
+        e = self._locked[0] if env_id is None else int(self._rows([env_id])[0])
+        self.schema.check_keys({**dict.fromkeys(self.schema.fields), **final}, ending=True)
+        conv = self.schema.convert_all(final, ())
+        t = int(self._t[e]) - 1
+        if t < 0 or self._last_end[e] == t:
+            raise InvalidIdError(f"env_id: env {e} has no running episode to end")
+        C = self.env_capacity
+        slot = e * C + t % C
+        fid = int(self._fcount[e])
+        for name, col in self._finals.items():
+            col[e * C + fid % C] = conv["next_" + name]
+        self._steps["truncated"][slot] = True
+        store_release(self._records, slot, W_DONE, 1)  # after the final observation
+        self._last_end[e], self._fcount[e] = t, fid + 1
+        return np.array([t * self.num_envs + e], np.int64)
+
+    # ------------------------------------------------------------------ closing
+    def close(self) -> None:
+        """Release the envs (another process may attach them) and unmap. Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        for e in self._locked:
+            self._hdr[e, PID] = 0
+            _ATTACHED.discard((self._hdr_seg, e))
+            with contextlib.suppress(OSError):
+                fcntl.lockf(self._fd, fcntl.LOCK_UN, 1, e)
+        self._locked = []
+        for seg in self._names:
+            _unmap(seg)
+        self._names = []
+
+    def __enter__(self) -> SharedWriter:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -1,0 +1,57 @@
+"""Writer processes for the shared-memory tests (importable by spawned children)."""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Any
+
+import numpy as np
+
+import rlreplay as rr
+
+EPISODE = 37  # every 37th step of an env terminates; every 53rd is truncated
+
+
+def step_values(e: int, t: int) -> dict[str, Any]:
+    """What a writer of env ``e`` stores at its step ``t`` (recomputable by the checks)."""
+    return {
+        "obs": np.array([e, t], np.float64),
+        "action": np.int64(t % 5),
+        "reward": float(t),
+        "terminated": t % EPISODE == EPISODE - 1,
+        "truncated": t % 53 == 52,
+        "next_obs": np.array([-e, -t], np.float64),
+    }
+
+
+def write_steps(handle: rr.SharedHandle, e: int, start: int, n: int, ready: Any = None) -> None:
+    """Attach, write steps ``start .. start+n-1`` of env ``e`` (one env owned), close."""
+    w = rr.attach(handle, timeout=10.0)
+    if ready is not None:
+        ready.set()
+    for t in range(start, start + n):
+        w.add(**step_values(e, t))
+    w.close()
+
+
+def write_forever(handle: rr.SharedHandle, e: int, counter: Any) -> None:
+    """Attach and write env ``e`` until killed; ``counter.value`` = steps written so far."""
+    w = rr.attach(handle, timeout=10.0)
+    t = w.next_step(e)
+    while True:
+        w.add(**step_values(e, t))
+        t += 1
+        counter.value = t
+
+
+def hold(handle: rr.SharedHandle, ready: Any) -> None:
+    """Attach and sleep until killed (an env held by a live process)."""
+    rr.attach(handle)
+    ready.set()
+    while True:
+        time.sleep(1.0)
+
+
+def pid() -> int:
+    return os.getpid()

@@ -1,0 +1,203 @@
+"""storage="shared": writer processes over shared memory (real processes, spawn context)."""
+
+from __future__ import annotations
+
+import gc
+import multiprocessing as mp
+import os
+import signal
+import time
+from typing import Any
+
+import numpy as np
+import pytest
+
+import rlreplay as rr
+from rlreplay.storage.shared import PREFIX
+from tests.shared._workers import EPISODE, hold, step_values, write_forever, write_steps
+
+CTX = mp.get_context("spawn")
+FIELDS = {"obs": rr.Field((2,), np.float64), "action": rr.Field((), np.int64)}
+
+
+def segments(buf: rr.ReplayBuffer) -> list[str]:
+    """This buffer's segments in /dev/shm."""
+    token = buf._backend.token  # type: ignore[attr-defined]
+    return [f for f in os.listdir("/dev/shm") if f.startswith(f"{PREFIX}{token}_")]
+
+
+def scheduled_end(t: np.ndarray) -> np.ndarray:
+    return (t % EPISODE == EPISODE - 1) | (t % 53 == 52)
+
+
+def check_batch(b: rr.Batch, num_envs: int) -> None:
+    """Every transition (n_step=1) is exactly what its writer stored (tests/shared/_workers)."""
+    e, t = b.env_ids, b.ids // num_envs
+    assert np.array_equal(b.ids % num_envs, e)
+    np.testing.assert_array_equal(b.obs, np.stack([e, t], 1).astype(np.float64))
+    np.testing.assert_array_equal(b.action, t % 5)
+    np.testing.assert_array_equal(b.reward, t.astype(np.float32))
+    ends = scheduled_end(t)
+    # A step cut because its writer died ends truncated with its own observation as final.
+    cut = b.truncated & ~ends
+    want = np.where(
+        ends[:, None], np.stack([-e, -t], 1), np.where(cut[:, None], np.stack([e, t], 1),
+                                                       np.stack([e, t + 1], 1))
+    )  # fmt: skip
+    np.testing.assert_array_equal(b.next_obs, want.astype(np.float64))
+    np.testing.assert_array_equal(b.terminated, t % EPISODE == EPISODE - 1)
+
+
+def reference(num_envs: int, capacity: int, steps: dict[int, int], cls: Any = rr.ReplayBuffer):
+    """A one-process buffer given the same steps (env by env)."""
+    ref = cls(capacity, FIELDS, num_envs=num_envs, seed=0)
+    for e, n in steps.items():
+        vals = [step_values(e, t) for t in range(n)]
+        ref.extend(env_id=e, **{k: np.stack([np.asarray(v[k]) for v in vals]) for k in vals[0]})
+    return ref
+
+
+def test_four_writer_processes_feed_one_buffer() -> None:
+    E, C, N = 4, 256, 1500
+    buf = rr.ReplayBuffer(E * C, FIELDS, num_envs=E, seed=0, storage="shared")
+    procs = [CTX.Process(target=write_steps, args=(buf.share([e]), e, 0, N)) for e in range(E)]
+    for p in procs:
+        p.start()
+    samples = 0
+    deadline = time.monotonic() + 60
+    while any(p.is_alive() for p in procs) and time.monotonic() < deadline:
+        if buf.num_sampleable:
+            check_batch(buf.sample(64), E)
+            samples += 1
+        else:
+            time.sleep(0.001)
+    for p in procs:
+        p.join(30)
+        assert p.exitcode == 0
+    check_batch(buf.sample(512), E)
+    # Nothing lost or duplicated: the buffer now stores exactly what a one-process buffer
+    # given the same steps stores (less the guard band folded away ahead of the writers).
+    ref = reference(E, E * C, dict.fromkeys(range(E), N))
+    env = buf._index.env
+    ids = np.concatenate([np.arange(env[e, 3], env[e, 4]) * E + e for e in range(E)])
+    assert ids.size > E * (C - buf._shared.guard - 2)
+    got, want = buf.get_transitions(ids), ref.get_transitions(ids)
+    for k in want:
+        np.testing.assert_array_equal(got[k], want[k], err_msg=k)
+    assert segments(buf)
+    buf.close()
+    assert not segments(buf)
+
+
+def test_attach_in_process_add_extend_end_episode_and_errors() -> None:
+    E = 2
+    buf = rr.ReplayBuffer(64, FIELDS, num_envs=E, seed=0, storage="shared")
+    with pytest.raises(rr.ConfigError):
+        rr.ReplayBuffer(64, FIELDS, storage="memory").share()
+    h = buf.share([1])
+    w = rr.attach(h)
+    with pytest.raises(rr.ConfigError, match="attached"):
+        rr.attach(h)  # one writer per env at a time
+    with pytest.raises(rr.ConfigError, match="writer processes"):
+        buf.add(**{k: np.stack([v, v]) for k, v in step_values(0, 0).items()})
+    buf.add(env_ids=[0], **{k: np.asarray(v)[None] for k, v in step_values(0, 0).items()})
+    vals = [step_values(1, t) for t in range(10)]
+    w.extend(env_id=1, **{k: np.stack([np.asarray(v[k]) for v in vals]) for k in vals[0]})
+    w.add(**step_values(1, 10))
+    w.add(**step_values(1, 11))
+    with pytest.raises(rr.FieldError):
+        w.add(obs=np.zeros(2))
+    with pytest.raises(rr.ShapeError):
+        w.add(**{**step_values(1, 12), "obs": np.zeros(3)})
+    assert w.next_step(1) == 12
+    assert len(buf) == 1 + 12
+    w.end_episode(1, next_obs=np.array([-1.0, -11.0]))
+    with pytest.raises(rr.InvalidIdError):
+        w.end_episode(1, next_obs=np.zeros(2))
+    b = buf.get_transitions(np.array([11 * E + 1, 10 * E + 1]))
+    assert b.truncated.tolist() == [True, False]
+    np.testing.assert_array_equal(b.next_obs, [[-1.0, -11.0], [1.0, 11.0]])
+    w.close()
+    w2 = rr.attach(h)  # closed cleanly: the episode stays as it was, the writer goes on
+    assert w2.next_step(1) == 12
+    w2.close()
+    buf.close()
+    with pytest.raises(rr.ReplayClosed):
+        rr.attach(h)
+
+
+def test_prioritized_folds_new_steps_with_max_priority() -> None:
+    buf = rr.PrioritizedReplayBuffer(64, FIELDS, num_envs=2, seed=0, storage="shared")
+    w = rr.attach(buf.share([1]))
+    for t in range(5):
+        w.add(**step_values(1, t))
+    ids = np.arange(4) * 2 + 1
+    buf.update_priorities(ids, [1.0, 5.0, 2.0, 3.0])
+    for t in range(5, 8):
+        w.add(**step_values(1, t))
+    np.testing.assert_allclose(buf.get_priorities(np.arange(5, 8) * 2 + 1), 5.0 + buf.eps)
+    assert buf.get_priorities(np.array([9]))[0] == 1.0  # folded before the update: initial
+    check_batch(buf.sample(32), 2)
+    w.close()
+    buf.close()
+
+
+def test_sigkill_of_writers_never_shows_a_torn_step_and_envs_reattach() -> None:
+    rng = np.random.default_rng(14)
+    E, C = 2, 64
+    buf = rr.ReplayBuffer(E * C, FIELDS, num_envs=E, seed=0, storage="shared")
+    handles = [buf.share([e]) for e in range(E)]
+    counters = [CTX.Value("q", 0) for _ in range(E)]
+    for _round in range(3):
+        procs = [
+            CTX.Process(target=write_forever, args=(handles[e], e, counters[e])) for e in range(E)
+        ]
+        before = [c.value for c in counters]
+        for p in procs:
+            p.start()
+        deadline = time.monotonic() + 60
+        while any(c.value <= v for c, v in zip(counters, before, strict=True)):
+            assert time.monotonic() < deadline, "writers did not start"
+            time.sleep(0.01)
+        # Kill each writer at a random instant (seeded) while it writes and the owner samples.
+        kill_at = [time.monotonic() + x for x in rng.uniform(0, 0.3, E)]
+        while any(p.is_alive() for p in procs):
+            for p, at in zip(procs, kill_at, strict=True):
+                if p.is_alive() and time.monotonic() >= at and p.pid is not None:
+                    os.kill(p.pid, signal.SIGKILL)
+                    p.join(10)
+            if buf.num_sampleable:
+                check_batch(buf.sample(32), E)
+        assert [p.exitcode for p in procs] == [-signal.SIGKILL] * E
+    check_batch(buf.sample(256), E)
+    buf.close()
+    assert not segments(buf)
+
+
+def test_a_live_writer_holds_its_env_and_a_dead_one_frees_it() -> None:
+    buf = rr.ReplayBuffer(64, FIELDS, seed=0, storage="shared")
+    h = buf.share()
+    ready = CTX.Event()
+    p = CTX.Process(target=hold, args=(h, ready))
+    p.start()
+    assert ready.wait(30)
+    with pytest.raises(rr.ConfigError, match=f"process {p.pid}"):
+        rr.attach(h, timeout=0.1)
+    assert p.pid is not None
+    os.kill(p.pid, signal.SIGKILL)
+    p.join(10)
+    w = rr.attach(h, timeout=5.0)
+    w.add(**step_values(0, 0))
+    w.close()
+    buf.close()
+    assert not segments(buf)
+
+
+def test_segments_are_unlinked_when_the_owner_is_collected() -> None:
+    buf = rr.ReplayBuffer(64, FIELDS, seed=0, storage="shared")
+    buf.share()
+    names = segments(buf)
+    assert names
+    del buf
+    gc.collect()
+    assert not set(names) & set(os.listdir("/dev/shm"))
