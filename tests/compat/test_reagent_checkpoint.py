@@ -164,6 +164,28 @@ def test_reagent_prioritized_checkpoint_loads(
     assert ref.valid[drawn].all() and (ref.sum_tree.nodes[-1][drawn] > 0).all()
 
 
+def test_reagent_tree_with_torch_priorities_loads(tmp_path: Any, reagent_module: type) -> None:
+    # ReAgent's set_priority(indices, td_errors) with a tensor of TD errors sets each leaf
+    # from a 0-d tensor; max(value, max_recorded_priority) then keeps a tensor, and pickle
+    # writes it through torch's storage bytes.
+    import torch
+
+    ref = RefPrioritized(reagent_module, 13, 2, 2, 0.5)
+    direct = make(PrioritizedReplayBuffer, **KW)
+    drive_both(ref, direct, [4, 3])
+    td = torch.tensor([2.5, 4.0])
+    for i, p in zip([1, 4], td, strict=True):
+        ref.sum_tree.set(i, p)
+    direct.set_priority(torch.tensor([1, 4]), td)
+    assert isinstance(ref.sum_tree.max_recorded_priority, torch.Tensor)
+    ref.save(tmp_path, 2)
+    loaded = make(PrioritizedReplayBuffer, **KW)
+    loaded.load(tmp_path, 2)
+    slots = np.arange(13)
+    np.testing.assert_array_equal(loaded.get_priority(slots), direct.get_priority(slots))
+    assert loaded.sum_tree.max_recorded_priority == 4.0
+
+
 def test_reagent_tree_padded_past_capacity_loads(tmp_path: Any, reagent_module: type) -> None:
     # capacity 13 -> 16 leaves; ReAgent's set_priority on 13..15 puts mass on padding leaves
     # (no slot: its bug). Those leaves are no slot here and are dropped.

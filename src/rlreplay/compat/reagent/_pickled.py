@@ -12,6 +12,9 @@ file, so :class:`RestrictedUnpickler` resolves only the globals such a file need
 * plain builtin containers (``list``, ``tuple``, ``dict``, ``set``, ``frozenset``) and, for
   the text protocols 0-2, ``_codecs.encode`` restricted to latin-1 (how they spell bytes) and
   ``copyreg._reconstructor`` restricted to building a ``SumTree``;
+* a torch tensor where ReAgent's tree kept one (``max_recorded_priority`` after priorities
+  given as tensors): ``torch._utils._rebuild_tensor_v2``, ``collections.OrderedDict`` and
+  ``torch.storage._load_from_bytes``, the last through torch's weights-only loader;
 * ReAgent's and Dopamine's ``SumTree`` class paths, mapped to the front-end's
   :class:`~rlreplay.compat.reagent.sum_tree.SumTree` (its ``__setstate__`` reads their state).
 
@@ -24,6 +27,7 @@ so ReAgent's ``load`` reads a checkpoint the front-end saved.
 from __future__ import annotations
 
 import codecs
+import collections
 import copyreg
 import gzip
 import importlib
@@ -94,6 +98,23 @@ def _latin1_encode(text: str, encoding: str = "utf-8", errors: str = "strict") -
     return codecs.encode(text, "latin1", errors)
 
 
+def _torch_load_from_bytes(data: bytes) -> Any:
+    """``torch.storage._load_from_bytes``, through torch's own restricted (weights-only) load.
+
+    ReAgent's ``SumTree.set`` keeps ``max(value, max_recorded_priority)``: a priority given
+    as a torch tensor leaves a 0-d tensor there, pickled through torch's storage bytes.
+    """
+    import torch
+
+    return torch.load(io.BytesIO(data), weights_only=True)
+
+
+def _torch_rebuild_tensor_v2(*args: Any) -> Any:
+    """``torch._utils._rebuild_tensor_v2``: a tensor view of a storage already loaded."""
+    rebuild: Any = getattr(importlib.import_module("torch._utils"), "_rebuild_tensor_v2")  # noqa: B009
+    return rebuild(*args)
+
+
 def _sum_tree_reconstructor(cls: Any, base: Any, state: Any) -> SumTree:
     """``copyreg._reconstructor`` as protocols 0/1 use it for a plain class: SumTree only."""
     if cls is not SumTree or base is not object or state is not None:
@@ -119,6 +140,9 @@ class RestrictedUnpickler(pickle.Unpickler):
             table.update({path: SumTree for path in _SUM_TREE_PATHS})
             table[("_codecs", "encode")] = _latin1_encode
             table[("copyreg", "_reconstructor")] = _sum_tree_reconstructor
+            table[("torch.storage", "_load_from_bytes")] = _torch_load_from_bytes
+            table[("torch._utils", "_rebuild_tensor_v2")] = _torch_rebuild_tensor_v2
+            table[("collections", "OrderedDict")] = collections.OrderedDict
             cls._allowed = table
         return cls._allowed
 
