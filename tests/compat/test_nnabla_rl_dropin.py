@@ -229,3 +229,33 @@ def test_unseeded_buffers_draw_from_nnabla_rl_global_generator() -> None:
     state = rl_random.drng.bit_generator.state
     assert own.sample(num_samples=4)[0] == drawn
     assert rl_random.drng.bit_generator.state == state  # drng untouched
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    capacity=st.one_of(st.none(), st.integers(1, 6)),
+    ops=st.lists(
+        st.sampled_from(["step", "jump", "terminal", "timelimit", "trajectory"]), max_size=30
+    ),
+)
+def test_cached_core_size_is_the_cores(capacity: int | None, ops: list[str]) -> None:
+    """The adapter's cached ``len(core)`` (a speed-up) always equals the core's own."""
+    import rlreplay.compat.nnabla_rl.replay_buffer as rb_module
+
+    plain = ReplayBuffer(capacity=capacity)
+    trajectories = TrajectoryReplayBuffer(num_trajectories=capacity)
+    old = rb_module._INITIAL_CAPACITY
+    rb_module._INITIAL_CAPACITY = 4  # unbounded buffers grow (the core is rebuilt) early
+    try:
+        for t, op in enumerate(ops):
+            if op == "trajectory":
+                trajectories.append_trajectory([step(10 * t + j) for j in range(t % 3 + 1)])
+            else:
+                e = step(t, jump=op == "jump", end=op if op in ("terminal", "timelimit") else "")
+                plain.append(e)
+                trajectories.append(e)
+            for buffer in (plain, trajectories):
+                if buffer._core is not None:
+                    assert buffer._core_size() == len(buffer._core)
+    finally:
+        rb_module._INITIAL_CAPACITY = old

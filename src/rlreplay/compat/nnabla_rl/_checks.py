@@ -9,7 +9,6 @@ from typing import Any
 import numpy as np
 
 from rlreplay.errors import ConfigError, ReplayError
-from rlreplay.sampling.uniform import draw_mixed
 
 __all__ = [
     "CapacityError",
@@ -101,8 +100,7 @@ def distinct_draw(total: int, k: int, rng: np.random.Generator) -> Array:
     """``k`` distinct positions of ``[0, total)``, uniformly (the core's no-replacement draw).
 
     One ``rng.choice(total, k, replace=False)``: the draw nnabla-rl makes with its global
-    generator.
+    generator (the core's no-replacement draw makes the same call).
     """
-    lo, hi = np.zeros(1, np.int64), np.array([total], np.int64)
-    _, t = draw_mixed(lo, hi, k, rng, recent_ratio=0.0, recent_steps=1, replacement=False)
-    return t
+    out: Array = rng.choice(total, size=k, replace=False).astype(np.int64, copy=False)
+    return out

@@ -221,6 +221,18 @@ class Codec:
         self.reward = reward
         #: Cast values of another dtype (buffers without an object store) instead of Unfit.
         self.cast = cast
+        self._obs_names = tuple(p.name for p in state.parts)
+        self._next_names = tuple("next_" + n for n in self._obs_names)
+        self._action_names = tuple(p.name for p in action.parts)
+        # The usual experience (one array or number per s, s_next, a; no casting) takes a
+        # short path in encode: the same checks, without the generic per-part loops.
+        self._single = (
+            type(self).encode is Codec.encode
+            and not cast
+            and not state.is_tuple
+            and not action.is_tuple
+            and len(action.parts) == 1
+        )
 
     @classmethod
     def infer(cls, experience: Any, *, cast: bool = False) -> Codec:
@@ -237,7 +249,7 @@ class Codec:
 
     @property
     def obs_names(self) -> tuple[str, ...]:
-        return tuple(p.name for p in self.state.parts)
+        return self._obs_names
 
     def fields(self) -> dict[str, Field]:
         out = {p.name: p.field for p in self.state.parts + self.action.parts}
@@ -249,6 +261,20 @@ class Codec:
         """The row of an experience that fits (:class:`Unfit` otherwise; nothing stored)."""
         exp = check_shape(experience)
         s, a, r, non_terminal, s_next = exp[:5]
+        if self._single:
+            ps = self.state.parts[0]
+            if (
+                ps.fits(s)
+                and ps.fits(s_next)
+                and self.action.parts[0].fits(a)
+                and self.reward.fits(r)
+                and type(self).convert_state is Codec.convert_state
+            ):
+                terminal, timelimit = is_terminal(non_terminal), is_timelimit(exp[5])
+                side = (non_terminal, *exp[5:])
+                return Row(
+                    (_copy(s),), (_copy(s_next),), (_copy(a),), _copy(r), terminal, timelimit, side
+                )
         obs = self.convert_state("s", s)
         next_obs = self.convert_state("s_next", s_next)
         action = tuple(_copy(v) for v in self.action.split("a", a, self.cast))
@@ -266,14 +292,20 @@ class Codec:
 
     def step_values(self, row: Row) -> dict[str, Any]:
         """The values :meth:`rlreplay.ReplayBuffer.add` stores for the row's step."""
-        out = dict(zip(self.obs_names, row.obs, strict=True))
-        out.update(zip((p.name for p in self.action.parts), row.action, strict=True))
+        if self._single:
+            return {
+                self._obs_names[0]: row.obs[0],
+                self._action_names[0]: row.action[0],
+                "reward": row.reward,
+            }
+        out = dict(zip(self._obs_names, row.obs, strict=True))
+        out.update(zip(self._action_names, row.action, strict=True))
         out["reward"] = row.reward
         return out
 
     def final_values(self, row: Row) -> dict[str, Any]:
         """``next_<obs>`` for a step that ends its episode."""
-        return {"next_" + n: v for n, v in zip(self.obs_names, row.next_obs, strict=True)}
+        return dict(zip(self._next_names, row.next_obs, strict=True))
 
     # -- reading
     def row_batch(self, row: Row) -> dict[str, Array]:
@@ -298,4 +330,10 @@ class Codec:
         s_next = self.decode_state(batch, "next_")
         a = self.action.join([p.decode(batch[p.name]) for p in self.action.parts])
         r = self.reward.decode(batch["reward"])
-        return [(s[i], a[i], r[i], sides[i][0], s_next[i], *sides[i][1:]) for i in range(len(s))]
+        out = []
+        for si, ai, ri, sni, side in zip(s, a, r, s_next, sides, strict=True):
+            if len(side) == 2:  # (non_terminal, info): the usual experience
+                out.append((si, ai, ri, side[0], sni, side[1]))
+            else:
+                out.append((si, ai, ri, side[0], sni, *side[1:]))
+        return out

@@ -171,6 +171,7 @@ class ReplayBuffer:
         self._own_rng = None if self._seed is None else np.random.default_rng(self._seed)
         self._generation = 0  # cores built so far (each gets its own derived seed)
         self._core: CoreBuffer | None = None
+        self._core_len: int | None = 0  # len(self._core), kept by the adapter (None: unknown)
         self._codec: Codec | None = None
         self._extras: list[tuple[Any, ...] | None] = []  # slot id % core capacity
         self._next_id = 0  # the id of the next appended experience
@@ -195,8 +196,25 @@ class ReplayBuffer:
 
     def _core_visible(self) -> int:
         """How many of the core's newest steps are kept experiences."""
-        n = 0 if self._core is None else len(self._core)
+        n = self._core_size()
         return n if self._capacity is None else min(n, self._capacity)
+
+    def _core_size(self) -> int:
+        """``len(self._core)``, without asking the core again until it changes.
+
+        The core's ``len`` takes its lock and sums its env table (a few microseconds); the
+        adapter knows the count after each of its own writes (one step per ``add``, the oldest
+        overwritten when full) and asks the core only after other changes (``_core_changed``).
+        """
+        if self._core is None:
+            return 0
+        if self._core_len is None:
+            self._core_len = len(self._core)
+        return self._core_len
+
+    def _core_changed(self) -> None:
+        """Forget the cached core size (after an ``end_episode``, ``dequeue`` or rebuild)."""
+        self._core_len = None
 
     def _stored_count(self) -> int:
         """Experiences in the active store (the trajectory buffer adds its running steps)."""
@@ -260,6 +278,7 @@ class ReplayBuffer:
                 row = codec.encode(experience)
                 self._codec = codec
                 self._core = self._new_core(self._core_capacity())
+                self._core_changed()
                 self._extras = [None] * self._core.capacity
                 return row
             return self._codec.encode(experience)
@@ -316,21 +335,24 @@ class ReplayBuffer:
         newest = self._newest
         assert newest is not None and self._core is not None and self._codec is not None
         self._core.end_episode(0, **self._codec.final_values(newest))
+        self._core_changed()
         self._newest = None
         self._on_cut()
 
     def _write(self, row: Row, end: str | None) -> None:
         """Add one step to the core (``end``: None, ``"terminated"`` or ``"truncated"``)."""
         assert self._codec is not None and self._core is not None
-        if self._capacity is None and len(self._core) == self._core.capacity:
+        if self._capacity is None and self._core_size() == self._core.capacity:
             self._grow()
         core = self._core
+        stored = self._core_size()
         values = self._codec.step_values(row)
         values["terminated"] = end == "terminated"
         values["truncated"] = end == "truncated"
         if end is not None:
             values.update(self._codec.final_values(row))
         core.add(**values)
+        self._core_len = min(stored + 1, core.capacity)
         self._extras[self._next_id % core.capacity] = row.side
         self._next_id += 1
         self._newest = row if end is None else None
@@ -358,6 +380,7 @@ class ReplayBuffer:
             extras[j] = self._extras[(first + j) % old.capacity]
         old.close()
         self._core, self._extras, self._next_id = new, extras, n
+        self._core_changed()
 
     # ------------------------------------------------------------------ the object store
     def _object_capacity(self) -> int | None:
@@ -384,6 +407,7 @@ class ReplayBuffer:
         if self._core is not None:
             self._core.close()
         self._core, self._codec, self._extras, self._newest = None, None, [], None
+        self._core_changed()
 
     # ------------------------------------------------------------------ reading
     def __getitem__(self, item: int) -> Experience:
@@ -425,9 +449,11 @@ class ReplayBuffer:
     def _sides_of(self, ids: Array) -> list[tuple[Any, ...]]:
         """``(non_terminal, info, ...)`` of each core id, as appended."""
         assert self._core is not None
-        cap = self._core.capacity
-        out = [self._extras[i % cap] for i in ids.tolist()]
-        return [(1.0,) if e is None else e for e in out]
+        extras = self._extras
+        out = [extras[i] for i in (ids % self._core.capacity).tolist()]
+        if None in out:
+            return [(1.0,) if e is None else e for e in out]
+        return out
 
     def _extras_of(self, ids: Array) -> list[tuple[Any, ...]]:
         """``(info, ...)`` of each core id, as appended."""
@@ -460,7 +486,10 @@ class ReplayBuffer:
 
     def _experiences(self, ids: Array) -> list[Experience]:
         """Experiences at kept ids, decorated, in order."""
-        return [self._decorate(e) for e in self._raw_experiences(ids)]
+        raw = self._raw_experiences(ids)
+        if type(self)._decorate is ReplayBuffer._decorate:
+            return raw  # nothing to decorate: no per-item call
+        return [self._decorate(e) for e in raw]
 
     def _decorate(self, experience: Experience) -> Experience:
         """Hook applied to every experience handed out (DecorableReplayBuffer)."""

@@ -111,7 +111,7 @@ class TrajectoryReplayBuffer(ReplayBuffer):
     def _stored_count(self) -> int:
         if self._objects is not None:
             return len(self._objects)
-        return 0 if self._core is None else len(self._core)
+        return self._core_size()
 
     def _object_capacity(self) -> int | None:
         return None  # whole trajectories are dropped by _close_trajectory
@@ -214,6 +214,7 @@ class TrajectoryReplayBuffer(ReplayBuffer):
             elif m:
                 assert self._core is not None
                 self._core.dequeue(m)
+                self._core_changed()
 
     # ------------------------------------------------------------------ trajectories
     def _starts(self) -> Array:
