@@ -205,3 +205,14 @@ def test_sum_tree_attribute_is_a_whole_reagent_sum_tree() -> None:
     random.seed(4)
     assert drawn == ref.stratified_sample(4)
     assert buf.sum_tree.get(1) == 2.0 and buf.sum_tree.max_recorded_priority == 5.0
+
+
+def test_set_priority_count_mismatch_is_refused_not_truncated() -> None:
+    # Deliberate difference 7: ReAgent's zip(indices, priorities) drops the surplus silently.
+    buf = make(PrioritizedReplayBuffer)
+    fill(buf, [4])
+    before = buf.get_priority(np.arange(4))
+    for idx, prios in (([0, 1, 2], [5.0, 6.0]), ([0], [5.0, 6.0])):
+        with pytest.raises(ValueError, match="one per index"):
+            buf.set_priority(np.array(idx, np.int32), np.array(prios))
+    np.testing.assert_array_equal(buf.get_priority(np.arange(4)), before)
