@@ -1,0 +1,192 @@
+"""ALF front-end: get_field, episodic queries and returns, clear and state."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import rlreplay as rr
+from rlreplay.compat.alf import (
+    ReplayBuffer,
+    TensorSpec,
+)
+from tests.compat.test_alf import (
+    LEAVES,
+    SPEC,
+    Driver,
+    leaf,
+    prioritized,
+    starts_of,
+)
+
+
+# =========================================================================== get_field
+def test_get_field_paths_nests_and_broadcasting() -> None:
+    d = Driver(num_envs=2, max_length=6)
+    d.run(5)
+    env = torch.tensor([0, 1])
+    pos = torch.tensor([[1], [3]])  # broadcast to (2, 2)
+    obs = d.rb.get_field("observation.obs", env, pos)
+    assert obs.shape == (2, 2, 2)
+    assert obs[1, 0].tolist() == [0.0, 3.0] and obs[0, 1].tolist() == [1.0, 1.0]
+    sub = d.rb.get_field("observation", env, torch.tensor([2, 4]))
+    assert set(sub) == {"obs", "image"} and sub["image"].dtype == torch.uint8
+    assert sub["image"][:, 0].tolist() == [2, 4]
+    named = d.rb.get_field({"r": "reward", "s": ["step_type", "env_id"]}, env, torch.tensor(2))
+    assert named["r"].tolist() == [d.value(0, 2, "reward"), d.value(1, 2, "reward")]
+    assert named["s"][1].tolist() == [0, 1]
+
+
+def test_get_field_errors() -> None:
+    d = Driver(num_envs=1, max_length=3)
+    d.run(5)
+    with pytest.raises(KeyError, match="nope"):
+        d.rb.get_field("observation.nope", torch.tensor([0]), torch.tensor([3]))
+    with pytest.raises(rr.InvalidIdError, match="overwritten"):
+        d.rb.get_field("reward", torch.tensor([0]), torch.tensor([1]))
+    with pytest.raises(rr.InvalidIdError):
+        d.rb.get_field("reward", torch.tensor([0]), torch.tensor([5]))
+    with pytest.raises(rr.InvalidIdError):
+        d.rb.get_field("reward", torch.tensor([3]), torch.tensor([4]))
+
+
+# =========================================================================== episodic queries
+def test_steps_to_episode_end_and_episode_begin() -> None:
+    d = Driver(num_envs=2, max_length=9)
+    d.run(14, episode_len=4)  # env 0: episodes of 4 steps, env 1: of 5 steps
+    for e in range(2):
+        pos = torch.tensor(list(d.stored(e)))
+        env = torch.full_like(pos, e)
+        got = d.rb.steps_to_episode_end(pos, env).tolist()
+        assert got == [d.steps_to_end(e, p) for p in d.stored(e)]
+        begin = d.rb.get_episode_begin_position(pos, env).tolist()
+        assert begin == [d.episode_begin(e, p) for p in d.stored(e)]
+    # A begin may be overwritten already: env 0 stores 5..13, its episode from 4 is cut.
+    assert d.rb.get_episode_begin_position(torch.tensor([5]), torch.tensor([0])).tolist() == [4]
+    # The running episode (from 12) ends, for now, at the newest step.
+    assert d.rb.steps_to_episode_end(torch.tensor([12, 13]), torch.tensor(0)).tolist() == [1, 0]
+
+
+def test_get_disc_0_begin_position() -> None:
+    d = Driver(num_envs=1, max_length=12)
+    d.run(2)
+    d.add(last=[0])  # terminal: discount 0 at 2
+    d.run(2)
+    d.add(last=[0], timelimit=[0])  # time limit at 5: discount 1, the segment goes on
+    d.run(3)
+    pos = torch.tensor(list(d.stored(0)))
+    got = d.rb.get_disc_0_begin_position(pos, torch.tensor(0)).tolist()
+    assert got == [d.disc0_begin(0, p) for p in d.stored(0)]
+    assert got == [0, 0, 0, 3, 3, 3, 3, 3, 3]
+    no_discount = ReplayBuffer({"step_type": TensorSpec((), torch.int32)}, 1,
+                               keep_episodic_info=True)  # fmt: skip
+    with pytest.raises(KeyError, match="discount"):
+        no_discount.get_disc_0_begin_position(torch.tensor([0]), torch.tensor([0]))
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(st.tuples(st.integers(0, 2), st.booleans(), st.booleans()), max_size=40))
+def test_episodic_queries_against_reference(ops: list[tuple[int, bool, bool]]) -> None:
+    """Random steps of random envs (some LAST, some time limits) vs the reference."""
+    d = Driver(num_envs=3, max_length=5, record_episodic_return=True, gamma=0.5)
+    for env, last, timeout in ops:
+        d.add(envs=[env], last=[env] if last else [], timelimit=[env] if timeout else [])
+    for e in range(3):
+        if not d.stored(e):
+            continue
+        pos = torch.tensor(list(d.stored(e)))
+        env = torch.full_like(pos, e)
+        assert d.rb.steps_to_episode_end(pos, env).tolist() == [
+            d.steps_to_end(e, p) for p in d.stored(e)
+        ]
+        assert d.rb.get_episode_begin_position(pos, env).tolist() == [
+            d.episode_begin(e, p) for p in d.stored(e)
+        ]
+        assert d.rb.get_disc_0_begin_position(pos, env).tolist() == [
+            d.disc0_begin(e, p) for p in d.stored(e)
+        ]
+        for path in LEAVES:
+            got = d.rb.get_field(path, env, pos).numpy()
+            np.testing.assert_array_equal(got, [d.value(e, p, path) for p in d.stored(e)])
+    sizes = {len(d.stored(e)) for e in range(3)}
+    if len(sizes) == 1:
+        data, info = d.rb.gather_all()
+        d.check_rows(data, info.env_ids, info.positions, sizes.pop())
+        want = [[d.ret(e, p, 0.5) for p in d.stored(e)] for e in range(3)]
+        np.testing.assert_array_equal(info.discounted_return.numpy(), np.array(want, np.float32))
+
+
+# =========================================================================== episodic returns
+def test_record_episodic_return_in_get_batch_and_gather_all() -> None:
+    torch.manual_seed(12)
+    d = Driver(num_envs=2, max_length=12, record_episodic_return=True, gamma=0.5,
+               reward_clip=(0.0, 1.0), default_return=-7.0, with_replacement=True)  # fmt: skip
+    d.run(11, episode_len=4)
+    _, info = d.rb.gather_all()
+    want = [[d.ret(e, p, 0.5, (0.0, 1.0), -7.0) for p in d.stored(e)] for e in range(2)]
+    np.testing.assert_array_equal(info.discounted_return.numpy(), np.array(want, np.float32))
+    assert info.discounted_return.dtype == torch.float32
+    assert -7.0 in want[0] and 0.0 in want[0]  # running episodes and LAST steps both appear
+    for _ in range(5):
+        _, info = d.rb.get_batch(6, 3)
+        assert info.discounted_return.shape == (6, 3)
+        for i, (e, p) in enumerate(starts_of(info)):
+            row = [d.ret(e, p + j, 0.5, (0.0, 1.0), -7.0) for j in range(3)]
+            np.testing.assert_array_equal(info.discounted_return[i].numpy(), row)
+
+
+def test_record_episodic_return_example_values() -> None:
+    """Rewards 0, 0.5, 1, 1.5 at positions 0..3 with LAST at 3, gamma 0.5."""
+    d = Driver(num_envs=1, max_length=8, record_episodic_return=True, gamma=0.5)
+    d.run(3)
+    d.add(last=[0])
+    d.add()
+    _, info = d.rb.gather_all()
+    # G_0 = 0.5 + 0.5 * 1 + 0.25 * 1.5; G_1 = 1 + 0.5 * 1.5; G_2 = 1.5; LAST: 0; running: default
+    assert info.discounted_return.tolist() == [[1.375, 1.75, 1.5, 0.0, -1000.0]]
+
+
+def test_record_episodic_return_needs_a_scalar_reward() -> None:
+    spec = {"step_type": TensorSpec((), torch.int32), "reward": TensorSpec((2,))}
+    with pytest.raises(rr.ConfigError, match="scalar reward"):
+        ReplayBuffer(spec, 1, record_episodic_return=True)
+
+
+# =========================================================================== clear, state
+def test_clear_all_or_some_envs() -> None:
+    d = Driver(num_envs=2, max_length=6)
+    d.run(3)
+    d.rb.clear(env_ids=torch.tensor([1]))
+    assert d.rb.total_size.item() == 3
+    d.rb.clear()
+    assert d.rb.total_size.item() == 0
+    d.run(1)  # positions keep counting
+    _, info = d.rb.gather_all()
+    assert info.positions.tolist() == [3, 3]
+
+
+def test_state_dict_round_trip_with_enable_checkpoint() -> None:
+    torch.manual_seed(13)
+    d = prioritized(num_envs=2, max_length=6, enable_checkpoint=True,
+                    record_episodic_return=True)  # fmt: skip
+    d.run(9, episode_len=3)
+    d.rb.update_priority(torch.tensor([0, 1]), torch.tensor([4, 5]), torch.tensor([3.0, 0.5]))
+    state = d.rb.state_dict()
+    twin = ReplayBuffer(SPEC, 2, max_length=6, prioritized_sampling=True,
+                        enable_checkpoint=True, record_episodic_return=True)  # fmt: skip
+    twin.load_state_dict(state)
+    for _ in range(3):
+        a, ia = d.rb.get_batch(5, 2)
+        b, ib = twin.get_batch(5, 2)
+        assert starts_of(ia) == starts_of(ib)
+        assert torch.equal(ia.importance_weights, ib.importance_weights)
+        assert torch.equal(leaf(a, "observation.obs"), leaf(b, "observation.obs"))
+    assert twin.initial_priority.item() == 3.0
+    pos = torch.tensor([5, 6, 7, 8])
+    assert torch.equal(twin.get_disc_0_begin_position(pos, torch.tensor(0)),
+                       d.rb.get_disc_0_begin_position(pos, torch.tensor(0)))  # fmt: skip
+    off = ReplayBuffer(SPEC, 2, max_length=6)
+    assert off.state_dict()["_extra_state"] == {}
