@@ -263,7 +263,41 @@ def test_find_class_names_the_refused_global() -> None:
     with pytest.raises(rr.CheckpointError, match=r"refused global subprocess\.Popen"):
         RestrictedUnpickler(io.BytesIO(b"")).find_class("subprocess", "Popen")
     allowed = RestrictedUnpickler(io.BytesIO(b"")).find_class(MODULE, "SumTree")
-    assert allowed is SumTree
+    assert issubclass(allowed, SumTree)  # a throwaway subclass of the front-end's SumTree
+
+
+@pytest.mark.parametrize(
+    ("module", "name", "attr"),
+    [
+        (MODULE, "SumTree", "sample"),
+        (MODULE, "SumTree", "__setstate__"),
+        ("numpy.core.numeric", "_frombuffer", "__defaults__"),
+        ("_codecs", "encode", "__kwdefaults__"),
+        ("copyreg", "_reconstructor", "__defaults__"),
+    ],
+)
+def test_build_on_a_global_patches_nothing_shared(module: str, name: str, attr: str) -> None:
+    # GLOBAL, then BUILD with a slot state: pickle's setattr(obj, attr, None) on the object
+    # find_class returned. It must reach only an object made for that one load.
+    import numpy._core.numeric as numeric
+
+    data = (
+        b"\x80\x02c"
+        + f"{module}\n{name}\n".encode()
+        + b"N}X"
+        + len(attr).to_bytes(4, "little")
+        + attr.encode()
+        + b"Ns\x86b."
+    )
+    watched = {"sample": SumTree.sample, "__setstate__": SumTree.__setstate__}
+    defaults = numeric._frombuffer.__defaults__
+    with pytest.raises(rr.CheckpointError):
+        loads_sum_tree(data)
+    assert SumTree.sample is watched["sample"] and SumTree.__setstate__ is watched["__setstate__"]
+    assert numeric._frombuffer.__defaults__ == defaults
+    tree = SumTree(2)  # the class still works
+    tree.set(1, 2.0)
+    assert tree.sample(0.5) == 1
 
 
 def test_saved_checkpoint_is_what_reagent_reads_back(tmp_path: Any, reagent_module: type) -> None:

@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import codecs
 import collections
-import copyreg
 import gzip
 import importlib
 import io
@@ -115,42 +114,76 @@ def _torch_rebuild_tensor_v2(*args: Any) -> Any:
     return rebuild(*args)
 
 
-def _sum_tree_reconstructor(cls: Any, base: Any, state: Any) -> SumTree:
-    """``copyreg._reconstructor`` as protocols 0/1 use it for a plain class: SumTree only."""
-    if cls is not SumTree or base is not object or state is not None:
-        raise CheckpointError(f"refused copyreg._reconstructor({cls!r}, {base!r}, {state!r})")
-    out: SumTree = copyreg._reconstructor(cls, base, state)  # type: ignore[attr-defined]
-    return out
+def _fresh(fn: Any) -> Any:
+    """A new function object calling ``fn``: a hostile BUILD may set attributes on what
+    ``find_class`` returns, and must only ever reach objects made for that one load."""
+
+    def call(*args: Any, **kwargs: Any) -> Any:
+        return fn(*args, **kwargs)
+
+    return call
 
 
 class RestrictedUnpickler(pickle.Unpickler):
     """An unpickler that resolves only the globals of a pickled ReAgent/Dopamine ``SumTree``.
 
+    Every load gets its own objects for the Python-level globals (a throwaway ``SumTree``
+    subclass, fresh wrapper functions); the shared ones it hands out are C types and
+    functions, which take no attributes. So a pickle's ``BUILD`` on a global (``setattr`` on
+    what it resolves to) cannot patch a class or function outside this load. The trees the
+    load builds are validated copies, in :attr:`trees` by ``id`` of the loaded object.
+
     Raises:
         rlreplay.CheckpointError: From :meth:`find_class`, for any other global.
     """
 
-    _allowed: ClassVar[dict[tuple[str, str], Any] | None] = None
+    _shared: ClassVar[dict[tuple[str, str], Any] | None] = None
+
+    def __init__(self, file: Any) -> None:
+        super().__init__(file)
+        self.trees: dict[int, SumTree] = {}
+        trees = self.trees
+
+        class _Loading(SumTree):
+            def __setstate__(self, state: Any) -> None:
+                tree = SumTree.__new__(SumTree)
+                SumTree.__setstate__(tree, state)  # validates
+                trees[id(self)] = tree
+
+        def reconstructor(cls: Any, base: Any, state: Any) -> Any:
+            # copyreg._reconstructor as protocols 0/1 use it for a plain class: SumTree only.
+            if cls is not _Loading or base is not object or state is not None:
+                raise CheckpointError(f"refused copyreg._reconstructor({cls!r}, {base!r})")
+            return object.__new__(_Loading)
+
+        self.sum_tree_class: type = _Loading
+        table = dict(self.shared())
+        table.update({path: _Loading for path in _SUM_TREE_PATHS})
+        table[("copyreg", "_reconstructor")] = reconstructor
+        for key in (("_codecs", "encode"), ("torch.storage", "_load_from_bytes")):
+            table[key] = _fresh(table[key])
+        table[("torch._utils", "_rebuild_tensor_v2")] = _fresh(_torch_rebuild_tensor_v2)
+        for core in ("numpy.core", "numpy._core"):  # _frombuffer is a Python function
+            key = (f"{core}.numeric", "_frombuffer")
+            table[key] = _fresh(table[key])
+        self._table = table
 
     @classmethod
-    def allowed(cls) -> dict[tuple[str, str], Any]:
-        """``(module, name)`` -> the object it resolves to."""
-        if cls._allowed is None:
+    def shared(cls) -> dict[tuple[str, str], Any]:
+        """``(module, name)`` -> the object it resolves to, before the per-load wrappers."""
+        if cls._shared is None:
             table = {**_numpy_globals(), **_CONTAINERS}
-            table.update({path: SumTree for path in _SUM_TREE_PATHS})
             table[("_codecs", "encode")] = _latin1_encode
-            table[("copyreg", "_reconstructor")] = _sum_tree_reconstructor
             table[("torch.storage", "_load_from_bytes")] = _torch_load_from_bytes
-            table[("torch._utils", "_rebuild_tensor_v2")] = _torch_rebuild_tensor_v2
             table[("collections", "OrderedDict")] = collections.OrderedDict
-            cls._allowed = table
-        return cls._allowed
+            cls._shared = table
+        return cls._shared
 
     def find_class(self, module: str, name: str) -> Any:
         # Protocols 0-2 spell these modules by their Python 2 names (pickle's fix_imports).
         module = _PY2_MODULES.get(module, module)
         try:
-            return self.allowed()[(module, name)]
+            return self._table[(module, name)]
         except KeyError:
             raise CheckpointError(
                 f"refused global {module}.{name}: a ReAgent sum_tree checkpoint names only "
@@ -165,16 +198,18 @@ def loads_sum_tree(data: bytes) -> SumTree:
         rlreplay.CheckpointError: A refused global, a malformed pickle, or anything but a
             ``SumTree`` with valid levels.
     """
+    unpickler = RestrictedUnpickler(io.BytesIO(data))
     try:
-        out = RestrictedUnpickler(io.BytesIO(data)).load()
+        out = unpickler.load()
     except CheckpointError:
         raise
     except Exception as exc:  # a malformed pickle fails in many ways; none runs foreign code
         msg = f"sum_tree: not a readable pickle ({type(exc).__name__}: {exc})"
         raise CheckpointError(msg) from None
-    if not isinstance(out, SumTree) or not hasattr(out, "_tree"):
+    tree = unpickler.trees.get(id(out)) if type(out) is unpickler.sum_tree_class else None
+    if tree is None:
         raise CheckpointError(f"sum_tree: expected a pickled SumTree, got {type(out).__name__}")
-    return out
+    return tree
 
 
 _PurePickler: Any = pickle._Pickler  # the pure-Python pickler (typeshed lists few members)
