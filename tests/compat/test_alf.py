@@ -63,10 +63,10 @@ class Driver:
         self.hist: list[list[dict[str, Any]]] = [[] for _ in range(num_envs)]
         self.head = [0] * num_envs  # oldest stored position per env
 
-    def step(self, e: int, last: bool, timelimit: bool) -> dict[str, Any]:
+    def step(self, e: int, last: bool, timelimit: bool, first: bool = False) -> dict[str, Any]:
         h = self.hist[e]
         t = len(h)
-        first = t == 0 or h[-1]["step_type"] == StepType.LAST
+        first = first or t == 0 or h[-1]["step_type"] == StepType.LAST
         kind = StepType.LAST if last else (StepType.FIRST if first else StepType.MID)
         return {
             "step_type": np.int32(kind),
@@ -83,10 +83,12 @@ class Driver:
         last: Any = (),
         timelimit: Any = (),
         tensors: bool = True,
+        first: Any = (),
         **kw: Any,
     ) -> None:
+        """One step of ``envs``: LAST for ``last``, FIRST for ``first`` (even after a MID)."""
         envs_l = list(range(self.E)) if envs is None else list(envs)
-        rows = [self.step(e, e in last, e in timelimit) for e in envs_l]
+        rows = [self.step(e, e in last, e in timelimit, e in first) for e in envs_l]
 
         def col(path: str) -> Any:
             arr = np.stack([r[path] for r in rows])
@@ -121,16 +123,28 @@ class Driver:
     def is_last(self, e: int, t: int) -> bool:
         return bool(self.hist[e][t]["step_type"] == StepType.LAST)
 
+    def is_first(self, e: int, t: int) -> bool:
+        return bool(self.hist[e][t]["step_type"] == StepType.FIRST)
+
+    # ALF indexes episodes by their FIRST steps (seed: "We build an index of episode beginning
+    # indices for each element in the buffer. The beginning point stores where episode end
+    # is."): a FIRST begins an episode even after a MID, which then ends the one before.
     def steps_to_end(self, e: int, t: int) -> int:
         h = self.hist[e]
         for j in range(t, len(h)):
             if self.is_last(e, j):
                 return j - t
+            if j > t and self.is_first(e, j):
+                return j - 1 - t
         return len(h) - 1 - t
 
     def episode_begin(self, e: int, t: int) -> int:
-        for j in range(t - 1, -1, -1):
-            if self.is_last(e, j):
+        # A LAST ends its episode here even when no FIRST follows (docs/migrating/alf.md: a
+        # stream ALF's environments never produce; the core cannot reopen an ended episode).
+        for j in range(t, -1, -1):
+            if self.is_first(e, j):
+                return j
+            if j < t and self.is_last(e, j):
                 return j + 1
         return 0
 
@@ -143,7 +157,12 @@ class Driver:
     def ret(
         self, e: int, t: int, gamma: float, clip: Any = None, default: float = -1000.0
     ) -> float:
-        """ALF's return of step t: the rewards after it, to its episode's LAST step."""
+        """ALF's return of step t: the rewards after it, to its episode's LAST step.
+
+        Seed: "computes and stores episodic return for every step in the episode upon episode
+        completion ... When episodes are incomplete, all steps get the default_return": an
+        episode that a FIRST cut before any LAST never completes.
+        """
         if self.is_last(e, t):
             return 0.0
         end = t + self.steps_to_end(e, t)

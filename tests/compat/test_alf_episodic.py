@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pytest
 import torch
@@ -88,12 +90,22 @@ def test_get_disc_0_begin_position() -> None:
 
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(st.lists(st.tuples(st.integers(0, 2), st.booleans(), st.booleans()), max_size=40))
-def test_episodic_queries_against_reference(ops: list[tuple[int, bool, bool]]) -> None:
-    """Random steps of random envs (some LAST, some time limits) vs the reference."""
+@given(
+    st.lists(
+        st.tuples(st.integers(0, 2), st.booleans(), st.booleans(), st.integers(0, 3)),
+        max_size=40,
+    )
+)
+def test_episodic_queries_against_reference(ops: list[tuple[int, bool, bool, int]]) -> None:
+    """Random steps of random envs (some LAST, some time limits, some FIRST after a MID)."""
     d = Driver(num_envs=3, max_length=5, record_episodic_return=True, gamma=0.5)
-    for env, last, timeout in ops:
-        d.add(envs=[env], last=[env] if last else [], timelimit=[env] if timeout else [])
+    for env, last, timeout, first in ops:
+        d.add(
+            envs=[env],
+            last=[env] if last else [],
+            timelimit=[env] if timeout else [],
+            first=[env] if first == 0 else [],
+        )
     for e in range(3):
         if not d.stored(e):
             continue
@@ -190,3 +202,69 @@ def test_state_dict_round_trip_with_enable_checkpoint() -> None:
                        d.rb.get_disc_0_begin_position(pos, torch.tensor(0)))  # fmt: skip
     off = ReplayBuffer(SPEC, 2, max_length=6)
     assert off.state_dict()["_extra_state"] == {}
+
+
+# =========================================================================== FIRST steps
+def test_a_first_after_a_mid_begins_a_new_episode_as_alfs_index() -> None:
+    """Seed (add_batch): "We build an index of episode beginning indices for each element in
+    the buffer. The beginning point stores where episode end is." A FIRST is a beginning
+    whatever came before it; the episode it interrupts ends at the step before it and, never
+    having completed, keeps default_return ("When episodes are incomplete, all steps get the
+    default_return")."""
+    d = Driver(num_envs=1, max_length=16, record_episodic_return=True, gamma=0.5)
+    d.add()  # 0 FIRST
+    d.add()  # 1 MID
+    d.add()  # 2 MID
+    d.add(first=[0])  # 3 FIRST after a MID
+    d.add()  # 4 MID
+    d.add(last=[0])  # 5 LAST
+    d.add()  # 6 FIRST
+    d.add()  # 7 MID
+    kinds = [int(h["step_type"]) for h in d.hist[0]]
+    assert kinds == [0, 1, 1, 0, 1, 2, 0, 1]
+    pos, env = torch.arange(8), torch.zeros(8, dtype=torch.int64)
+    assert d.rb.get_episode_begin_position(pos, env).tolist() == [0, 0, 0, 3, 3, 3, 6, 6]
+    assert d.rb.steps_to_episode_end(pos, env).tolist() == [2, 1, 0, 2, 1, 0, 1, 0]
+    _, info = d.rb.gather_all()
+    r4, r5 = float(d.value(0, 4, "reward")), float(d.value(0, 5, "reward"))
+    want = [-1000.0] * 3 + [r4 + 0.5 * r5, r5, 0.0] + [-1000.0] * 2
+    np.testing.assert_allclose(info.discounted_return[0].numpy(), want)
+    _, info = d.rb.get_batch(batch_size=8, batch_length=2)
+    for p, ret in zip(info.positions.tolist(), info.discounted_return.tolist(), strict=True):
+        assert ret == pytest.approx(want[p : p + 2])
+
+
+def test_a_first_into_an_emptied_env_begins_a_new_episode() -> None:
+    """After dequeue took every step of a running episode, a FIRST still begins a new one."""
+    d = Driver(num_envs=1, max_length=8)
+    d.add()  # 0 FIRST
+    d.add()  # 1 MID: the episode is still running
+    d.rb.dequeue(n=2)
+    d.add(first=[0])  # 2 FIRST
+    d.add()  # 3 MID
+    pos, env = torch.tensor([2, 3]), torch.zeros(2, dtype=torch.int64)
+    assert d.rb.get_episode_begin_position(pos, env).tolist() == [2, 2]
+    assert d.rb.steps_to_episode_end(pos, env).tolist() == [1, 0]
+    state = d.rb.state_dict()
+    assert d.rb.get_extra_state() == {}  # enable_checkpoint=False carries nothing
+    assert "_extra_state" in state
+
+
+def test_first_bookkeeping_survives_a_checkpoint() -> None:
+    kw: dict[str, Any] = {"record_episodic_return": True, "enable_checkpoint": True}
+    d = Driver(num_envs=1, max_length=8, **kw)
+    d.add()
+    d.add()
+    d.rb.dequeue(n=2)
+    d.add(first=[0])  # 2 FIRST into an empty env
+    d.add()  # 3 MID
+    d.add(first=[0])  # 4 FIRST after a MID: 2..3 are an incomplete episode
+    d.add(last=[0])  # 5 LAST
+    copy = ReplayBuffer(SPEC, 1, max_length=8, keep_episodic_info=True, **kw)
+    copy.load_state_dict(d.rb.state_dict())
+    pos, env = torch.arange(2, 6), torch.zeros(4, dtype=torch.int64)
+    for rb in (d.rb, copy):
+        assert rb.get_episode_begin_position(pos, env).tolist() == [2, 2, 4, 4]
+        _, info = rb.gather_all()
+        r5 = float(d.value(0, 5, "reward"))
+        np.testing.assert_allclose(info.discounted_return[0].numpy(), [-1000, -1000, r5, 0])

@@ -160,28 +160,33 @@ def draw_starts(
     return np.concatenate([env_p, env_r]), np.concatenate([t_p, t_r]), weights
 
 
-def alf_returns(g: Array, mask: Array, ends: Array, length: int, default: float) -> Array:
+def alf_returns(
+    g: Array, mask: Array, ends: Array, cut: Array, length: int, default: float
+) -> Array:
     """ALF's discounted returns of the first ``length`` steps of runs from the core's ``g``.
 
-    ``g``, ``mask`` and ``ends`` (the step ends its episode) are ``(B, length + 1)``: a step's
-    return is 0 at its episode's end, else the core's return of the next step (the rewards
-    after it), ``default`` where that step is not stored yet.
+    ``g``, ``mask``, ``ends`` (the step ends its episode) and ``cut`` (its episode was cut by a
+    ``FIRST`` before any ``LAST``, see :class:`~rlreplay.compat.alf._episodic.CutEpisodes`)
+    are ``(B, length + 1)``: a step's return is ``default`` in a cut episode, else 0 at its
+    episode's end, else the core's return of the next step (the rewards after it),
+    ``default`` where that step is not stored yet.
     """
     after = np.where(mask[:, 1 : length + 1], g[:, 1 : length + 1], default)
-    out: Array = np.where(ends[:, :length], 0.0, after).astype(np.float32)
+    done = np.where(ends[:, :length], 0.0, after)
+    out: Array = np.where(cut[:, :length], default, done).astype(np.float32)
     return out
 
 
-def sequence_returns(seq: Mapping[str, Array], length: int, default: float) -> Array:
+def sequence_returns(seq: Mapping[str, Array], cut: Array, length: int, default: float) -> Array:
     """:func:`alf_returns` of the first ``length`` steps of runs of ``length + 1`` steps."""
     ends = seq["terminated"] | seq["truncated"]
-    return alf_returns(seq["discounted_return"], seq["mask"], ends, length, default)
+    return alf_returns(seq["discounted_return"], seq["mask"], ends, cut, length, default)
 
 
-def gathered_returns(data: Mapping[str, Array], num_envs: int, default: float) -> Array:
+def gathered_returns(data: Mapping[str, Array], cut: Array, num_envs: int, default: float) -> Array:
     """:func:`alf_returns` of every step of ``gather_all`` data (``(E, T)``; none stored after)."""
     E = num_envs
     g = np.concatenate([data["discounted_return"], np.zeros((E, 1), np.float32)], 1)
     mask = np.concatenate([data["mask"], np.zeros((E, 1), np.bool_)], 1)
     ends = data["terminated"] | data["truncated"]
-    return alf_returns(g, mask, ends, ends.shape[1], default)
+    return alf_returns(g, mask, ends, cut, ends.shape[1], default)

@@ -1,7 +1,9 @@
-"""Discount-0 segments of the ALF buffer's steps (private to the ALF front-end).
+"""ALF's episode bookkeeping beside the core's (private to the ALF front-end).
 
 Episodes live in the core's episode index; ALF's discount-0 *segments* do not, so the adapter
-keeps them here for :meth:`ReplayBuffer.get_disc_0_begin_position`.
+keeps them here for :meth:`ReplayBuffer.get_disc_0_begin_position`. Episodes that ALF begins
+at a ``FIRST`` without a ``LAST`` before it are ended in the core here
+(:func:`cut_before_first`), and their steps marked (:class:`CutEpisodes`).
 """
 
 from __future__ import annotations
@@ -11,10 +13,13 @@ from typing import Any
 
 import numpy as np
 
+from rlreplay.buffer import ReplayBuffer as CoreBuffer
 from rlreplay.errors import InvalidIdError
 
 __all__ = [
+    "CutEpisodes",
     "Disc0Segments",
+    "cut_before_first",
 ]
 
 Array = np.ndarray[Any, Any]
@@ -72,3 +77,77 @@ class Disc0Segments:
         """Restore :meth:`state_dict` (in place)."""
         self.begin[...] = state["disc0_begin"]
         self.last[...] = state["last_disc0"]
+
+
+class CutEpisodes:
+    """Which stored steps belong to an episode that a ``FIRST`` cut before its ``LAST``.
+
+    ALF indexes episodes by their ``FIRST`` steps: a ``FIRST`` that follows a non-``LAST`` step
+    begins a new episode, and the one before never completes. ALF computes returns "upon
+    episode completion" and gives the steps of incomplete episodes ``default_return``; the
+    core ends such an episode (``end_episode``, truncated) and would record returns for it,
+    so these steps are marked here and read as ``default_return``.
+
+    Invariants: ``cut[env * max_length + pos % max_length]`` is True exactly for stored steps
+    of cut episodes (a slot is cleared when a new step is written to it).
+
+    Cost: O(episode length) per cut (each step is marked at most once), O(B) per write.
+    """
+
+    def __init__(self, num_envs: int, max_length: int) -> None:
+        self._max_length = max_length
+        self.cut = np.zeros(num_envs * max_length, np.bool_)
+
+    def written(self, slots: Array) -> None:
+        """New steps were written to ``slots``."""
+        self.cut[slots] = False
+
+    def mark(self, env: int, begin: int, end: int) -> None:
+        """Steps ``begin .. end - 1`` of ``env`` form a cut episode."""
+        pos = np.arange(begin, end, dtype=np.int64)
+        self.cut[env * self._max_length + pos % self._max_length] = True
+
+    def of(self, env: Array, pos: Array) -> Array:
+        """Whether steps ``pos`` of ``env`` (stored, broadcast together) are cut."""
+        out: Array = self.cut[env * self._max_length + pos % self._max_length]
+        return out
+
+    def state_dict(self) -> dict[str, Array]:
+        """A copy of the marks, as ``cut_episodes``."""
+        return {"cut_episodes": self.cut.copy()}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Restore :meth:`state_dict` (in place; absent in older states: nothing cut)."""
+        self.cut[...] = state.get("cut_episodes", False)
+
+
+def cut_before_first(
+    core: CoreBuffer, envs: Array, final: Mapping[str, Any], cuts: CutEpisodes | None
+) -> Array:
+    """End the running episodes of ``envs``, whose next step is a ``FIRST``, as ALF's index does.
+
+    ALF builds "an index of episode beginning indices for each element": a ``FIRST`` step
+    begins an episode whatever came before it, and the episode it interrupts ends at its
+    newest step (the end its beginning point stores). The core's episode of such an env is
+    ended there (``end_episode``, truncated; ``final`` is the placeholder next observation)
+    and, with ``cuts``, its stored steps are marked as an incomplete episode.
+
+    Returns:
+        The envs of ``envs`` that store no step: there the core cannot end the episode, so the
+        caller records the ``FIRST``'s position as the begin of every later stored step.
+    """
+    first, end = core.stored_range()
+    has = end[envs] > first[envs]
+    live = envs[has]
+    if live.size:
+        E = core.num_envs
+        newest = (end[live] - 1) * E + live
+        running = core.steps_to_episode_end(newest) < 0
+        if running.any():
+            begins = np.maximum(core.episode_begin(newest[running]) // E, first[live[running]])
+            for e, b in zip(live[running].tolist(), begins.tolist(), strict=True):
+                core.end_episode(e, **final)
+                if cuts is not None:
+                    cuts.mark(e, b, int(end[e]))
+    out: Array = envs[~has]
+    return out

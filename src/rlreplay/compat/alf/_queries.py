@@ -18,7 +18,7 @@ import torch
 
 from rlreplay.buffer import ReplayBuffer as CoreBuffer
 from rlreplay.compat.alf._draws import ReplayAssertionError
-from rlreplay.compat.alf._episodic import Disc0Segments
+from rlreplay.compat.alf._episodic import CutEpisodes, Disc0Segments
 from rlreplay.compat.alf._nest import broadcast_ids, field_tensors, to_tensor
 from rlreplay.compat.alf.tensor_specs import Path
 from rlreplay.errors import FieldError
@@ -33,7 +33,9 @@ class EpisodicQueries:
     """Position queries and extra state of ALF's ``ReplayBuffer`` (a mixin)."""
 
     _atomic: Callable[[], AbstractContextManager[Any]]
+    _begin_floor: Array
     _core: CoreBuffer
+    _cuts: CutEpisodes | None
     _device: torch.device
     _disc0: Disc0Segments
     _discount: str | None
@@ -118,9 +120,12 @@ class EpisodicQueries:
             rlreplay.InvalidIdError: A position not stored.
         """
         self._require_episodic("get_episode_begin_position")
-        _, _, ids = self._ids(env_ids, pos)
+        env, _, ids = self._ids(env_ids, pos)
         with self._atomic():
             begin = self._core.episode_begin(ids) // self._num_envs
+            # A FIRST added to an env that stored nothing begins the episodes of all its later
+            # steps (ALF's index); the core could not end its episode there.
+            begin = np.maximum(begin, self._begin_floor[env])
         return to_tensor(begin, self._device)
 
     def get_disc_0_begin_position(self, pos: Any, env_ids: Any) -> torch.Tensor:
@@ -155,6 +160,8 @@ class EpisodicQueries:
                 "core": self._core.state_dict(),
                 **self._disc0.state_dict(),
                 "max_priority": None if self._max_prio is None else self._max_prio.state_dict(),
+                "begin_floor": self._begin_floor.copy(),
+                **({} if self._cuts is None else self._cuts.state_dict()),
             }
 
     def set_extra_state(self, state: Any) -> None:
@@ -169,3 +176,6 @@ class EpisodicQueries:
             self._disc0.load_state_dict(state)
             if self._max_prio is not None and state["max_priority"] is not None:
                 self._max_prio.load_state_dict(state["max_priority"])
+            self._begin_floor[...] = state.get("begin_floor", 0)
+            if self._cuts is not None:
+                self._cuts.load_state_dict(state)

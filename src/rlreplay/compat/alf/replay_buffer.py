@@ -61,10 +61,11 @@ from rlreplay.compat.alf._draws import (
     gathered_returns,
     sequence_returns,
 )
-from rlreplay.compat.alf._episodic import Disc0Segments
+from rlreplay.compat.alf._episodic import CutEpisodes, Disc0Segments, cut_before_first
 from rlreplay.compat.alf._nest import (
     AssignDTypeError,
     env_array,
+    flag,
     pack_rows,
     step_values,
     to_tensor,
@@ -221,6 +222,11 @@ class ReplayBuffer(EpisodicQueries, torch.nn.Module):
         self._all_envs = np.arange(E, dtype=np.int64)
         self._stopped = False
         self._disc0 = Disc0Segments(E, C)
+        self._cuts = CutEpisodes(E, C) if self._record else None
+        # Per env: a FIRST added while the env stored nothing begins every later stored step's
+        # episode (the core's episode could not be ended there; see cut_before_first).
+        self._begin_floor = np.zeros(E, np.int64)
+        self._final = {"next_" + self._layout.placeholder: np.zeros(0, np.uint8)}
         self._max_prio = MaxTree(E * C) if self._prioritized else None
 
     # ------------------------------------------------------------------ properties
@@ -325,7 +331,11 @@ class ReplayBuffer(EpisodicQueries, torch.nn.Module):
         envs = env_array(env_ids, self._all_envs)
         B = envs.shape[0]
         values, disc0 = step_values(batch, self._layout, B, StepType.LAST)
+        firsts = self._first_envs(values, envs)
         with self._atomic():
+            empty_firsts = envs[:0]
+            if firsts.size:  # ALF: a FIRST begins an episode whatever came before it
+                empty_firsts = cut_before_first(self._core, firsts, self._final, self._cuts)
             try:
                 if blocking:
 
@@ -343,11 +353,25 @@ class ReplayBuffer(EpisodicQueries, torch.nn.Module):
             t = ids // self._num_envs
             slots = envs * self._max_length + t % self._max_length
             self._disc0.record(envs, t, slots, disc0)
+            self._begin_floor[empty_firsts] = t[np.isin(envs, empty_firsts)]
+            if self._cuts is not None:
+                self._cuts.written(slots)
             if self._pcore is not None and self._max_prio is not None:
                 # ALF's rule, not the core's: max(initial, current largest priority).
                 p0 = self._new_priority()
                 self._pcore.update_priorities(ids, np.full(B, p0))
                 self._max_prio.set(slots, p0)
+
+    def _first_envs(self, values: dict[str, Any], envs: Array) -> Array:
+        """The envs whose step in ``values`` is a ``FIRST``."""
+        ok = envs.size == 0 or (
+            envs.min() >= 0 and envs.max() < self._num_envs and np.unique(envs).size == envs.size
+        )
+        if self._layout.step_type is None or not ok:  # bad env_ids: the core's add raises
+            return envs[:0]
+        first = flag(values, self._layout.step_type, envs.shape[0]) == StepType.FIRST
+        out: Array = envs[first]
+        return out
 
     def stop(self) -> None:
         """Stop blocking calls: blocked and later blocking ones return ``None`` (ALF's ``stop``).
@@ -464,7 +488,9 @@ class ReplayBuffer(EpisodicQueries, torch.nn.Module):
         data = {name: arr[:, k:] for name, arr in got.items()}
         returns: Any = ()
         if self._record:
-            g = gathered_returns(data, self._num_envs, self._default_return)
+            T = next(iter(data.values())).shape[1]
+            cut = self._cut_of(self._all_envs, heads + k, T)
+            g = gathered_returns(data, cut, self._num_envs, self._default_return)
             returns = to_tensor(g, device)
         info = BatchInfo(
             env_ids=to_tensor(self._all_envs.copy(), device),
@@ -512,7 +538,8 @@ class ReplayBuffer(EpisodicQueries, torch.nn.Module):
         device = torch.get_default_device()
         returns: Any = ()
         if self._record:
-            returns = to_tensor(sequence_returns(seq, L, self._default_return), device)
+            cut = self._cut_of(env, t, L + 1)
+            returns = to_tensor(sequence_returns(seq, cut, L, self._default_return), device)
         info = BatchInfo(
             env_ids=to_tensor(env, device),
             positions=to_tensor(t, device),
@@ -521,6 +548,13 @@ class ReplayBuffer(EpisodicQueries, torch.nn.Module):
             discounted_return=returns,
         )
         return self._nest(seq, device, L), info
+
+    def _cut_of(self, env: Array, start: Array, length: int) -> Array:
+        """``(len(env), length)``: steps ``start ..`` of ``env`` are in an episode cut by FIRST."""
+        pos = start[:, None] + np.arange(length)
+        if self._cuts is None:
+            return np.zeros(pos.shape, np.bool_)
+        return self._cuts.of(env[:, None], pos)
 
     def update_priority(self, env_ids: Any, positions: Any, priorities: Any) -> None:
         """Set the priorities of the steps ``(env_ids, positions)`` (from a :class:`BatchInfo`).
