@@ -42,19 +42,26 @@ import numba
 import numpy as np
 
 from rlreplay.buffer_host import BufferHost
-from rlreplay.episodes import COUNT, F_COUNT, FINAL_FID, HEAD, LAST_END
+from rlreplay.episodes import COUNT, F_COUNT, F_HEAD, FINAL_FID, HEAD, LAST_END
 from rlreplay.errors import ConfigError, InvalidIdError, ReplayClosed, ReplayTimeout
 from rlreplay.sampling.uniform import DrawOptions
 from rlreplay.spec import Schema
-from rlreplay.storage.shared import MappedSegment, SharedBackend, load_acquire, store_release
+from rlreplay.storage.shared import (
+    MappedSegment,
+    SharedBackend,
+    fence,
+    load_acquire,
+    store_release,
+)
 
 __all__ = ["SharedHandle", "SharedState", "SharedWriter", "attach", "share_buffer"]
 
 Array = np.ndarray[Any, Any]
 
-# Header columns, one row per env.
-PUB, BEGIN, PID, SHARED, CLOSED, BASE_T, BASE_LAST_END, BASE_FCOUNT = range(8)
-_HCOLS = 8
+# Header columns, one row (one 64-byte cache line) per env; ENDS counts the writers'
+# end_episode calls (which change a published step's record, not PUB).
+PUB, BEGIN, PID, SHARED, CLOSED, BASE_T, BASE_LAST_END, BASE_FCOUNT, ENDS = range(9)
+_HCOLS = 16
 # Per-slot record written by the writer: the step, its episode's first step, its final-record
 # id (the env's count of ended episodes before it) and whether it ends its episode.
 W_T, W_START, W_FID, W_DONE = range(4)
@@ -66,23 +73,46 @@ def _begin(hdr: Array, rows_env: Array, t: Array) -> None:  # pragma: no cover -
     for i in range(rows_env.shape[0]):
         e = rows_env[i]
         hdr[e, BEGIN] = max(hdr[e, BEGIN], t[i] + 1)
-    store_release(hdr, 0, _HCOLS - 1, 0)  # a fence (column 7 of env 0 is unused padding)
+    fence()
 
 
 @numba.njit(cache=True)
 def _publish(hdr: Array, rows_env: Array, t: Array) -> None:  # pragma: no cover - compiled
     """Fence (after the data), then ``PUB`` of each row's env = its step + 1."""
-    store_release(hdr, 0, _HCOLS - 1, 0)
+    fence()
     for i in range(rows_env.shape[0]):
         e = rows_env[i]
         hdr[e, PUB] = max(hdr[e, PUB], t[i] + 1)
 
 
 @numba.njit(cache=True)
+def _begin_one(hdr: Array, e: int, t: int) -> None:  # pragma: no cover - compiled
+    """:func:`_begin` of one step."""
+    hdr[e, BEGIN] = max(hdr[e, BEGIN], t + 1)
+    fence()
+
+
+@numba.njit(cache=True)
+def _publish_one(hdr: Array, e: int, t: int) -> None:  # pragma: no cover - compiled
+    """:func:`_publish` of one step."""
+    store_release(hdr, e, PUB, max(hdr[e, PUB], t + 1))
+
+
+@numba.njit(cache=True)
 def _begins(hdr: Array) -> Array:  # pragma: no cover - compiled
     """Fence (after the data was read), then a copy of every env's ``BEGIN``."""
-    load_acquire(hdr, 0, _HCOLS - 1)
+    fence()
     return hdr[:, BEGIN].copy()
+
+
+@numba.njit(cache=True)
+def _changes(hdr: Array) -> Array:  # pragma: no cover - compiled
+    """``PUB``, ``BEGIN`` and ``ENDS`` of every env (each env's three as one key), then fence."""
+    out = hdr[:, PUB] * 0
+    for e in range(hdr.shape[0]):
+        out[e] = hdr[e, PUB] * 1000003 + hdr[e, BEGIN] * 7919 + hdr[e, ENDS]
+    fence()
+    return out
 
 
 @numba.njit(cache=True)
@@ -109,7 +139,9 @@ class SharedHandle:
         segments: Array name -> (segment name, shape, dtype string).
         fields: The buffer's schema (:meth:`rlreplay.spec.Schema.to_json`).
         num_envs: ``E``.
-        env_capacity: ``C``, slots per env (and final records per env).
+        env_capacity: ``C``, slots per env.
+        finals_capacity: Final-observation records per env (at least ``C``, so a record is
+            only reused once the step that owns it was overwritten).
         env_ids: The envs a writer attached with this handle owns.
         owner_pid: The owning process (writers stop when it is gone).
     """
@@ -118,6 +150,7 @@ class SharedHandle:
     fields: dict[str, Any]
     num_envs: int
     env_capacity: int
+    finals_capacity: int
     env_ids: tuple[int, ...]
     owner_pid: int
 
@@ -147,6 +180,7 @@ class SharedState:
         self.records = backend.allocate("shared-records", (E * C, 4), i64)
         self.records[:, W_T] = -1
         self.mask = np.zeros(E, np.bool_)
+        self._seen = np.full(E, -1, np.int64)
         self.env_capacity = C
         self.guard = min(C // 8, 4096)
         self.retries = 0
@@ -169,9 +203,12 @@ class SharedState:
     # ------------------------------------------------------------------ folding
     def fold(self, buf: BufferHost) -> None:
         """Account for every step the writers published since the last fold."""
-        envs = np.flatnonzero(self.mask)
+        # Only envs whose writer published, began or ended something since the last fold.
+        key = _changes(self.header)
+        envs = np.flatnonzero(self.mask & (key != self._seen))
         if not envs.size:
             return
+        self._seen[envs] = key[envs]  # values read before the fold: a later change differs
         index = buf._index
         before = index.bounds() if buf._tracks_sampleable else None
         rows: list[tuple[int, int, int]] = []
@@ -257,6 +294,13 @@ def share_buffer(buf: Any, env_ids: Any) -> SharedHandle:
     envs = buf._all_envs if env_ids is None else buf._writer.check_env_ids(env_ids)
     index, hdr = buf._index, state.header
     buf._fast_add = False  # the generated add writes every env; the general one checks
+    env, C = index.env, buf.env_capacity
+    if index.finals_capacity < C:
+        # Loaded from a checkpoint with fewer final records: writers need a ring of >= C per
+        # env (a record is then reused only after its step was overwritten). Reserving room
+        # for C - live ends of env 0 grows every env's ring (by doubling) to at least C.
+        n = C - int(env[0, F_COUNT] - env[0, F_HEAD])
+        buf._writer._reserve_finals(np.zeros(n, np.int64), np.ones(n, np.bool_))
     for e in envs.tolist():
         if hdr[e, SHARED]:
             continue  # shared before: its writers' state is in the header already
@@ -271,6 +315,7 @@ def share_buffer(buf: Any, env_ids: Any) -> SharedHandle:
         fields=buf.schema.to_json(),
         num_envs=buf.num_envs,
         env_capacity=buf.env_capacity,
+        finals_capacity=index.finals_capacity,
         env_ids=tuple(int(e) for e in envs),
         owner_pid=os.getpid(),
     )
@@ -338,7 +383,12 @@ class SharedWriter:
         self.schema = Schema.from_json(handle.fields)
         self.num_envs, C = handle.num_envs, handle.env_capacity
         self.env_capacity = C
+        self.finals_capacity = handle.finals_capacity
         self.env_ids = np.array(handle.env_ids, np.int64)
+        self._plain_keys = frozenset(self.schema.fields)
+        self._next_names = frozenset(self.schema.next_names())
+        self._full_keys = self._plain_keys | self._next_names
+        self._one_id = np.zeros(1, np.int64)
         self._names: list[str] = []
         arrays: dict[str, Array] = {}
         try:
@@ -463,6 +513,8 @@ class SharedWriter:
         else:
             rows = self._rows(env_ids)
             lead = (rows.size,)
+        if not lead:
+            return self._store_one(self._locked[0], self._convert(values, lead))
         return self._store(rows, self._convert(values, lead), lead)
 
     def extend(self, *, env_id: int | None = None, **values: Any) -> Array:
@@ -482,16 +534,44 @@ class SharedWriter:
         return np.concatenate(ids) if ids else np.zeros(0, np.int64)
 
     def _convert(self, values: dict[str, Any], lead: tuple[int, ...]) -> dict[str, Any]:
-        nexts = set(self.schema.next_names())
-        values = {k: v for k, v in values.items() if not (v is None and k in nexts)}
-        self.schema.check_keys(values, ending=False)
+        keys = values.keys()
+        full = keys == self._full_keys
+        if not full and keys != self._plain_keys:
+            if any(values[k] is None for k in self._next_names if k in values):
+                values = {k: v for k, v in values.items() if v is not None or k in self._plain_keys}
+            self.schema.check_keys(values, ending=False)  # names what is unknown or missing
         conv = self.schema.convert_all(values, lead)
-        if np.any(conv["terminated"]) or np.any(conv["truncated"]):
-            self.schema.check_keys(values, ending=True)
+        if not full and (
+            (bool(conv["terminated"]) or bool(conv["truncated"]))
+            if not lead
+            else (conv["terminated"].any() or conv["truncated"].any())
+        ):
+            self.schema.check_keys(values, ending=True)  # names the missing next_<obs>
         return conv
 
+    def _store_one(self, e: int, conv: dict[str, Any]) -> Array:
+        """:meth:`_store` of one unbatched step (scalar slot writes: the per-step path)."""
+        C, F = self.env_capacity, self.finals_capacity
+        t = int(self._t[e])
+        slot = e * C + t % C
+        done = bool(conv["terminated"]) or bool(conv["truncated"])
+        start, fid = int(self._last_end[e]) + 1, int(self._fcount[e])
+        _begin_one(self._hdr, e, t)
+        for name, col in self._steps.items():
+            col[slot] = conv[name]
+        if done:
+            for name, col in self._finals.items():
+                col[e * F + fid % F] = conv["next_" + name]
+            self._last_end[e], self._fcount[e] = t, fid + 1
+        self._records[slot] = (t, start, fid, done)
+        _publish_one(self._hdr, e, t)
+        self._t[e] = t + 1
+        out = self._one_id.copy()
+        out[0] = t * self.num_envs + e
+        return out
+
     def _store(self, rows: Array, conv: dict[str, Any], lead: tuple[int, ...]) -> Array:
-        C, F = self.env_capacity, self.env_capacity
+        C, F = self.env_capacity, self.finals_capacity
         n = rows.shape[0]
         # One env's rows are consecutive steps (extend), or each env appears once (add).
         t = self._t[rows] + (np.arange(n) if n > 1 and rows[0] == rows[-1] else 0)
@@ -527,13 +607,14 @@ class SharedWriter:
         t = int(self._t[e]) - 1
         if t < 0 or self._last_end[e] == t:
             raise InvalidIdError(f"env_id: env {e} has no running episode to end")
-        C = self.env_capacity
+        C, F = self.env_capacity, self.finals_capacity
         slot = e * C + t % C
         fid = int(self._fcount[e])
         for name, col in self._finals.items():
-            col[e * C + fid % C] = conv["next_" + name]
+            col[e * F + fid % F] = conv["next_" + name]
         self._steps["truncated"][slot] = True
         store_release(self._records, slot, W_DONE, 1)  # after the final observation
+        store_release(self._hdr, e, ENDS, int(self._hdr[e, ENDS]) + 1)
         self._last_end[e], self._fcount[e] = t, fid + 1
         return np.array([t * self.num_envs + e], np.int64)
 

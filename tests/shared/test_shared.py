@@ -201,3 +201,67 @@ def test_segments_are_unlinked_when_the_owner_is_collected() -> None:
     del buf
     gc.collect()
     assert not set(names) & set(os.listdir("/dev/shm"))
+
+
+def stacked(e: int, ts: range) -> dict[str, np.ndarray]:
+    vals = [step_values(e, t) for t in ts]
+    return {k: np.stack([np.asarray(v[k]) for v in vals]) for k in vals[0]}
+
+
+def assert_same_sampleable(buf: rr.ReplayBuffer, ref: rr.ReplayBuffer) -> None:
+    """``buf`` samples from exactly ``ref``'s transitions (less steps dropped ahead of the
+    writers), each equal to ``ref``'s."""
+    E = buf.num_envs
+    assert buf.num_sampleable <= ref.num_sampleable  # folds what the writers published
+    env, renv = buf._index.env, ref._index.env
+    for e in range(E):
+        assert env[e, 4] == renv[e, 4]  # the same newest sampleable step
+        assert renv[e, 3] <= env[e, 3] <= renv[e, 3] + buf._shared.guard + ref.frame_stack
+    ids = np.concatenate([np.arange(env[e, 3], env[e, 4]) * E + e for e in range(E)])
+    got, want = buf.get_transitions(ids), ref.get_transitions(ids)
+    for k in want:
+        np.testing.assert_array_equal(got[k], want[k], err_msg=k)
+
+
+@pytest.mark.parametrize("frame_stack", [1, 3])
+def test_a_writer_that_laps_the_ring_between_folds(frame_stack: int) -> None:
+    E, C = 3, 40
+    kw = {"num_envs": E, "n_step": 3, "frame_stack": frame_stack, "seed": 0}
+    buf = rr.ReplayBuffer(E * C, FIELDS, storage="shared", **kw)  # type: ignore[arg-type]
+    ref = rr.ReplayBuffer(E * C, FIELDS, **kw)  # type: ignore[arg-type]
+    w = rr.attach(buf.share([1, 2]))
+    rng = np.random.default_rng(3)
+    t = 0
+    for chunk in rng.integers(1, 3 * C, 12):
+        for e in (1, 2):  # extend (longer than the ring at times) and vector adds
+            w.extend(env_id=e, **stacked(e, range(t, t + int(chunk))))
+            ref.extend(env_id=e, **stacked(e, range(t, t + int(chunk))))
+        t += int(chunk)
+        if chunk % 2:
+            both = {k: np.stack([stacked(1, range(t, t + 1))[k][0],
+                                 stacked(2, range(t, t + 1))[k][0]]) for k in FIELDS | {
+                "reward": 0, "terminated": 0, "truncated": 0, "next_obs": 0}}  # fmt: skip
+            w.add(env_ids=[1, 2], **both)
+            ref.add(env_ids=[1, 2], **both)
+            t += 1
+        assert_same_sampleable(buf, ref)
+    w.close()
+    buf.close()
+
+
+def test_a_checkpoint_loaded_into_shared_memory_can_be_shared(tmp_path: Any) -> None:
+    mem = rr.ReplayBuffer(64, FIELDS, num_envs=2, seed=0)
+    ref = rr.ReplayBuffer(64, FIELDS, num_envs=2, seed=0)
+    for e in range(2):
+        mem.extend(env_id=e, **stacked(e, range(20)))
+        ref.extend(env_id=e, **stacked(e, range(20)))
+    mem.save(tmp_path / "c.ckpt")
+    buf = rr.load(tmp_path / "c.ckpt", storage="shared")
+    w = rr.attach(buf.share([0]))
+    for t in range(20, 90):
+        w.add(**step_values(0, t))
+        ref.add(env_ids=[0], **{k: np.asarray(v)[None] for k, v in step_values(0, t).items()})
+    assert_same_sampleable(buf, ref)
+    w.close()
+    buf.close()
+    assert not segments(buf)

@@ -38,6 +38,7 @@ __all__ = [
     "PREFIX",
     "MappedSegment",
     "SharedBackend",
+    "fence",
     "load_acquire",
     "map_segment",
     "store_release",
@@ -59,6 +60,12 @@ def _fence(typingctx: Any) -> Any:  # pragma: no cover - compiled
         return context.get_dummy_value()
 
     return sig, codegen
+
+
+@numba.njit(cache=True)
+def fence() -> None:  # pragma: no cover - compiled
+    """A full memory fence (no load or store moves across it)."""
+    _fence()  # type: ignore[call-arg]
 
 
 @numba.njit(cache=True)
