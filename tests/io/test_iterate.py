@@ -72,6 +72,19 @@ def test_error_is_reraised_in_the_consumer_then_iteration_ends() -> None:
     assert not it.alive
 
 
+@pytest.mark.parametrize("prefetch", [1, 2])
+def test_error_with_a_full_queue_is_not_lost(prefetch: int) -> None:
+    def fail() -> int:
+        raise ValueError("empty")
+
+    it = Prefetcher(fail, prefetch=prefetch)
+    it._thread.join(2.0)  # the producer has failed and ended before anyone asked
+    with pytest.raises(ValueError, match="empty"):
+        next(it)
+    with pytest.raises(StopIteration):
+        next(it)
+
+
 def test_timeout_when_nothing_comes() -> None:
     gate = threading.Event()
     it = Prefetcher(lambda: gate.wait(10.0), prefetch=1, timeout=0.2)

@@ -57,8 +57,8 @@ def _produce(
             except queue.Full:
                 continue
         if isinstance(item, _Failure):
-            break
-    # Tell a waiting consumer that nothing more comes (room is made for the marker).
+            return  # the consumer ends the iteration when it takes the failure
+    # Closed: tell a waiting consumer that nothing more comes (making room for the marker).
     while True:
         try:
             out.put_nowait(_DONE)
