@@ -10,7 +10,10 @@ keeps every step of a sequence stored):
   ``recent_steps`` starts, without duplicates unless ``replacement``;
 * prioritized: the core's :meth:`~rlreplay.PrioritizedReplayBuffer.sample_starts` draws
   starts with ``P(i) = p_i / sum p`` over the possible starts (from its sum tree, redrawing
-  the ones out of bounds) and ``importance_weight_i = N * P(i) = p_i / mean(non-zero p)``.
+  the ones out of bounds), the newest step of a running episode (which the core draws only
+  once its successor is stored) gets its share here (:func:`priority_starts`);
+  ``importance_weight_i = N * P(i) = p_i / mean(non-zero p)`` for every row, the recent ones
+  included (:func:`priority_weights`).
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from rlreplay.errors import EmptyBufferError, ReplayError
+from rlreplay.errors import ReplayError
 from rlreplay.prioritized import PrioritizedReplayBuffer
 from rlreplay.sampling.uniform import draw_mixed
 
@@ -32,6 +35,8 @@ __all__ = [
     "draw_starts",
     "gathered_returns",
     "priority_starts",
+    "priority_weights",
+    "start_masses",
     "sequence_returns",
     "uniform_starts",
 ]
@@ -101,30 +106,107 @@ def uniform_starts(
     return np.concatenate(envs), np.concatenate(starts)
 
 
-def priority_starts(
-    core: PrioritizedReplayBuffer, ranges: StartRanges, n: int
-) -> tuple[Array, Array, Array]:
-    """``n`` starts drawn by the core by priority, and their weights ``N * P(i)`` (float32).
+def expand(lo: Array, hi: Array) -> tuple[Array, Array]:
+    """``(env, pos)`` of every position in the per-env ranges ``[lo, hi)`` (empty if hi <= lo)."""
+    sizes = np.maximum(hi - lo, 0)
+    env = np.repeat(np.arange(lo.shape[0], dtype=np.int64), sizes)
+    offset = np.arange(env.shape[0], dtype=np.int64) - np.repeat(np.cumsum(sizes) - sizes, sizes)
+    return env, np.repeat(lo, sizes) + offset
 
-    :meth:`~rlreplay.PrioritizedReplayBuffer.sample_starts` draws among the core's sampleable
-    steps within ``[ranges.lo, ranges.hi)`` (not among the ignored frames, and with ``L``
-    stored steps from the start on) with ``P(i) = p_i / (sum of p over the possible
-    starts)`` (the core's ``alpha`` is 1); ``N`` counts the possible starts with ``p > 0``.
+
+class StartMasses(NamedTuple):
+    """The priorities of a get_batch's possible starts, as ALF's sum tree holds them.
+
+    Attributes:
+        total: Sum of the priorities of the possible starts (ALF's ``summary()``).
+        nonzero: How many have a priority > 0 (ALF's ``nnz``).
+        open_env: Env of each possible start the core does not draw: the newest step of a
+            running episode (its successor is not stored yet), possible when ``L == 1``.
+        open_pos: Its position.
+        open_p: Its priority.
+    """
+
+    total: float
+    nonzero: int
+    open_env: Array
+    open_pos: Array
+    open_p: Array
+
+
+def start_masses(core: PrioritizedReplayBuffer, ranges: StartRanges) -> StartMasses:
+    """The priorities over the possible starts ``[ranges.lo, ranges.hi)`` (``O(starts)``).
+
+    ALF keeps a priority in its sum tree for every possible start, the newest step of a
+    running episode included (with ``batch_length=1``); the core draws a step only once its
+    successor is stored, so those newest steps are listed apart, to be drawn here.
+    """
+    E = ranges.lo.shape[0]
+    env, pos = expand(ranges.lo, ranges.hi)
+    p = core.get_priorities(pos * E + env)
+    counts = ranges.hi + ranges.length - 1  # one past each env's newest step
+    newest = np.flatnonzero((ranges.hi == counts) & (ranges.hi > ranges.lo))
+    o_env, o_pos = newest, counts[newest] - 1
+    running = core.steps_to_episode_end(o_pos * E + o_env) < 0
+    o_env, o_pos = o_env[running], o_pos[running]
+    return StartMasses(
+        float(p.sum()),
+        int(np.count_nonzero(p)),
+        o_env,
+        o_pos,
+        core.get_priorities(o_pos * E + o_env),
+    )
+
+
+def priority_weights(
+    core: PrioritizedReplayBuffer, masses: StartMasses, env: Array, pos: Array
+) -> Array:
+    """ALF's importance weights ``p_i * nnz / summary()`` (float32) of starts ``(env, pos)``.
+
+    Seed: "importance_weights: priority divided by the average of all non-zero priorities in
+    the buffer", for every row of the batch, the recent ones included.
+    """
+    p = core.get_priorities(pos * core.num_envs + env)
+    with np.errstate(divide="ignore", invalid="ignore"):  # ALF's 0 / 0 when all are 0
+        out: Array = (p * (masses.nonzero / np.float64(masses.total))).astype(np.float32)
+    return out
+
+
+def priority_starts(
+    core: PrioritizedReplayBuffer,
+    rng: np.random.Generator,
+    ranges: StartRanges,
+    masses: StartMasses,
+    n: int,
+) -> tuple[Array, Array]:
+    """``n`` starts drawn with ``P(i) = p_i / sum p`` over the possible starts, with replacement.
+
+    The core's :meth:`~rlreplay.PrioritizedReplayBuffer.sample_starts` draws among the steps
+    it can draw (the core's ``alpha`` is 1, so its masses are the priorities); the newest steps
+    of running episodes (``masses.open_*``) get their share: each draw is one of them with
+    probability ``sum p_open / sum p``, then by ``p_open``. Rows come in random order.
 
     Raises:
         ReplayAssertionError: No possible start has a priority > 0 (ALF's message).
     """
     if n == 0:
-        return np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.float32)
-    try:
-        s = core.sample_starts(n, ranges.lo, ranges.hi)
-    except EmptyBufferError:
+        return np.zeros(0, np.int64), np.zeros(0, np.int64)
+    if not masses.total > 0.0:
         raise ReplayAssertionError(
             "There is no data in the buffer or the data has not been assigned valid priority "
             f"(no start of {ranges.length} stored steps has a priority > 0)"
-        ) from None
-    weights = s.probabilities * s.candidates
-    return s.env_ids, s.steps, weights.astype(np.float32)
+        )
+    m_open = float(masses.open_p.sum())
+    k = int(rng.binomial(n, min(1.0, m_open / masses.total))) if m_open > 0 else 0
+    env, pos = np.zeros(0, np.int64), np.zeros(0, np.int64)
+    if k < n:
+        s = core.sample_starts(n - k, ranges.lo, ranges.hi)
+        env, pos = s.env_ids, s.steps
+    if k:
+        pick = rng.choice(masses.open_env.shape[0], size=k, p=masses.open_p / m_open)
+        env = np.concatenate([env, masses.open_env[pick]])
+        pos = np.concatenate([pos, masses.open_pos[pick]])
+    order = rng.permutation(n)
+    return env[order], pos[order]
 
 
 def draw_starts(
@@ -154,10 +236,11 @@ def draw_starts(
     if pcore is None:
         env, t = uniform_starts(rng, ranges, B, n_recent, recent_steps, replacement)
         return env, t, None
-    env_p, t_p, w_p = priority_starts(pcore, ranges, B - n_recent)
+    masses = start_masses(pcore, ranges)
+    env_p, t_p = priority_starts(pcore, rng, ranges, masses, B - n_recent)
     env_r, t_r = uniform_starts(rng, ranges, n_recent, n_recent, recent_steps, replacement)
-    weights = np.concatenate([w_p, np.ones(n_recent, np.float32)])
-    return np.concatenate([env_p, env_r]), np.concatenate([t_p, t_r]), weights
+    env, t = np.concatenate([env_p, env_r]), np.concatenate([t_p, t_r])
+    return env, t, priority_weights(pcore, masses, env, t)
 
 
 def alf_returns(
