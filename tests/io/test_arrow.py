@@ -6,6 +6,8 @@ from typing import Any
 
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 pa = pytest.importorskip("pyarrow")
 pq = pytest.importorskip("pyarrow.parquet")
@@ -83,3 +85,34 @@ def test_complex_field_is_refused() -> None:
     buf.add(obs=1j, reward=0.0, terminated=False, truncated=False)
     with pytest.raises(FieldError, match="complex"):
         buf.to_arrow()
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    num_envs=st.integers(1, 3),
+    env_capacity=st.integers(4, 12),
+    n_steps=st.integers(0, 30),
+    end_p=st.floats(0.0, 0.6),
+    seed=st.integers(0, 2**16),
+)
+def test_random_fills_against_the_record(
+    num_envs: int, env_capacity: int, n_steps: int, end_p: float, seed: int
+) -> None:
+    buf = Buffer(env_capacity * num_envs, FIELDS, num_envs=num_envs, n_step=1, seed=0)
+    rec = fill(buf, n_steps, seed=seed, end_p=end_p, finish=False)
+    check_table(buf.to_arrow(), buf, rec)
+
+
+def test_import_loads_no_optional_library() -> None:
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, rlreplay, rlreplay.io, rlreplay.io.arrow, rlreplay.io.minari, "
+        "rlreplay.io.inspect, rlreplay.io.frameworks, rlreplay.cli\n"
+        "heavy = {'pyarrow', 'pandas', 'minari', 'torch', 'jax', 'rich', 'matplotlib', 'tqdm',"
+        " 'gymnasium'}\n"
+        "print(sorted(heavy & set(sys.modules)))"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "[]", done.stdout

@@ -76,7 +76,7 @@ def test_round_trip_dict_observations(minari_path: Any, num_envs: int) -> None:
 
 def test_single_box_observation_discrete_action_prioritized(minari_path: Any) -> None:
     fields = {"obs": rr.Field((84, 84), np.uint8), "action": rr.Field((), np.int64)}
-    src = PBuffer(200, fields, n_step=1, seed=0)
+    src = PBuffer(200, fields, n_step=3, frame_stack=4, seed=0)
     rng = np.random.default_rng(0)
     for t in range(150):
         frame = rng.integers(0, 256, (84, 84), dtype=np.uint8)
@@ -85,8 +85,15 @@ def test_single_box_observation_discrete_action_prioritized(minari_path: Any) ->
     out = src.to_minari("frames-v0", action_space=gym.spaces.Discrete(3), progress=False)
     assert (out.episodes, out.steps, out.skipped_incomplete) == (3, 150, 0)
     assert out.dataset.action_space == gym.spaces.Discrete(3)
-    dst = PBuffer.from_minari("frames-v0", progress=False)
+    dst = PBuffer.from_minari("frames-v0", n_step=3, frame_stack=4, progress=False)
     assert_same_episodes(episodes_of(src), episodes_of(dst), [*fields, "reward", "next_obs"])
+    # One env, nothing overwritten: the same ids name the same transitions, stacks included.
+    ids = src.sampleable_ids()
+    np.testing.assert_array_equal(ids, dst.sampleable_ids())
+    a, b = src.get_transitions(ids), dst.get_transitions(ids)
+    assert a.obs.shape == (len(ids), 4, 84, 84)
+    for name in a:
+        np.testing.assert_array_equal(a[name], b[name], err_msg=name)
 
 
 def test_nothing_complete_and_bad_fields(minari_path: Any) -> None:
