@@ -27,7 +27,8 @@ _SAMPLERS = ("sample", "sample_sequences", "sample_episodes")
 class IOMixin:
     """``to_arrow``, ``to_pandas``, ``to_parquet``, ``to_minari``, ``from_minari``, ``iterate``."""
 
-    def _buffer(self) -> ReplayBuffer:
+    def _io_self(self) -> ReplayBuffer:
+        # (A distinct name: front-ends that subclass the buffer keep their own `_buffer`.)
         return cast("ReplayBuffer", self)
 
     def to_arrow(self) -> pa.Table:
@@ -48,19 +49,19 @@ class IOMixin:
         """
         from rlreplay.io.arrow import to_arrow
 
-        return to_arrow(self._buffer())
+        return to_arrow(self._io_self())
 
     def to_pandas(self) -> pd.DataFrame:
         """Every stored step as a :class:`pandas.DataFrame` (the columns of :meth:`to_arrow`)."""
         from rlreplay.io.arrow import to_pandas
 
-        return to_pandas(self._buffer())
+        return to_pandas(self._io_self())
 
     def to_parquet(self, path: str | os.PathLike[str], **kwargs: Any) -> None:
         """Write :meth:`to_arrow`'s table to a Parquet file (``kwargs``: e.g. ``compression``)."""
         from rlreplay.io.arrow import to_parquet
 
-        to_parquet(self._buffer(), path, **kwargs)
+        to_parquet(self._io_self(), path, **kwargs)
 
     def to_minari(self, dataset_id: str, **kwargs: Any) -> MinariExport:
         """Write the stored complete episodes as a local Minari dataset.
@@ -73,7 +74,7 @@ class IOMixin:
         """
         from rlreplay.io.minari import to_minari
 
-        return to_minari(self._buffer(), dataset_id, **kwargs)
+        return to_minari(self._io_self(), dataset_id, **kwargs)
 
     @classmethod
     def from_minari(
@@ -151,7 +152,7 @@ class IOMixin:
             raise ConfigError(f"method: expected one of {_SAMPLERS}, got {method!r}")
         if as_ not in FORMATS:
             raise ConfigError(f"as_: expected one of {FORMATS}, got {as_!r}")
-        draw = getattr(self._buffer(), method)
+        draw = getattr(self._io_self(), method)
 
         def produce() -> Any:
             batch = draw(batch_size, **sample_kwargs)
