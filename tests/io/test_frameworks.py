@@ -88,6 +88,9 @@ def test_bad_arguments() -> None:
         convert(batch, "tensorflow")
     with pytest.raises(rr.ConfigError, match="device"):
         convert(batch, "torch", device="no-such-device")
+    if not torch.cuda.is_available():
+        with pytest.raises(rr.ConfigError, match="needs CUDA"):
+            convert(batch, "torch", device="cuda:0")
     with pytest.raises(rr.ConfigError, match="CPU"):
         convert(batch, "numpy", device="cuda:0")
     assert convert(batch, "numpy") is batch

@@ -104,7 +104,7 @@ def to_torch(batch: Mapping[str, Array], device: Any = None) -> TensorBatch:
         device: ``None``/``"cpu"`` (shared memory), or any torch device.
 
     Raises:
-        ConfigError: ``device`` is not a torch device.
+        ConfigError: ``device`` is not a torch device, or a CUDA device without CUDA.
     """
     try:
         import torch
@@ -114,6 +114,11 @@ def to_torch(batch: Mapping[str, Array], device: Any = None) -> TensorBatch:
         dev = torch.device("cpu" if device is None else device)
     except (RuntimeError, TypeError) as exc:
         raise ConfigError(f"device: expected a torch device, got {device!r} ({exc})") from None
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise ConfigError(
+            f"device: {device!r} needs CUDA, which this torch ({torch.__version__}) does not "
+            "have here; use device='cpu' or None"
+        )
     out: dict[str, Any] = {}
     pin = dev.type != "cpu" and _can_pin()
     for name, arr in batch.items():
