@@ -32,6 +32,7 @@ from rlreplay.errors import (
     InvalidIdError,
     ReplayClosed,
 )
+from rlreplay.limits import RateLimiter
 from rlreplay.sampling.uniform import DrawOptions, draw_mixed, draw_options, draw_uniform
 from rlreplay.spec import Field, Schema, clip_pair, positive_int
 from rlreplay.storage import Columns, make_backend
@@ -93,6 +94,11 @@ class ReplayBuffer(WritingMixin, FifoMixin, EpisodesMixin, StateMixin):
         recent_steps: How many newest transitions per env count as recent.
         replacement: If False, a batch has no duplicates whenever enough transitions are
             sampleable (ALF ``with_replacement``).
+        rate_limiter: A :class:`rlreplay.RateLimiter` (``rr.MinSize``,
+            ``rr.SampleToInsertRatio``) that :meth:`add`/:meth:`extend` (one insert per step)
+            and :meth:`sample`/:meth:`sample_sequences` (one sample per item) wait on, with
+            their ``timeout``; its ``size`` is :attr:`num_sampleable`. It counts for this
+            buffer only; checkpoints keep its parameters and counters.
 
     Cost: :meth:`add` is O(fields) plus O(1) bookkeeping; :meth:`sample` is O(B * window)
     vectorised gathers, independent of the buffer's size. All public methods are thread-safe
@@ -141,6 +147,7 @@ class ReplayBuffer(WritingMixin, FifoMixin, EpisodesMixin, StateMixin):
         recent_ratio: float = 0.0,
         recent_steps: int = 1,
         replacement: bool = True,
+        rate_limiter: RateLimiter | None = None,
     ) -> None:
         self.schema = Schema.build(fields)
         num_envs = positive_int("num_envs", num_envs)
@@ -160,6 +167,7 @@ class ReplayBuffer(WritingMixin, FifoMixin, EpisodesMixin, StateMixin):
             )
         if frame_stack > 1 and "obs" not in self.schema:
             raise ConfigError("frame_stack: stacking applies to the 'obs' field; declare 'obs'")
+        self._use_limiter(rate_limiter, storage)
         next_fields = tuple(next_fields)
         for name in next_fields:
             f = self.schema.fields.get(name)
@@ -223,7 +231,8 @@ class ReplayBuffer(WritingMixin, FifoMixin, EpisodesMixin, StateMixin):
         )
         # The per-step fast path defers the index's accounting; a subclass that tracks the
         # sampleable set (prioritized) hears about deferred steps when they are accounted for.
-        self._fast_add = True  # installs this buffer's generated `add` (see _install_fast_add)
+        # Installs this buffer's generated `add` (see _install_fast_add); not with a limiter.
+        self._fast_add = self._limiter is None
         # ... again whenever the writer takes another path (weakly, as on_settle below).
         reinstall = weakref.WeakMethod(self._path_changed)
 
@@ -366,6 +375,8 @@ class ReplayBuffer(WritingMixin, FifoMixin, EpisodesMixin, StateMixin):
                     self._shared.close()  # writers see the buffer closed
                 self._backend.close()
                 self._cond.notify_all()  # waiters wake up and raise ReplayClosed
+                if self._limiter is not None:
+                    self._limiter.close()  # so do the limiter's
 
     def __enter__(self) -> ReplayBuffer:
         return self
@@ -405,6 +416,7 @@ class ReplayBuffer(WritingMixin, FifoMixin, EpisodesMixin, StateMixin):
             if before is not None:
                 empty = np.zeros(0, np.int64)
                 self._notify_sampleable(before, empty, empty)
+            self._limiter_resized()
             self._cond.notify_all()
 
     # ------------------------------------------------------------------ sampling
@@ -416,6 +428,7 @@ class ReplayBuffer(WritingMixin, FifoMixin, EpisodesMixin, StateMixin):
         recent_ratio: float | None = None,
         recent_steps: int | None = None,
         replacement: bool | None = None,
+        timeout: float | None = None,
     ) -> Batch:
         """Draw ``batch_size`` transitions uniformly, with replacement, from the sampleable ones.
 
@@ -425,6 +438,7 @@ class ReplayBuffer(WritingMixin, FifoMixin, EpisodesMixin, StateMixin):
             recent_ratio: Overrides the constructor's ``recent_ratio`` for this call.
             recent_steps: Overrides the constructor's ``recent_steps`` for this call.
             replacement: Overrides the constructor's ``replacement`` for this call.
+            timeout: The most seconds to wait for the ``rate_limiter`` (``None``: for ever).
 
         Returns:
             A :class:`Batch` with every declared field, ``reward``, ``next_<obs>``,
@@ -433,6 +447,8 @@ class ReplayBuffer(WritingMixin, FifoMixin, EpisodesMixin, StateMixin):
 
         Raises:
             EmptyBufferError: Nothing is sampleable yet.
+            ReplayTimeout: The ``rate_limiter`` did not allow ``batch_size`` samples in time.
+            ReplayClosed: The buffer is (or got) closed.
         """
         batch_size = positive_int("batch_size", batch_size)
         opts = self.draw_options
@@ -442,12 +458,21 @@ class ReplayBuffer(WritingMixin, FifoMixin, EpisodesMixin, StateMixin):
                 opts.recent_steps if recent_steps is None else recent_steps,
                 opts.replacement if replacement is None else replacement,
             )
-        with self._lock:
-            self._check_open()
-            if self._shared is not None:  # redraws a batch that a writer overwrote meanwhile
-                return self._transformed(self._shared.sample(self, batch_size, opts), transform)
-            env_ids, t, extra = self._draw(batch_size, opts)
-            return self._transformed(self._batch(env_ids, t, extra), transform)
+        limiter = self._limiter
+        if limiter is not None:  # waits without the lock: writers need it to pay for samples
+            limiter.await_sample(batch_size, timeout)
+        try:
+            with self._lock:
+                self._check_open()
+                if self._shared is not None:  # redraws a batch a writer overwrote meanwhile
+                    batch = self._shared.sample(self, batch_size, opts)
+                    return self._transformed(batch, transform)
+                env_ids, t, extra = self._draw(batch_size, opts)
+                return self._transformed(self._batch(env_ids, t, extra), transform)
+        except BaseException:
+            if limiter is not None:
+                limiter.cancel_sample(batch_size)  # nothing was drawn: nothing to pay for
+            raise
 
     def get_transitions(self, ids: Any) -> Batch:
         """Assemble the transitions with the given ids (each must be sampleable now).
@@ -535,6 +560,8 @@ class ReplayBuffer(WritingMixin, FifoMixin, EpisodesMixin, StateMixin):
         config = dict(meta["config"])
         config["fields"] = Schema.from_json(config["fields"]).fields
         reader.require_data_only(config)
+        if "rate_limiter" in config:  # its parameters (counters: in the state)
+            config["rate_limiter"] = RateLimiter.from_json(config["rate_limiter"])
         config.update(overrides)
         capacity = config.pop("capacity")
         fields = config.pop("fields")
@@ -558,7 +585,10 @@ class ReplayBuffer(WritingMixin, FifoMixin, EpisodesMixin, StateMixin):
         buf._after_load()
         kept = {k: v for k, v in meta["config"].items() if k not in overrides}
         reader.require_same("configuration", kept, {k: buf._config().get(k) for k in kept})
-        reader.require_same("state", meta["state"], buf._state_meta())
+        state = dict(meta["state"])
+        if "rate_limiter" in overrides:  # starts afresh unless it has the saved parameters
+            state.pop("rate_limiter", None)
+        reader.require_same("state", state, buf._state_meta())
         return buf
 
 

@@ -52,6 +52,7 @@ class EpisodesMixin(BufferHost):
         pad: bool = True,
         balance_envs: bool = False,
         transform: Transform | None = None,
+        timeout: float | None = None,
     ) -> Batch:
         """Draw ``batch_size`` sequences of ``length`` consecutive stored steps (R2D2, ALF).
 
@@ -74,6 +75,8 @@ class EpisodesMixin(BufferHost):
                 of uniformly over all stored steps. Rows come ordered by env.
             transform: A function ``Batch -> Batch`` applied to the result (the buffer's
                 ``transforms`` are for transitions and are not applied here).
+            timeout: The most seconds to wait for the ``rate_limiter`` (one sample per
+                sequence; ``None``: for ever).
 
         Returns:
             A :class:`Batch` with per-step fields, ``next_<obs>``, ``next_known``, ``mask``,
@@ -81,24 +84,33 @@ class EpisodesMixin(BufferHost):
 
         Raises:
             EmptyBufferError: No start can be drawn.
+            ReplayTimeout: The ``rate_limiter`` did not allow ``batch_size`` samples in time.
         """
         batch_size = positive_int("batch_size", batch_size)
         length = positive_int("length", length)
-        with self._lock:
-            self._check_open()
-            env_ids, t0, extra = self._draw_starts(
-                batch_size, length, within_episode, pad, balance_envs
-            )
-            n_real = run_lengths(self._index, env_ids, t0, length, within_episode)
-            data = gather_runs(self._cols, self._index, env_ids, t0, n_real, length)
-            data["ids"] = self._index.ids(env_ids, t0)
-            data["env_ids"] = env_ids
-            data.update(extra)
-            batch = Batch(data)
-            if transform is not None:
-                self._bind(transform)
-                batch = apply_transform(transform, batch)
-            return batch
+        limiter = self._limiter
+        if limiter is not None:  # as in sample: waits without the lock, refunded on errors
+            limiter.await_sample(batch_size, timeout)
+        try:
+            with self._lock:
+                self._check_open()
+                env_ids, t0, extra = self._draw_starts(
+                    batch_size, length, within_episode, pad, balance_envs
+                )
+                n_real = run_lengths(self._index, env_ids, t0, length, within_episode)
+                data = gather_runs(self._cols, self._index, env_ids, t0, n_real, length)
+                data["ids"] = self._index.ids(env_ids, t0)
+                data["env_ids"] = env_ids
+                data.update(extra)
+                batch = Batch(data)
+                if transform is not None:
+                    self._bind(transform)
+                    batch = apply_transform(transform, batch)
+                return batch
+        except BaseException:
+            if limiter is not None:
+                limiter.cancel_sample(batch_size)
+            raise
 
     def get_sequences(self, ids: Any, length: int, *, within_episode: bool = True) -> Batch:
         """The sequences of ``length`` steps starting at the stored steps ``ids``.

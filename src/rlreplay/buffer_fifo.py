@@ -159,6 +159,7 @@ class FifoMixin(BufferHost):
             if before is not None:
                 empty = np.zeros(0, np.int64)
                 self._notify_sampleable(before, empty, empty)
+            self._limiter_resized()  # dequeue is no sample for the limiter; its size drops
             self._cond.notify_all()
             return Batch(data)
 

@@ -22,6 +22,7 @@ import numpy as np
 
 from rlreplay.batch import Batch
 from rlreplay.episodes import EpisodeIndex
+from rlreplay.limits import RateLimiter
 from rlreplay.sampling.uniform import DrawOptions
 from rlreplay.spec import Schema
 from rlreplay.storage import Columns
@@ -68,10 +69,20 @@ class BufferHost:
     _all_envs: Array
     _writer: StepWriter
     _shared: Any  # rlreplay.shared.SharedState of a shared buffer, else None
+    _limiter: RateLimiter | None  # paces writes against samples (rate_limiter=)
 
     if TYPE_CHECKING:
         # Defined by ReplayBuffer or another part; declared here for the parts that call them.
         def _check_open(self) -> None: ...
+
+        @property
+        def num_sampleable(self) -> int: ...
+
+        def _limiter_counts(self) -> dict[str, Any]: ...
+
+        def _restore_limiter(self, counts: Any) -> None: ...
+
+        def _limiter_resized(self) -> None: ...
 
         def _notify_sampleable(self, before: Array, rows_env: Array, rows_t: Array) -> None: ...
 

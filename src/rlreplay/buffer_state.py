@@ -36,7 +36,7 @@ class StateMixin(BufferHost):
         return self._rng
 
     def _config(self) -> dict[str, Any]:
-        return {
+        config = {
             "capacity": self.capacity,
             "fields": self.schema.to_json(),
             "num_envs": self.num_envs,
@@ -53,13 +53,19 @@ class StateMixin(BufferHost):
             "recent_steps": self.draw_options.recent_steps,
             "replacement": self.draw_options.replacement,
         }
+        if self._limiter is not None:  # absent otherwise: files without a limiter unchanged
+            config["rate_limiter"] = self._limiter.to_json()
+        return config
 
     def _state_meta(self) -> dict[str, Any]:
         """Scalars of the state (JSON-able); subclasses extend it."""
-        return {
+        meta = {
             "finals_capacity": self._index.finals_capacity,
             "rng": self._rng.bit_generator.state,
         }
+        if self._limiter is not None:
+            meta["rate_limiter"] = self._limiter_counts()
+        return meta
 
     def _state_arrays(self) -> dict[str, Array]:
         """Arrays of the state (live views); subclasses extend it."""
@@ -69,6 +75,7 @@ class StateMixin(BufferHost):
 
     def _load_meta(self, meta: Mapping[str, Any]) -> None:
         """Prepare for a state's arrays (resize what they size) and restore its scalars."""
+        self._restore_limiter(meta.get("rate_limiter"))  # first: it refuses while inserting
         finals = int(meta["finals_capacity"])
         self._index.set_finals_capacity(finals)
         self._cols.set_finals_capacity(finals)
@@ -80,6 +87,7 @@ class StateMixin(BufferHost):
         Called at the end of :meth:`load_state_dict` and of loading a checkpoint; the base keeps
         nothing derived. Subclasses rebuild caches here (e.g. segment trees from priorities).
         """
+        self._limiter_resized()  # the rate limiter's size is the restored sampleable count
 
     def state_dict(self) -> dict[str, Any]:
         """The full state: ``{"class", "config", "meta", "arrays"}`` (arrays are copies)."""

@@ -8,7 +8,9 @@ no line of what runs per step.
 
 from __future__ import annotations
 
+import time
 import weakref
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -16,6 +18,8 @@ import numpy as np
 from rlreplay.buffer_fifo import check_timeout
 from rlreplay.buffer_host import Array, BufferHost
 from rlreplay.codegen import define
+from rlreplay.errors import ConfigError
+from rlreplay.limits import RateLimiter
 from rlreplay.writer import MISSING, Prepared
 
 __all__ = ["WritingMixin"]
@@ -106,7 +110,8 @@ class WritingMixin(BufferHost):
                 ``num_envs`` when ``num_envs > 1``, none when ``num_envs == 1``).
             block: Wait for room in every named env instead of overwriting its oldest steps
                 (FIFO use with :meth:`dequeue`), like :meth:`queue.Queue.put`.
-            timeout: With ``block``, the most seconds to wait (``None``: for ever).
+            timeout: The most seconds to wait, for room with ``block`` and for the
+                ``rate_limiter`` (``None``: for ever).
             **values: One value per field (``obs``, ``action``, ..., ``reward``, ``terminated``,
                 ``truncated``), and ``next_<name>`` for every observation field when a step
                 ends its episode (ignored on other steps).
@@ -118,7 +123,8 @@ class WritingMixin(BufferHost):
             FieldError: Unknown or missing field, or a missing ``next_obs`` at an episode end.
             ShapeError: A value of the wrong shape, or bad ``env_ids``.
             DTypeError: An unsafe cast.
-            ReplayTimeout: ``block`` and no room within ``timeout``.
+            ReplayTimeout: ``block`` and no room, or the ``rate_limiter`` did not let the
+                step in, within ``timeout`` (nothing is stored).
             ReplayClosed: The buffer is (or got) closed.
         """
         # The general path. A buffer normally answers `add` with its generated function
@@ -126,6 +132,10 @@ class WritingMixin(BufferHost):
         env_ids = values.pop("env_ids", None)
         block = bool(values.pop("block", False))
         timeout = values.pop("timeout", None)
+        if self._limiter is not None:
+            return self._limited_commit(
+                lambda: self._writer.prepare_step(values, env_ids), block, timeout
+            )
         with self._lock:
             self._check_open()
             return self._commit(self._writer.prepare_step(values, env_ids), block, timeout)
@@ -138,12 +148,22 @@ class WritingMixin(BufferHost):
         Args:
             env_id: The env the steps belong to.
             block: Wait for room for all ``T`` steps instead of overwriting (as in :meth:`add`).
-            timeout: With ``block``, the most seconds to wait.
+            timeout: The most seconds to wait, for room with ``block`` and for the
+                ``rate_limiter`` (as in :meth:`add`).
             **values: As in :meth:`add`, each with a leading axis ``T``.
 
         Returns:
             int64 ids of the ``T`` transitions.
+
+        Raises:
+            ReplayTimeout: As in :meth:`add`. A rate limiter grants the ``T`` inserts at once,
+                so ``T * samples_per_insert`` must fit its band ``max_diff - min_diff`` once
+                the buffer is past ``min_size_to_sample``: extend in shorter runs otherwise.
         """
+        if self._limiter is not None:
+            return self._limited_commit(
+                lambda: self._writer.prepare_extend(values, env_id), block, timeout
+            )
         with self._lock:
             self._check_open()
             return self._commit(self._writer.prepare_extend(values, env_id), block, timeout)
@@ -196,3 +216,96 @@ class WritingMixin(BufferHost):
         if self._waiting:
             self._cond.notify_all()
         return ids
+
+    # ------------------------------------------------------------------ rate limiting
+    @property
+    def rate_limiter(self) -> RateLimiter | None:
+        """The :class:`rlreplay.RateLimiter` that paces :meth:`add`/:meth:`extend` against
+        ``sample``/``sample_sequences`` (``None``: no limiter); its ``stats`` are live."""
+        return self._limiter
+
+    def _use_limiter(self, rate_limiter: RateLimiter | None, storage: str) -> None:
+        """Take ``rate_limiter`` (constructor argument); writes then leave the fast path."""
+        if rate_limiter is not None:
+            if not isinstance(rate_limiter, RateLimiter):
+                raise ConfigError(
+                    f"rate_limiter: expected None or an rr.RateLimiter (rr.MinSize, "
+                    f"rr.SampleToInsertRatio), got {rate_limiter!r}"
+                )
+            if storage == "shared":
+                raise ConfigError(
+                    "rate_limiter: writer processes of storage='shared' cannot wait on a "
+                    "limiter in this process; rate-limit many writers with "
+                    "rlreplay.distributed.ReplayService(rate_limiter=...)"
+                )
+            rate_limiter.bind(self)
+            # Every write waits on the limiter before taking the lock, which the generated
+            # add does not; buffers without a limiter keep it (and its speed) untouched.
+            self._fast_add = False
+        self._limiter = rate_limiter
+
+    def _limiter_counts(self) -> dict[str, Any]:
+        """The limiter's parameters and counters, for the state (pending inserts: not in)."""
+        assert self._limiter is not None
+        state = self._limiter.state_dict()
+        return {**self._limiter.to_json(), "inserts": state["inserts"], "samples": state["samples"]}
+
+    def _restore_limiter(self, counts: Any) -> None:
+        """Take back :meth:`_limiter_counts` if this buffer's limiter has the saved parameters
+        (a load may give another limiter; it starts afresh). The size follows in
+        :meth:`_limiter_resized` once the arrays are in."""
+        limiter = self._limiter
+        if limiter is None or counts is None:
+            return
+        if {k: v for k, v in counts.items() if k not in ("inserts", "samples")} != (
+            limiter.to_json()
+        ):
+            return
+        inserts, samples = int(counts["inserts"]), int(counts["samples"])
+        if min(inserts, samples) < 0:
+            raise ConfigError(f"rate_limiter: counters must be >= 0, got {dict(counts)!r}")
+        state = {"config": limiter.config(), "inserts": inserts, "samples": samples, "size": 0}
+        limiter.load_state_dict(state)
+
+    def _limiter_resized(self) -> None:
+        """Tell the limiter the sampleable count after a removal (``clear``, ``dequeue``)."""
+        if self._limiter is not None:
+            self._limiter.set_size(self.num_sampleable)
+
+    def _limited_commit(
+        self, prepare: Callable[[], Prepared], block: bool, timeout: float | None
+    ) -> Array:
+        """:meth:`_commit` paced by the rate limiter: validate, wait for the grant, store.
+
+        The grant is awaited without the buffer's lock (a sampler needs the lock to pay for
+        the inserts a writer waits on); the call is validated first, so a rejected call is
+        never granted, and a grant whose store raises is handed back. ``timeout`` bounds the
+        limiter's wait and the wait for room together.
+        """
+        limiter = self._limiter
+        assert limiter is not None  # only called with a limiter
+        if timeout is not None:
+            check_timeout(timeout)
+        with self._lock:
+            self._check_open()
+            prep = prepare()
+        n = int(prep.rows_env.shape[0])
+        if n == 0:  # nothing to insert: nothing to ask for
+            with self._lock:
+                self._check_open()
+                return self._commit(prep, block, timeout)
+        deadline = None if timeout is None else time.monotonic() + timeout
+        limiter.await_insert(n, timeout)
+        committed = False
+        try:
+            with self._lock:
+                self._check_open()
+                left = None if deadline is None else max(0.0, deadline - time.monotonic())
+                ids = self._commit(prep, block, left)
+                # Under the lock: commits reach the limiter in the order of the stores.
+                limiter.commit_insert(n, self.num_sampleable)
+                committed = True
+                return ids
+        finally:
+            if not committed:
+                limiter.cancel_insert(n)

@@ -38,6 +38,7 @@ import math
 import sys
 import threading
 import time
+import weakref
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -139,6 +140,7 @@ class RateLimiter:
         self._waits = [0, 0]  # insert, sample
         self._blocked = [0.0, 0.0]
         self._timeouts = [0, 0]
+        self._owner: weakref.ref[object] | None = None  # the buffer it counts for (bind)
 
     # ------------------------------------------------------------------ Reverb's predicates
     def can_insert(self, n: int = 1) -> bool:
@@ -244,6 +246,19 @@ class RateLimiter:
         self._cond.notify_all()  # fewer samples owed: blocked inserts may go
         self._cond.release()
 
+    def cancel_sample(self, n: int) -> None:
+        """Hand back ``n`` granted samples that were not drawn (the draw raised).
+
+        For an owner that grants, then draws: a sample that could not be drawn (nothing
+        sampleable, a closed buffer) pays for nothing, so it does not count.
+        """
+        n = _count("n", n)
+        with self._cond:
+            if n > self._samples:
+                raise ConfigError(f"cancel_sample: {n} samples cancelled, {self._samples} counted")
+            self._samples -= n
+            self._cond.notify_all()  # more samples owed again: blocked samples may go
+
     def _await(
         self, kind: int, ready: Callable[[], bool], timeout: float | None, what: str
     ) -> None:
@@ -319,6 +334,48 @@ class RateLimiter:
             "min_diff": self.min_diff,
             "max_diff": self.max_diff,
         }
+
+    def to_json(self) -> dict[str, Any]:
+        """The class name and :meth:`config`, as a buffer's checkpoint stores its limiter."""
+        return {"class": type(self).__name__, **self.config()}
+
+    @staticmethod
+    def from_json(data: Mapping[str, Any]) -> RateLimiter:
+        """The limiter (fresh counters) that :meth:`to_json` describes.
+
+        Raises:
+            ConfigError: An unknown class or invalid parameters.
+        """
+        if not isinstance(data, Mapping):
+            raise ConfigError(f"rate_limiter: expected a mapping, got {data!r}")
+        params = dict(data)
+        cls = _CLASSES.get(str(params.pop("class", None)))
+        if cls is None or set(params) != set(_PARAMS):
+            raise ConfigError(
+                f"rate_limiter: expected {{'class': one of {sorted(_CLASSES)}, "
+                f"{', '.join(repr(p) for p in _PARAMS)}}}, got {dict(data)!r}"
+            )
+        out = object.__new__(cls)
+        RateLimiter.__init__(out, **params)
+        return out
+
+    def bind(self, owner: object) -> None:
+        """Register the one buffer this limiter counts for (Reverb's ``RegisterTable``).
+
+        A limiter's ``size`` is its owner's size, so two owners would overwrite each other's;
+        :meth:`clone` gives another owner its own limiter.
+
+        Raises:
+            ConfigError: The limiter already counts for another owner.
+        """
+        with self._cond:
+            current = None if self._owner is None else self._owner()
+            if current is not None and current is not owner:
+                raise ConfigError(
+                    f"rate_limiter: {self!r} already limits {type(current).__name__} at "
+                    f"{id(current):#x}; give each buffer its own (limiter.clone())"
+                )
+            self._owner = weakref.ref(owner)
 
     def clone(self) -> RateLimiter:
         """A fresh limiter of the same class and parameters, with zeroed counters."""
@@ -472,6 +529,12 @@ class SampleToInsertRatio(RateLimiter):
                 offset,
             )
         super().__init__(spi, min_size_to_sample, lo, hi)
+
+
+_CLASSES: dict[str, type[RateLimiter]] = {
+    c.__name__: c for c in (RateLimiter, MinSize, SampleToInsertRatio)
+}
+_PARAMS = ("samples_per_insert", "min_size_to_sample", "min_diff", "max_diff")
 
 
 def _number(name: str, value: Any) -> float:

@@ -22,7 +22,7 @@ from rlreplay.sampling.uniform import DrawOptions
 from rlreplay.sequences import valid_sequence_starts
 from rlreplay.spec import Field, int_at_least, positive_int
 
-__all__ = ["PrioritizedReplayBuffer", "PriorityStarts"]
+__all__ = ["PrioritizedReplayBuffer", "PriorityMass", "PriorityStarts"]
 
 Array = np.ndarray[Any, Any]
 
@@ -47,6 +47,23 @@ class PriorityStarts(NamedTuple):
     ids: Array
     probabilities: Array
     candidates: int
+
+
+class PriorityMass(NamedTuple):
+    """The sampling masses of a prioritized buffer, read at one instant
+    (:meth:`PrioritizedReplayBuffer.priority_mass`).
+
+    Attributes:
+        total: ``M = sum_i m_i`` over the sampleable transitions, ``m_i`` each one's sampling
+            mass (``p_i ** alpha``, or its rank mass); ``P(i) = m_i / M``.
+        smallest: The smallest mass ``> 0`` (``P_min * M``, what importance weights are
+            normalised by); ``inf`` when no transition has a mass ``> 0``.
+        count: The sampleable transitions (:attr:`~rlreplay.ReplayBuffer.num_sampleable`).
+    """
+
+    total: float
+    smallest: float
+    count: int
 
 
 class PrioritizedReplayBuffer(ReplayBuffer):
@@ -206,6 +223,37 @@ class PrioritizedReplayBuffer(ReplayBuffer):
         """Bytes allocated for stored data, the index, the priorities and their trees."""
         with self._lock:
             return super().nbytes + self._prios.nbytes
+
+    def priority_mass(self) -> PriorityMass:
+        """The total and smallest sampling mass and the sampleable count, read together.
+
+        Read under the buffer's lock, from the sum and min trees the next :meth:`sample` draws
+        from (rank-based: after the re-sort that draw would make), so ``m_i / total`` is
+        ``P(i)`` and ``smallest / total`` is ``P_min``. For a caller that combines several
+        buffers into one law (the shards of :class:`rlreplay.distributed.ReplayService`).
+        Cost: O(1), plus a rank-based re-sort when one is due.
+
+        Raises:
+            ReplayClosed: The buffer is closed.
+
+        Example:
+            >>> import numpy as np, rlreplay as rr
+            >>> buf = rr.PrioritizedReplayBuffer(16, {"obs": rr.Field((), np.float32)},
+            ...                                  alpha=1.0, eps=0.0)
+            >>> ids = buf.extend(obs=np.arange(3, dtype=np.float32), reward=np.zeros(3),
+            ...                  terminated=[False, False, True], truncated=[False] * 3,
+            ...                  next_obs=np.zeros(3, np.float32))
+            >>> _ = buf.update_priorities(ids, [1.0, 2.0, 0.5])
+            >>> buf.priority_mass()
+            PriorityMass(total=3.5, smallest=0.5, count=3)
+        """
+        with self._lock:
+            self._check_open()
+            prios = self._prios  # settles deferred steps first
+            if prios.rank_based and prios.changes >= prios._sort_threshold():
+                prios.resort()
+            count = int(self._index.sizes().sum())
+            return PriorityMass(float(prios.sum_tree.total), float(prios.min_tree.min), count)
 
     def _new_priority(self) -> float:
         return max(self.initial_priority, self._max_priority)

@@ -65,28 +65,22 @@ class Shard:
     def info(self) -> tuple[int, float, float]:
         """``(sampleable count, mass, smallest positive mass)``: the mass is the count for a
         uniform shard and ``sum p ** alpha`` for a prioritized one (``inf``: no mass)."""
-        count = self.buffer.num_sampleable
-        if not self.prioritized:
-            return count, float(count), 1.0 if count else float("inf")
-        total, smallest = self._masses()
-        return count, total, smallest
-
-    def _masses(self) -> tuple[float, float]:
-        # The prioritized buffer's own sum and min trees (exact, recomputed on every update).
         buf = self.buffer
-        assert isinstance(buf, PrioritizedReplayBuffer)
-        with buf._lock:
-            prios = buf._prios  # settles deferred steps first
-            return float(prios.sum_tree.total), float(prios.min_tree.min)
+        if isinstance(buf, PrioritizedReplayBuffer):
+            # The buffer's own sum and min trees (exact), read together under its lock.
+            total, smallest, count = buf.priority_mass()
+            return count, total, smallest
+        count = buf.num_sampleable
+        return count, float(count), 1.0 if count else float("inf")
 
     def sample(self, batch_size: int) -> tuple[Batch, float, float]:
         """Draw ``batch_size`` with the shard's own law, plus its masses at the draw."""
-        batch = self.buffer.sample(batch_size)
-        if not self.prioritized:
-            count = float(self.buffer.num_sampleable)
-            return batch, count, 1.0
-        total, smallest = self._masses()
-        return batch, total, smallest
+        buf = self.buffer
+        batch = buf.sample(batch_size)
+        if isinstance(buf, PrioritizedReplayBuffer):
+            total, smallest, _ = buf.priority_mass()
+            return batch, total, smallest
+        return batch, float(buf.num_sampleable), 1.0
 
     def update_priorities(self, ids: Array, priorities: Array) -> int:
         """The core's ``update_priorities`` (stale ids ignored)."""
