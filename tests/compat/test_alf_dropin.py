@@ -102,17 +102,30 @@ def test_record_episodic_return_with_episodic_info_off_is_alfs_assertion() -> No
     assert isinstance(info.value, rr.ConfigError)
 
 
+def leaf_node(i: int, capacity: int) -> int:
+    """The node of leaf ``i``: the ``i``-th of ``capacity .. 2 * capacity - 1`` in-order."""
+
+    def in_order(node: int) -> list[int]:
+        if node >= capacity:
+            return [node]
+        return in_order(2 * node) + in_order(2 * node + 1)
+
+    return in_order(1)[i] if capacity > 1 else 1
+
+
 def alf_tree(capacity: int, op: Any, dtype: torch.dtype) -> tuple[Any, Any, Any]:
     """ALF's segment tree, written from its documentation (the slow reference).
 
     Seed: "values[1] is the root. values[capacity: 2*capacity] are the leaves. The two children
     of an internal node values[i] are values[2*i] and values[2*i+1]. And values[i] is set to
     op(values[2*i], values[2*i+1]). ... All the nodes of tree are initialized to be zeros."
+    Leaf ``i`` is the ``i``-th leaf met in-order (find_sum_bound's prefix sums run by index):
+    see :func:`leaf_node`.
     """
     values = torch.zeros(2 * capacity, dtype=dtype)
 
     def set_(i: int, v: float) -> None:
-        node = capacity + i
+        node = leaf_node(i, capacity)
         values[node] = torch.tensor(v, dtype=torch.float64).to(dtype)
         node //= 2
         while node >= 1:
@@ -140,7 +153,7 @@ def test_any_op_works_as_in_alf(capacity: int, writes: list[tuple[int, float]], 
         set_(i, v)
         assert torch.equal(tree.summary(), root())
     leaves = torch.arange(capacity)
-    assert torch.equal(tree[leaves], values[capacity:])
+    assert torch.equal(tree[leaves], values[[leaf_node(i, capacity) for i in range(capacity)]])
     assert tree.nnz.item() == int(torch.count_nonzero(values[capacity:]))
 
 

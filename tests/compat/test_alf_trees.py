@@ -15,6 +15,7 @@ from rlreplay.compat.alf.segment_tree import (
     SegmentTree,
     SumSegmentTree,
 )
+from tests.compat.test_alf_dropin import alf_tree, leaf_node
 
 
 # =========================================================================== segment trees
@@ -83,8 +84,6 @@ def test_segment_tree_generic_op_dtype_and_errors() -> None:
         tree[torch.tensor([3])] = torch.tensor([1.0])
     with pytest.raises(TypeError):
         tree[torch.tensor([0.5])]
-    with pytest.raises(ValueError):
-        SumSegmentTree(3)[torch.tensor([0])] = torch.tensor([-1.0])
 
 
 def test_segment_tree_state_dict_round_trip() -> None:
@@ -129,3 +128,73 @@ def test_segment_trees_agree_with_core_trees_and_brute_force(
             above = np.flatnonzero(cum > x)
             want = int(above[0]) if x < cum[-1] else int(np.flatnonzero(values)[-1])
             assert k == want and values[k] > 0
+
+
+# =========================================================================== any value, as ALF
+def alf_find_sum_bound(values: torch.Tensor, capacity: int, threshold: float) -> int:
+    """ALF's sum-tree descent over its node array (the reference): left while the threshold is
+    below the left child, else right with the left child subtracted; the leaf's index."""
+    node = 1
+    th = torch.tensor(threshold, dtype=values.dtype)
+    while node < capacity:
+        left = values[2 * node]
+        if th >= left:
+            th = th - left
+            node = 2 * node + 1
+        else:
+            node = 2 * node
+    return [leaf_node(i, capacity) for i in range(capacity)].index(node)
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    capacity=st.integers(1, 9),
+    writes=st.lists(st.tuples(st.integers(0, 8), st.floats(-3, 3, width=32)), max_size=20),
+)
+def test_sum_tree_takes_negative_values_as_alf(
+    capacity: int, writes: list[tuple[int, float]]
+) -> None:
+    """ALF's SumSegmentTree stores any value (its only documented check is find_sum_bound's
+    ValueError for a threshold above summary()); sums and descents are then ALF's, in dtype."""
+    tree = SumSegmentTree(capacity)
+    values, set_, root = alf_tree(capacity, torch.add, torch.float32)
+    for i, v in writes:
+        i %= capacity
+        tree[torch.tensor([i])] = torch.tensor([v])
+        set_(i, v)
+    assert torch.equal(tree.summary(), root())
+    assert tree[torch.arange(capacity)].tolist() == [
+        values[leaf_node(i, capacity)].item() for i in range(capacity)
+    ]
+    if any(v < 0 for _, v in writes):
+        total = float(root())
+        for th in [total - 1.0, total - 0.25, total]:
+            got = tree.find_sum_bound(torch.tensor([th])).tolist()
+            assert got == [alf_find_sum_bound(values, capacity, th)]
+
+
+def test_negative_nan_and_infinite_values_are_stored_as_in_alf() -> None:
+    tree = SumSegmentTree(4)
+    tree[torch.tensor([0, 1, 2])] = torch.tensor([1.0, 2.0, 3.0])
+    tree[torch.tensor([1])] = torch.tensor([-2.0])  # no error, as in ALF
+    assert tree.summary().item() == 2.0 and tree.nnz.item() == 3
+    # ALF's descent: the left half sums to 1 - 2 = -1 <= 0.5, so it goes right (prefix sums
+    # are no longer monotone, and the descent is what ALF computes).
+    assert tree.find_sum_bound(torch.tensor([0.5, 1.5])).tolist() == [2, 2]
+    with pytest.raises(ValueError):
+        tree.find_sum_bound(torch.tensor([2.5]))
+    copy = SumSegmentTree(4)
+    copy.load_state_dict(tree.state_dict())
+    assert copy.summary().item() == 2.0 and copy[torch.tensor([1])].tolist() == [-2.0]
+    fresh = SumSegmentTree(4)
+    fresh[torch.tensor([3])] = torch.tensor([4.0])
+    copy.load_state_dict(fresh.state_dict())  # back to rlreplay's tree
+    assert copy.summary().item() == 4.0
+    assert copy.find_sum_bound(torch.tensor([4.0])).tolist() == [3]
+    for cls in (MinSegmentTree, MaxSegmentTree):
+        t = cls(2)
+        t[torch.tensor([0])] = torch.tensor([float("nan")])
+        assert torch.isnan(t.summary())  # torch.min / torch.max propagate NaN, as in ALF
+    inf = SumSegmentTree(2)
+    inf[torch.tensor([0])] = torch.tensor([float("inf")])
+    assert inf.summary().item() == float("inf")

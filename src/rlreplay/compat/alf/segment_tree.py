@@ -75,12 +75,38 @@ def as_numpy(value: Any) -> Array:
     return np.asarray(value)
 
 
+def leaf_nodes(idx: Array, capacity: int) -> Array:
+    """The nodes of leaves ``idx`` in ALF's layout: in-order, so that prefix sums run by index.
+
+    Seed: "``values[1]`` is the root. ``values[capacity: 2*capacity]`` are the leaves", and
+    ``find_sum_bound`` gives "the minimum idx such that thresholds[i] < values[0] + ... +
+    values[idx]", so a descent from the root meets the leaves in index order. With ``capacity``
+    not a power of two the leaves lie on two levels; in-order, the deeper ones (nodes
+    ``leftmost .. 2 * capacity - 1``, ``leftmost`` the smallest power of two ``>= capacity``)
+    come first, then nodes ``capacity .. leftmost - 1``.
+    """
+    leftmost = 1 << max(0, int(capacity - 1).bit_length())
+    node = idx + leftmost
+    out: Array = np.where(node >= 2 * capacity, node - capacity, node)
+    return out
+
+
+def node_leaves(node: Array, capacity: int) -> Array:
+    """The leaf index of each leaf node (the inverse of :func:`leaf_nodes`)."""
+    leftmost = 1 << max(0, int(capacity - 1).bit_length())
+    out: Array = np.where(node < leftmost, node + capacity, node) - leftmost
+    return out
+
+
 class _OpTree:
-    """ALF's own tree for an ``op`` that rlreplay's kernels do not compute (e.g. ``torch.mul``).
+    """ALF's own tree for an ``op`` or values that rlreplay's kernels do not compute.
 
     ALF's layout and arithmetic, in ``dtype`` (so every node equals ALF's): ``values[1]`` is the
-    root, the leaves are ``values[capacity:]`` and ``values[i] = op(values[2i], values[2i+1])``,
-    recomputed level by level for the ancestors of the leaves set. All nodes start at 0.
+    root, the leaves are ``values[capacity:]`` (in-order, :func:`leaf_nodes`) and ``values[i]
+    = op(values[2i], values[2i+1])``, recomputed level by level for the ancestors of the
+    leaves set. All nodes start at 0. Used for any ``op`` other than add, min and max, and
+    for a sum tree given a negative or infinite value (or any tree given a NaN), which ALF
+    stores without a check.
     """
 
     def __init__(self, capacity: int, op: Callable[..., Any], dtype: torch.dtype) -> None:
@@ -98,7 +124,7 @@ class _OpTree:
             raise InvalidIdError(
                 f"indices: expected values in [0, {self.capacity}), got {idx[bad][:5].tolist()}"
             )
-        return torch.from_numpy(np.ascontiguousarray(idx + self.capacity))
+        return torch.from_numpy(np.ascontiguousarray(leaf_nodes(idx, self.capacity)))
 
     def get(self, idx: Array) -> Array:
         out: Array = self._values[self._leaves(np.asarray(idx))].double().numpy()
@@ -111,7 +137,7 @@ class _OpTree:
         vals = np.broadcast_to(values, idx.shape).reshape(-1)
         # With duplicate indices the last value wins (torch's indexed write leaves it open).
         uniq, last = np.unique(flat[::-1], return_index=True)
-        nodes = torch.from_numpy(uniq + self.capacity)
+        nodes = torch.from_numpy(leaf_nodes(uniq, self.capacity))
         self._values[nodes] = torch.as_tensor(vals[::-1][last]).to(self._values.dtype)
         parents = np.unique(nodes.numpy() // 2)
         parents = parents[parents >= 1]
@@ -124,6 +150,24 @@ class _OpTree:
     @property
     def root(self) -> float:
         return float(self._values[1])
+
+    def find_sum_bound(self, thresholds: Array) -> Array:
+        """ALF's descent of a sum tree, in ``dtype``: left while ``threshold < left child``,
+        else right with the left child subtracted."""
+        values = self._values
+        th = torch.as_tensor(thresholds).to(values.dtype).reshape(-1).clone()
+        node = torch.ones(th.shape, dtype=torch.int64)
+        while True:
+            inner = node < self.capacity
+            if not bool(inner.any()):
+                break
+            left = 2 * node[inner]
+            lv = values[left]
+            right = th[inner] >= lv
+            th[inner] = torch.where(right, th[inner] - lv, th[inner])
+            node[inner] = left + right.to(torch.int64)
+        out: Array = node_leaves(node.numpy(), self.capacity).reshape(np.shape(thresholds))
+        return out
 
     def state_dict(self) -> dict[str, Any]:
         return {"values": self._values.clone()}
@@ -173,6 +217,7 @@ class SegmentTree(torch.nn.Module):
         self._dtype = dtype
         self._device = check_device(device, "device")
         self._tree: SumTree | MinTree | MaxTree | _OpTree
+        self._tree_cls = tree_cls
         if tree_cls is None:  # any other op: ALF's algorithm, in dtype
             self._tree = _OpTree(capacity, op, dtype)
         else:
@@ -212,7 +257,9 @@ class SegmentTree(torch.nn.Module):
         Raises:
             rlreplay.InvalidIdError: An index outside ``[0, capacity)``.
             rlreplay.ShapeError: ``values`` of another shape than ``indices``.
-            rlreplay.PriorityError: A NaN (or, in a sum tree, a negative or infinite) value.
+
+        Any value is stored, as in ALF: a negative or infinite value in a sum tree, or a NaN in
+        any tree, moves the tree to ALF's own algorithm in ``dtype`` (see :class:`SegmentTree`).
         """
         idx = self._indices(indices)
         if isinstance(values, torch.Tensor):
@@ -220,6 +267,8 @@ class SegmentTree(torch.nn.Module):
         else:
             vals = torch.as_tensor(np.asarray(values, np.float64)).to(self._dtype).double().numpy()
         old = self._tree.get(idx)  # validates the indices before anything is written
+        if not isinstance(self._tree, _OpTree) and self._refused(vals):
+            self._to_op_tree()
         self._tree.set(idx, vals)
         # The number of non-zero leaves changes by the final value of each distinct index.
         flat = idx.reshape(-1)
@@ -227,6 +276,19 @@ class SegmentTree(torch.nn.Module):
         final = self._tree.get(uniq)
         before = old.reshape(-1)[flat.size - 1 - first_rev]
         self._nnz += int(np.count_nonzero(final)) - int(np.count_nonzero(before))
+
+    def _refused(self, vals: Array) -> bool:
+        """Whether rlreplay's tree refuses ``vals`` (ALF stores any value without a check)."""
+        if isinstance(self._tree, SumTree):
+            return bool(((vals < 0) | ~np.isfinite(vals)).any())
+        return bool(np.isnan(vals).any())
+
+    def _to_op_tree(self) -> None:
+        """Go on with ALF's own algorithm in ``dtype``, from the same leaves."""
+        tree = _OpTree(self._capacity, self._op, self._dtype)
+        every = np.arange(self._capacity)
+        tree.set(every, self._tree.get(every))
+        self._tree = tree
 
     def __getitem__(self, indices: Any) -> torch.Tensor:
         """The leaves at ``indices`` (same shape), as ``dtype`` on ``device``."""
@@ -260,6 +322,10 @@ class SegmentTree(torch.nn.Module):
 
     def set_extra_state(self, state: Any) -> None:
         """Restore the leaves of :meth:`get_extra_state`."""
+        if "values" in state and not isinstance(self._tree, _OpTree):  # saved by ALF's algorithm
+            self._tree = _OpTree(self._capacity, self._op, self._dtype)
+        elif "values" not in state and self._tree_cls is not None:  # saved by rlreplay's tree
+            self._tree = self._tree_cls(self._capacity)
         self._tree.load_state_dict(state)
         self._nnz = int(np.count_nonzero(self._tree.get(np.arange(self._capacity))))
 
@@ -319,6 +385,8 @@ class SumSegmentTree(SegmentTree):
             )
         th = np.where(th >= shown, total, th)
         tree = self._tree
+        if isinstance(tree, _OpTree):  # a negative, infinite or NaN leaf: ALF's descent
+            return torch.from_numpy(tree.find_sum_bound(th)).to(self._device)
         if not isinstance(tree, SumTree):  # pragma: no cover - the constructor fixes the op
             raise TypeError("find_sum_bound needs a sum tree")
         out = tree.find_prefix_sum(th)
