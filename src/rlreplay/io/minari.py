@@ -3,10 +3,11 @@
 Out (:func:`to_minari`): every stored *complete* episode becomes one Minari episode with
 ``N + 1`` observations (its ``N`` stored ones and the true final one), ``N`` actions,
 rewards, ``terminations`` and ``truncations`` (kept apart, as stored). Observation fields
-become the observation space (one field: its ``Box``, which loads back as ``obs`` whatever its
-name; several: a ``Dict`` keyed by field name), ``action`` the action space; other fields travel as per-step ``infos`` (Minari's
-convention: ``infos[k][0]`` belongs to the reset, ``infos[k][t + 1]`` to step ``t``). Frames
-are written without JPEG encoding, so uint8 images are kept bit for bit.
+become the observation space (one field: its ``Box``, which loads back as ``obs`` whatever
+its name; several: a ``Dict`` keyed by field name), ``action`` the action space; other fields
+travel as per-step ``infos`` (Minari's convention: ``infos[k][0]`` belongs to the reset,
+``infos[k][t + 1]`` to step ``t``). Frames are written without JPEG encoding, so uint8 images
+are kept bit for bit.
 
 In (:func:`from_minari`): a local dataset (nothing is ever downloaded) is read episode by
 episode into a new buffer whose fields come from the dataset's spaces (and its per-step infos).
