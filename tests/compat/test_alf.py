@@ -280,7 +280,7 @@ def test_constructor_defaults_and_constants() -> None:
         ({"device": "tpu"}, "expected 'cpu' or 'cuda'"),
         ({"allow_multiprocess": True}, "one process"),
         ({"record_episodic_return": True, "keep_episodic_info": False}, "episode information"),
-        ({"max_length": 1}, "max_length"),
+        ({"max_length": 0}, "max_length"),
         ({"recent_data_ratio": 1.5}, "recent_data_ratio"),
         ({"recent_data_steps": 0}, "recent_data_steps"),
         ({"gamma": 2.0}, "gamma"),
@@ -492,3 +492,54 @@ def _two_steps() -> Exp:
 # =========================================================================== prioritized
 def prioritized(num_envs: int = 2, max_length: int = 10, **kw: Any) -> Driver:
     return Driver(num_envs, max_length, prioritized_sampling=True, **kw)
+
+
+# =========================================================================== max_length=1
+def test_max_length_1_keeps_the_newest_step_of_each_env_as_alf() -> None:
+    """ALF accepts ``max_length=1`` (seed: "max_length (int) - maximum number of time steps
+    stored in buffer"): each env's ring has one slot, every add overwrites it."""
+    for kw in ({}, {"prioritized_sampling": True}, {"record_episodic_return": True}):
+        d = Driver(num_envs=2, max_length=1, **kw)
+        d.run(5, episode_len=3)
+        assert d.rb.total_size.item() == 2
+        data, info = d.rb.gather_all()
+        assert info.positions.tolist() == [4, 4]
+        d.check_rows(data, info.env_ids, info.positions, 1)
+        batch, info = d.rb.get_batch(4, 1)
+        assert info.positions.tolist() == [4] * 4
+        d.check_rows(batch, info.env_ids, info.positions, 1)
+        with pytest.raises(AssertionError):  # no sequence of two steps is stored
+            d.rb.get_batch(2, 2)
+        with pytest.raises(AssertionError, match="enough data"):
+            d.rb.dequeue(n=2)
+        with pytest.raises(rr.InvalidIdError):
+            d.rb.get_field("reward", torch.tensor([0]), torch.tensor([3]))
+    d = Driver(num_envs=2, max_length=1)
+    d.run(2)
+    got = d.rb.dequeue(env_ids=torch.tensor([1]))
+    assert got.observation["obs"].tolist() == [[[1.0, 1.0]]]
+    assert d.rb.total_size.item() == 1
+
+
+def test_max_length_1_blocking_add_waits_for_the_one_slot() -> None:
+    """Seed: "blocking (bool) - If True, blocks if there is no free slot to add data"."""
+    d = Driver(num_envs=1, max_length=1)
+    d.add()
+    with pytest.raises(rr.ReplayTimeout):
+        d.rb.add_batch(_one_step(), blocking=True, timeout=0.05)
+    done = threading.Event()
+
+    def add() -> None:
+        d.rb.add_batch(_one_step(), blocking=True)
+        done.set()
+
+    th = threading.Thread(target=add)
+    th.start()
+    time.sleep(0.1)
+    assert not done.is_set()
+    assert d.rb.dequeue().observation["obs"].tolist() == [[[0.0, 0.0]]]
+    th.join(JOIN)
+    assert done.is_set() and d.rb.total_size.item() == 1
+    d.rb.stop()
+    assert d.rb.add_batch(_one_step(), blocking=True) is None  # stopped: returns, adds nothing
+    assert d.rb.gather_all()[1].positions.tolist() == [1]

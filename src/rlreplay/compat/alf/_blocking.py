@@ -12,12 +12,15 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import TypeVar
+from typing import Any, TypeVar
 
+import numpy as np
+
+from rlreplay.buffer import ReplayBuffer as CoreBuffer
 from rlreplay.buffer_fifo import check_timeout
 from rlreplay.errors import ReplayTimeout
 
-__all__ = ["POLL", "wait_unless_stopped"]
+__all__ = ["POLL", "deadline_of", "wait_for_empty", "wait_unless_stopped"]
 
 POLL = 0.05  # seconds between two looks at the stop flag while blocked
 
@@ -50,3 +53,37 @@ def wait_unless_stopped(
             if deadline is not None and time.monotonic() >= deadline:
                 raise ReplayTimeout(f"{what}: not possible within timeout={timeout} s") from None
     return None
+
+
+def deadline_of(timeout: float | None) -> float | None:
+    """The ``time.monotonic()`` at which ``timeout`` seconds from now run out (checked)."""
+    check_timeout(timeout)
+    return None if timeout is None else time.monotonic() + timeout
+
+
+def wait_for_empty(
+    core: CoreBuffer,
+    envs: np.ndarray[Any, Any],
+    stopped: Callable[[], bool],
+    deadline: float | None,
+) -> bool:
+    """Wait until every env of ``envs`` stores nothing (a blocking add with ``max_length=1``).
+
+    The core keeps two steps per env, so its own wait for room would not block at ALF's one;
+    this polls the stored range every millisecond, without holding the core's lock. The
+    caller re-checks under the lock.
+
+    Returns:
+        True when the envs are empty, False when the buffer was stopped meanwhile.
+
+    Raises:
+        rlreplay.ReplayTimeout: Not empty by ``deadline``.
+    """
+    while not stopped():
+        first, end = core.stored_range()
+        if (end[envs] == first[envs]).all():
+            return True
+        if deadline is not None and time.monotonic() >= deadline:
+            raise ReplayTimeout("add_batch: no free slot within the timeout (max_length=1)")
+        time.sleep(0.001)
+    return False

@@ -14,12 +14,15 @@ from typing import Any
 import numpy as np
 
 from rlreplay.buffer import ReplayBuffer as CoreBuffer
+from rlreplay.compat.alf._nest import flag
 from rlreplay.errors import InvalidIdError
 
 __all__ = [
     "CutEpisodes",
     "Disc0Segments",
     "cut_before_first",
+    "cut_of",
+    "first_envs",
 ]
 
 Array = np.ndarray[Any, Any]
@@ -151,3 +154,29 @@ def cut_before_first(
                     cuts.mark(e, b, int(end[e]))
     out: Array = envs[~has]
     return out
+
+
+FIRST = 0  # ALF's StepType.FIRST
+
+
+def first_envs(values: dict[str, Any], step_type: str | None, envs: Array, num_envs: int) -> Array:
+    """The envs whose step in ``values`` (the core ``add`` arguments) is a ``FIRST``.
+
+    Nothing when there is no ``step_type`` field, or when ``envs`` are not valid (out of
+    range or repeated: the core's ``add`` raises for them).
+    """
+    ok = envs.size == 0 or (
+        envs.min() >= 0 and envs.max() < num_envs and np.unique(envs).size == envs.size
+    )
+    if step_type is None or not ok:
+        return envs[:0]
+    out: Array = envs[flag(values, step_type, envs.shape[0]) == FIRST]
+    return out
+
+
+def cut_of(cuts: CutEpisodes | None, env: Array, start: Array, length: int) -> Array:
+    """``(len(env), length)``: steps ``start ..`` of ``env`` are in an episode cut by FIRST."""
+    pos = start[:, None] + np.arange(length)
+    if cuts is None:
+        return np.zeros(pos.shape, np.bool_)
+    return cuts.of(env[:, None], pos)

@@ -22,6 +22,7 @@ __all__ = [
     "ConfigAssertionError",
     "SpecLayout",
     "check_options",
+    "keep_newest",
     "make_core",
     "positive",
     "spec_layout",
@@ -57,7 +58,7 @@ def check_options(
         ConfigAssertionError: ``record_episodic_return`` with ``keep_episodic_info=False``.
     """
     E = positive("num_environments", num_environments)
-    C = positive("max_length", max_length, minimum=2)
+    C = positive("max_length", max_length)
     ignored = positive("num_earliest_frames_ignored", num_earliest_frames_ignored, 0)
     if allow_multiprocess:
         raise ConfigError(
@@ -142,6 +143,14 @@ def _scalar_leaf(
     return None
 
 
+def keep_newest(core: CoreBuffer, envs: Any) -> None:
+    """With ``max_length=1``: drop the older of two stored steps of ``envs`` (ALF overwrites it)."""
+    first, end = core.stored_range()
+    full = envs[end[envs] - first[envs] > 1]
+    if full.size:
+        core.dequeue(1, full)
+
+
 def make_core(
     num_envs: int,
     max_length: int,
@@ -154,8 +163,13 @@ def make_core(
     reward_clip: tuple[float, float] | None,
     default_return: float,
 ) -> tuple[CoreBuffer, PrioritizedReplayBuffer | None]:
-    """The core (``E * max_length`` steps) and, with ``prioritized``, the same core typed."""
-    E, C = num_envs, max_length
+    """The core and, with ``prioritized``, the same core typed.
+
+    The core keeps ``max(max_length, 2)`` steps per env: it needs room for two (a step and its
+    successor); with ``max_length=1`` the buffer trims each env back to its newest step after
+    every add (:func:`keep_newest`), so it holds what ALF's one-slot ring holds.
+    """
+    E, C = num_envs, max(max_length, 2)
     # ALF draws from torch's global generator: seed the core's from it, so that
     # torch.manual_seed makes runs repeatable.
     seed = int(torch.randint(0, 2**62, (), dtype=torch.int64))

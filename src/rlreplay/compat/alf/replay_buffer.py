@@ -54,24 +54,35 @@ import torch
 
 from rlreplay.batch import Batch
 from rlreplay.buffer import ReplayBuffer as CoreBuffer
-from rlreplay.compat.alf._blocking import wait_unless_stopped
+from rlreplay.compat.alf._blocking import deadline_of, wait_for_empty, wait_unless_stopped
 from rlreplay.compat.alf._draws import (
     ReplayAssertionError,
     draw_starts,
     gathered_returns,
     sequence_returns,
 )
-from rlreplay.compat.alf._episodic import CutEpisodes, Disc0Segments, cut_before_first
+from rlreplay.compat.alf._episodic import (
+    CutEpisodes,
+    Disc0Segments,
+    cut_before_first,
+    cut_of,
+    first_envs,
+)
 from rlreplay.compat.alf._nest import (
     AssignDTypeError,
     env_array,
-    flag,
     pack_rows,
     step_values,
     to_tensor,
 )
 from rlreplay.compat.alf._queries import EpisodicQueries
-from rlreplay.compat.alf._setup import check_options, make_core, positive, spec_layout
+from rlreplay.compat.alf._setup import (
+    check_options,
+    keep_newest,
+    make_core,
+    positive,
+    spec_layout,
+)
 from rlreplay.compat.alf.segment_tree import as_numpy, check_device
 from rlreplay.errors import DTypeError, EmptyBufferError, ShapeError
 from rlreplay.sampling.trees import MaxTree
@@ -331,47 +342,61 @@ class ReplayBuffer(EpisodicQueries, torch.nn.Module):
         envs = env_array(env_ids, self._all_envs)
         B = envs.shape[0]
         values, disc0 = step_values(batch, self._layout, B, StepType.LAST)
-        firsts = self._first_envs(values, envs)
+        firsts = first_envs(values, self._layout.step_type, envs, self._num_envs)
+        one = self._max_length == 1  # the core keeps 2 steps: the wait for room is ours
+        deadline = deadline_of(timeout) if blocking and one else None
+        while blocking and one:
+            if not wait_for_empty(self._core, envs, self._is_stopped, deadline):
+                return  # stopped: ALF's blocking add returns without adding
+            with self._atomic():
+                first, end = self._core.stored_range()
+                if (end[envs] == first[envs]).all():  # still empty: add under the lock
+                    self._add_locked(envs, values, disc0, firsts, False, None)
+                    return
         with self._atomic():
-            empty_firsts = envs[:0]
-            if firsts.size:  # ALF: a FIRST begins an episode whatever came before it
-                empty_firsts = cut_before_first(self._core, firsts, self._final, self._cuts)
-            try:
-                if blocking:
+            self._add_locked(envs, values, disc0, firsts, blocking, timeout)
 
-                    def add(wait: float) -> Array:
-                        return self._core.add(env_ids=envs, block=True, timeout=wait, **values)
+    def _add_locked(
+        self,
+        envs: Array,
+        values: dict[str, Any],
+        disc0: Array | None,
+        firsts: Array,
+        blocking: bool,
+        timeout: float | None,
+    ) -> None:
+        """:meth:`add_batch` under the core's lock."""
+        B = envs.shape[0]
+        empty_firsts = envs[:0]
+        if firsts.size:  # ALF: a FIRST begins an episode whatever came before it
+            empty_firsts = cut_before_first(self._core, firsts, self._final, self._cuts)
+        try:
+            if blocking:
 
-                    got = wait_unless_stopped(add, self._is_stopped, timeout, "add_batch")
-                    if got is None:  # stopped: ALF's blocking add returns without adding
-                        return
-                    ids = got
-                else:
-                    ids = self._core.add(env_ids=envs, **values)
-            except DTypeError as exc:  # ALF's torch write raises RuntimeError here
-                raise AssignDTypeError(str(exc)) from None
-            t = ids // self._num_envs
-            slots = envs * self._max_length + t % self._max_length
-            self._disc0.record(envs, t, slots, disc0)
-            self._begin_floor[empty_firsts] = t[np.isin(envs, empty_firsts)]
-            if self._cuts is not None:
-                self._cuts.written(slots)
-            if self._pcore is not None and self._max_prio is not None:
-                # ALF's rule, not the core's: max(initial, current largest priority).
-                p0 = self._new_priority()
-                self._pcore.update_priorities(ids, np.full(B, p0))
-                self._max_prio.set(slots, p0)
+                def add(wait: float) -> Array:
+                    return self._core.add(env_ids=envs, block=True, timeout=wait, **values)
 
-    def _first_envs(self, values: dict[str, Any], envs: Array) -> Array:
-        """The envs whose step in ``values`` is a ``FIRST``."""
-        ok = envs.size == 0 or (
-            envs.min() >= 0 and envs.max() < self._num_envs and np.unique(envs).size == envs.size
-        )
-        if self._layout.step_type is None or not ok:  # bad env_ids: the core's add raises
-            return envs[:0]
-        first = flag(values, self._layout.step_type, envs.shape[0]) == StepType.FIRST
-        out: Array = envs[first]
-        return out
+                got = wait_unless_stopped(add, self._is_stopped, timeout, "add_batch")
+                if got is None:  # stopped: ALF's blocking add returns without adding
+                    return
+                ids = got
+            else:
+                ids = self._core.add(env_ids=envs, **values)
+        except DTypeError as exc:  # ALF's torch write raises RuntimeError here
+            raise AssignDTypeError(str(exc)) from None
+        t = ids // self._num_envs
+        slots = envs * self._max_length + t % self._max_length
+        self._disc0.record(envs, t, slots, disc0)
+        self._begin_floor[empty_firsts] = t[np.isin(envs, empty_firsts)]
+        if self._cuts is not None:
+            self._cuts.written(slots)
+        if self._pcore is not None and self._max_prio is not None:
+            # ALF's rule, not the core's: max(initial, current largest priority).
+            p0 = self._new_priority()
+            self._pcore.update_priorities(ids, np.full(B, p0))
+            self._max_prio.set(slots, p0)
+        if self._max_length == 1:  # ALF's one slot per env: the new step replaced the old
+            keep_newest(self._core, envs)
 
     def stop(self) -> None:
         """Stop blocking calls: blocked and later blocking ones return ``None`` (ALF's ``stop``).
@@ -489,7 +514,7 @@ class ReplayBuffer(EpisodicQueries, torch.nn.Module):
         returns: Any = ()
         if self._record:
             T = next(iter(data.values())).shape[1]
-            cut = self._cut_of(self._all_envs, heads + k, T)
+            cut = cut_of(self._cuts, self._all_envs, heads + k, T)
             g = gathered_returns(data, cut, self._num_envs, self._default_return)
             returns = to_tensor(g, device)
         info = BatchInfo(
@@ -538,7 +563,7 @@ class ReplayBuffer(EpisodicQueries, torch.nn.Module):
         device = torch.get_default_device()
         returns: Any = ()
         if self._record:
-            cut = self._cut_of(env, t, L + 1)
+            cut = cut_of(self._cuts, env, t, L + 1)
             returns = to_tensor(sequence_returns(seq, cut, L, self._default_return), device)
         info = BatchInfo(
             env_ids=to_tensor(env, device),
@@ -548,13 +573,6 @@ class ReplayBuffer(EpisodicQueries, torch.nn.Module):
             discounted_return=returns,
         )
         return self._nest(seq, device, L), info
-
-    def _cut_of(self, env: Array, start: Array, length: int) -> Array:
-        """``(len(env), length)``: steps ``start ..`` of ``env`` are in an episode cut by FIRST."""
-        pos = start[:, None] + np.arange(length)
-        if self._cuts is None:
-            return np.zeros(pos.shape, np.bool_)
-        return self._cuts.of(env[:, None], pos)
 
     def update_priority(self, env_ids: Any, positions: Any, priorities: Any) -> None:
         """Set the priorities of the steps ``(env_ids, positions)`` (from a :class:`BatchInfo`).
