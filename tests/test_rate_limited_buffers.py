@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 import pickle
 import threading
 import time
@@ -458,6 +459,10 @@ def test_one_limiter_per_buffer_and_argument_checks(tmp_path):
     rr.ReplayBuffer(16, FIELDS, rate_limiter=lim.clone())  # its own counters: fine
     with pytest.raises(rr.ConfigError, match="RateLimiter"):
         rr.ReplayBuffer(16, FIELDS, rate_limiter=3)
+    with pytest.raises(rr.ConfigError, match="num_envs \\* samples_per_insert = 12"):
+        # 4 envs x spi 3 = 12 inserts' worth, in a band of 10: never granted past min size.
+        rr.ReplayBuffer(16, FIELDS, num_envs=4, rate_limiter=rr.SampleToInsertRatio(3, 2, 5))
+    rr.ReplayBuffer(16, FIELDS, num_envs=4, rate_limiter=rr.SampleToInsertRatio(3, 2, 6))
     with pytest.raises(rr.ConfigError, match="shared"):
         rr.ReplayBuffer(16, FIELDS, storage="shared", rate_limiter=rr.MinSize(1))
     del buf  # the limiter is free again once its buffer is gone
@@ -512,3 +517,24 @@ def test_priority_mass_is_the_trees_and_the_shard_reads_it():
     buf.close()
     with pytest.raises(rr.ReplayClosed):
         buf.priority_mass()
+
+
+def test_limiter_json_round_trip_and_cancel_sample():
+    for lim in (rr.MinSize(3), rr.SampleToInsertRatio(2.0, 4, 6.0), rr.RateLimiter(1.5, 0, -2, 9)):
+        back = rr.RateLimiter.from_json(json.loads(json.dumps(lim.to_json())))
+        assert type(back) is type(lim) and back.config() == lim.config()
+    for bad in (
+        {"class": "MinSize", "samples_per_insert": 1.0},  # parameters missing
+        {**rr.MinSize(2).to_json(), "min_size_to_sample": "2"},  # not an int
+        {**rr.MinSize(2).to_json(), "extra": 1},
+        [("class", "MinSize")],
+    ):
+        with pytest.raises(rr.ConfigError):
+            rr.RateLimiter.from_json(bad)
+    lim = rr.SampleToInsertRatio(1.0, 1, (0, 4))
+    lim.await_insert(2, timeout=0)
+    lim.commit_insert(2, 2)
+    lim.await_sample(2, timeout=0)
+    assert not lim.can_sample(1)
+    lim.cancel_sample(1)
+    assert lim.can_sample(1) and lim.stats.samples == 1

@@ -224,7 +224,7 @@ class WritingMixin(BufferHost):
         ``sample``/``sample_sequences`` (``None``: no limiter); its ``stats`` are live."""
         return self._limiter
 
-    def _use_limiter(self, rate_limiter: RateLimiter | None, storage: str) -> None:
+    def _use_limiter(self, rate_limiter: RateLimiter | None, storage: str, num_envs: int) -> None:
         """Take ``rate_limiter`` (constructor argument); writes then leave the fast path."""
         if rate_limiter is not None:
             if not isinstance(rate_limiter, RateLimiter):
@@ -237,6 +237,18 @@ class WritingMixin(BufferHost):
                     "rate_limiter: writer processes of storage='shared' cannot wait on a "
                     "limiter in this process; rate-limit many writers with "
                     "rlreplay.distributed.ReplayService(rate_limiter=...)"
+                )
+            spi, width = (
+                rate_limiter.samples_per_insert,
+                rate_limiter.max_diff - rate_limiter.min_diff,
+            )
+            if num_envs * spi > width:
+                # Past the free stage samples keep diff >= min_diff, so a step of every env
+                # (num_envs inserts at once) could never again fit under max_diff: a hang.
+                raise ConfigError(
+                    f"rate_limiter: a step of all {num_envs} envs is {num_envs} inserts, "
+                    f"which need max_diff - min_diff >= num_envs * samples_per_insert = "
+                    f"{num_envs * spi:g}; {rate_limiter!r} has {width:g} (widen error_buffer)"
                 )
             rate_limiter.bind(self)
             # Every write waits on the limiter before taking the lock, which the generated

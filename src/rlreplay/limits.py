@@ -28,7 +28,14 @@ Inserts are granted in two steps so that the owner can grant, then store, then r
 insert counts towards ``inserts`` (and so towards the ratio seen by other writers) as soon as
 it is granted, but towards ``size`` (what samples wait for) only once the owner commits it
 with the table's new size (:meth:`RateLimiter.commit_insert`), or is handed back if the store
-failed (:meth:`RateLimiter.cancel_insert`).
+failed (:meth:`RateLimiter.cancel_insert`); a granted sample whose draw failed is handed back
+too (:meth:`RateLimiter.cancel_sample`).
+
+Owners: a core buffer (``rr.ReplayBuffer(..., rate_limiter=lim)``: its ``add``/``extend``
+insert one item per env step, ``sample``/``sample_sequences`` sample one per row, and the
+limiter's ``size`` is the buffer's sampleable count) or the service
+(:class:`rlreplay.distributed.ReplayService`, which keeps its own copy in an actor). A limiter
+counts for one owner (:meth:`RateLimiter.bind`).
 """
 
 from __future__ import annotations
