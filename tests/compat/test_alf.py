@@ -12,6 +12,8 @@ This file holds that reference and the tests of specs, construction, ``add_batch
 from __future__ import annotations
 
 import collections
+import multiprocessing
+import pickle
 import threading
 import time
 from typing import Any
@@ -278,7 +280,6 @@ def test_constructor_defaults_and_constants() -> None:
     [
         ({"device": "cuda"}, "CUDA is not available"),
         ({"device": "tpu"}, "expected 'cpu' or 'cuda'"),
-        ({"allow_multiprocess": True}, "one process"),
         ({"record_episodic_return": True, "keep_episodic_info": False}, "episode information"),
         ({"max_length": 0}, "max_length"),
         ({"recent_data_ratio": 1.5}, "recent_data_ratio"),
@@ -543,3 +544,35 @@ def test_max_length_1_blocking_add_waits_for_the_one_slot() -> None:
     d.rb.stop()
     assert d.rb.add_batch(_one_step(), blocking=True) is None  # stopped: returns, adds nothing
     assert d.rb.gather_all()[1].positions.tolist() == [1]
+
+
+# =========================================================================== allow_multiprocess
+def _add_in_child(rb: ReplayBuffer, out: Any) -> None:
+    try:
+        rb.add_batch(_one_step())
+        out.put("added")
+    except rr.ConfigError as exc:
+        out.put(str(exc))
+
+
+def test_allow_multiprocess_is_accepted_and_never_silently_unshared() -> None:
+    """ALF accepts ``allow_multiprocess=True`` (seed: "whether multiprocessing is
+    supported"); here the buffer works in its own process (threads included), and another
+    process that tries to use it gets an error instead of writing to a copy nobody reads."""
+    d = Driver(num_envs=1, max_length=4, allow_multiprocess=True)
+    d.run(3)
+    batch, info = d.rb.get_batch(2, 2)
+    d.check_rows(batch, info.env_ids, info.positions, 2)
+    th = threading.Thread(target=d.add)
+    th.start()
+    th.join(JOIN)
+    assert d.rb.total_size.item() == 4
+    with pytest.raises(rr.ConfigError, match="allow_multiprocess"):
+        pickle.dumps(d.rb)
+    ctx = multiprocessing.get_context("fork")
+    out = ctx.Queue()
+    child = ctx.Process(target=_add_in_child, args=(d.rb, out))
+    child.start()
+    got = out.get(timeout=JOIN)
+    child.join(JOIN)
+    assert "allow_multiprocess" in got and d.rb.total_size.item() == 4

@@ -1,4 +1,4 @@
-"""ALF's position queries and checkpoint state, over the core (private to ALF's front-end).
+"""ALF's position queries, clear and checkpoint state, over the core (private to ALF's).
 
 A part of :class:`rlreplay.compat.alf.replay_buffer.ReplayBuffer`: ``get_field``,
 ``steps_to_episode_end``, ``get_episode_begin_position``, ``get_disc_0_begin_position`` and
@@ -9,6 +9,7 @@ constructor and only declared here.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from contextlib import AbstractContextManager
 from typing import Any
@@ -16,10 +17,11 @@ from typing import Any
 import numpy as np
 import torch
 
+from rlreplay.batch import Batch
 from rlreplay.buffer import ReplayBuffer as CoreBuffer
 from rlreplay.compat.alf._draws import ReplayAssertionError
 from rlreplay.compat.alf._episodic import CutEpisodes, Disc0Segments
-from rlreplay.compat.alf._nest import broadcast_ids, field_tensors, to_tensor
+from rlreplay.compat.alf._nest import broadcast_ids, env_array, field_tensors, to_tensor
 from rlreplay.compat.alf.tensor_specs import Path
 from rlreplay.errors import FieldError
 from rlreplay.sampling.trees import MaxTree
@@ -32,6 +34,7 @@ Array = np.ndarray[Any, Any]
 class EpisodicQueries:
     """Position queries and extra state of ALF's ``ReplayBuffer`` (a mixin)."""
 
+    _all_envs: Array
     _atomic: Callable[[], AbstractContextManager[Any]]
     _begin_floor: Array
     _core: CoreBuffer
@@ -41,6 +44,7 @@ class EpisodicQueries:
     _discount: str | None
     _enable_checkpoint: bool
     _keep_episodic_info: bool
+    _max_length: int
     _max_prio: MaxTree | None
     _names: dict[Path, str]
     _num_envs: int
@@ -149,6 +153,29 @@ class EpisodicQueries:
             heads, counts = self._bounds()
             out = self._disc0.begin_of(env, p, heads, counts)
         return to_tensor(out, self._device)
+
+    # ------------------------------------------------------------------ clear
+    def clear(self, env_ids: Any = None) -> None:
+        """Remove every stored step of ``env_ids`` (default: all). Positions keep counting."""
+        with self._atomic():
+            if env_ids is None:
+                self._core.clear()
+                if self._max_prio is not None:
+                    self._max_prio.set(np.arange(self._max_prio.capacity), -math.inf)
+                return
+            envs = env_array(env_ids, self._all_envs)
+            heads, counts = self._bounds()
+            for e in envs.tolist():
+                if counts[e] > heads[e]:
+                    got = self._core.dequeue(int(counts[e] - heads[e]), [e])
+                    self._forget(got)
+
+    def _forget(self, got: Batch) -> None:
+        """Dequeued steps no longer count towards the largest priority."""
+        if self._max_prio is not None and got.ids.size:
+            t = got.ids.reshape(-1) // self._num_envs
+            env = got.ids.reshape(-1) % self._num_envs
+            self._max_prio.set(env * self._max_length + t % self._max_length, -math.inf)
 
     # ------------------------------------------------------------------ state
     def get_extra_state(self) -> dict[str, Any]:

@@ -7,6 +7,9 @@ The constructor's options are checked here (:func:`check_options`, :func:`positi
 
 from __future__ import annotations
 
+import os
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -24,6 +27,8 @@ __all__ = [
     "check_options",
     "keep_newest",
     "make_core",
+    "not_shared",
+    "one_process",
     "positive",
     "spec_layout",
 ]
@@ -44,7 +49,7 @@ def check_options(
     num_environments: Any,
     max_length: Any,
     num_earliest_frames_ignored: Any,
-    allow_multiprocess: bool,
+    allow_multiprocess: Any,
     keep_episodic_info: bool | None,
     record_episodic_return: bool,
     recent_data_ratio: Any,
@@ -60,11 +65,6 @@ def check_options(
     E = positive("num_environments", num_environments)
     C = positive("max_length", max_length)
     ignored = positive("num_earliest_frames_ignored", num_earliest_frames_ignored, 0)
-    if allow_multiprocess:
-        raise ConfigError(
-            "allow_multiprocess: rlreplay's buffer is thread-safe but lives in one process; "
-            "use threads (or one buffer per process)"
-        )
     # ALF: "keep_episodic_info will be set to True if num_earliest_frames_ignored > 0" (even
     # when given as False), and record_episodic_return "assumes keep_episodic_info to be True".
     if ignored > 0:
@@ -149,6 +149,28 @@ def keep_newest(core: CoreBuffer, envs: Any) -> None:
     full = envs[end[envs] - first[envs] > 1]
     if full.size:
         core.dequeue(1, full)
+
+
+def not_shared(what: str) -> ConfigError:
+    """The error for using an ``allow_multiprocess`` buffer outside the process that built it."""
+    return ConfigError(
+        f"allow_multiprocess: {what}: this buffer lives in the process that built it (ALF "
+        "shares its tensors between processes; rlreplay's ALF front-end does not yet), so "
+        "another process would write to and read from a copy that nobody else sees. Keep "
+        "the buffer in one process and use threads, or send steps to that process"
+    )
+
+
+def one_process(core: CoreBuffer) -> Callable[[], AbstractContextManager[Any]]:
+    """``core.atomic``, refused (:func:`not_shared`) in any process but this one."""
+    pid = os.getpid()
+
+    def atomic() -> AbstractContextManager[Any]:
+        if os.getpid() != pid:
+            raise not_shared(f"used in process {os.getpid()}, built in process {pid}")
+        return core.atomic()
+
+    return atomic
 
 
 def make_core(

@@ -80,6 +80,8 @@ from rlreplay.compat.alf._setup import (
     check_options,
     keep_newest,
     make_core,
+    not_shared,
+    one_process,
     positive,
     spec_layout,
 )
@@ -146,8 +148,9 @@ class ReplayBuffer(EpisodicQueries, torch.nn.Module):
             queries and ``gather_all(convert_to_default_device=False)`` create tensors.
             :meth:`get_batch` and ``gather_all()`` return on torch's default device, which is
             ALF's default device.
-        allow_multiprocess: Must be False: the buffer is thread-safe, not shared across
-            processes.
+        allow_multiprocess: Accepted; the buffer is thread-safe and lives in the process that
+            built it. With True, using it from another process (a forked child, or a pickled
+            copy) raises :class:`rlreplay.ConfigError` instead of silently not sharing.
         keep_episodic_info: Index episode boundaries (from ``step_type``; needs a scalar
             ``step_type`` leaf at the top of the nest). ``None``: True when
             ``num_earliest_frames_ignored > 0`` or ``record_episodic_return``.
@@ -228,8 +231,10 @@ class ReplayBuffer(EpisodicQueries, torch.nn.Module):
             initial_priority=initial_priority, gamma=gamma, record_episodic_return=self._record,
             reward_clip=reward_clip, default_return=default_return,
         )  # fmt: skip
-        # The core's lock, held across several core calls (blocking waits release it).
-        self._atomic = self._core.atomic
+        # The core's lock, held across several core calls (blocking waits release it); with
+        # allow_multiprocess, only in the process that built the buffer (see one_process).
+        self._multiprocess = bool(allow_multiprocess)
+        self._atomic = one_process(self._core) if self._multiprocess else self._core.atomic
         self._all_envs = np.arange(E, dtype=np.int64)
         self._stopped = False
         self._disc0 = Disc0Segments(E, C)
@@ -293,6 +298,11 @@ class ReplayBuffer(EpisodicQueries, torch.nn.Module):
     def _new_priority(self) -> float:
         top = self._max_prio.max if self._max_prio is not None else -math.inf
         return max(self._initial_priority, top)
+
+    def __reduce_ex__(self, protocol: Any) -> Any:
+        if self._multiprocess:  # a copy in another process would not share the data
+            raise not_shared("pickling (to send it to another process)")
+        return super().__reduce_ex__(protocol)
 
     def extra_repr(self) -> str:
         return (
@@ -413,28 +423,6 @@ class ReplayBuffer(EpisodicQueries, torch.nn.Module):
 
     def _is_stopped(self) -> bool:
         return self._stopped
-
-    def clear(self, env_ids: Any = None) -> None:
-        """Remove every stored step of ``env_ids`` (default: all). Positions keep counting."""
-        with self._atomic():
-            if env_ids is None:
-                self._core.clear()
-                if self._max_prio is not None:
-                    self._max_prio.set(np.arange(self._max_prio.capacity), -math.inf)
-                return
-            envs = env_array(env_ids, self._all_envs)
-            heads, counts = self._bounds()
-            for e in envs.tolist():
-                if counts[e] > heads[e]:
-                    got = self._core.dequeue(int(counts[e] - heads[e]), [e])
-                    self._forget(got)
-
-    def _forget(self, got: Batch) -> None:
-        """Dequeued steps no longer count towards the largest priority."""
-        if self._max_prio is not None and got.ids.size:
-            t = got.ids.reshape(-1) // self._num_envs
-            env = got.ids.reshape(-1) % self._num_envs
-            self._max_prio.set(env * self._max_length + t % self._max_length, -math.inf)
 
     # ------------------------------------------------------------------ FIFO
     def dequeue(
