@@ -16,7 +16,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from rlreplay.assemble import assemble_transitions, sample_batch
+from rlreplay.assemble import assemble_transitions
 from rlreplay.batch import Batch
 from rlreplay.buffer_episodes import EpisodesMixin
 from rlreplay.buffer_fifo import FifoMixin
@@ -429,7 +429,6 @@ class ReplayBuffer(WritingMixin, FifoMixin, EpisodesMixin, StateMixin):
         recent_steps: int | None = None,
         replacement: bool | None = None,
         timeout: float | None = None,
-        out: Batch | None = None,
     ) -> Batch:
         """Draw ``batch_size`` transitions uniformly, with replacement, from the sampleable ones.
 
@@ -440,9 +439,6 @@ class ReplayBuffer(WritingMixin, FifoMixin, EpisodesMixin, StateMixin):
             recent_steps: Overrides the constructor's ``recent_steps`` for this call.
             replacement: Overrides the constructor's ``replacement`` for this call.
             timeout: The most seconds to wait for the ``rate_limiter`` (``None``: for ever).
-            out: A batch of ``batch_size`` from an earlier ``sample`` of this buffer, to be
-                overwritten in place and returned (no allocation). Without it every call
-                returns fresh arrays that share nothing with earlier batches.
 
         Returns:
             A :class:`Batch` with every declared field, ``reward``, ``next_<obs>``,
@@ -471,8 +467,8 @@ class ReplayBuffer(WritingMixin, FifoMixin, EpisodesMixin, StateMixin):
                 if self._shared is not None:  # redraws a batch a writer overwrote meanwhile
                     batch = self._shared.sample(self, batch_size, opts)
                     return self._transformed(batch, transform)
-                batch = sample_batch(self, batch_size, opts, out, ReplayBuffer)  # one kernel
-                return self._transformed(batch, transform)
+                env_ids, t, extra = self._draw(batch_size, opts)
+                return self._transformed(self._batch(env_ids, t, extra), transform)
         except BaseException:
             if limiter is not None:
                 limiter.cancel_sample(batch_size)  # nothing was drawn: nothing to pay for
