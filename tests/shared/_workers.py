@@ -55,3 +55,28 @@ def hold(handle: rr.SharedHandle, ready: Any) -> None:
 
 def pid() -> int:
     return os.getpid()
+
+
+OWNER_SCRIPT = """
+import multiprocessing as mp, sys, time
+import numpy as np
+import rlreplay as rr
+from tests.shared._workers import write_forever
+
+if __name__ == "__main__":
+    buf = rr.ReplayBuffer(64, {"obs": rr.Field((2,), np.float64), "action": rr.Field((), np.int64)},
+                          num_envs=2, storage="shared")
+    ctx = mp.get_context("spawn")
+    counters = [ctx.Value("q", 0) for _ in range(2)]
+    procs = [ctx.Process(target=write_forever, args=(buf.share([e]), e, counters[e]))
+             for e in range(2)]
+    for p in procs:
+        p.start()
+    while min(c.value for c in counters) == 0:
+        time.sleep(0.01)
+    print(buf._backend.token, " ".join(str(p.pid) for p in procs), flush=True)
+    while True:
+        if buf.num_sampleable:
+            buf.sample(8)
+        time.sleep(0.001)
+"""

@@ -57,9 +57,17 @@ def reference(num_envs: int, capacity: int, steps: dict[int, int], cls: Any = rr
     return ref
 
 
-def test_four_writer_processes_feed_one_buffer() -> None:
-    E, C, N = 4, 256, 1500
-    buf = rr.ReplayBuffer(E * C, FIELDS, num_envs=E, seed=0, storage="shared")
+@pytest.mark.parametrize(
+    ("cls", "N"),
+    [
+        (rr.ReplayBuffer, 1500),
+        pytest.param(rr.PrioritizedReplayBuffer, 1500, marks=pytest.mark.slow),
+        pytest.param(rr.ReplayBuffer, 50_000, marks=pytest.mark.slow),
+    ],
+)
+def test_four_writer_processes_feed_one_buffer(cls: Any, N: int) -> None:
+    E, C = 4, 256
+    buf = cls(E * C, FIELDS, num_envs=E, seed=0, storage="shared")
     procs = [CTX.Process(target=write_steps, args=(buf.share([e]), e, 0, N)) for e in range(E)]
     for p in procs:
         p.start()
@@ -67,7 +75,10 @@ def test_four_writer_processes_feed_one_buffer() -> None:
     deadline = time.monotonic() + 60
     while any(p.is_alive() for p in procs) and time.monotonic() < deadline:
         if buf.num_sampleable:
-            check_batch(buf.sample(64), E)
+            b = buf.sample(64)
+            check_batch(b, E)
+            if cls is rr.PrioritizedReplayBuffer:
+                buf.update_priorities(b.ids, np.abs(np.sin(b.ids)) + 0.1)
             samples += 1
         else:
             time.sleep(0.001)
@@ -78,6 +89,8 @@ def test_four_writer_processes_feed_one_buffer() -> None:
     # Nothing lost or duplicated: the buffer now stores exactly what a one-process buffer
     # given the same steps stores (less the guard band folded away ahead of the writers).
     ref = reference(E, E * C, dict.fromkeys(range(E), N))
+    if cls is rr.PrioritizedReplayBuffer:  # every sampleable transition has a priority > 0
+        assert buf._prios.drawable and (buf.get_priorities(ids_of(buf)) > 0).all()
     env = buf._index.env
     ids = np.concatenate([np.arange(env[e, 3], env[e, 4]) * E + e for e in range(E)])
     assert ids.size > E * (C - buf._shared.guard - 2)
@@ -142,13 +155,20 @@ def test_prioritized_folds_new_steps_with_max_priority() -> None:
     buf.close()
 
 
-def test_sigkill_of_writers_never_shows_a_torn_step_and_envs_reattach() -> None:
+def ids_of(buf: rr.ReplayBuffer) -> np.ndarray:
+    """Ids of every sampleable transition."""
+    E, env = buf.num_envs, buf._index.env
+    return np.concatenate([np.arange(env[e, 3], env[e, 4]) * E + e for e in range(E)])
+
+
+@pytest.mark.parametrize("rounds", [3, pytest.param(15, marks=pytest.mark.slow)])
+def test_sigkill_of_writers_never_shows_a_torn_step_and_envs_reattach(rounds: int) -> None:
     rng = np.random.default_rng(14)
     E, C = 2, 64
     buf = rr.ReplayBuffer(E * C, FIELDS, num_envs=E, seed=0, storage="shared")
     handles = [buf.share([e]) for e in range(E)]
     counters = [CTX.Value("q", 0) for _ in range(E)]
-    for _round in range(3):
+    for _round in range(rounds):
         procs = [
             CTX.Process(target=write_forever, args=(handles[e], e, counters[e])) for e in range(E)
         ]
@@ -265,3 +285,41 @@ def test_a_checkpoint_loaded_into_shared_memory_can_be_shared(tmp_path: Any) -> 
     w.close()
     buf.close()
     assert not segments(buf)
+
+
+def test_a_killed_owner_leaves_no_segment_behind() -> None:
+    """The owner (a fresh interpreter) and its writer children: SIGKILL the owner; the writers
+    notice within a second and stop, and the resource tracker unlinks every segment."""
+    import subprocess
+    import sys
+
+    from tests.shared._workers import OWNER_SCRIPT
+
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    owner = subprocess.Popen(
+        [sys.executable, "-c", OWNER_SCRIPT],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,  # the writers' ReplayClosed tracebacks, the tracker's note
+        text=True,
+        cwd=root,
+    )
+    try:
+        assert owner.stdout is not None
+        token, *pids = owner.stdout.readline().split()
+        assert [f for f in os.listdir("/dev/shm") if f.startswith(f"{PREFIX}{token}_")]
+        owner.kill()
+        owner.wait(10)
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            left = [f for f in os.listdir("/dev/shm") if f.startswith(f"{PREFIX}{token}_")]
+            alive = [p for p in pids if os.path.exists(f"/proc/{p}")]
+            if not left and not alive:
+                break
+            time.sleep(0.1)
+        assert not left, left
+        assert not alive, "writers did not stop after their owner died"
+    finally:
+        owner.kill()
+        owner.wait(10)
+        if owner.stdout is not None:
+            owner.stdout.close()
