@@ -41,10 +41,9 @@ def test_find_sum_bound_semantics_and_edges() -> None:
     assert tree.find_sum_bound(tree.summary().reshape(1)).dtype == torch.int64
     with pytest.raises(ValueError, match="summary"):
         tree.find_sum_bound(torch.tensor([1.0, 6.5]))
-    with pytest.raises(ValueError):
-        tree.find_sum_bound(torch.tensor([-1.0]))
-    with pytest.raises(ValueError):
-        SumSegmentTree(3).find_sum_bound(torch.tensor([0.0]))
+    # Below 0 or on an all-zero tree ALF does not raise: see the descent test below.
+    assert tree.find_sum_bound(torch.tensor([-1.0])).tolist() == [0]
+    assert SumSegmentTree(3).find_sum_bound(torch.tensor([0.0])).tolist() == [2]
 
 
 def test_find_sum_bound_with_float32_summary() -> None:
@@ -198,3 +197,20 @@ def test_negative_nan_and_infinite_values_are_stored_as_in_alf() -> None:
     inf = SumSegmentTree(2)
     inf[torch.tensor([0])] = torch.tensor([float("inf")])
     assert inf.summary().item() == float("inf")
+
+
+@pytest.mark.parametrize("capacity", [1, 3, 4, 6])
+def test_find_sum_bound_outside_the_documented_range_is_alfs_descent(capacity: int) -> None:
+    """ALF raises only for a threshold above summary(); elsewhere its descent answers (a
+    negative threshold goes left to leaf 0, an all-zero tree right to the last leaf)."""
+    tree = SumSegmentTree(capacity)
+    values, set_, _ = alf_tree(capacity, torch.add, torch.float32)
+    for th in (-1.0, 0.0):
+        got = tree.find_sum_bound(torch.tensor([th])).tolist()
+        assert got == [alf_find_sum_bound(values, capacity, th)]
+    tree[torch.tensor([capacity - 1])] = torch.tensor([2.0])
+    set_(capacity - 1, 2.0)
+    assert tree.find_sum_bound(torch.tensor([-0.5])).tolist() == [
+        alf_find_sum_bound(values, capacity, -0.5)
+    ]
+    assert tree.find_sum_bound(torch.tensor([float("nan")])).tolist() == [0]

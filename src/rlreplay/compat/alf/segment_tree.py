@@ -358,18 +358,21 @@ class SumSegmentTree(SegmentTree):
         """For each threshold, the smallest ``idx`` with ``threshold < sum(values[: idx + 1])``.
 
         ``values[result[i]]`` is never 0. A threshold equal to :meth:`summary` (no index
-        qualifies) gives the largest index of a non-zero value.
+        qualifies) gives the largest index of a non-zero value. Outside ALF's documented range
+        the answer is that of ALF's descent from the root (left while ``threshold < left
+        child``): a negative or NaN threshold gives 0, and on an all-zero tree a threshold of
+        0 gives ``capacity - 1``; with a negative, infinite or NaN leaf the whole search is
+        ALF's descent.
 
         Args:
-            thresholds: 1-D tensor of thresholds in ``[0, summary()]``.
+            thresholds: 1-D tensor of thresholds, documented in ``[0, summary()]``.
 
         Returns:
             int64 tensor of the shape of ``thresholds``, on ``device``.
 
         Raises:
-            ValueError: A threshold greater than :meth:`summary` (``rlreplay.PriorityError``,
-                also for a negative or NaN one), or every value is 0
-                (``rlreplay.EmptyBufferError``).
+            ValueError: A threshold greater than :meth:`summary` (``rlreplay.PriorityError``),
+                ALF's only documented error.
         """
         th = as_numpy(thresholds)
         if th.dtype.kind not in "iuf":
@@ -378,7 +381,7 @@ class SumSegmentTree(SegmentTree):
         total = self._total()
         # The summary the caller sees is rounded to dtype; a threshold equal to it is "== root".
         shown = float(torch.tensor(total, dtype=torch.float64).to(self._dtype).item())
-        if th.size and np.nanmax(th) > shown:
+        if (th > shown).any():
             bad = float(th[th > shown].reshape(-1)[0])
             raise PriorityError(
                 f"find_sum_bound: thresholds must not exceed summary() = {shown!r}, got {bad!r}"
@@ -389,8 +392,12 @@ class SumSegmentTree(SegmentTree):
             return torch.from_numpy(tree.find_sum_bound(th)).to(self._device)
         if not isinstance(tree, SumTree):  # pragma: no cover - the constructor fixes the op
             raise TypeError("find_sum_bound needs a sum tree")
-        out = tree.find_prefix_sum(th)
-        return torch.from_numpy(out).to(self._device)
+        below = ~(th >= 0)  # negative or NaN: ALF's descent goes left all the way, to leaf 0
+        if total > 0:
+            out = np.where(below, 0, tree.find_prefix_sum(np.where(below, 0.0, th)))
+        else:  # every leaf 0: the descent goes right all the way (th >= 0 = every left child)
+            out = np.where(below, 0, self._capacity - 1)
+        return torch.from_numpy(np.asarray(out, np.int64)).to(self._device)
 
 
 class MinSegmentTree(SegmentTree):
