@@ -14,6 +14,7 @@ each leaf of ``data_spec``         one field; path ``a.b`` -> ``a__b`` (see ``fi
 ``reward`` (top level)             the core's ``reward`` (its shape and dtype)
 ``step_type == LAST``              ends the episode: ``terminated`` if ``discount == 0`` (or
                                    there is no ``discount``), else ``truncated``
+``FIRST`` after a non-``LAST``     ``end_episode`` of the env's running episode first
 (no next observation in ALF)       a zero-byte observation field; its ``next_*`` is unused
 ``get_batch``                      starts drawn by the core's ``draw_mixed`` per env (uniform)
                                    or by priority (``sample_sequences`` law, ``pad=False``),
@@ -131,7 +132,7 @@ class ReplayBuffer(EpisodicQueries, torch.nn.Module):
     Args:
         data_spec: Nest (dict, tuple, list, namedtuple) of :class:`TensorSpec` of one step.
         num_environments: Number of parallel environments ``E``.
-        max_length: Steps kept per environment (at least 2).
+        max_length: Steps kept per environment (1 is ALF's one-slot ring).
         num_earliest_frames_ignored: The earliest so many steps of each env are never the
             start of a :meth:`get_batch` sequence (for ``FrameStacker``); implies
             ``keep_episodic_info``.
@@ -525,8 +526,9 @@ class ReplayBuffer(EpisodicQueries, torch.nn.Module):
         starts ``[earliest + num_earliest_frames_ignored, current_pos - L]``, without
         duplicates unless ``with_replacement``. Prioritized: starts are drawn over all envs
         with probability ``priority / sum``; ``importance_weights = N * P(i)``, ``N`` the
-        number of possible starts with a non-zero priority. The recent part (see
-        ``recent_data_ratio``) is uniform over each env's newest ``recent_data_steps`` starts.
+        number of possible starts with a non-zero priority (every row gets it, the recent ones
+        too). The recent part (see ``recent_data_ratio``) is uniform over each env's newest
+        ``recent_data_steps`` starts.
 
         Returns:
             ``(nest [B, L, ...], BatchInfo)`` on torch's (ALF's) default device.
