@@ -7,6 +7,8 @@ import collections
 import numpy as np
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from scipy.stats import chisquare
 
 import rlreplay as rr
@@ -349,3 +351,36 @@ def test_dequeued_steps_no_longer_count_towards_the_initial_priority() -> None:
     assert d.rb.core.get_priorities(np.array([3])).tolist() == [3.0]
     d.rb.clear()
     assert d.rb.initial_priority.item() == 1.0
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    max_length=st.sampled_from([1, 2, 5]),
+    ops=st.lists(st.tuples(st.integers(0, 1), st.integers(0, 3)), min_size=1, max_size=25),
+    length=st.integers(1, 2),
+)
+def test_prioritized_draws_against_reference(
+    max_length: int, ops: list[tuple[int, int]], length: int
+) -> None:
+    """Random steps (LAST, FIRST after MID, time limits) of random envs: every row is stored
+    and ALF's ``priority * nnz / sum`` over the possible starts, whatever the episode state."""
+    torch.manual_seed(len(ops))
+    d = prioritized(num_envs=2, max_length=max_length)
+    for env, kind in ops:
+        d.add(envs=[env], last=[env] if kind == 1 else [], first=[env] if kind == 2 else [])
+    starts = [(e, p) for e in range(2) for p in d.stored(e) if p + length - 1 in d.stored(e)]
+    if not starts:
+        with pytest.raises(AssertionError):
+            d.rb.get_batch(4, length)
+        return
+    env = torch.tensor([s[0] for s in starts])
+    pos = torch.tensor([s[1] for s in starts])
+    prio = {s: 0.5 + (s[1] % 3) for s in starts}
+    d.rb.update_priority(env, pos, torch.tensor([prio[s] for s in starts]))
+    mean = sum(prio.values()) / len(prio)
+    batch, info = d.rb.get_batch(6, length)
+    assert set(starts_of(info)) <= set(starts)
+    d.check_rows(batch, info.env_ids, info.positions, length)
+    np.testing.assert_allclose(
+        info.importance_weights.numpy(), [prio[s] / mean for s in starts_of(info)], rtol=1e-6
+    )
