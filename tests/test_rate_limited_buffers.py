@@ -499,7 +499,7 @@ def test_priority_mass_is_the_trees_and_the_shard_reads_it():
             pass
     masses = buf.get_priorities(sampleable) ** alpha
     got = buf.priority_mass()
-    assert got.count == len(sampleable) == buf.num_sampleable
+    assert got.sampleable == len(sampleable) == buf.num_sampleable
     assert got.total == pytest.approx(masses.sum(), rel=1e-12)
     assert got.smallest == pytest.approx(masses[masses > 0].min(), rel=1e-12)
     empty = rr.PrioritizedReplayBuffer(8, FIELDS).priority_mass()

@@ -58,12 +58,13 @@ class PriorityMass(NamedTuple):
             mass (``p_i ** alpha``, or its rank mass); ``P(i) = m_i / M``.
         smallest: The smallest mass ``> 0`` (``P_min * M``, what importance weights are
             normalised by); ``inf`` when no transition has a mass ``> 0``.
-        count: The sampleable transitions (:attr:`~rlreplay.ReplayBuffer.num_sampleable`).
+        sampleable: The sampleable transitions
+            (:attr:`~rlreplay.ReplayBuffer.num_sampleable`).
     """
 
     total: float
     smallest: float
-    count: int
+    sampleable: int
 
 
 class PrioritizedReplayBuffer(ReplayBuffer):
@@ -245,7 +246,7 @@ class PrioritizedReplayBuffer(ReplayBuffer):
             ...                  next_obs=np.zeros(3, np.float32))
             >>> _ = buf.update_priorities(ids, [1.0, 2.0, 0.5])
             >>> buf.priority_mass()
-            PriorityMass(total=3.5, smallest=0.5, count=3)
+            PriorityMass(total=3.5, smallest=0.5, sampleable=3)
         """
         with self._lock:
             self._check_open()
