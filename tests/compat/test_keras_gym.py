@@ -201,8 +201,8 @@ def test_constructor_raises_what_keras_gym_raises() -> None:
         ExperienceReplayBuffer(discrete(), "big")  # type: ignore[arg-type]
     with pytest.raises(ValueError):  # np.random.RandomState(-1)
         ExperienceReplayBuffer(discrete(), 10, random_seed=-1)
-    with pytest.raises(rr.ConfigError):  # no n-step window (listed as missing in the docs)
-        ExperienceReplayBuffer(discrete(), 10, bootstrap_n=0)
+    with pytest.raises(rr.ConfigError):  # negative n (listed as missing in the docs)
+        ExperienceReplayBuffer(discrete(), 10, bootstrap_n=-1)
 
 
 def test_n_is_later_keras_gyms_name_for_bootstrap_n() -> None:
@@ -709,5 +709,66 @@ def test_batch_size_zero_fails_at_sample_as_keras_gyms_stack_does() -> None:
     buf.add(np.zeros(1), 0, 0.0, False, 0)
     with pytest.raises(ValueError, match="at least one array"):  # np.stack([])
         buf.sample()
-    with pytest.raises(rr.ConfigError, match="capacity"):  # capacity + bootstrap_n == 0
+    # keras-gym's ring has capacity + bootstrap_n slots: with 0 its first write
+    # `self._s[0] = s` raises IndexError; below 0, np.zeros raises ValueError.
+    with pytest.raises(IndexError):
         ExperienceReplayBuffer(discrete(), -1).add(np.zeros(1), 0, 0.0, False, 0)
+    with pytest.raises(IndexError):
+        ExperienceReplayBuffer(discrete(), 0, bootstrap_n=0).add(np.zeros(1), 0, 0.0, False, 0)
+    with pytest.raises(ValueError, match="negative dimensions"):
+        ExperienceReplayBuffer(discrete(), -3).add(np.zeros(1), 0, 0.0, False, 0)
+
+
+def test_capacity_zero_stores_as_keras_gyms_one_slot_ring() -> None:
+    """capacity=0, bootstrap_n=1: keras-gym's ring has one slot, adds work, and
+    len() = max(0, num_transitions - 1) stays 0, so sample() raises InsufficientCacheError."""
+    buf = ExperienceReplayBuffer(discrete(), 0, batch_size=1)
+    for t in range(5):
+        buf.add(np.zeros(1), 0, 0.0, t == 4, 0)
+        assert len(buf) == 0
+    with pytest.raises(InsufficientCacheError):
+        buf.sample()
+
+
+def test_bootstrap_n_zero_as_keras_gym() -> None:
+    """keras-gym (seed 002, sample): with bootstrap_n=0, ls is empty so Rn = 0 and
+    In = gamma**0 = 1, ks = js so S_next/A_next are S/A, and len() counts every stored
+    slot (num_transitions - 0), the newest step of a running episode included."""
+    buf = ExperienceReplayBuffer(discrete(num_frames=2), 4, batch_size=4, bootstrap_n=0,
+                                 random_seed=0)  # fmt: skip
+    for t in range(6):
+        s = np.zeros((1, 1, 2))
+        s[..., -1] = t + 1
+        buf.add(s, t % 2, 5.0, False, 0)
+    assert len(buf) == 4
+    batches = [buf.sample() for _ in range(16)]
+    S, A, Rn, In, S_next, A_next = (np.concatenate(x) for x in zip(*batches, strict=True))
+    assert batches[0][0].shape == batches[0][4].shape == (4, 1, 1, 2)
+    np.testing.assert_array_equal(Rn, np.zeros(64))
+    np.testing.assert_array_equal(In, np.ones(64))
+    np.testing.assert_array_equal(S_next, S)
+    np.testing.assert_array_equal(A_next, A)
+    assert set(S[:, 0, 0, -1].tolist()) == {3.0, 4.0, 5.0, 6.0}  # the newest add, 6, too
+    np.testing.assert_array_equal(S[:, 0, 0, 0], S[:, 0, 0, -1] - 1)  # the previous frame
+    np.testing.assert_array_equal(A.argmax(axis=1), (S[:, 0, 0, -1].astype(int) - 1) % 2)
+
+
+def test_num_frames_zero_and_negative_as_keras_gym() -> None:
+    """keras-gym: num_frames=0 makes check_numpy_array demand an empty last axis; an
+    ndim-3 state then fails at s[:, :, -1] (IndexError), another ndim is stored whole; the
+    stack indices js are empty, so S is (B, *s.shape, 0) and A has no rows. A negative
+    num_frames fails every add's check."""
+    buf = ExperienceReplayBuffer(discrete(num_frames=0), 10, batch_size=3, random_seed=0)
+    with pytest.raises(NumpyArrayCheckError):
+        buf.add(np.zeros((2, 1)), 0, 1.0, False, 0)
+    with pytest.raises(IndexError):
+        buf.add(np.zeros((2, 2, 0)), 0, 1.0, False, 0)
+    for t in range(5):
+        buf.add(np.zeros((2, 0)), 1, 2.0, t == 4, 0)
+    S, A, Rn, In, S_next, A_next = buf.sample()
+    assert S.shape == S_next.shape == (3, 2, 0, 0) and A.shape == A_next.shape == (0, 3)
+    np.testing.assert_array_equal(Rn, np.full(3, 2.0))
+    assert set(In.tolist()) <= {0.0, 0.99}
+    negative = ExperienceReplayBuffer(discrete(num_frames=-1), 10)
+    with pytest.raises(NumpyArrayCheckError):
+        negative.add(np.zeros((2, 1)), 0, 1.0, False, 0)

@@ -85,8 +85,10 @@ class ExperienceReplayBuffer:
         random_seed: Seed of the ``RandomState`` that draws the samples, or None.
         n: Later keras-gym releases' name for ``bootstrap_n`` (keyword only).
 
+    ``bootstrap_n=0`` and ``num_frames=0`` work as in keras-gym (see :meth:`sample`).
+
     Raises:
-        ConfigError: ``bootstrap_n`` or ``num_frames`` below 1 (a ``ValueError``).
+        ConfigError: A negative ``bootstrap_n`` (a ``ValueError``; see the migration page).
 
     Example:
         >>> import gymnasium, numpy as np
@@ -121,10 +123,11 @@ class ExperienceReplayBuffer:
         self.bootstrap_n = int(bootstrap_n if n is None else n)
         self.gamma = float(gamma)
         self.random_seed = random_seed
-        if self.bootstrap_n < 1:
-            raise ConfigError(f"bootstrap_n: expected a positive int, got {self.bootstrap_n}")
-        if self.num_frames < 1:
-            raise ConfigError(f"num_frames: expected a positive int, got {self.num_frames}")
+        if self.bootstrap_n < 0:
+            raise ConfigError(
+                f"bootstrap_n: expected an int >= 0, got {self.bootstrap_n} (keras-gym would "
+                "bootstrap from a state before S, read from slots it never wrote)"
+            )
         self._initialized = False
         self._core: ReplayBuffer | None = None
         self._running: int | None = None  # (int32) episode id of the core's running episode
@@ -286,11 +289,16 @@ class ExperienceReplayBuffer:
 
     def _init_core(self) -> ReplayBuffer:
         M = self._slots()
-        if M < 1:
+        if M < 0:  # keras-gym's np.zeros((capacity + bootstrap_n, ...))
             raise ConfigError(
-                f"capacity: capacity + bootstrap_n must be positive, got {self.capacity} + "
-                f"{self.bootstrap_n}"
+                "negative dimensions are not allowed: capacity + bootstrap_n = "
+                f"{self.capacity} + {self.bootstrap_n}"
             )
+        if M == 0:  # keras-gym's self._s[self._i] = s into an empty ring
+            raise IndexError("index 0 is out of bounds for axis 0 with size 0")
+        # The core needs an n-step window of at least one step and room for it; with
+        # bootstrap_n=0 the windows are empty and sample() reads no successor (S_next = S).
+        n_core, k = max(self.bootstrap_n, 1), max(self.num_frames, 1)
         fields = {
             "obs": Field(self._s_shape, self._s_dtype, observation=True),
             "action": Field(self._a_shape, self._a_dtype),
@@ -299,11 +307,11 @@ class ExperienceReplayBuffer:
         self._core = ReplayBuffer(
             # keras-gym keeps M = capacity + bootstrap_n slots; the core keeps num_frames - 1
             # more steps, so the stack of every step still in keras-gym's ring is intact.
-            M + self.num_frames - 1,
+            max(M + k - 1, n_core + k),
             fields,
-            n_step=self.bootstrap_n,
+            n_step=n_core,
             gamma=1.0,  # unused: Rn and In are computed here from self.gamma, as keras-gym does
-            frame_stack=self.num_frames,
+            frame_stack=k,
             stack_pad="first",
             next_fields=("action",),
         )
@@ -337,6 +345,11 @@ class ExperienceReplayBuffer:
             ``(B, *action_space.shape)``; ``Rn`` and ``In`` float64 ``(B,)``. Typically used
             to minimise ``(Rn + In * sum_a P(a|S_next) Q(S_next, a) - Q(S, A))^2``.
 
+        With ``bootstrap_n=0`` keras-gym's window is empty: ``Rn = 0``, ``In = gamma**0 = 1``,
+        ``S_next = S`` and ``A_next = A`` (any stored step may be drawn, the newest included).
+        With ``num_frames=0`` keras-gym's stack indices are empty: ``S``/``S_next`` have shape
+        ``(B, *s.shape, 0)`` and ``A``/``A_next`` shape ``(0, *a_shape)``.
+
         Raises:
             InsufficientCacheError: Fewer than ``batch_size`` transitions (``len(self)``).
             SampleConstructionError: No valid batch in ``10 * batch_size`` draws (a
@@ -353,9 +366,22 @@ class ExperienceReplayBuffer:
         core = self._core
         ids, steps, done = self._draw(core, B)
         self._last_ids = ids
-        batch = core.get_transitions(ids)
         Rn = self._returns(core, ids, steps)
         In = np.where(done, 0.0, np.power([self.gamma], self.bootstrap_n))
+        if self.num_frames < 1:
+            # keras-gym: js = j - np.arange(num_frames - 1, -1, -1) is empty, so every state
+            # is an empty stack and A = self._a[js[~0:]] has no rows.
+            S = np.zeros((B, *self._s_shape, 0), self._s_dtype)
+            A = np.zeros((0, *self._a_shape), self._a_dtype)
+            return S, A, Rn, In, S.copy(), A.copy()
+        if self.bootstrap_n == 0:
+            # keras-gym: ks = js + 0, so S_next and A_next are S and A (copies, as its fancy
+            # indexing makes); the newest step has no successor, so the core's transitions
+            # are not used.
+            obs = self._stacks(core, ids)
+            action = core.get_field("action", ids)
+            return self._states(obs), action, Rn, In, self._states(obs), action.copy()
+        batch = core.get_transitions(ids)
         S_next, A_next = batch.next_obs, batch.next_action
         if done.any():
             S_next, A_next = S_next.copy(), A_next.copy()
@@ -369,9 +395,18 @@ class ExperienceReplayBuffer:
             A_next,
         )
 
+    def _stacks(self, core: ReplayBuffer, ids: Array) -> Array:
+        """Frame stacks of ``ids`` (core layout), padded with the episode's first frame."""
+        k = self.num_frames
+        pos = ids[:, None] - np.arange(k - 1, -1, -1)
+        pos = np.maximum(pos, core.episode_begin(ids)[:, None])
+        frames = core.get_field("obs", pos.reshape(-1))
+        frames = frames.reshape(pos.shape + frames.shape[1:])
+        return frames if k > 1 else frames[:, 0]
+
     def _draw(self, core: ReplayBuffer, B: int) -> tuple[Array, Array, Array]:
         """keras-gym's draws: core ids, window lengths and done flags of ``B`` valid draws."""
-        M, n, k = self._slots(), self.bootstrap_n, self.num_frames
+        M, n, k = self._slots(), self.bootstrap_n, max(self.num_frames, 1)
         adds, last = self._adds, self._last_id
         kept: list[tuple[Array, Array, Array]] = []
         got = drawn = 0
