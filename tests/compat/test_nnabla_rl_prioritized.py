@@ -41,6 +41,9 @@ from rlreplay.compat.nnabla_rl.replay_buffers.prioritized_replay_buffer import (
 )
 
 P_CHI = 1e-3  # seeded chi-square tests: fail only on a real mismatch of the law
+# beta + (1 - beta) / 10**18 rounds back to beta in float64: beta stays put. (betasteps=0
+# raises ZeroDivisionError, as nnabla-rl's (1.0 - beta) / betasteps does.)
+BETA_FIXED = 10**18
 Buffer = ProportionalPrioritizedReplayBuffer | RankBasedPrioritizedReplayBuffer
 
 
@@ -143,7 +146,6 @@ def test_constructor_defaults_and_errors() -> None:
         {"error_clip": None},
         {"sort_interval": 0},
         {"reset_segment_interval": 0},
-        {"betasteps": 0},
     ):
         PrioritizedReplayBuffer(capacity=10, **kwargs)  # type: ignore[arg-type]
 
@@ -153,7 +155,7 @@ def test_constructor_defaults_and_errors() -> None:
 def test_sampling_law_matches_the_reference(rank_based: bool) -> None:
     n, alpha = 12, 0.7
     cls = RankBasedPrioritizedReplayBuffer if rank_based else ProportionalPrioritizedReplayBuffer
-    kwargs: dict[str, Any] = {"capacity": 20, "alpha": alpha, "betasteps": 0, "seed": 3}
+    kwargs: dict[str, Any] = {"capacity": 20, "alpha": alpha, "betasteps": BETA_FIXED, "seed": 3}
     if rank_based:
         kwargs["sort_interval"] = 1  # exact ranks at every draw
     buffer = filled(cls, n, **kwargs)
@@ -455,15 +457,67 @@ def test_sum_and_min_trees_match_a_naive_ring(capacity: int, ops: list[Any]) -> 
         for k, v in enumerate(ring):
             assert sums[k] == (0.0 if v is None else v)
     total = sums.sum()
-    if total > 0:
-        for q in np.linspace(0, total, 7)[:-1]:
-            k = sums.get_absolute_index_from_query(float(q))
-            leaves = [0.0 if v is None else v for v in ring]
-            # the first slot whose running sum exceeds q; a q that rounds to the total takes
-            # the last positive slot (the core tree's documented rule)
-            last_positive = max(i for i, v in enumerate(leaves) if v > 0)
-            want = min(int(np.searchsorted(np.cumsum(leaves), q, side="right")), last_positive)
-            assert k == want
+    leaves = [0.0 if v is None else v for v in ring]
+    for q in np.linspace(0, total, 7):  # an all-zero tree too
+        assert sums.get_absolute_index_from_query(float(q)) == nnabla_descent(leaves, float(q))
+
+
+def nnabla_descent(leaves: list[float], query: float) -> int:
+    """nnabla-rl's SumTree, written out: a heap array of 2c - 1 nodes, leaf k at node k + c - 1,
+    parents summed pairwise; the descent goes left while query <= left, else right with
+    query - left."""
+    c = len(leaves)
+    tree = [0.0] * (2 * c - 1)
+    for k, v in enumerate(leaves):
+        i = k + c - 1
+        tree[i] = v
+        while i > 0:
+            i = (i - 1) // 2
+            tree[i] = tree[2 * i + 1] + tree[2 * i + 2]
+    i = 0
+    while 2 * i + 1 < len(tree):
+        if query <= tree[2 * i + 1]:
+            i = 2 * i + 1
+        else:
+            query -= tree[2 * i + 1]
+            i = 2 * i + 2
+    return i - (c - 1)
+
+
+def test_helper_trees_store_any_float_as_nnabla_rl() -> None:
+    """nnabla-rl's trees are Python lists that store whatever float they are given: a negative
+    or NaN value enters the sum, the min, and the descent as it does there."""
+    sums, mins = SumTree(5), MinTree(5)
+    values = [2.0, -1.0, 3.0, 0.5, -0.25]
+    for v in values:
+        sums.append(v)
+        mins.append(v)
+    assert sums.sum() == nnabla_sum(values) and mins.min() == -1.0
+    assert [sums[k] for k in range(5)] == values
+    for q in (0.0, 0.5, 1.0, 2.5, 4.0, sums.sum()):
+        assert sums.get_absolute_index_from_query(q) == nnabla_descent(values, q)
+    with pytest.raises(ValueError):  # a query above the sum (or below 0)
+        sums.get_absolute_index_from_query(sums.sum() + 1.0)
+    sums.update(2, float("nan"))
+    mins.update(2, float("nan"))
+    assert np.isnan(sums.sum()) and np.isnan(sums[2])
+    # Python's min(a, b) is a unless b < a: a NaN on the left of a pair wins, on the right not
+    # (leaf 2 is node 6 = right child of node 2, whose left child node 5 holds leaf 1 = -1.0)
+    assert mins.min() == -1.0
+    # with capacity 3 the leaves lie on two levels: nnabla-rl's descent meets leaf 1 first
+    three = SumTree(3)
+    for v in (4.0, 2.0, 3.0):
+        three.append(v)
+    assert [three.get_absolute_index_from_query(q) for q in (1.0, 4.5, 8.0)] == [1, 2, 0]
+
+
+def nnabla_sum(values: list[float]) -> float:
+    c = len(values)
+    tree = [0.0] * (2 * c - 1)
+    tree[c - 1 :] = values
+    for i in range(c - 2, -1, -1):
+        tree[i] = tree[2 * i + 1] + tree[2 * i + 2]
+    return tree[0]
 
 
 @settings(max_examples=40, deadline=None)
@@ -540,7 +594,7 @@ def test_sum_tree_data_holder_matches_a_naive_reference() -> None:
         for i, m in enumerate(masses):
             by_slot[(head + i) % 5] = m
         q = float(rng.uniform(0, holder.sum_priority()))
-        slot = int(np.searchsorted(np.cumsum(by_slot), q, "right"))
+        slot = nnabla_descent(by_slot, q)  # nnabla-rl's tree layout and descent
         assert holder.get_index_from_query(q) == (slot - head) % 5
     with pytest.raises(KeyError):
         holder[5]
@@ -579,7 +633,7 @@ def test_random_operations_match_a_reference_model(
     """Appends (the largest priority so far) and updates, through ring wraps: the weights of
     every position equal the reference model's, priorities kept per append number."""
     buffer = ProportionalPrioritizedReplayBuffer(
-        capacity=capacity, alpha=0.5, beta=0.6, betasteps=0, normalization_method=method
+        capacity=capacity, alpha=0.5, beta=0.6, betasteps=BETA_FIXED, normalization_method=method
     )
     model: dict[int, float] = {}  # append number -> priority
     top, appended = 1.0, 0

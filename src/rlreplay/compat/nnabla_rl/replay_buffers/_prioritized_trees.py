@@ -6,8 +6,10 @@ are built on. Their names and methods are reproduced here (re-exported from
 
 * :class:`SumTree` / :class:`MinTree`: a ring of ``capacity`` values (``append`` writes at the
   tail and wraps, overwriting the oldest) with their sum / minimum in O(1) and updates in
-  O(log n). They hold an :class:`rlreplay.SumTree` / :class:`rlreplay.MinTree` (the core's 8-ary
-  Numba trees): leaf ``k`` is *absolute index* ``k``, the ring slot.
+  O(log n), in nnabla-rl's binary-tree layout (so any float is stored, and the descent is
+  nnabla-rl's): leaf ``k`` is *absolute index* ``k``, the ring slot. (The buffers themselves
+  keep their priorities in the core's trees; these helpers are for code that uses nnabla-rl's
+  classes directly.)
 * :class:`MaxHeap`: a binary max-heap of priorities, each tied to an absolute index (ring slot);
   the heap position of an item is its approximate rank (position 0 holds the largest priority),
   exact after :meth:`MaxHeap.sort_data`.
@@ -28,8 +30,6 @@ from typing import Any
 
 import numpy as np
 
-import rlreplay as rr
-
 __all__ = ["MaxHeap", "MaxHeapDataHolder", "MinTree", "SumTree", "SumTreeDataHolder"]
 
 
@@ -41,13 +41,29 @@ def _capacity(value: Any) -> int:
 
 
 class _RingTree:
-    """A ring of values over one core segment tree (``tree``), written at ``tail``."""
+    """A ring of values in nnabla-rl's binary-tree layout, written at ``tail``.
 
-    def __init__(self, tree: rr.SumTree | rr.MinTree) -> None:
-        self._tree = tree
-        self._capacity = tree.capacity
+    nnabla-rl's trees are a heap array of ``2 * capacity - 1`` nodes: absolute index ``k`` is
+    node ``k + capacity - 1`` and node ``i`` combines nodes ``2i + 1`` and ``2i + 2`` with the
+    tree's operation (``+`` or ``min`` on Python floats). The same layout and arithmetic are
+    kept here (a float64 array, whose additions are Python's float additions), so sums, minima
+    and the sum tree's descent are nnabla-rl's, whatever the values: negative, NaN or infinite
+    values are stored as nnabla-rl stores them. (For a capacity that is not a power of two the
+    leaves lie on two levels, so the descent meets them in an order other than ``0, 1, ...``,
+    as nnabla-rl's does.)
+    """
+
+    _init_value = 0.0
+
+    def __init__(self, capacity: int) -> None:
+        self._capacity = _capacity(capacity)
+        self._tree = np.full(2 * self._capacity - 1, self._init_value, np.float64)
         self._tail_index = 0
         self._length = 0
+
+    @staticmethod
+    def _operation(a: float, b: float) -> float:
+        raise NotImplementedError
 
     @property
     def capacity(self) -> int:
@@ -58,7 +74,7 @@ class _RingTree:
         return self._length
 
     def __getitem__(self, absolute_index: int) -> float:
-        return float(self._tree.get(self._check(absolute_index)))
+        return float(self._tree[self._check(absolute_index) + self._capacity - 1])
 
     def _check(self, absolute_index: int) -> int:
         k = operator.index(absolute_index)
@@ -73,46 +89,69 @@ class _RingTree:
         self._length = min(self._length + 1, self._capacity)
 
     def update(self, absolute_index: int, value: float) -> None:
-        """Set the value at ``absolute_index``; ancestors are recomputed (O(log n))."""
-        self._tree.set(self._check(absolute_index), float(value))
+        """Set the value at ``absolute_index``; its ancestors are recomputed (O(log n))."""
+        tree = self._tree
+        i = self._check(absolute_index) + self._capacity - 1
+        tree[i] = float(value)
+        while i > 0:
+            i = (i - 1) // 2
+            tree[i] = self._operation(float(tree[2 * i + 1]), float(tree[2 * i + 2]))
 
 
 class SumTree(_RingTree):
-    """nnabla-rl's ``SumTree``: ring of non-negative values with their sum.
+    """nnabla-rl's ``SumTree``: a ring of values with their sum (see :class:`_RingTree`).
 
-    Empty slots hold 0. Values must be finite and ``>= 0`` (``rr.PriorityError``, a
-    ``ValueError``, otherwise: a NaN would make every later sum NaN).
+    Empty slots hold 0. Any float is stored, as nnabla-rl's Python list stores it: a negative
+    or NaN value enters the sums as it does there.
 
     Example:
-        >>> tree = SumTree(capacity=3)
-        >>> for v in (1.0, 2.0, 3.0, 4.0):
+        >>> tree = SumTree(capacity=4)
+        >>> for v in (1.0, 2.0, 3.0, 4.0, 5.0):
         ...     tree.append(v)
-        >>> tree.sum(), tree[0], tree.get_absolute_index_from_query(4.5)
-        (9.0, 4.0, 1)
+        >>> tree.sum(), tree[0], tree.get_absolute_index_from_query(6.5)
+        (14.0, 5.0, 1)
     """
 
-    def __init__(self, capacity: int) -> None:
-        super().__init__(rr.SumTree(_capacity(capacity)))
+    _init_value = 0.0
+
+    @staticmethod
+    def _operation(a: float, b: float) -> float:
+        return a + b
 
     def sum(self) -> float:
-        """Sum of every value."""
-        tree = self._tree
-        assert isinstance(tree, rr.SumTree)
-        return float(tree.total)
+        """Sum of every value (the root node)."""
+        return float(self._tree[0])
 
     def get_absolute_index_from_query(self, query: float) -> int:
-        """The first absolute index whose running sum exceeds ``query`` (in ``[0, sum]``).
+        """The leaf reached by nnabla-rl's prefix-sum descent for ``query``.
+
+        From the root, the descent goes to the left child while ``query <= left`` and
+        otherwise to the right child with ``query - left``, down to a leaf. So a query of 0
+        (an all-zero tree included) reaches the left-most leaf of the deepest level, and a
+        NaN query the right-most leaf.
 
         Raises:
-            ValueError: ``query`` outside ``[0, sum()]`` or the tree is empty (sum 0).
+            ValueError: ``query`` below 0 or above ``sum()``.
         """
-        tree = self._tree
-        assert isinstance(tree, rr.SumTree)
-        return int(tree.find_prefix_sum(np.array([float(query)]))[0])
+        q = float(query)
+        if q < 0 or self.sum() < q:
+            raise ValueError(f"query {q} is out of range [0, {self.sum()}]")
+        tree, i, n = self._tree, 0, self._tree.shape[0]
+        while 2 * i + 1 < n:
+            left = float(tree[2 * i + 1])
+            if q <= left:
+                i = 2 * i + 1
+            else:
+                q -= left
+                i = 2 * i + 2
+        return i - (self._capacity - 1)
 
 
 class MinTree(_RingTree):
-    """nnabla-rl's ``MinTree``: ring of values with their minimum (``inf`` when empty).
+    """nnabla-rl's ``MinTree``: a ring of values with their minimum (``inf`` when empty).
+
+    The minimum is taken pairwise as Python's ``min(a, b)`` takes it (``a`` unless ``b < a``),
+    so a NaN is stored and propagates as it does in nnabla-rl's tree.
 
     Example:
         >>> tree = MinTree(capacity=2)
@@ -121,14 +160,15 @@ class MinTree(_RingTree):
         1.0
     """
 
-    def __init__(self, capacity: int) -> None:
-        super().__init__(rr.MinTree(_capacity(capacity)))
+    _init_value = math.inf
+
+    @staticmethod
+    def _operation(a: float, b: float) -> float:
+        return min(a, b)
 
     def min(self) -> float:
         """Smallest value (``inf`` before any append)."""
-        tree = self._tree
-        assert isinstance(tree, rr.MinTree)
-        return float(tree.min)
+        return float(self._tree[0])
 
 
 class MaxHeap:
@@ -316,7 +356,7 @@ class SumTreeDataHolder(_RingData):
     def append_with_priority(self, data: Any, priority: float) -> None:
         p = float(priority) ** self._alpha
         absolute_index = (self._head + self._length) % self._capacity
-        self._sum_tree.update(absolute_index, p)  # checked first: a bad priority stores nothing
+        self._sum_tree.update(absolute_index, p)
         self._min_tree.update(absolute_index, p)
         self._push(data)
         self._max_priority = max(self._max_priority, float(priority))

@@ -108,8 +108,8 @@ class _PrioritizedReplayBuffer(ReplayBuffer):
         self._slots = operator.index(capacity)
         self._alpha = float(alpha)
         self._beta = float(beta)
-        # nnabla-rl divides by betasteps (0 fails there); here 0 keeps beta where it is.
-        self._beta_diff = (1.0 - self._beta) / betasteps if betasteps else 0.0
+        # nnabla-rl computes this here, so betasteps=0 raises ZeroDivisionError at construction
+        self._beta_diff = (1.0 - self._beta) / betasteps
         self._error_clip = None if error_clip is None else (error_clip[0], error_clip[1])
         self._epsilon = float(epsilon)
         self._normalization = _NORMALIZATION[normalization_method]
@@ -118,6 +118,14 @@ class _PrioritizedReplayBuffer(ReplayBuffer):
         )
         self._max_priority = float(init_max_error)
         self._prios.check_priority(self._max_priority)
+        # nnabla-rl's masses are ``priority ** alpha`` in Python, where ``0 ** 0 == 1``: with
+        # alpha=0 a zero priority has mass 1 like any other. The core keeps a zero priority at
+        # mass 0, so the front-end hands it 1.0 instead (mass 1.0 ** 0 == 1, the same law).
+        self._zero_mass_one = variant == "proportional" and self._alpha == 0.0
+        # Slots whose mass is 0 (epsilon=0 and a zero error): nnabla-rl's min tree holds them
+        # (the core's min tree skips zero masses), so its buffer-wide minimum is then 0.
+        self._zero_slots = np.zeros(self._slots, bool)
+        self._zero_count = 0
         self._appended = 0  # experiences appended so far: the t-th is in slot t % capacity
         self._last_sampled: Array | None = None  # append numbers awaiting update_priorities
 
@@ -133,13 +141,25 @@ class _PrioritizedReplayBuffer(ReplayBuffer):
         t = self._appended
         slot = np.array([t % self._slots], np.int64)
         removed = slot if t >= self._slots else slot[:0]
-        self._prios.on_write(removed, slot, self._max_priority, slot)
+        priority = self._max_priority
+        if self._zero_mass_one and priority == 0.0:
+            priority = 1.0
+        self._prios.on_write(removed, slot, priority, slot)
+        self._track_zero_masses(slot)
         self._appended = t + 1
 
     def append_all(self, experiences: Sequence[Any]) -> None:
         """Add list of experiences to the replay buffer (each as :meth:`append`)."""
         for experience in experiences:
             self.append(experience)
+
+    def _track_zero_masses(self, slots: Array) -> None:
+        """Refresh :attr:`_zero_slots` and its count for the written ``slots`` (O(B))."""
+        u = np.unique(slots)
+        before = int(self._zero_slots[u].sum())
+        now = self._prios.sum_tree.get(u) == 0.0
+        self._zero_slots[u] = now
+        self._zero_count += int(now.sum()) - before
 
     # ------------------------------------------------------------------ sampling
     def _first(self) -> int:
@@ -196,6 +216,8 @@ class _PrioritizedReplayBuffer(ReplayBuffer):
         same conditional law, O(N)).
         """
         first = self._first()
+        if not self._prios.drawable:
+            return self._draw_from_zero_total(k, num_steps)
         lo = np.array([first], np.int64)
         _, t, _, _ = self._prios.draw(k, self._rng, True, self._beta, lo)
         positions: Array = t - first
@@ -213,6 +235,28 @@ class _PrioritizedReplayBuffer(ReplayBuffer):
             positions[bad] = pos
         return positions
 
+    def _draw_from_zero_total(self, k: int, num_steps: int) -> Array:
+        """nnabla-rl's draws when every priority is 0 (``epsilon=0``, all errors 0).
+
+        Its stratified draw queries ``drng.uniform(0, 0) == 0`` in each slice, and its sum
+        tree's descent (left while ``query <= left``) takes the left-most leaf of the deepest
+        level: absolute index ``2 ** ceil(log2(capacity)) - capacity`` (0 for a power of two),
+        i.e. that ring slot, ``k`` times. (Weights are then ``(0 / 0) ** -beta``, NaN.)
+
+        Raises:
+            RuntimeError: That slot holds no experience that fits ``num_steps`` (nnabla-rl
+                draws it again for ever: an endless loop).
+        """
+        leaf = (1 << (self._slots - 1).bit_length()) - self._slots
+        position = (leaf - self._first()) % self._slots
+        if position > len(self) - num_steps:
+            raise RuntimeError(
+                "every priority is 0 (epsilon=0): nnabla-rl's sum tree then returns slot "
+                f"{leaf} for every draw, which holds no experience that fits num_steps="
+                f"{num_steps}, and nnabla-rl would draw again for ever"
+            )
+        return np.full(k, position, np.int64)
+
     def _weights(self, positions: Array) -> Array:
         """``(P(i) / P_min) ** -beta`` in float64, shape ``(B, 1)``, from the tree masses."""
         prios = self._prios
@@ -220,7 +264,11 @@ class _PrioritizedReplayBuffer(ReplayBuffer):
             prios.resort()  # as a draw would: the weights follow the ranks draws use now
         masses = prios.sum_tree.get((self._first() + positions) % self._slots)
         # "buffer": the smallest mass of the buffer (its largest weight is 1); "batch": the batch's
-        smallest = prios.min_tree.min if self._normalization == "buffer" else float(masses.min())
+        # (nnabla-rl's min tree holds zero masses too: then its minimum is 0, see __init__)
+        if self._normalization == "batch":
+            smallest = float(masses.min())
+        else:
+            smallest = 0.0 if self._zero_count else prios.min_tree.min
         with np.errstate(divide="ignore", invalid="ignore"):
             weights: Array = (masses / smallest) ** -self._beta
         return weights[:, None]
@@ -280,10 +328,14 @@ class _PrioritizedReplayBuffer(ReplayBuffer):
         if self._error_clip is not None:
             values = np.clip(values, *self._error_clip)
         ids = last[:k]
+        magnitudes = np.abs(values)
+        if self._zero_mass_one:  # 0 ** 0 == 1 in nnabla-rl: see __init__
+            magnitudes = np.where(magnitudes + self._epsilon == 0.0, 1.0, magnitudes)
         top = self._prios.update(
-            ids % self._slots, ids < self._first(), np.abs(values), None, self._epsilon
+            ids % self._slots, ids < self._first(), magnitudes, None, self._epsilon
         )
         self._max_priority = max(self._max_priority, top)
+        self._track_zero_masses(ids % self._slots)
         self._last_sampled = None
 
 
@@ -294,7 +346,8 @@ class ProportionalPrioritizedReplayBuffer(_PrioritizedReplayBuffer):
         capacity: Most experiences kept (``>= 1``).
         alpha: Prioritization exponent.
         beta: Importance-sampling exponent at the first sample, annealed to 1.
-        betasteps: Samples over which ``beta`` reaches 1 (``0`` keeps ``beta``).
+        betasteps: Samples over which ``beta`` reaches 1 (``0`` raises ``ZeroDivisionError``,
+            as in nnabla-rl; ``float("inf")`` keeps ``beta``).
         error_clip: ``(lo, hi)`` applied to the TD errors, or None.
         epsilon: Added to every ``|clipped error|``.
         init_max_error: Priority of experiences appended before any larger one is set.
@@ -360,7 +413,8 @@ class RankBasedPrioritizedReplayBuffer(_PrioritizedReplayBuffer):
         capacity: Most experiences kept (``>= 1``).
         alpha: Exponent of the rank law.
         beta: Importance-sampling exponent at the first sample, annealed to 1.
-        betasteps: Samples over which ``beta`` reaches 1 (``0`` keeps ``beta``).
+        betasteps: Samples over which ``beta`` reaches 1 (``0`` raises ``ZeroDivisionError``,
+            as in nnabla-rl; ``float("inf")`` keeps ``beta``).
         error_clip: ``(lo, hi)`` applied to the TD errors, or None.
         reset_segment_interval: Accepted for compatibility: the sum tree draws exactly, so
             there are no cached rank segments to reset.
