@@ -128,7 +128,41 @@ class _AtariCodec(Codec):
         ]
 
 
-class MemoryEfficientAtariBuffer(ReplayBuffer):
+def _quantized_state(value: Any) -> Array:
+    """A state as the Atari buffers give it back: ``(x * 255.0).astype(np.uint8) / 255``.
+
+    nnabla-rl's quantisation (NumPy's unsafe cast) of the whole state, then its
+    ``_normalize_state`` (float32 / 255). A state NumPy can't multiply by ``255.0`` (strings,
+    ...) raises NumPy's error, as nnabla-rl's ``s[-1] * 255.0`` does.
+    """
+    with np.errstate(all="ignore"):
+        frames = (np.asarray(value) * 255.0).astype(np.uint8)
+    states = frames.astype(np.float32)
+    states /= np.float32(255.0)
+    return states
+
+
+class _AtariObjects(ReplayBuffer):
+    """The Atari buffers' fallback: experiences that do not fit the core's frame column.
+
+    The memory-efficient path (one ``uint8`` frame per experience in the core) needs every
+    state to be a numeric stack ``(stacked_frames, *frame)`` with the first experience's frame
+    shape. nnabla-rl stores other states too, so an experience that doesn't fit moves the
+    buffer to the object store, as the base buffer does (the kept experiences move with it, in
+    order, as they read back). There each experience keeps its own states quantised as nnabla-rl
+    quantises frames and normalised as it normalises them (:func:`_quantized_state`), with
+    ``a``, ``r``, ``non_terminal`` and the rest as appended.
+    """
+
+    _objects_allowed = True
+
+    def _append_object(self, experience: Any) -> None:
+        s, a, r, non_terminal, s_next, *rest = experience  # nnabla-rl's unpacking
+        quantized = (_quantized_state(s), a, r, non_terminal, _quantized_state(s_next), *rest)
+        super()._append_object(quantized)
+
+
+class MemoryEfficientAtariBuffer(_AtariObjects):
     """Buffer designed to compactly save experiences of Atari environments used in DQN.
 
     DQN (and other training algorithms) requires large replay buffer when training on Atari
@@ -160,8 +194,6 @@ class MemoryEfficientAtariBuffer(ReplayBuffer):
         (dtype('float32'), (4, 84, 84), [0.0, 0.0, 0.0, 1.0])
     """
 
-    _objects_allowed = False  # frames are quantised into the core's uint8 column
-
     def __init__(self, capacity: int, stacked_frames: int = 4, *, seed: int | None = None) -> None:
         super().__init__(capacity=check_capacity("capacity", capacity, allow_none=False), seed=seed)
         self._frame_stack = check_count("stacked_frames", stacked_frames)
@@ -170,7 +202,7 @@ class MemoryEfficientAtariBuffer(ReplayBuffer):
         return _AtariCodec.infer_atari(experience, self._frame_stack)
 
 
-class MemoryEfficientAtariTrajectoryBuffer(TrajectoryReplayBuffer):
+class MemoryEfficientAtariTrajectoryBuffer(_AtariObjects, TrajectoryReplayBuffer):
     """A :class:`TrajectoryReplayBuffer` storing Atari states as single ``uint8`` frames.
 
     Each trajectory's states are rebuilt as stacks of 4 frames (the stack repeats the
@@ -181,8 +213,6 @@ class MemoryEfficientAtariTrajectoryBuffer(TrajectoryReplayBuffer):
         seed: Seed of the random generator (an rlreplay addition).
     """
 
-    _objects_allowed = False  # frames are quantised into the core's uint8 column
-
     def __init__(self, num_trajectories: int | None = None, *, seed: int | None = None) -> None:
         super().__init__(num_trajectories, seed=seed)
         self._frame_stack = 4  # nnabla-rl builds MemoryEfficientAtariBuffer(len(trajectory))
@@ -191,7 +221,7 @@ class MemoryEfficientAtariTrajectoryBuffer(TrajectoryReplayBuffer):
         return _AtariCodec.infer_atari(experience, self._frame_stack)
 
 
-class ProportionalPrioritizedAtariBuffer(ProportionalPrioritizedReplayBuffer):
+class ProportionalPrioritizedAtariBuffer(_AtariObjects, ProportionalPrioritizedReplayBuffer):
     """Proportional prioritized version of :class:`MemoryEfficientAtariBuffer`.
 
     Experiences are stored as :class:`MemoryEfficientAtariBuffer` stores them (one ``uint8``
@@ -217,8 +247,6 @@ class ProportionalPrioritizedAtariBuffer(ProportionalPrioritizedReplayBuffer):
         ((4, 84, 84), dtype('float32'), (2, 1))
         >>> buffer.update_priorities(np.array([0.5, 0.1]))
     """
-
-    _objects_allowed = False  # frames are quantised into the core's uint8 column
 
     def __init__(
         self,
@@ -251,7 +279,7 @@ class ProportionalPrioritizedAtariBuffer(ProportionalPrioritizedReplayBuffer):
         return _AtariCodec.infer_atari(experience, self._frame_stack)
 
 
-class RankBasedPrioritizedAtariBuffer(RankBasedPrioritizedReplayBuffer):
+class RankBasedPrioritizedAtariBuffer(_AtariObjects, RankBasedPrioritizedReplayBuffer):
     """Rank-based prioritized version of :class:`MemoryEfficientAtariBuffer`.
 
     Experiences are stored as :class:`MemoryEfficientAtariBuffer` stores them and drawn,
@@ -265,8 +293,6 @@ class RankBasedPrioritizedAtariBuffer(RankBasedPrioritizedReplayBuffer):
         stacked_frames: Frames per state.
         seed: Seed of a random generator of the buffer's own (an rlreplay addition).
     """
-
-    _objects_allowed = False  # frames are quantised into the core's uint8 column
 
     def __init__(
         self,
