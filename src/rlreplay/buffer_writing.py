@@ -221,7 +221,12 @@ class WritingMixin(BufferHost):
     @property
     def rate_limiter(self) -> RateLimiter | None:
         """The :class:`rlreplay.RateLimiter` that paces :meth:`add`/:meth:`extend` against
-        ``sample``/``sample_sequences`` (``None``: no limiter); its ``stats`` are live."""
+        ``sample``/``sample_sequences`` (``None``: no limiter); its ``stats`` are live.
+
+        Those calls wait for it without holding the buffer's lock; inside ``atomic()`` they
+        would wait holding it, so the other side could not store or draw what frees them
+        (they then end only by their ``timeout``).
+        """
         return self._limiter
 
     def _use_limiter(self, rate_limiter: RateLimiter | None, storage: str, num_envs: int) -> None:
