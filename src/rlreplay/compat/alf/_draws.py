@@ -24,7 +24,12 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from rlreplay.errors import ReplayError
+from rlreplay.compat.alf._odd import (
+    OddPriorities,
+    ReplayAssertionError,
+    odd_priorities,
+    odd_starts,
+)
 from rlreplay.prioritized import PrioritizedReplayBuffer
 from rlreplay.sampling.uniform import draw_mixed
 
@@ -42,10 +47,6 @@ __all__ = [
 ]
 
 Array = np.ndarray[Any, Any]
-
-
-class ReplayAssertionError(ReplayError, AssertionError):
-    """Raised where ALF raises ``AssertionError`` (not enough data, unequal env sizes, ...)."""
 
 
 class StartRanges(NamedTuple):
@@ -221,11 +222,13 @@ def draw_starts(
     recent_ratio: float,
     recent_steps: int,
     replacement: bool,
+    odd: OddPriorities | None = None,
 ) -> tuple[Array, Array, Array | None]:
     """Starts ``(env, pos)`` of ``B`` sequences, and importance weights if prioritized.
 
     ``heads`` and ``counts`` are each env's oldest stored position and ``current_pos``;
-    ``pcore`` is the prioritized core (``None``: uniform starts drawn with ``rng``).
+    ``pcore`` is the prioritized core (``None``: uniform starts drawn with ``rng``); ``odd``
+    the negative, NaN or infinite priorities, drawn by ALF's algorithm (:mod:`._odd`).
     """
     n_recent = 0
     if recent_ratio > 0:
@@ -236,6 +239,15 @@ def draw_starts(
     if pcore is None:
         env, t = uniform_starts(rng, ranges, B, n_recent, recent_steps, replacement)
         return env, t, None
+    if odd is not None and odd.mask.any():
+        all_env, all_pos = expand(ranges.lo, ranges.hi)
+        got = odd_starts(pcore, rng, odd, all_env, all_pos, B - n_recent)
+        if got is not None:
+            env_r, t_r = uniform_starts(rng, ranges, n_recent, n_recent, recent_steps, replacement)
+            env, t = np.concatenate([got[0], env_r]), np.concatenate([got[1], t_r])
+            p = odd_priorities(pcore, odd, env, t)
+            out: Array = (p * got[2]).astype(np.float32)  # every row, the recent ones too
+            return env, t, out
     masses = start_masses(pcore, ranges)
     env_p, t_p = priority_starts(pcore, rng, ranges, masses, B - n_recent)
     env_r, t_r = uniform_starts(rng, ranges, n_recent, n_recent, recent_steps, replacement)

@@ -22,6 +22,7 @@ from rlreplay.buffer import ReplayBuffer as CoreBuffer
 from rlreplay.compat.alf._draws import ReplayAssertionError
 from rlreplay.compat.alf._episodic import CutEpisodes, Disc0Segments
 from rlreplay.compat.alf._nest import broadcast_ids, env_array, field_tensors, to_tensor
+from rlreplay.compat.alf._odd import OddPriorities
 from rlreplay.compat.alf.tensor_specs import Path
 from rlreplay.errors import FieldError
 from rlreplay.sampling.trees import MaxTree
@@ -46,6 +47,7 @@ class EpisodicQueries:
     _keep_episodic_info: bool
     _max_length: int
     _max_prio: MaxTree | None
+    _odd: OddPriorities | None
     _names: dict[Path, str]
     _num_envs: int
     _spec: Any
@@ -162,6 +164,8 @@ class EpisodicQueries:
                 self._core.clear()
                 if self._max_prio is not None:
                     self._max_prio.set(np.arange(self._max_prio.capacity), -math.inf)
+                if self._odd is not None:
+                    self._odd.mask[...] = False
                 return
             envs = env_array(env_ids, self._all_envs)
             heads, counts = self._bounds()
@@ -176,6 +180,11 @@ class EpisodicQueries:
             t = got.ids.reshape(-1) // self._num_envs
             env = got.ids.reshape(-1) % self._num_envs
             self._max_prio.set(env * self._max_length + t % self._max_length, -math.inf)
+        if self._odd is not None and got.ids.size:
+            t = got.ids.reshape(-1) // self._num_envs
+            self._odd.written(
+                got.ids.reshape(-1) % self._num_envs * self._max_length + t % self._max_length
+            )
 
     # ------------------------------------------------------------------ state
     def get_extra_state(self) -> dict[str, Any]:
@@ -189,6 +198,7 @@ class EpisodicQueries:
                 "max_priority": None if self._max_prio is None else self._max_prio.state_dict(),
                 "begin_floor": self._begin_floor.copy(),
                 **({} if self._cuts is None else self._cuts.state_dict()),
+                **({} if self._odd is None else self._odd.state_dict()),
             }
 
     def set_extra_state(self, state: Any) -> None:
@@ -206,3 +216,5 @@ class EpisodicQueries:
             self._begin_floor[...] = state.get("begin_floor", 0)
             if self._cuts is not None:
                 self._cuts.load_state_dict(state)
+            if self._odd is not None:
+                self._odd.load_state_dict(state)

@@ -76,6 +76,7 @@ from rlreplay.compat.alf._nest import (
     step_values,
     to_tensor,
 )
+from rlreplay.compat.alf._odd import OddPriorities, is_odd
 from rlreplay.compat.alf._queries import EpisodicQueries
 from rlreplay.compat.alf._setup import (
     check_options,
@@ -245,6 +246,7 @@ class ReplayBuffer(EpisodicQueries, torch.nn.Module):
         self._begin_floor = np.zeros(E, np.int64)
         self._final = {"next_" + self._layout.placeholder: np.zeros(0, np.uint8)}
         self._max_prio = MaxTree(E * C) if self._prioritized else None
+        self._odd = OddPriorities(E, C) if self._prioritized else None
 
     # ------------------------------------------------------------------ properties
     @property
@@ -406,6 +408,8 @@ class ReplayBuffer(EpisodicQueries, torch.nn.Module):
             p0 = self._new_priority()
             self._pcore.update_priorities(ids, np.full(B, p0))
             self._max_prio.set(slots, p0)
+        if self._odd is not None:
+            self._odd.written(slots)
         if self._max_length == 1:  # ALF's one slot per env: the new step replaced the old
             keep_newest(self._core, envs)
 
@@ -545,6 +549,7 @@ class ReplayBuffer(EpisodicQueries, torch.nn.Module):
                 self._core.rng, self._pcore, *self._bounds(), B, L,
                 ignored=self._ignored, recent_ratio=self._recent_ratio,
                 recent_steps=self._recent_steps, replacement=self._with_replacement,
+                odd=self._odd,
             )  # fmt: skip
             order = np.argsort(env, kind="stable")
             env, t = env[order], t[order]
@@ -567,22 +572,28 @@ class ReplayBuffer(EpisodicQueries, torch.nn.Module):
     def update_priority(self, env_ids: Any, positions: Any, priorities: Any) -> None:
         """Set the priorities of the steps ``(env_ids, positions)`` (from a :class:`BatchInfo`).
 
-        Overwritten steps are ignored. With duplicates the last priority wins.
+        Overwritten steps are ignored. With duplicates the last priority wins. Any float is
+        stored, as in ALF: while a negative, NaN or infinite priority is a possible start,
+        :meth:`get_batch` draws with ALF's sum-tree algorithm (see ``_odd``).
 
         Raises:
             ReplayAssertionError: ``prioritized_sampling`` is False.
-            rlreplay.PriorityError: A negative, NaN or infinite priority.
             rlreplay.InvalidIdError: A position never added.
         """
-        if self._pcore is None or self._max_prio is None:
+        if self._pcore is None or self._max_prio is None or self._odd is None:
             raise ReplayAssertionError("update_priority: needs prioritized_sampling=True")
         env, pos, ids = self._ids(env_ids, positions)
         prio = as_numpy(priorities)
         if prio.shape != ids.shape:
             raise ShapeError(f"priorities: expected shape {ids.shape}, got {prio.shape}")
         with self._atomic():
-            self._pcore.update_priorities(ids, prio)  # validates; ignores overwritten steps
+            prio = prio.astype(np.float64)
+            odd = is_odd(prio)  # the core refuses these: it gets 0, ALF's value is kept apart
+            self._pcore.update_priorities(ids, np.where(odd, 0.0, prio))  # ignores overwritten
             heads, _ = self._bounds()
             live = pos >= heads[env]
             slots = env * self._max_length + pos % self._max_length
-            self._max_prio.set(slots[live], prio[live].astype(np.float64))
+            self._odd.set(slots[live], prio[live])
+            # NaN is left out of the largest priority (the core's max tree refuses it)
+            top = np.where(np.isnan(prio), -math.inf, prio)
+            self._max_prio.set(slots[live], top[live])

@@ -1,0 +1,121 @@
+"""ALF's ``update_priority`` with negative, NaN and infinite priorities (issue 13).
+
+Seed 001 documents ``update_priority(env_ids, positions, priorities)`` with "1-D float Tensor"
+priorities and no check; ALF writes them into its sum and max segment trees, which store any
+value. ``get_batch`` then asserts ``summary() > 0`` ("There is no data in the buffer or the data
+has not been assigned valid priority"), draws ``find_sum_bound(rand * summary())`` and weighs a
+row by ``priority * nnz / summary()`` (seed: "priority divided by the average of all non-zero
+priorities"). The reference below is ALF's tree written out: float32 nodes, its descent.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+from scipy.stats import chisquare
+
+import rlreplay as rr
+from tests.compat.test_alf import prioritized
+from tests.compat.test_alf_trees import alf_find_sum_bound
+
+
+def alf_tree(leaves: np.ndarray) -> torch.Tensor:
+    """ALF's node array for a power-of-two capacity: leaves at ``capacity + i``, float32 sums."""
+    C = leaves.shape[0]
+    nodes = torch.zeros(2 * C, dtype=torch.float32)
+    nodes[C:] = torch.from_numpy(leaves.astype(np.float32))
+    for i in range(C - 1, 0, -1):
+        nodes[i] = nodes[2 * i] + nodes[2 * i + 1]
+    return nodes
+
+
+def descent_law(leaves: np.ndarray, grid: int = 20000) -> np.ndarray:
+    """P(leaf) of ALF's draw ``find_sum_bound(u * summary())``, u uniform (on a fine grid)."""
+    nodes = alf_tree(leaves)
+    total = float(nodes[1])
+    hits = np.zeros(leaves.shape[0])
+    for u in (np.arange(grid) + 0.5) / grid:
+        hits[alf_find_sum_bound(nodes, leaves.shape[0], float(np.float32(u) * total))] += 1
+    out: np.ndarray = hits / grid
+    return out
+
+
+def test_negative_nan_and_infinite_priorities_are_stored_not_refused() -> None:
+    d = prioritized(num_envs=1, max_length=8)
+    d.run(6)
+    pos = torch.arange(6)
+    prio = torch.tensor([2.0, -1.0, math.nan, math.inf, 1.0, 1.0])
+    d.rb.update_priority(torch.zeros(6, dtype=torch.int64), pos, prio)  # ALF: no check
+    assert d.rb.initial_priority.item() == math.inf  # ALF's max tree holds inf
+    with pytest.raises(AssertionError, match="valid priority"):  # NaN > 0 is False
+        d.rb.get_batch(4, 1)
+
+
+def test_a_sum_that_is_not_positive_fails_alfs_assertion() -> None:
+    d = prioritized(num_envs=1, max_length=8)
+    d.run(4)
+    envs = torch.zeros(4, dtype=torch.int64)
+    d.rb.update_priority(envs, torch.arange(4), torch.tensor([1.0, -3.0, 1.0, 0.5]))
+    with pytest.raises(AssertionError, match="valid priority") as err:
+        d.rb.get_batch(4, 1)
+    assert isinstance(err.value, rr.ReplayError)
+
+
+def test_negative_priorities_draw_by_alfs_descent_and_weigh_p_nnz_over_sum() -> None:
+    torch.manual_seed(3)
+    d = prioritized(num_envs=1, max_length=8)
+    d.run(8)  # positions 0..7, slots 0..7; with batch_length=1 all 8 are starts
+    p = np.array([1.0, -0.5, 2.0, 0.0, 1.5, -1.0, 3.0, 1.0], np.float32)
+    d.rb.update_priority(torch.zeros(8, dtype=torch.int64), torch.arange(8), torch.from_numpy(p))
+    law = descent_law(p)
+    counts = np.zeros(8)
+    total, nnz = float(p.sum()), int(np.count_nonzero(p))
+    for _ in range(200):
+        _, info = d.rb.get_batch(50, 1)
+        pos = info.positions.numpy()
+        np.add.at(counts, pos, 1)
+        expected = (p[pos] * np.float32(nnz / total)).astype(np.float32)
+        np.testing.assert_allclose(info.importance_weights.numpy(), expected, rtol=1e-6)
+    assert counts[law == 0].sum() == 0  # never a leaf ALF's descent cannot reach
+    live = law > 0
+    assert chisquare(counts[live], law[live] * counts.sum()).pvalue > 1e-4
+
+
+def test_a_regular_priority_brings_back_the_plain_law() -> None:
+    torch.manual_seed(4)
+    d = prioritized(num_envs=1, max_length=8)
+    d.run(4)
+    envs = torch.zeros(4, dtype=torch.int64)
+    d.rb.update_priority(envs, torch.arange(4), torch.tensor([1.0, -0.5, 1.0, 2.0]))
+    d.rb.update_priority(envs[:1], torch.tensor([1]), torch.tensor([1.0]))  # -0.5 -> 1.0
+    _, info = d.rb.get_batch(200, 1)
+    p = np.array([1.0, 1.0, 1.0, 2.0])
+    np.testing.assert_allclose(
+        info.importance_weights.numpy(), p[info.positions.numpy()] * 4 / 5, rtol=1e-6
+    )
+    assert d.rb.core.get_priorities(np.array([1])).tolist() == [1.0]
+
+
+def test_odd_priorities_survive_a_checkpoint_and_leave_with_dequeue() -> None:
+    torch.manual_seed(5)
+    d = prioritized(num_envs=1, max_length=8, enable_checkpoint=True)
+    d.run(4)
+    envs = torch.zeros(4, dtype=torch.int64)
+    d.rb.update_priority(envs, torch.arange(4), torch.tensor([2.0, 1.0, -1.0, 2.0]))
+    other = prioritized(num_envs=1, max_length=8, enable_checkpoint=True)
+    other.rb.load_state_dict(d.rb.state_dict())
+    _, info = other.rb.get_batch(100, 1)
+    got = set(info.positions.tolist())
+    np.testing.assert_allclose(
+        info.importance_weights.numpy(),
+        np.array([2.0, 1.0, -1.0, 2.0])[info.positions.numpy()] * 4 / 4,
+        rtol=1e-6,
+    )
+    assert got <= {0, 1, 2, 3}
+    d.rb.dequeue(n=3)  # the -1 at position 2 is no longer an experience of the buffer
+    d.add()
+    _, info = d.rb.get_batch(20, 1)
+    assert (info.importance_weights.numpy() > 0).all()
