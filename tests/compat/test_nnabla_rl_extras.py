@@ -132,3 +132,40 @@ def test_replacement_sampling_same_seed_same_samples() -> None:
     b = filled(ReplacementSamplingReplayBuffer(seed=3), 9)
     for _ in range(3):
         assert numbers(a.sample(num_samples=6)[0]) == numbers(b.sample(num_samples=6)[0])
+
+
+# ---------------------------------------------------------------------------- trajectory objects
+def test_object_store_trajectories_come_back_as_the_very_objects_appended() -> None:
+    """nnabla-rl's TrajectoryReplayBuffer keeps each appended trajectory in its ring and gives
+    that object back (get_trajectory, sample_trajectories), and slices it for portions
+    (trajectory[start:start + portion_length]). In the object store the front-end does the
+    same; in the columnar store the arrays are copies (deliberate difference 1), so a new
+    sequence comes back there."""
+    from rlreplay.compat.nnabla_rl.replay_buffers import TrajectoryReplayBuffer
+
+    class Steps(tuple):  # a sequence type of the user's own
+        pass
+
+    columnar = [(np.full(2, t, np.float32), 0, 0.0, 1.0, np.full(2, t + 1, np.float32), {})
+                for t in range(3)]  # fmt: skip
+    objects = [{"step": t} for t in range(4)]  # experiences the columnar store can't hold
+    steps = Steps({"step": 10 + t} for t in range(3))
+    buffer = TrajectoryReplayBuffer(num_trajectories=3, seed=0)
+    buffer.append_trajectory(columnar)
+    assert buffer.get_trajectory(0) is not columnar and isinstance(buffer.get_trajectory(0), list)
+    buffer.append_trajectory(objects)  # the buffer moves to its object store
+    buffer.append_trajectory(steps)
+    first = buffer.get_trajectory(0)  # stored before the move: rebuilt, equal values
+    assert first is not columnar and [e[0].tolist() for e in first] == [[t, t] for t in range(3)]
+    assert buffer.get_trajectory(1) is objects and buffer.get_trajectory(2) is steps
+    trajectories, _ = buffer.sample_indices_trajectory([2, 1])
+    assert trajectories[0] is steps and trajectories[1] is objects
+    drawn, _ = buffer.sample_trajectories(num_samples=3)
+    assert sum(t is objects for t in drawn) == 1 and sum(t is steps for t in drawn) == 1
+    portions, _ = buffer.sample_indices_portion([4, 5, 7], portion_length=2)
+    assert portions[0] == objects[1:3] and type(portions[0]) is list
+    assert portions[1] == objects[2:4]
+    assert portions[2] == steps[0:2] and type(portions[2]) is tuple  # Steps' slice is a tuple
+    assert portions[0][0] is objects[1]  # the experiences themselves
+    buffer.append_trajectory([{"step": 20}])  # num_trajectories=3: the oldest is dropped
+    assert buffer.get_trajectory(0) is objects and buffer.get_trajectory(2) == [{"step": 20}]

@@ -213,6 +213,8 @@ class MemoryEfficientAtariTrajectoryBuffer(_AtariObjects, TrajectoryReplayBuffer
         seed: Seed of the random generator (an rlreplay addition).
     """
 
+    _keep_originals = False  # states come back quantised, never as the objects appended
+
     def __init__(self, num_trajectories: int | None = None, *, seed: int | None = None) -> None:
         super().__init__(num_trajectories, seed=seed)
         self._frame_stack = 4  # nnabla-rl builds MemoryEfficientAtariBuffer(len(trajectory))

@@ -80,6 +80,9 @@ class TrajectoryReplayBuffer(ReplayBuffer):
         [2, 2]
     """
 
+    #: Whether a trajectory in the object store comes back as the very object appended.
+    _keep_originals = True
+
     def __init__(self, num_trajectories: int | None = None, *, seed: int | None = None) -> None:
         super().__init__(capacity=None, seed=seed)
         self._num_trajectories = check_capacity(
@@ -87,6 +90,9 @@ class TrajectoryReplayBuffer(ReplayBuffer):
         )
         self._lengths: deque[int] = deque()  # stored trajectories, oldest first
         self._as_list: deque[bool] = deque()  # whether each was appended as a list
+        # the sequence object appended, for a trajectory stored in the object store (nnabla-rl
+        # gives that very object back); None for one in the columnar store (copied, fix 1)
+        self._originals: deque[Any] = deque()
         self._visible = 0  # sum of self._lengths
         self._running = 0  # steps of the trajectory still being built with append
         self._grouping = False  # append_trajectory is writing: it closes the trajectory
@@ -178,7 +184,8 @@ class TrajectoryReplayBuffer(ReplayBuffer):
                     self._write(row, end)
         finally:
             self._grouping = False
-        self._close_trajectory(len(experiences), as_list)
+        original = trajectory if not fits and self._keep_originals else None
+        self._close_trajectory(len(experiences), as_list, original)
 
     def append_all(self, experiences: Sequence[Experience]) -> None:
         """Add experiences one by one (as :meth:`append`)."""
@@ -197,10 +204,11 @@ class TrajectoryReplayBuffer(ReplayBuffer):
         super()._append_object(experience)
         self._running += 1
 
-    def _close_trajectory(self, n: int, as_list: bool) -> None:
+    def _close_trajectory(self, n: int, as_list: bool, original: Any = None) -> None:
         """The last ``n`` stored steps become the newest trajectory; drop the oldest ones."""
         self._lengths.append(n)
         self._as_list.append(as_list)
+        self._originals.append(original)
         self._visible += n
         self._running = 0
         if self._num_trajectories is None:
@@ -208,6 +216,7 @@ class TrajectoryReplayBuffer(ReplayBuffer):
         while len(self._lengths) > self._num_trajectories:
             m = self._lengths.popleft()
             self._as_list.popleft()
+            self._originals.popleft()
             self._visible -= m
             if m and self._objects is not None:
                 self._objects.drop_oldest(m)
@@ -248,7 +257,11 @@ class TrajectoryReplayBuffer(ReplayBuffer):
     def _trajectories(self, idx: Array) -> list[Trajectory]:
         lengths = np.fromiter(self._lengths, np.int64, self.trajectory_num)
         as_list = [self._as_list[i] for i in idx.tolist()]
-        return self._runs(self._starts()[idx], lengths[idx], as_list)
+        runs = self._runs(self._starts()[idx], lengths[idx], as_list)
+        for j, i in enumerate(idx.tolist()):
+            if self._originals[i] is not None:  # the very object appended, as nnabla-rl
+                runs[j] = self._originals[i]
+        return runs
 
     def get_trajectory(self, trajectory_index: int) -> Trajectory:
         """The stored trajectory number ``trajectory_index`` (0: the oldest).
@@ -372,4 +385,12 @@ class TrajectoryReplayBuffer(ReplayBuffer):
         owner = np.searchsorted(ends, starts - self._first_id(), side="right")
         as_list = [self._as_list[k] for k in owner.tolist()]  # a slice of a list is a list
         runs = self._runs(starts, np.full(starts.shape[0], portion_length, np.int64), as_list)
+        offsets = starts - self._first_id() - (ends[owner] - self._lengths_array()[owner])
+        for j, (k, a) in enumerate(zip(owner.tolist(), offsets.tolist(), strict=True)):
+            original = self._originals[k]
+            if original is not None:  # nnabla-rl slices the appended object
+                runs[j] = original[a : a + portion_length]
         return tuple(runs), {"weights": np.ones((starts.shape[0], 1))}
+
+    def _lengths_array(self) -> Array:
+        return np.fromiter(self._lengths, np.int64, self.trajectory_num)
