@@ -23,6 +23,7 @@ from rlreplay.buffer_fifo import FifoMixin
 from rlreplay.buffer_host import Array
 from rlreplay.buffer_state import StateMixin
 from rlreplay.buffer_writing import WritingMixin
+from rlreplay.io.mixin import IOMixin
 from rlreplay.checkpoint import CheckpointReader
 from rlreplay.episodes import HI, LO, EpisodeIndex, sampleable_delta
 from rlreplay.errors import (
@@ -45,7 +46,7 @@ __all__ = ["ReplayBuffer", "load"]
 _INITIAL_FINALS = 16  # final-observation records per env before the first doubling
 
 
-class ReplayBuffer(WritingMixin, FifoMixin, EpisodesMixin, StateMixin):
+class ReplayBuffer(WritingMixin, FifoMixin, EpisodesMixin, StateMixin, IOMixin):
     """An episode-aware ring buffer of environment steps with n-step windows and frame stacks.
 
     Each env keeps its most recent ``capacity // num_envs`` steps. Every observation is stored

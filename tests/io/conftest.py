@@ -1,4 +1,5 @@
-"""Buffers with the io mixin, and a recorder of everything added (the slow reference)."""
+"""The buffers (the io methods come from their IOMixin base), and a recorder of everything
+added (the slow reference)."""
 
 from __future__ import annotations
 
@@ -9,15 +10,9 @@ import numpy as np
 import pytest
 
 import rlreplay as rr
-from rlreplay.io import IOMixin
 
-
-class Buffer(IOMixin, rr.ReplayBuffer):
-    """The uniform buffer with the io methods (as ReplayBuffer will have them)."""
-
-
-class PBuffer(IOMixin, rr.PrioritizedReplayBuffer):
-    """The prioritized buffer with the io methods."""
+Buffer = rr.ReplayBuffer
+PBuffer = rr.PrioritizedReplayBuffer
 
 
 FIELDS: dict[str, rr.Field] = {

@@ -8,9 +8,6 @@ from typing import Any
 
 import pytest
 
-import rlreplay as rr
-from tests.io.conftest import Buffer, PBuffer
-
 DOC = Path(__file__).resolve().parents[2] / "docs" / "ecosystem.md"
 
 
@@ -31,9 +28,6 @@ def test_snippets_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: A
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("MINARI_DATASETS_PATH", str(tmp_path / "minari"))
     monkeypatch.setattr("tempfile.mkdtemp", lambda: str(tmp_path / "minari"))
-    if not hasattr(rr.ReplayBuffer, "to_arrow"):  # until IOMixin is a base of the buffers
-        monkeypatch.setattr(rr, "ReplayBuffer", Buffer)
-        monkeypatch.setattr(rr, "PrioritizedReplayBuffer", PBuffer)
     namespace: dict[str, Any] = {}
     for k, code in enumerate(snippets()):
         exec(compile(code, f"{DOC.name}[snippet {k}]", "exec"), namespace)

@@ -72,7 +72,7 @@ def test_device_path_pins_and_does_not_block(monkeypatch: pytest.MonkeyPatch) ->
     monkeypatch.setattr(fw, "_can_pin", lambda: True)
     monkeypatch.setattr(torch.Tensor, "pin_memory", pin)
     monkeypatch.setattr(torch.Tensor, "to", to)
-    batch = BATCHES["Buffer.sample"]
+    batch = BATCHES["ReplayBuffer.sample"]
     tb = convert(batch, "torch", device="meta")
     assert all(t.device.type == "meta" for t in tb.values())
     assert calls == [("pin", None), ("to", True)] * len(batch)
@@ -83,7 +83,7 @@ def test_device_path_pins_and_does_not_block(monkeypatch: pytest.MonkeyPatch) ->
 
 
 def test_bad_arguments() -> None:
-    batch = BATCHES["Buffer.sample"]
+    batch = BATCHES["ReplayBuffer.sample"]
     with pytest.raises(rr.ConfigError, match="as_"):
         convert(batch, "tensorflow")
     with pytest.raises(rr.ConfigError, match="device"):
@@ -116,7 +116,7 @@ def test_jax_via_dlpack(which: str) -> None:
 def test_tensor_batch_is_read_only_and_pickles() -> None:
     import pickle
 
-    tb = convert(BATCHES["Buffer.sample"], "torch")
+    tb = convert(BATCHES["ReplayBuffer.sample"], "torch")
     with pytest.raises(AttributeError, match="read-only"):
         tb.obs = None
     with pytest.raises(AttributeError, match="no field"):

@@ -40,9 +40,7 @@ class IOMixin:
 
         Example:
             >>> import numpy as np, rlreplay as rr
-            >>> from rlreplay.io import IOMixin
-            >>> class Buffer(IOMixin, rr.ReplayBuffer): ...
-            >>> buf = Buffer(8, {"obs": rr.Field((2,), np.float32)})
+            >>> buf = rr.ReplayBuffer(8, {"obs": rr.Field((2,), np.float32)})
             >>> _ = buf.add(obs=[0, 1], reward=1.0, terminated=False, truncated=False)
             >>> buf.to_arrow().column_names[:4]
             ['env_id', 'episode_id', 'step', 'id']
@@ -135,9 +133,7 @@ class IOMixin:
 
         Example:
             >>> import numpy as np, rlreplay as rr
-            >>> from rlreplay.io import IOMixin
-            >>> class Buffer(IOMixin, rr.ReplayBuffer): ...
-            >>> buf = Buffer(64, {"obs": rr.Field((), np.float32)}, seed=0)
+            >>> buf = rr.ReplayBuffer(64, {"obs": rr.Field((), np.float32)}, seed=0)
             >>> for t in range(10):
             ...     _ = buf.add(obs=t, reward=1.0, terminated=False, truncated=False)
             >>> with buf.iterate(4, prefetch=2) as batches:
