@@ -148,3 +148,31 @@ def test_one_zero_priority_in_the_min_tree(method: str) -> None:
     _, info = buffer.sample_indices([0, 1])  # numbers 2 and 3
     masses = np.array([1.0, 0.25, 1.0, 1.0]) ** alpha  # 2, 3, then two appended at the max 1.0
     np.testing.assert_allclose(info["weights"][:, 0], (masses[:2] / masses.min()) ** -beta)
+
+
+def test_rank_based_draws_are_prioritized_before_the_first_sort_interval() -> None:
+    """nnabla-rl's rank-based buffer ranks by its max-heap from the first sample on (a heap is
+    roughly sorted at all times), long before sort_interval (1000000 by default) comes: its
+    draws favour large errors at once. The front-end re-sorts its snapshot whenever the buffer
+    has more than doubled since the last one, so its draws follow P(i) ∝ rank(i) ** -alpha
+    there too, not a uniform law."""
+    n, alpha = 16, 0.7
+    buffer = RankBasedPrioritizedReplayBuffer(capacity=64, alpha=alpha, seed=9)  # defaults
+    buffer.append_all([experience(t) for t in range(n)])
+    errors = np.linspace(0.05, 0.8, n)  # distinct: rank 1 is the newest (largest error)
+    buffer.sample_indices(list(range(n)))
+    buffer.update_priorities(errors)
+    masses = np.arange(n, 0, -1, dtype=np.float64) ** -alpha  # rank n .. 1
+    counts: Counter[int] = Counter()
+    for _ in range(400):
+        experiences, _ = buffer.sample(num_samples=8)
+        counts.update(numbers(experiences))
+        buffer.update_priorities(errors[numbers(experiences)])
+    observed = np.array([counts[t] for t in range(n)])
+    assert chisquare(observed, masses / masses.sum() * observed.sum()).pvalue > 1e-3
+    # the buffer grows past twice its last sorted size: new experiences are ranked again
+    buffer.append_all([experience(t) for t in range(n, 3 * n)])
+    _, info = buffer.sample_indices(list(range(3 * n)))
+    buffer.update_priorities(np.concatenate([errors, np.full(2 * n, 0.01)]))
+    experiences, info = buffer.sample(num_samples=8)  # re-sorted: 48 > 2 * 16
+    assert np.unique(info["weights"]).size > 1  # ranks differ, so do the weights

@@ -7,7 +7,8 @@ builds one of them by ``variant``:
   ``priority_i = |clip(error_i)| + epsilon``, drawn stratified (one draw per equal slice of the
   total mass);
 * :class:`RankBasedPrioritizedReplayBuffer`: ``P(i) ∝ rank_i ** -alpha`` (rank 1 = largest
-  ``|clip(error)|``), ranks refreshed by a re-sort every ``sort_interval`` changes.
+  ``|clip(error)|``), ranks refreshed by a re-sort once they are stale (``sort_interval``
+  changes, 1% of the buffer changed, or the buffer doubled).
 
 Importance weights are ``w_i = (P(i) / P_min) ** -beta``, float64 of shape ``(num_samples,
 1)``: ``P_min`` is the smallest probability in the whole buffer (``normalization_method=
@@ -215,6 +216,7 @@ class _PrioritizedReplayBuffer(ReplayBuffer):
         the same for a few rounds, then draws the rest exactly among the valid positions (the
         same conditional law, O(N)).
         """
+        self._refresh_ranks()
         first = self._first()
         if not self._prios.drawable:
             return self._draw_from_zero_total(k, num_steps)
@@ -234,6 +236,26 @@ class _PrioritizedReplayBuffer(ReplayBuffer):
             pos, _, _ = self._prios.draw_among(slots, int(bad.sum()), self._rng, True, 1.0)
             positions[bad] = pos
         return positions
+
+    def _refresh_ranks(self) -> None:
+        """Rank-based: re-sort before a draw once the snapshot ranks are stale.
+
+        Stale means: ``sort_interval`` changes (appends, overwrites, updates) since the last
+        re-sort, or 1% of the snapshot's size (at least 1), or a buffer holding more than
+        twice the snapshot's experiences (an empty snapshot included). nnabla-rl's max-heap
+        keeps every experience roughly ordered at all times, so its draws favour large errors
+        long before its ``sort_interval`` (1000000 by default) comes; a snapshot re-sorted only
+        then would rank everything changed since against old values (every experience rank 1
+        before the first re-sort: uniform draws). Cost: O(N log N) per re-sort, amortised
+        O(100 log N) per change (the core's own default for rank-based buffers).
+        """
+        prios = self._prios
+        if not prios.rank_based:
+            return
+        size = prios.snapshot_size
+        stale = min(prios.sort_interval or 1, max(1, size // 100))
+        if prios.changes >= stale or len(self) > 2 * size:
+            prios.resort()
 
     def _draw_from_zero_total(self, k: int, num_steps: int) -> Array:
         """nnabla-rl's draws when every priority is 0 (``epsilon=0``, all errors 0).
@@ -260,8 +282,7 @@ class _PrioritizedReplayBuffer(ReplayBuffer):
     def _weights(self, positions: Array) -> Array:
         """``(P(i) / P_min) ** -beta`` in float64, shape ``(B, 1)``, from the tree masses."""
         prios = self._prios
-        if prios.rank_based and prios.changes >= (prios.sort_interval or 1):
-            prios.resort()  # as a draw would: the weights follow the ranks draws use now
+        self._refresh_ranks()  # as a draw does: the weights follow the ranks draws use
         masses = prios.sum_tree.get((self._first() + positions) % self._slots)
         # "buffer": the smallest mass of the buffer (its largest weight is 1); "batch": the batch's
         # (nnabla-rl's min tree holds zero masses too: then its minimum is 0, see __init__)
@@ -406,8 +427,9 @@ class RankBasedPrioritizedReplayBuffer(_PrioritizedReplayBuffer):
 
     Rank 1 is the largest ``|clip(error)|``; equal priorities share a rank. Ranks are exact
     after a re-sort, done before a draw once ``sort_interval`` changes (appends, overwrites,
-    updates) accumulated; between re-sorts a changed experience is ranked against the last
-    sorted snapshot. Draws are stratified over the rank masses.
+    updates) accumulated, or 1% of the buffer changed, or the buffer more than doubled since
+    the last one (see ``_refresh_ranks``); between re-sorts a changed experience is ranked
+    against the last sorted snapshot. Draws are stratified over the rank masses.
 
     Args:
         capacity: Most experiences kept (``>= 1``).
@@ -418,7 +440,7 @@ class RankBasedPrioritizedReplayBuffer(_PrioritizedReplayBuffer):
         error_clip: ``(lo, hi)`` applied to the TD errors, or None.
         reset_segment_interval: Accepted for compatibility: the sum tree draws exactly, so
             there are no cached rank segments to reset.
-        sort_interval: Changes between two re-sorts of the ranks.
+        sort_interval: Most changes between two re-sorts of the ranks.
         init_max_error: Priority of experiences appended before any larger one is set.
         normalization_method: ``"buffer_max"`` or ``"batch_max"`` (``"buffer"``/``"batch"``).
         seed: Seed of a random generator of the buffer's own (an rlreplay addition); without
