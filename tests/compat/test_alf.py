@@ -132,22 +132,20 @@ class Driver:
     # indices for each element in the buffer. The beginning point stores where episode end
     # is."): a FIRST begins an episode even after a MID, which then ends the one before.
     def steps_to_end(self, e: int, t: int) -> int:
+        # ALF's end of an episode is its newest step (seed: "The beginning point stores where
+        # episode end is"): the step before the next FIRST, else the env's newest step. A
+        # LAST that a step other than FIRST follows does not end the episode.
         h = self.hist[e]
-        for j in range(t, len(h)):
-            if self.is_last(e, j):
-                return j - t
-            if j > t and self.is_first(e, j):
+        for j in range(t + 1, len(h)):
+            if self.is_first(e, j):
                 return j - 1 - t
         return len(h) - 1 - t
 
     def episode_begin(self, e: int, t: int) -> int:
-        # A LAST ends its episode here even when no FIRST follows (docs/migrating/alf.md: a
-        # stream ALF's environments never produce; the core cannot reopen an ended episode).
+        # seed: "an index of episode beginning indices for each element": the newest FIRST
         for j in range(t, -1, -1):
             if self.is_first(e, j):
                 return j
-            if j < t and self.is_last(e, j):
-                return j + 1
         return 0
 
     def disc0_begin(self, e: int, t: int) -> int:
@@ -165,11 +163,13 @@ class Driver:
         completion ... When episodes are incomplete, all steps get the default_return": an
         episode that a FIRST cut before any LAST never completes.
         """
-        if self.is_last(e, t):
-            return 0.0
+        # Returns are computed at each LAST for the whole episode (from its FIRST), so a
+        # step's return runs to the newest LAST of its episode at or after it.
         end = t + self.steps_to_end(e, t)
-        if not self.is_last(e, end):
+        lasts = [j for j in range(t, end + 1) if self.is_last(e, j)]
+        if not lasts:
             return default
+        end = lasts[-1]
         g = 0.0
         for k in range(end, t, -1):
             r = float(self.hist[e][k]["reward"])

@@ -268,3 +268,65 @@ def test_first_bookkeeping_survives_a_checkpoint() -> None:
         _, info = rb.gather_all()
         r5 = float(d.value(0, 5, "reward"))
         np.testing.assert_allclose(info.discounted_return[0].numpy(), [-1000, -1000, r5, 0])
+
+
+# =========================================================================== LAST then MID
+def _stream(kinds: str, **kw: Any) -> ReplayBuffer:
+    """One env; step ``t`` has kind ``kinds[t]`` (F/M/L), reward ``t + 1``, discount 0 at L."""
+    from rlreplay.compat.alf import StepType
+
+    spec = {"step_type": TensorSpec((), torch.int32), "reward": TensorSpec(()),
+            "discount": TensorSpec(())}  # fmt: skip
+    rb = ReplayBuffer(spec, 1, max_length=16, keep_episodic_info=True, **kw)
+    code = {"F": StepType.FIRST, "M": StepType.MID, "L": StepType.LAST}
+    for t, k in enumerate(kinds):
+        rb.add_batch({
+            "step_type": torch.tensor([int(code[k])], dtype=torch.int32),
+            "reward": torch.tensor([t + 1.0]),
+            "discount": torch.tensor([0.0 if k == "L" else 1.0]),
+        })  # fmt: skip
+    return rb
+
+
+def alf_return(kinds: str, t: int, gamma: float, default: float = -1000.0) -> float:
+    """Seed: returns are computed "for every step in the episode upon episode completion",
+    at each LAST, over the episode from its FIRST (ALF's index: episodes begin at FIRST
+    only). A step's return runs to the newest LAST of its episode at or after it."""
+    nxt = kinds.find("F", t + 1)
+    end = len(kinds) - 1 if nxt < 0 else nxt - 1
+    lasts = [j for j in range(t, end + 1) if kinds[j] == "L"]
+    if not lasts:
+        return default
+    return sum(gamma ** (k - t - 1) * (k + 1) for k in range(t + 1, lasts[-1] + 1))
+
+
+@pytest.mark.parametrize("kinds", ["FML", "FMLM", "FMLMM", "FMLMML", "FMLMMLFM", "FLLLM",
+                                   "FMLMFML", "FMLLMLM"])  # fmt: skip
+def test_last_then_mid_continues_alfs_episode(kinds: str) -> None:
+    """ALF begins episodes only at FIRST ("an index of episode beginning indices for each
+    element"; "the beginning point stores where episode end is"): after LAST, MID the
+    episode goes on, its begin stays the old FIRST and its end is its newest step."""
+    rb = _stream(kinds, record_episodic_return=True, gamma=0.5)
+    T = len(kinds)
+    pos, env = torch.arange(T), torch.zeros(T, dtype=torch.int64)
+    begins = [kinds.rfind("F", 0, t + 1) for t in range(T)]
+    assert rb.get_episode_begin_position(pos, env).tolist() == begins
+    ends = [(T if kinds.find("F", t + 1) < 0 else kinds.find("F", t + 1)) - 1 for t in range(T)]
+    assert rb.steps_to_episode_end(pos, env).tolist() == [e - t for t, e in enumerate(ends)]
+    _, info = rb.gather_all()
+    want = [alf_return(kinds, t, 0.5) for t in range(T)]
+    np.testing.assert_array_equal(info.discounted_return.numpy()[0], np.float32(want))
+    if T >= 2:
+        torch.manual_seed(0)
+        _, info = rb.get_batch(8, 2)
+        rows = info.positions.numpy()[:, None] + np.arange(2)
+        np.testing.assert_array_equal(info.discounted_return.numpy(), np.float32(want)[rows])
+
+
+def test_joined_episodes_survive_a_checkpoint() -> None:
+    rb = _stream("FMLMM", record_episodic_return=True, gamma=0.5, enable_checkpoint=True)
+    copy = _stream("", record_episodic_return=True, gamma=0.5, enable_checkpoint=True)
+    copy.load_state_dict(rb.state_dict())
+    pos, env = torch.arange(5), torch.zeros(5, dtype=torch.int64)
+    assert copy.get_episode_begin_position(pos, env).tolist() == [0] * 5
+    assert copy.steps_to_episode_end(pos, env).tolist() == [4, 3, 2, 1, 0]

@@ -18,11 +18,13 @@ from rlreplay.compat.alf._nest import flag
 from rlreplay.errors import InvalidIdError
 
 __all__ = [
+    "Continuations",
     "CutEpisodes",
     "Disc0Segments",
     "cut_before_first",
     "cut_of",
     "first_envs",
+    "joined_tails",
 ]
 
 Array = np.ndarray[Any, Any]
@@ -180,3 +182,119 @@ def cut_of(cuts: CutEpisodes | None, env: Array, start: Array, length: int) -> A
     if cuts is None:
         return np.zeros(pos.shape, np.bool_)
     return cuts.of(env[:, None], pos)
+
+
+class Continuations:
+    """ALF episodes that go on after a ``LAST`` that a step other than ``FIRST`` follows.
+
+    ALF's index begins episodes only at ``FIRST`` steps ("an index of episode beginning
+    indices for each element"; "the beginning point stores where episode end is", the newest
+    step of the episode). So after ``LAST, MID`` the episode goes on: the ``MID``'s episode
+    begins at the old ``FIRST``, and the steps before the ``LAST`` end, like it, at the
+    episode's newest step. The core ended its episode at the ``LAST`` and cannot reopen it;
+    the core episodes that continue one are *joined* here.
+
+    Invariants (by slot ``env * max_length + pos % max_length``, reset when a step is
+    written): ``begin[slot]`` is the ALF begin of a step of a joined core episode after the
+    first (-1 for every other step, whose begin is the core's); ``joined[slot]`` is True for
+    a step that ended its core episode and that the next step of its env continues.
+
+    Cost: O(B) per :meth:`record`; a query is O(B) per joined core episode it follows.
+    """
+
+    def __init__(self, num_envs: int, max_length: int) -> None:
+        self._max_length = max_length
+        self.begin = np.full(num_envs * max_length, -1, np.int64)
+        self.joined = np.zeros(num_envs * max_length, np.bool_)
+
+    def slot(self, env: Array, pos: Array) -> Array:
+        out: Array = env * self._max_length + pos % self._max_length
+        return out
+
+    def record(self, core: CoreBuffer, envs: Array, t: Array, firsts: Array, floor: Array) -> None:
+        """Steps ``t`` of ``envs`` were just added; ``firsts`` are the envs whose step is FIRST."""
+        E = core.num_envs
+        slots = self.slot(envs, t)
+        self.begin[slots] = -1
+        self.joined[slots] = False
+        first, _ = core.stored_range()
+        prev = t - 1
+        has = (prev >= first[envs]) & ~np.isin(envs, firsts)
+        if not has.any():
+            return
+        e, p = envs[has], prev[has]
+        ps = self.slot(e, p)
+        ended = core.steps_to_episode_end(p * E + e) == 0  # the previous step was a LAST
+        carried = self.begin[ps]  # the previous step's ALF begin, where the core's is not
+        core_begin = np.maximum(core.episode_begin(p * E + e) // E, floor[e])
+        alf_begin = np.where(carried >= 0, carried, core_begin)
+        # a continued episode: the new step begins where the previous step's episode began;
+        # a running joined part: its begin goes on
+        self.begin[slots[has]] = np.where(ended, alf_begin, carried)
+        self.joined[ps[ended]] = True
+
+    def begin_of(self, env: Array, pos: Array, core_begin: Array) -> Array:
+        """ALF's episode begin of stored steps ``pos`` of ``env`` (``core_begin``: the core's)."""
+        b = self.begin[self.slot(env, pos)]
+        out: Array = np.where(b >= 0, b, core_begin)
+        return out
+
+    def end_of(self, core: CoreBuffer, env: Array, pos: Array, newest: Array) -> Array:
+        """ALF's episode end of stored steps ``pos`` of ``env`` (its newest step if running).
+
+        ``newest`` is each env's newest stored position.
+        """
+        E = core.num_envs
+        d = core.steps_to_episode_end(pos * E + env)
+        end = np.where(d < 0, newest[env], pos + d)
+        follow = (d >= 0) & self.joined[self.slot(env, end)]
+        while follow.any():
+            i = np.flatnonzero(follow)
+            nxt = end[i] + 1
+            d2 = core.steps_to_episode_end(nxt * E + env[i])
+            end[i] = np.where(d2 < 0, newest[env[i]], nxt + d2)
+            follow[i] = (d2 >= 0) & self.joined[self.slot(env[i], end[i])]
+        return end
+
+    def state_dict(self) -> dict[str, Array]:
+        """Copies of the arrays, as ``joined_begin`` and ``joined``."""
+        return {"joined_begin": self.begin.copy(), "joined": self.joined.copy()}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Restore :meth:`state_dict` (absent in older states: nothing joined)."""
+        self.begin[...] = state.get("joined_begin", -1)
+        self.joined[...] = state.get("joined", False)
+
+
+def joined_tails(
+    core: CoreBuffer, joins: Continuations, cuts: CutEpisodes, env: Array, pos: Array
+) -> Array:
+    """What ALF adds to the core-based returns of stored steps ``(env, pos)`` of joined episodes.
+
+    ALF computes the returns of every step of an episode "upon episode completion", at each
+    ``LAST``: after ``LAST, MID, ..., LAST`` its episode (from its ``FIRST``) completes again,
+    and every step's return then runs to the newest ``LAST``. The core's return of a step runs
+    to the end of its core episode ``e``; ALF's adds ``gamma^(e - pos) * X``, with ``X`` the
+    discounted rewards after ``e`` up to the newest ``LAST`` of the joined core episodes that
+    follow (parts still running, or cut by a ``FIRST``, add nothing).
+    """
+    E, gamma = core.num_envs, core.gamma
+    env, pos = np.broadcast_arrays(env, pos)
+    env, pos = env.reshape(-1), pos.reshape(-1)
+    out = np.zeros(pos.shape[0])
+    d = core.steps_to_episode_end(pos * E + env)
+    end = pos + d
+    scale = np.power(gamma, np.maximum(d, 0).astype(np.float64))
+    active = (d >= 0) & joins.joined[joins.slot(env, end)]
+    while active.any():
+        i = np.flatnonzero(active)
+        nxt = end[i] + 1
+        d2 = core.steps_to_episode_end(nxt * E + env[i])
+        done = (d2 >= 0) & ~cuts.of(env[i], nxt)  # the joined part ended at a LAST
+        seq = core.get_sequences(nxt * E + env[i], 1, within_episode=False)
+        g = seq["discounted_return"][:, 0].astype(np.float64)
+        out[i] += np.where(done, scale[i] * g, 0.0)
+        scale[i] *= np.power(gamma, (d2 + 1).astype(np.float64))
+        end[i] = nxt + d2
+        active[i] = done & joins.joined[joins.slot(env[i], end[i])]
+    return out

@@ -20,7 +20,12 @@ import torch
 from rlreplay.batch import Batch
 from rlreplay.buffer import ReplayBuffer as CoreBuffer
 from rlreplay.compat.alf._draws import ReplayAssertionError
-from rlreplay.compat.alf._episodic import CutEpisodes, Disc0Segments
+from rlreplay.compat.alf._episodic import (
+    Continuations,
+    CutEpisodes,
+    Disc0Segments,
+    joined_tails,
+)
 from rlreplay.compat.alf._nest import broadcast_ids, env_array, field_tensors, to_tensor
 from rlreplay.compat.alf._odd import OddPriorities
 from rlreplay.compat.alf.tensor_specs import Path
@@ -42,6 +47,7 @@ class EpisodicQueries:
     _cuts: CutEpisodes | None
     _device: torch.device
     _disc0: Disc0Segments
+    _joins: Continuations
     _discount: str | None
     _enable_checkpoint: bool
     _keep_episodic_info: bool
@@ -64,6 +70,17 @@ class EpisodicQueries:
     def _ids(self, env_ids: Any, positions: Any) -> tuple[Array, Array, Array]:
         """Broadcast ``env_ids`` and ``positions``; return ``(env, pos, core ids)``."""
         return broadcast_ids(env_ids, positions, self._num_envs)
+
+    def _tails(self, env: Array, pos: Array) -> Array:
+        """ALF's additions to the returns of ``(env, pos)`` (broadcast) in joined episodes.
+
+        Zeros without ``record_episodic_return``; call under the core's lock.
+        """
+        env, pos = np.broadcast_arrays(env, pos)
+        if self._cuts is None or pos.size == 0:
+            return np.zeros(pos.shape)
+        out: Array = joined_tails(self._core, self._joins, self._cuts, env, pos)
+        return out.reshape(pos.shape)
 
     def _require_episodic(self, what: str) -> None:
         if not self._keep_episodic_info:
@@ -109,11 +126,10 @@ class EpisodicQueries:
             rlreplay.InvalidIdError: A position not stored.
         """
         self._require_episodic("steps_to_episode_end")
-        env, p, ids = self._ids(env_ids, pos)
+        env, p, _ = self._ids(env_ids, pos)
         with self._atomic():
-            dist = self._core.steps_to_episode_end(ids)
             _, counts = self._bounds()
-            out = np.where(dist < 0, counts[env] - 1 - p, dist)
+            out = self._joins.end_of(self._core, env, p, counts - 1) - p
         return to_tensor(out, self._device)
 
     def get_episode_begin_position(self, pos: Any, env_ids: Any) -> torch.Tensor:
@@ -132,6 +148,8 @@ class EpisodicQueries:
             # A FIRST added to an env that stored nothing begins the episodes of all its later
             # steps (ALF's index); the core could not end its episode there.
             begin = np.maximum(begin, self._begin_floor[env])
+            # A LAST followed by a step other than FIRST: ALF's episode goes on.
+            begin = self._joins.begin_of(env, ids // self._num_envs, begin)
         return to_tensor(begin, self._device)
 
     def get_disc_0_begin_position(self, pos: Any, env_ids: Any) -> torch.Tensor:
@@ -195,6 +213,7 @@ class EpisodicQueries:
             return {
                 "core": self._core.state_dict(),
                 **self._disc0.state_dict(),
+                **self._joins.state_dict(),
                 "max_priority": None if self._max_prio is None else self._max_prio.state_dict(),
                 "begin_floor": self._begin_floor.copy(),
                 **({} if self._cuts is None else self._cuts.state_dict()),
@@ -211,6 +230,7 @@ class EpisodicQueries:
             core_state["config"] = {**core_state["config"], "seed": self._core.seed}
             self._core.load_state_dict(core_state)
             self._disc0.load_state_dict(state)
+            self._joins.load_state_dict(state)
             if self._max_prio is not None and state["max_priority"] is not None:
                 self._max_prio.load_state_dict(state["max_priority"])
             self._begin_floor[...] = state.get("begin_floor", 0)

@@ -31,17 +31,16 @@ the return of a step counts the rewards *after* it. With ``G`` the core's record
     discounted_return[pos] = 0                  if pos is its episode's LAST step
                            = G[pos + 1]         if its episode has ended
                            = default_return     while its episode runs
+(plus, after a ``LAST`` that a step other than ``FIRST`` follows, what the joined parts of
+ALF's episode add: ``_episodic.joined_tails``).
 
-Bookkeeping kept here (the issue allows it): the position where each step's discount-0
-segment begins, for :meth:`ReplayBuffer.get_disc_0_begin_position`, and with prioritized
-sampling a max tree of the current priorities, because ALF gives a new step ``max(
-initial_priority, current largest priority)`` where the core would use the largest priority
-ever applied. Everything else lives in the core, under its lock.
-
-The parts live in private modules of this package: ``_setup`` (option checks, the core),
-``_nest`` (nests and tensors to and from core arrays), ``_draws`` (where sequences start,
-returns), ``_episodic`` (the discount-0 segments), ``_queries`` (position queries and the
-checkpoint state) and ``_blocking`` (blocking calls that ``stop`` ends).
+Bookkeeping kept here: discount-0 segments (:meth:`get_disc_0_begin_position`), episodes a
+``FIRST`` cut and episodes joined after a ``LAST`` (``_episodic``), the priorities the core
+refuses (``_odd``) and a max tree of the current priorities (ALF gives a new step
+``max(initial_priority, current largest priority)``). The rest lives in the core, under its
+lock. Modules: ``_setup`` (options, the core), ``_nest`` (nests and tensors), ``_draws``
+(starts, returns), ``_episodic``, ``_odd``, ``_queries`` (position queries, checkpoint
+state) and ``_blocking`` (blocking calls that ``stop`` ends).
 """
 
 from __future__ import annotations
@@ -63,6 +62,7 @@ from rlreplay.compat.alf._draws import (
     sequence_returns,
 )
 from rlreplay.compat.alf._episodic import (
+    Continuations,
     CutEpisodes,
     Disc0Segments,
     cut_before_first,
@@ -233,13 +233,13 @@ class ReplayBuffer(EpisodicQueries, torch.nn.Module):
             initial_priority=initial_priority, gamma=gamma, record_episodic_return=self._record,
             reward_clip=reward_clip, default_return=default_return,
         )  # fmt: skip
-        # The core's lock, held across several core calls (blocking waits release it); with
-        # allow_multiprocess, only in the process that built the buffer (see one_process).
+        # The core's lock across calls; with allow_multiprocess, in its process only.
         self._multiprocess = bool(allow_multiprocess)
         self._atomic = one_process(self._core) if self._multiprocess else self._core.atomic
         self._all_envs = np.arange(E, dtype=np.int64)
         self._stopped = False
         self._disc0 = Disc0Segments(E, C)
+        self._joins = Continuations(E, C)  # LAST then not FIRST: ALF's episode goes on
         self._cuts = CutEpisodes(E, C) if self._record else None
         # Per env: a FIRST added while the env stored nothing begins every later stored step's
         # episode (the core's episode could not be ended there; see cut_before_first).
@@ -401,6 +401,7 @@ class ReplayBuffer(EpisodicQueries, torch.nn.Module):
         slots = envs * self._max_length + t % self._max_length
         self._disc0.record(envs, t, slots, disc0)
         self._begin_floor[empty_firsts] = t[np.isin(envs, empty_firsts)]
+        self._joins.record(self._core, envs, t, firsts, self._begin_floor)
         if self._cuts is not None:
             self._cuts.written(slots)
         if self._pcore is not None and self._max_prio is not None:
@@ -501,6 +502,7 @@ class ReplayBuffer(EpisodicQueries, torch.nn.Module):
                     f"{sizes.tolist()}"
                 )
             got = self._core.gather_all()
+            tails = self._tails(self._all_envs[:, None], heads[:, None] + np.arange(sizes[0]))
         k = min(self._ignored, int(sizes[0])) if ignore_earliest_frames else 0
         device = torch.get_default_device() if convert_to_default_device else self._device
         data = {name: arr[:, k:] for name, arr in got.items()}
@@ -509,7 +511,7 @@ class ReplayBuffer(EpisodicQueries, torch.nn.Module):
             T = next(iter(data.values())).shape[1]
             cut = cut_of(self._cuts, self._all_envs, heads + k, T)
             g = gathered_returns(data, cut, self._num_envs, self._default_return)
-            returns = to_tensor(g, device)
+            returns = to_tensor((g + tails[:, k:]).astype(np.float32), device)
         info = BatchInfo(
             env_ids=to_tensor(self._all_envs.copy(), device),
             positions=to_tensor(heads + k, device),
@@ -555,11 +557,12 @@ class ReplayBuffer(EpisodicQueries, torch.nn.Module):
             env, t = env[order], t[order]
             ids = t * self._num_envs + env
             seq = self._core.get_sequences(ids, L + int(self._record), within_episode=False)
+            tails = self._tails(env[:, None], t[:, None] + np.arange(L))
         device = torch.get_default_device()
         returns: Any = ()
         if self._record:
-            cut = cut_of(self._cuts, env, t, L + 1)
-            returns = to_tensor(sequence_returns(seq, cut, L, self._default_return), device)
+            g = sequence_returns(seq, cut_of(self._cuts, env, t, L + 1), L, self._default_return)
+            returns = to_tensor((g + tails).astype(np.float32), device)
         info = BatchInfo(
             env_ids=to_tensor(env, device),
             positions=to_tensor(t, device),
@@ -587,13 +590,11 @@ class ReplayBuffer(EpisodicQueries, torch.nn.Module):
         if prio.shape != ids.shape:
             raise ShapeError(f"priorities: expected shape {ids.shape}, got {prio.shape}")
         with self._atomic():
-            prio = prio.astype(np.float64)
-            odd = is_odd(prio)  # the core refuses these: it gets 0, ALF's value is kept apart
-            self._pcore.update_priorities(ids, np.where(odd, 0.0, prio))  # ignores overwritten
+            prio = prio.astype(np.float64)  # odd ones (the core refuses them): 0 in the core
+            self._pcore.update_priorities(ids, np.where(is_odd(prio), 0.0, prio))
             heads, _ = self._bounds()
             live = pos >= heads[env]
             slots = env * self._max_length + pos % self._max_length
             self._odd.set(slots[live], prio[live])
-            # NaN is left out of the largest priority (the core's max tree refuses it)
-            top = np.where(np.isnan(prio), -math.inf, prio)
+            top = np.where(np.isnan(prio), -math.inf, prio)  # the max tree refuses NaN
             self._max_prio.set(slots[live], top[live])
