@@ -271,13 +271,13 @@ def test_first_bookkeeping_survives_a_checkpoint() -> None:
 
 
 # =========================================================================== LAST then MID
-def _stream(kinds: str, **kw: Any) -> ReplayBuffer:
+def _stream(kinds: str, max_length: int = 16, **kw: Any) -> ReplayBuffer:
     """One env; step ``t`` has kind ``kinds[t]`` (F/M/L), reward ``t + 1``, discount 0 at L."""
     from rlreplay.compat.alf import StepType
 
     spec = {"step_type": TensorSpec((), torch.int32), "reward": TensorSpec(()),
             "discount": TensorSpec(())}  # fmt: skip
-    rb = ReplayBuffer(spec, 1, max_length=16, keep_episodic_info=True, **kw)
+    rb = ReplayBuffer(spec, 1, max_length=max_length, keep_episodic_info=True, **kw)
     code = {"F": StepType.FIRST, "M": StepType.MID, "L": StepType.LAST}
     for t, k in enumerate(kinds):
         rb.add_batch({
@@ -330,3 +330,25 @@ def test_joined_episodes_survive_a_checkpoint() -> None:
     pos, env = torch.arange(5), torch.zeros(5, dtype=torch.int64)
     assert copy.get_episode_begin_position(pos, env).tolist() == [0] * 5
     assert copy.steps_to_episode_end(pos, env).tolist() == [4, 3, 2, 1, 0]
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.text("FML", max_size=24), st.sampled_from([1, 2, 3, 5, 32]))
+def test_first_based_episodes_against_alfs_index(rest: str, max_length: int) -> None:
+    """Random FIRST/MID/LAST streams (LAST then MID or LAST included), rings that wrap:
+    begins, ends and returns of the stored steps are those of ALF's FIRST-based index."""
+    kinds = "F" + rest
+    rb = _stream(kinds, max_length, record_episodic_return=True, gamma=0.5)
+    T = len(kinds)
+    stored = list(range(max(0, T - max_length), T))
+    pos, env = torch.tensor(stored), torch.zeros(len(stored), dtype=torch.int64)
+    assert rb.get_episode_begin_position(pos, env).tolist() == [
+        kinds.rfind("F", 0, t + 1) for t in stored
+    ]
+    nxt = [kinds.find("F", t + 1) for t in stored]
+    assert rb.steps_to_episode_end(pos, env).tolist() == [
+        (T if n < 0 else n) - 1 - t for t, n in zip(stored, nxt, strict=True)
+    ]
+    _, info = rb.gather_all()
+    want = np.float32([alf_return(kinds, t, 0.5) for t in stored])
+    np.testing.assert_array_equal(info.discounted_return.numpy()[0], want)

@@ -197,7 +197,7 @@ class Continuations:
     Invariants (by slot ``env * max_length + pos % max_length``, reset when a step is
     written): ``begin[slot]`` is the ALF begin of a step of a joined core episode after the
     first (-1 for every other step, whose begin is the core's); ``joined[slot]`` is True for
-    a step that ended its core episode and that the next step of its env continues.
+    a step that continues the episode its env's previous step (a ``LAST``) ended.
 
     Cost: O(B) per :meth:`record`; a query is O(B) per joined core episode it follows.
     """
@@ -215,23 +215,21 @@ class Continuations:
         """Steps ``t`` of ``envs`` were just added; ``firsts`` are the envs whose step is FIRST."""
         E = core.num_envs
         slots = self.slot(envs, t)
-        self.begin[slots] = -1
-        self.joined[slots] = False
         first, _ = core.stored_range()
         prev = t - 1
         has = (prev >= first[envs]) & ~np.isin(envs, firsts)
-        if not has.any():
-            return
         e, p = envs[has], prev[has]
-        ps = self.slot(e, p)
+        # read the previous steps before writing (with max_length=1 they share the slot)
         ended = core.steps_to_episode_end(p * E + e) == 0  # the previous step was a LAST
-        carried = self.begin[ps]  # the previous step's ALF begin, where the core's is not
+        carried = self.begin[self.slot(e, p)]  # its ALF begin, where the core's is not
         core_begin = np.maximum(core.episode_begin(p * E + e) // E, floor[e])
         alf_begin = np.where(carried >= 0, carried, core_begin)
+        self.begin[slots] = -1
+        self.joined[slots] = False
         # a continued episode: the new step begins where the previous step's episode began;
         # a running joined part: its begin goes on
         self.begin[slots[has]] = np.where(ended, alf_begin, carried)
-        self.joined[ps[ended]] = True
+        self.joined[slots[has]] = ended
 
     def begin_of(self, env: Array, pos: Array, core_begin: Array) -> Array:
         """ALF's episode begin of stored steps ``pos`` of ``env`` (``core_begin``: the core's)."""
@@ -247,14 +245,21 @@ class Continuations:
         E = core.num_envs
         d = core.steps_to_episode_end(pos * E + env)
         end = np.where(d < 0, newest[env], pos + d)
-        follow = (d >= 0) & self.joined[self.slot(env, end)]
+        follow = self.continued(env, end, newest)
         while follow.any():
             i = np.flatnonzero(follow)
             nxt = end[i] + 1
             d2 = core.steps_to_episode_end(nxt * E + env[i])
             end[i] = np.where(d2 < 0, newest[env[i]], nxt + d2)
-            follow[i] = (d2 >= 0) & self.joined[self.slot(env[i], end[i])]
-        return end
+            follow[i] = self.continued(env[i], end[i], newest)
+        out: Array = end
+        return out
+
+    def continued(self, env: Array, end: Array, newest: Array) -> Array:
+        """Whether stored step ``end + 1`` of ``env`` continues the episode ``end`` ended."""
+        nxt = np.minimum(end + 1, newest[env])
+        out: Array = (end < newest[env]) & self.joined[self.slot(env, nxt)]
+        return out
 
     def state_dict(self) -> dict[str, Array]:
         """Copies of the arrays, as ``joined_begin`` and ``joined``."""
@@ -282,10 +287,11 @@ def joined_tails(
     env, pos = np.broadcast_arrays(env, pos)
     env, pos = env.reshape(-1), pos.reshape(-1)
     out = np.zeros(pos.shape[0])
+    newest = core.stored_range()[1] - 1
     d = core.steps_to_episode_end(pos * E + env)
     end = pos + d
     scale = np.power(gamma, np.maximum(d, 0).astype(np.float64))
-    active = (d >= 0) & joins.joined[joins.slot(env, end)]
+    active = (d >= 0) & joins.continued(env, end, newest)
     while active.any():
         i = np.flatnonzero(active)
         nxt = end[i] + 1
@@ -296,5 +302,5 @@ def joined_tails(
         out[i] += np.where(done, scale[i] * g, 0.0)
         scale[i] *= np.power(gamma, (d2 + 1).astype(np.float64))
         end[i] = nxt + d2
-        active[i] = done & joins.joined[joins.slot(env[i], end[i])]
+        active[i] = done & joins.continued(env[i], end[i], newest)
     return out
