@@ -119,3 +119,23 @@ def test_odd_priorities_survive_a_checkpoint_and_leave_with_dequeue() -> None:
     d.add()
     _, info = d.rb.get_batch(20, 1)
     assert (info.importance_weights.numpy() > 0).all()
+
+
+def test_after_an_infinite_priority_new_steps_get_it_too() -> None:
+    """Seed: a new step gets "the maximum of this value and the current maximum priority of
+    all experiences": inf once a step holds inf (the core cannot hold it; ALF's tree does)."""
+    torch.manual_seed(6)
+    d = prioritized(num_envs=2, max_length=4)
+    d.run(3)
+    d.rb.update_priority(torch.tensor([0]), torch.tensor([2]), torch.tensor([math.inf]))
+    d.add()  # position 3 of both envs gets priority inf
+    _, info = d.rb.get_batch(8, 1)
+    assert d.rb.initial_priority.item() == math.inf
+    assert d.rb.core.get_priorities(np.array([7])).tolist() == [0.0]  # 0 in the core
+    w = info.importance_weights.numpy()
+    inf_rows = np.array(
+        [(e, p) in {(0, 2), (0, 3), (1, 3)} for e, p in zip(info.env_ids.tolist(),
+                                                          info.positions.tolist(), strict=True)]
+    )  # fmt: skip
+    # ALF's arithmetic: priority * nnz / summary() with summary() = inf
+    assert np.isnan(w[inf_rows]).all() and (w[~inf_rows] == 0).all()

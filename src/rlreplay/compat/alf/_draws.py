@@ -246,7 +246,8 @@ def draw_starts(
             env_r, t_r = uniform_starts(rng, ranges, n_recent, n_recent, recent_steps, replacement)
             env, t = np.concatenate([got[0], env_r]), np.concatenate([got[1], t_r])
             p = odd_priorities(pcore, odd, env, t)
-            out: Array = (p * got[2]).astype(np.float32)  # every row, the recent ones too
+            with np.errstate(invalid="ignore"):  # inf * 0, as in ALF's arithmetic
+                out: Array = (p * got[2]).astype(np.float32)  # every row, the recent ones too
             return env, t, out
     masses = start_masses(pcore, ranges)
     env_p, t_p = priority_starts(pcore, rng, ranges, masses, B - n_recent)

@@ -119,7 +119,9 @@ def odd_starts(
         if todo.size == 0:
             break
         u = rng.random(todo.size).astype(np.float32)
-        leaf = tree.find_sum_bound(torch.from_numpy(u * np.float32(total))).numpy()
+        with np.errstate(invalid="ignore"):  # 0 * inf
+            thresholds = u * np.float32(total)
+        leaf = tree.find_sum_bound(torch.from_numpy(thresholds)).numpy()
         picked[todo] = where[leaf]
     if (picked < 0).any():
         raise ReplayAssertionError(

@@ -406,11 +406,11 @@ class ReplayBuffer(EpisodicQueries, torch.nn.Module):
             self._cuts.written(slots)
         if self._pcore is not None and self._max_prio is not None:
             # ALF's rule, not the core's: max(initial, current largest priority).
-            p0 = self._new_priority()
-            self._pcore.update_priorities(ids, np.full(B, p0))
+            p0 = np.full(B, self._new_priority())  # inf after an infinite priority
+            self._pcore.update_priorities(ids, np.where(is_odd(p0), 0.0, p0))
             self._max_prio.set(slots, p0)
-        if self._odd is not None:
-            self._odd.written(slots)
+            if self._odd is not None:
+                self._odd.set(slots, p0)
         if self._max_length == 1:  # ALF's one slot per env: the new step replaced the old
             keep_newest(self._core, envs)
 
