@@ -35,13 +35,22 @@ def write_steps(handle: rr.SharedHandle, e: int, start: int, n: int, ready: Any 
     w.close()
 
 
-def write_forever(handle: rr.SharedHandle, e: int, counter: Any) -> None:
-    """Attach and write env ``e`` until killed; ``counter.value`` = steps written so far."""
+def write_forever(handle: rr.SharedHandle, e: int, counter: Any, chunks: bool = False) -> None:
+    """Attach and write env ``e`` until killed; ``counter.value`` = steps written so far.
+
+    With ``chunks``, ``extend`` runs of 1 to 20 steps (seeded by the env and the start step).
+    """
     w = rr.attach(handle, timeout=10.0)
     t = w.next_step(e)
+    rng = np.random.default_rng([e, t])
     while True:
-        w.add(**step_values(e, t))
-        t += 1
+        n = int(rng.integers(1, 21)) if chunks else 1
+        if chunks:
+            vals = [step_values(e, s) for s in range(t, t + n)]
+            w.extend(env_id=e, **{k: np.stack([np.asarray(v[k]) for v in vals]) for k in vals[0]})
+        else:
+            w.add(**step_values(e, t))
+        t += n
         counter.value = t
 
 
@@ -67,7 +76,7 @@ if __name__ == "__main__":
     buf = rr.ReplayBuffer(64, {"obs": rr.Field((2,), np.float64), "action": rr.Field((), np.int64)},
                           num_envs=2, storage="shared")
     ctx = mp.get_context("spawn")
-    counters = [ctx.Value("q", 0) for _ in range(2)]
+    counters = [ctx.Value("q", 0, lock=False) for _ in range(2)]
     procs = [ctx.Process(target=write_forever, args=(buf.share([e]), e, counters[e]))
              for e in range(2)]
     for p in procs:
