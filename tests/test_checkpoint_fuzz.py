@@ -12,6 +12,15 @@ buffer writes it: the buffer it loads into saves it back exactly (a field set to
 value, or to the value it had).
 
 The default run takes a few hundred mutants; ``-m slow`` takes 10^4.
+
+Data mutants (:class:`TestDataMutants`) rewrite array DATA instead (index counters, slot
+records, final-record owners, priorities, stored values) with both checksums recomputed, so
+only the loaded state's meaning can refuse them. Each either raises ``CheckpointError`` or
+loads into a buffer that is consistent: the sum tree's root is the sum of its leaves, every
+sampled id is sampleable in a slow reference rebuilt from the mutant's arrays
+(``tests/reference.py``), every sampled transition and ``get_transitions`` row equals the
+reference's, each probability is its priority's mass over the reference's total, and
+``update_priorities`` then reads back.
 """
 
 from __future__ import annotations
@@ -33,6 +42,7 @@ import pytest
 
 import rlreplay as rr
 from rlreplay.checkpoint import CheckpointReader
+from tests.reference import RefBuffer, Step, assert_batch_matches
 
 _PREFIX = struct.Struct("<8sIQ")
 HOSTILE_NAME = "x=__import__('pathlib').Path('PWNED').touch(),y"
@@ -50,13 +60,14 @@ class Unpickled(BaseException):
     """Raised if anything unpickles or loads an .npy file while a mutant loads."""
 
 
-def make_checkpoint(path: Path) -> None:
+def make_checkpoint(path: Path, **options: Any) -> None:
     buf = rr.PrioritizedReplayBuffer(
         48,
         {"obs": rr.Field((3,), np.float32), "action": rr.Field((), np.int64)},
         num_envs=2,
         n_step=2,
         seed=1,
+        **options,
     )
     for t in range(40):
         end = t % 9 == 8
@@ -304,3 +315,257 @@ def test_the_reader_refuses_entries_outside_the_data_region(
     (tmp_path / "m").write_bytes(join(header, rest))
     with pytest.raises(rr.CheckpointError, match="does not fit"):
         CheckpointReader(tmp_path / "m")
+
+
+# ------------------------------------------------------------------------------ data mutants
+DATA_VALUES: list[Any] = [-(2**62), -2, -1, 0, 1, 2, 3, 23, 24, 25, 47, 48, 2**40, 2**62]
+FLOAT_VALUES = [
+    np.nan,
+    np.inf,
+    -np.inf,
+    -1.0,
+    -0.0,
+    0.0,
+    1e-300,
+    1.0,
+    1e300,
+    np.finfo(np.float64).max,
+]
+
+
+def arrays_of(data: bytes) -> dict[str, np.ndarray[Any, Any]]:
+    """The mutant's arrays, read straight from its bytes (copies)."""
+    header, rest = split(data)
+    return {
+        e["name"]: np.frombuffer(rest, np.dtype(e["dtype"]), int(np.prod(e["shape"])),
+                                 e["offset"]).reshape(e["shape"]).copy()
+        for e in header["arrays"]
+    }  # fmt: skip
+
+
+def mutate_data(data: bytes, rng: random.Random) -> bytes:
+    """Rewrite one to three elements of the arrays' data; both checksums stay correct."""
+    header, rest = split(data)
+    body = bytearray(rest[: header["data_size"]])
+    table = header["arrays"]
+    weights = [8 if e["name"].startswith(("index/", "priorities/")) else 1 for e in table]
+    for _ in range(rng.choice([1, 1, 2, 3])):
+        entry = rng.choices(table, weights)[0]
+        dtype = np.dtype(entry["dtype"])
+        view = np.frombuffer(body, dtype, entry["nbytes"] // dtype.itemsize, entry["offset"])
+        i = rng.randrange(view.shape[0])
+        old = view[i].item()
+        if dtype.kind == "f":
+            value: Any = rng.choice([*FLOAT_VALUES, old * 2, -old, old + 1])
+        elif dtype.kind == "b":
+            value = rng.choice([0, 1, 2, 255])
+            view = view.view(np.uint8)
+        else:
+            value = rng.choice([*DATA_VALUES, old + 1, old - 1, old + 24, old - 24, -old])
+            value = max(-(2**63), min(value, 2**63 - 1))
+        with np.errstate(over="ignore", invalid="ignore"):
+            view[i] = value
+    body_bytes = bytes(body)
+    return join(header, body_bytes + hashlib.sha256(body_bytes).digest())
+
+
+def reference_of(buf: rr.PrioritizedReplayBuffer, arrays: dict[str, Any]) -> RefBuffer:
+    """A :class:`RefBuffer` holding what the arrays say is stored (steps before ``head``
+    stand in for overwritten ones: only where the oldest stored episode began matters)."""
+    E, C = buf.num_envs, buf.env_capacity
+    env, meta, finals = arrays["index/env"], arrays["index/slot_meta"], arrays["index/final_owner"]
+    F = finals.shape[0] // E
+    ref = RefBuffer(E, C, buf.n_step, buf.gamma, buf.frame_stack, True, ("obs",))
+    for e in range(E):
+        count, head = int(env[e, 0]), int(env[e, 1])
+        first = int(meta[e * C + head % C, 0]) if head < count else head
+        history = [Step({}, done=t == first - 1) for t in range(head)]
+        for t in range(head, count):
+            s = e * C + t % C
+            values = {k: np.array(arrays[f"columns/steps/{k}"][s])
+                      for k in ("obs", "action", "reward", "terminated", "truncated")}  # fmt: skip
+            fid = int(meta[s, 1])
+            if fid >= 0:
+                values["next_obs"] = np.array(arrays["columns/finals/obs"][e * F + fid % F])
+            history.append(Step(values, done=fid >= 0))
+        ref.history[e] = history
+        ref.cleared_at[e] = head
+    return ref
+
+
+def check_consistent(buf: Any, arrays: dict[str, Any], where: str) -> None:
+    """The loaded buffer samples, assembles and updates as the reference of its arrays says."""
+    tree = buf._prios.sum_tree
+    leaves = tree.get(np.arange(buf.num_envs * buf.env_capacity))
+    assert np.isclose(tree.total, leaves.sum(), rtol=1e-9, atol=0.0), where
+    ref = reference_of(buf, arrays)
+    sampleable = ref.sampleable_ids()
+    assert buf.num_sampleable == len(sampleable), where
+    prio = arrays["priorities/prio"]
+    E, C = buf.num_envs, buf.env_capacity
+    p = {i: float(prio[(i % E) * C + (i // E) % C]) for i in sampleable}
+    if buf.variant == "rank_based":  # sort_interval=1 and changes saved: exact ranks
+        ranked = sorted(v for v in p.values() if v > 0)
+        masses = {i: (1 + sum(w > v for w in ranked)) ** -buf.alpha if v > 0 else 0.0
+                  for i, v in p.items()}  # fmt: skip
+    else:
+        masses = {i: v**buf.alpha if v > 0 else 0.0 for i, v in p.items()}
+    total = sum(masses.values())
+    if total <= 0.0:
+        with pytest.raises(rr.EmptyBufferError):
+            buf.sample(4)
+        return
+    batch = buf.sample(16)
+    ids = np.asarray(batch["ids"])
+    assert set(ids.tolist()) <= set(sampleable), where
+    assert_batch_matches(batch, ref)
+    expected = np.array([masses[i] for i in ids.tolist()]) / total
+    np.testing.assert_allclose(batch["probabilities"], expected, rtol=1e-9, err_msg=where)
+    assert_batch_matches(buf.get_transitions(ids), ref)
+    new = np.linspace(0.5, 3.0, ids.shape[0])
+    assert buf.update_priorities(ids, new) == 0
+    last = {i: p for i, p in zip(ids.tolist(), new.tolist(), strict=True)}
+    got = buf.get_priorities(np.array(list(last)))
+    np.testing.assert_allclose(got, np.array(list(last.values())) + buf.eps, err_msg=where)
+
+
+@pytest.fixture(scope="module")
+def ranked(tmp_path_factory: pytest.TempPathFactory) -> tuple[bytes, int]:
+    """A rank-based checkpoint with frame stacks (rank and snapshot arrays, cut episodes)."""
+    path = tmp_path_factory.mktemp("fuzz") / "ranked"
+    make_checkpoint(path, variant="rank_based", sort_interval=1, frame_stack=2)
+    rr.load(path)
+    tracemalloc.start()
+    try:
+        tracemalloc.reset_peak()
+        base = tracemalloc.get_traced_memory()[0]
+        rr.load(path)
+        peak = tracemalloc.get_traced_memory()[1] - base
+    finally:
+        tracemalloc.stop()
+    return path.read_bytes(), peak
+
+
+class TestDataMutants:
+    """Array data rewritten (checksums recomputed): refused, or loaded consistent."""
+
+    @staticmethod
+    def run(tmp_path: Path, intact: tuple[bytes, int], seed: int, count: int) -> dict[str, int]:
+        data, peak = intact
+        budget = 2 * peak + 64 * 1024
+        rng = random.Random(seed)
+        path = tmp_path / "mutant"
+        outcomes = {"refused": 0, "loaded": 0}
+        for i in range(count):
+            mutant = mutate_data(data, rng)
+            where = f"data mutant {i} (seed {seed})"
+            try:
+                outcome = load_mutant(path, mutant, budget)
+            except Exception as exc:
+                raise AssertionError(f"{where} raised {exc!r}") from exc
+            outcomes[outcome] += 1
+            if outcome == "loaded":
+                buf = rr.load(path)
+                try:
+                    check_consistent(buf, arrays_of(mutant), where)
+                finally:
+                    buf.close()
+        return outcomes
+
+    def test_refused_or_consistent(
+        self, tmp_path: Path, intact: tuple[bytes, int], guarded: None
+    ) -> None:
+        outcomes = self.run(tmp_path, intact, seed=61, count=300)
+        # Both kinds occur: values refused for their meaning, harmless ones loaded and checked.
+        assert outcomes["refused"] >= 30 and outcomes["loaded"] >= 30, outcomes
+
+    def test_rank_based_refused_or_consistent(
+        self, tmp_path: Path, ranked: tuple[bytes, int], guarded: None
+    ) -> None:
+        outcomes = self.run(tmp_path, ranked, seed=62, count=300)
+        assert outcomes["refused"] >= 30 and outcomes["loaded"] >= 30, outcomes
+
+    @pytest.mark.slow
+    def test_refused_or_consistent_10k(
+        self,
+        tmp_path: Path,
+        intact: tuple[bytes, int],
+        ranked: tuple[bytes, int],
+        guarded: None,
+    ) -> None:
+        self.run(tmp_path, intact, seed=6161, count=10_000)
+        self.run(tmp_path, ranked, seed=6262, count=10_000)
+
+    @pytest.mark.parametrize(
+        ("name", "index", "value", "match"),
+        [
+            ("priorities/rank", 40, 0, "rank 0"),
+            ("priorities/rank", 40, 10**6, "rank 1000000"),
+            ("priorities/snapshot", 0, np.nan, "snapshot"),
+            ("priorities/snapshot", 0, 1.0, "snapshot"),
+            ("priorities/snapshot", 1, -1e9, "snapshot"),
+        ],
+        ids=lambda v: str(v),
+    )
+    def test_named_meaningless_ranks_are_refused(
+        self,
+        tmp_path: Path,
+        ranked: tuple[bytes, int],
+        name: str,
+        index: int,
+        value: Any,
+        match: str,
+    ) -> None:
+        self.check_refused(tmp_path, ranked[0], name, index, value, match)
+
+    @staticmethod
+    def check_refused(
+        tmp_path: Path, data: bytes, name: str, index: int, value: Any, match: str
+    ) -> None:
+        """The checkpoint ``data`` with one element of array ``name`` set to ``value``
+        (checksums recomputed) is refused with a message matching ``match``."""
+        header, rest = split(data)
+        entry = next(e for e in header["arrays"] if e["name"] == name)
+        body = bytearray(rest[: header["data_size"]])
+        dtype = np.dtype(entry["dtype"])
+        view = np.frombuffer(body, dtype, entry["nbytes"] // dtype.itemsize, entry["offset"])
+        view[index] = value
+        (tmp_path / "m").write_bytes(join(header, bytes(body) + hashlib.sha256(body).digest()))
+        with pytest.raises(rr.CheckpointError, match=match):
+            rr.load(tmp_path / "m")
+
+    @pytest.mark.parametrize(
+        ("name", "index", "value", "match"),
+        [
+            ("priorities/prio", 3, np.inf, "priority inf"),
+            ("priorities/prio", 5, np.nan, "priority nan"),
+            ("priorities/prio", 5, -1.0, "priority -1.0"),
+            ("index/env", 0, 10**6, "oldest stored step"),  # count far past head: beyond capacity
+            ("index/env", 1, -3, "oldest stored step"),
+            ("index/env", 2, 10**6, "last episode end"),
+            ("index/env", 3, 0, "sampleable range"),
+            ("index/env", 6, 10**6, "final-record cursors"),
+            ("index/slot_meta", 3 * 3 + 0, 30, "episode start"),
+            ("index/slot_meta", 3 * 3 + 2, 5, "episode end"),
+            ("index/final_owner", 1, 1000, "final record"),
+        ],
+        ids=lambda v: str(v),
+    )
+    def test_named_meaningless_states_are_refused(
+        self,
+        tmp_path: Path,
+        intact: tuple[bytes, int],
+        guarded: None,
+        name: str,
+        index: int,
+        value: Any,
+        match: str,
+    ) -> None:
+        self.check_refused(tmp_path, intact[0], name, index, value, match)
+
+    def test_negative_beta_step_is_refused(self, tmp_path: Path, intact: tuple[bytes, int]) -> None:
+        header, rest = split(intact[0])
+        header["meta"]["state"]["priorities"]["beta_step"] = -1
+        (tmp_path / "m").write_bytes(join(header, rest))
+        with pytest.raises(rr.CheckpointError, match="beta_step -1"):
+            rr.load(tmp_path / "m")

@@ -87,6 +87,8 @@ class StateMixin(BufferHost):
         Called at the end of :meth:`load_state_dict` and of loading a checkpoint; the base keeps
         nothing derived. Subclasses rebuild caches here (e.g. segment trees from priorities).
         """
+        steps = self._cols.steps  # CheckpointError for tables no writes produce:
+        self._index.check_loaded(steps["terminated"], steps["truncated"])
         self._limiter_resized()  # the rate limiter's size is the restored sampleable count
 
     def state_dict(self) -> dict[str, Any]:

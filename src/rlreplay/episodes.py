@@ -40,7 +40,7 @@ from typing import Any
 import numba
 import numpy as np
 
-from rlreplay.errors import InvalidIdError
+from rlreplay.errors import CheckpointError, InvalidIdError
 
 __all__ = ["EpisodeIndex", "expand_ranges", "sampleable_delta"]
 
@@ -216,6 +216,81 @@ def _dequeue(
         env[e, HEAD] += n
         _free_dead_finals(env, final_owner, e, F)
         _recompute_bounds(env, slot_meta, e, C, n_step, k)
+
+
+# What _check_kernel finds wrong, by code (the messages name the env and the step or record).
+_CHECKS = (
+    "",
+    "step counter {v} is negative or beyond the ids an int64 holds",
+    "oldest stored step {v} is not within [count - capacity, count] (count {c})",
+    "last episode end {v} is not within [-1, count) (count {c})",
+    "final-record cursors (head, count) {v} are decreasing, negative or hold more than the ring",
+    "final record {v} has an owner step that is not stored, not after the previous record's, "
+    "or whose slot names another record",
+    "last episode end {v} is not the owner of the newest live final record",
+    "stored step {v} names a final record that is not live or not its own",
+    "stored step {v} has an episode start after it, or other than its predecessor implies",
+    "stored step {v} has an episode end that is not the first end at or after it",
+    "sampleable range [lo, hi) ends at {v}, not what the stored episodes give",
+)
+
+
+@numba.njit(cache=True)
+def _check_kernel(
+    env: Array, slot_meta: Array, final_owner: Array, params: Array, t_max: int
+) -> tuple[int, int, int]:  # pragma: no cover - compiled
+    """The first inconsistency of loaded tables: ``(code, env, value)``, code 0 if none.
+
+    Code ``i`` is ``_CHECKS[i]``. Reads only in-bounds entries: each check bounds the counters
+    the next ones index with. O(stored steps + live final records).
+    """
+    C, F, n, k = params[P_C], params[P_F], params[P_N], params[P_K]
+    scratch = env.copy()
+    for e in range(env.shape[0]):
+        count, head, last_end = env[e, COUNT], env[e, HEAD], env[e, LAST_END]
+        f_count, f_head = env[e, F_COUNT], env[e, F_HEAD]
+        if count < 0 or count > t_max:
+            return 1, e, count
+        if head < 0 or head > count or head < count - C:
+            return 2, e, head
+        if last_end < -1 or last_end >= count:
+            return 3, e, last_end
+        if f_head < 0 or f_head > f_count or f_count - f_head > F or f_count > t_max:
+            return 4, e, f_count
+        prev = head - 1
+        for fid in range(f_head, f_count):
+            o = final_owner[e * F + fid % F]
+            if o <= prev or o >= count or slot_meta[e * C + o % C, FINAL_FID] != fid:
+                return 5, e, fid
+            prev = o
+        if (f_count > f_head and last_end != prev) or (f_count == f_head and last_end >= head):
+            return 6, e, last_end
+        expected = -1
+        for t in range(head, count):
+            s = e * C + t % C
+            start, fid = slot_meta[s, EP_START], slot_meta[s, FINAL_FID]
+            if fid != -1 and (fid < f_head or fid >= f_count or final_owner[e * F + fid % F] != t):
+                return 7, e, t
+            if start < 0 or start > t or (t > head and start != expected):
+                return 8, e, t
+            if t > last_end and start != last_end + 1:
+                return 8, e, t
+            expected = t + 1 if fid >= 0 else start
+        nxt = -1
+        for t in range(count - 1, head - 1, -1):
+            s = e * C + t % C
+            if slot_meta[s, FINAL_FID] >= 0:
+                nxt = t
+            if slot_meta[s, EP_END] != nxt:
+                return 9, e, t
+        _recompute_bounds(scratch, slot_meta, e, C, n, k)
+        lo, hi = env[e, LO], env[e, HI]
+        if head < count:  # every write that leaves steps stored recomputes the bounds
+            if lo != scratch[e, LO] or hi != scratch[e, HI]:
+                return 10, e, hi
+        elif lo != head or hi < scratch[e, HI] or hi > count:  # emptied (clear, jump)
+            return 10, e, hi
+    return 0, 0, 0
 
 
 def expand_ranges(lo: Array, sizes: Array) -> tuple[Array, Array]:
@@ -619,6 +694,51 @@ class EpisodeIndex:
         arrays = {"env": self.env, "slot_meta": self.slot_meta, "final_owner": self.final_owner}
         self._lockstep = -1  # the caller may load other counters into them
         return arrays
+
+    def check_loaded(self, terminated: Array | None = None, truncated: Array | None = None) -> None:
+        """Refuse loaded tables that no sequence of writes produces (a checkpoint's meaning).
+
+        Checked, per env: the counters (``0 <= count - capacity <= head <= count``, ids that
+        fit an int64, ``-1 <= last_end < count``, the final-record cursors within the ring);
+        every live final record owned by a stored step, in increasing order, whose slot names
+        it back, the newest owned by ``last_end``; every stored step's episode start and end
+        as its neighbours imply; the sampleable range as the counters give it. Kernels index
+        with these values unchecked, so nothing is used before this passes. With the stored
+        per-slot ``terminated``/``truncated`` flags (bool), also that they are 0 or 1 and that
+        a stored step ends its episode (holds a final record) exactly when one is set, as the
+        n-step windows read them. Cost: O(stored steps).
+
+        Raises:
+            CheckpointError: Naming the env and what is wrong.
+        """
+        self.settle()
+        t_max = 2**62 // max(self.num_envs, 1)
+        code, e, value = _check_kernel(
+            self._env, self._slot_meta, self._final_owner, self._params, t_max
+        )
+        if code:
+            count = int(self._env[e, COUNT])
+            shown: object = value
+            if code == 4:
+                shown = (int(self._env[e, F_HEAD]), int(self._env[e, F_COUNT]))
+            what = _CHECKS[code].format(v=shown, c=count)
+            raise CheckpointError(f"checkpoint: episode index of env {e}: {what}")
+        if terminated is None or truncated is None:
+            return
+        env = self._env
+        env_ids, t = expand_ranges(env[:, HEAD], env[:, COUNT] - env[:, HEAD])
+        slots = self.slots(env_ids, t)
+        te, tr = terminated.view(np.uint8)[slots], truncated.view(np.uint8)[slots]
+        ends = self._slot_meta[slots, FINAL_FID] >= 0
+        bad = np.flatnonzero((te > 1) | (tr > 1) | (((te | tr) > 0) != ends))
+        if bad.shape[0]:
+            i = int(bad[0])
+            raise CheckpointError(
+                f"checkpoint: step {int(t[i])} of env {int(env_ids[i])}: terminated/truncated "
+                f"({int(te[i])}, {int(tr[i])}) disagree with the episode index, by which it "
+                f"{'ends' if ends[i] else 'does not end'} "
+                "its episode"
+            )
 
     def set_finals_capacity(self, finals_capacity: int) -> None:
         """Resize (empty) final-record bookkeeping before loading a checkpoint into it."""

@@ -11,6 +11,7 @@ import numpy as np
 from rlreplay.buffer import ReplayBuffer
 from rlreplay.episodes import HI, LO, expand_ranges
 from rlreplay.errors import (
+    CheckpointError,
     ConfigError,
     EmptyBufferError,
     InvalidIdError,
@@ -536,8 +537,13 @@ class PrioritizedReplayBuffer(ReplayBuffer):
     def _load_meta(self, meta: Mapping[str, Any]) -> None:
         super()._load_meta(meta)
         own = dict(meta["priorities"])
-        self._beta_step = int(own["beta_step"])
-        self._max_priority = float(own["max_priority"])
+        beta_step, top = int(own["beta_step"]), float(own["max_priority"])
+        if beta_step < 0 or not (math.isfinite(top) and 0.0 <= top <= self._prios._limit):
+            raise CheckpointError(
+                f"checkpoint: beta_step {beta_step} (expected >= 0) or max_priority {top!r} "
+                f"(expected finite in [0, {self._prios._limit:.3g}]) is out of range"
+            )
+        self._beta_step, self._max_priority = beta_step, top
         self._prios.load_meta(own)
 
     def _after_load(self) -> None:

@@ -43,7 +43,7 @@ from typing import Any
 import numba
 import numpy as np
 
-from rlreplay.errors import EmptyBufferError, PriorityError
+from rlreplay.errors import CheckpointError, EmptyBufferError, PriorityError
 from rlreplay.prefetch import prefetch_row
 from rlreplay.sampling.trees import (
     _LANE,
@@ -538,10 +538,46 @@ class Priorities:
         )  # fmt: skip
 
     def restore(self, live_slots: Array) -> None:
-        """After loading ``prio`` (and ``rank``, ``snapshot``): set the live set, rebuild."""
+        """After loading ``prio`` (and ``rank``, ``snapshot``): check them, set the live set,
+        rebuild.
+
+        Raises:
+            CheckpointError: A priority NaN, infinite, negative or above what the trees can sum
+                (:meth:`check_priority`); rank-based: a snapshot that is not the descending
+                finite priorities >= 0 of a re-sort, or a rank below 1 or above what the
+                snapshot gives (``snapshot_size + 1`` for a drawable slot).
+        """
+        prio = self.prio
+        # The limit is inf where every finite mass sums safely: finiteness is its own check.
+        bad = np.flatnonzero(~(np.isfinite(prio) & (prio >= 0.0) & (prio <= self._limit)))
+        if bad.shape[0]:
+            raise CheckpointError(
+                f"checkpoint: priority {float(prio[bad[0]])!r} of slot {int(bad[0])} is not a "
+                f"finite number in [0, {self._limit:.3g}]"
+            )
         self.live[:] = False
         self.live[live_slots] = True
+        if self.rank_based:
+            self._check_ranks()
         self.rebuild()
+
+    def _check_ranks(self) -> None:
+        snap = self._snapshot()
+        if not (np.isfinite(snap).all() and (snap <= 0.0).all() and (np.diff(snap) >= 0).all()):
+            raise CheckpointError(
+                "checkpoint: the rank snapshot is not the descending finite priorities >= 0 of "
+                "a re-sort"
+            )
+        rank = self.rank
+        drawable = self.live & (self.prio > 0.0)
+        bad = np.flatnonzero(
+            (rank < 1) | (rank > self.num_slots + 1) | (drawable & (rank > snap.shape[0] + 1))
+        )
+        if bad.shape[0]:
+            raise CheckpointError(
+                f"checkpoint: slot {int(bad[0])} has rank {int(rank[bad[0]])}, outside [1, "
+                f"{snap.shape[0] + 1}] (the snapshot of {snap.shape[0]} priorities)"
+            )
 
     # ------------------------------------------------------------------ state
     def state_meta(self) -> dict[str, Any]:
@@ -550,8 +586,14 @@ class Priorities:
 
     def load_meta(self, meta: dict[str, Any]) -> None:
         """Restore :meth:`state_meta`."""
-        self.snapshot_size = int(meta["snapshot_size"])
-        self.changes = int(meta["changes"])
+        size, changes = int(meta["snapshot_size"]), int(meta["changes"])
+        if not 0 <= size <= self.snapshot.shape[0] or changes < 0:
+            raise CheckpointError(
+                f"checkpoint: rank snapshot size {size} (of {self.snapshot.shape[0]} slots) or "
+                f"change count {changes} is out of range"
+            )
+        self.snapshot_size = size
+        self.changes = changes
 
     def state_arrays(self) -> dict[str, Array]:
         """The arrays of the state (live views); the trees and ``live`` are derived."""
