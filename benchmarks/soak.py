@@ -15,11 +15,16 @@ other values are functions of that tag, so every check is exact:
 * every checkpoint reloads to a consistent buffer: the same invariants hold on the reloaded
   one, and saving it again gives the same bytes.
 
-Resident memory (``/proc/self/statm``) is sampled as operations go; the report gives its mean
-over the second and over the last tenth of the run and the growth between them.
+Resident memory (``/proc/self/statm``) is sampled every 1000 operations; the report gives,
+per tenth of the run, its mean and its floor (the smallest sample), and states the growth
+between the second and the last tenth of both (``memory``). The floor is what stays resident:
+the saver's reload allocates a second buffer for a moment (a fixed cost, paid again at every
+save), which lifts the mean of the tenths it falls in without being a leak. To tell the two
+apart the run is made twice by default, with the saver and without it
+(``--saver both``; ``on`` or ``off`` runs one), and both reports are printed.
 
-Run: ``python benchmarks/soak.py [--ops 1000000] [--seed 0] [--json out.json]``; exits 1 if an
-invariant was violated. ``tests/test_soak.py`` runs a short version.
+Run: ``python benchmarks/soak.py [--ops 1000000] [--seed 0] [--saver both] [--json out.json]``;
+exits 1 if an invariant was violated. ``tests/test_soak.py`` runs a short version.
 """
 
 from __future__ import annotations
@@ -88,6 +93,12 @@ class Report:
     rss_mb_last_tenth: float = 0.0
     rss_growth_pct: float = 0.0
     rss_mb_by_tenth: list[float] = field(default_factory=list)
+    rss_floor_mb_second_tenth: float = 0.0
+    rss_floor_mb_last_tenth: float = 0.0
+    rss_floor_growth_pct: float = 0.0
+    rss_floor_mb_by_tenth: list[float] = field(default_factory=list)
+    saver: bool = True
+    memory: str = ""
 
     def fail(self, message: str) -> None:
         if len(self.violations) < 20:
@@ -95,8 +106,10 @@ class Report:
 
 
 class Soak:
-    def __init__(self, ops: int, capacity: int, batch: int, save_every: int, seed: int) -> None:
-        self.ops, self.batch, self.save_every = ops, batch, save_every
+    def __init__(
+        self, ops: int, capacity: int, batch: int, save_every: int, seed: int, saver: bool = True
+    ) -> None:
+        self.ops, self.batch, self.save_every, self.saver_on = ops, batch, save_every, saver
         self.buf = rr.PrioritizedReplayBuffer(
             capacity,
             {"obs": rr.Field((OBS,), np.float32), "tag": rr.Field((), np.int64)},
@@ -229,10 +242,9 @@ class Soak:
     def run(self) -> Report:
         with tempfile.TemporaryDirectory(prefix="rlreplay-soak-") as tmp:
             jobs: list[tuple[Any, tuple[Any, ...]]] = [(self.writer, (e,)) for e in range(WRITERS)]
-            jobs += [(self.sampler, ())] * SAMPLERS + [
-                (self.updater, ()),
-                (self.saver, (Path(tmp),)),
-            ]
+            jobs += [(self.sampler, ())] * SAMPLERS + [(self.updater, ())]
+            if self.saver_on:
+                jobs.append((self.saver, (Path(tmp),)))
             threads = [threading.Thread(target=self._guard, args=job) for job in jobs]
             start = time.perf_counter()
             for thread in threads:
@@ -254,21 +266,38 @@ class Soak:
             self.stop.set()
 
     def _memory(self) -> None:
+        report = self.report
+        report.saver = self.saver_on
         if len(self.rss) < 10:
+            report.memory = f"too few resident-memory samples ({len(self.rss)}) to compare"
             return
         tenth = self.ops / 10
         for k in range(10):
             part = [r for n, r in self.rss if k * tenth <= n < (k + 1) * tenth]
-            self.report.rss_mb_by_tenth.append(
-                round(float(np.mean(part)) / 2**20, 2) if part else 0
-            )
+            report.rss_mb_by_tenth.append(round(float(np.mean(part)) / 2**20, 2) if part else 0)
+            report.rss_floor_mb_by_tenth.append(round(min(part) / 2**20, 2) if part else 0)
         second = [r for n, r in self.rss if tenth <= n < 2 * tenth]
         last = [r for n, r in self.rss if n >= 9 * tenth]
-        if second and last:
-            a, b = float(np.mean(second)), float(np.mean(last))
-            self.report.rss_mb_second_tenth = round(a / 2**20, 2)
-            self.report.rss_mb_last_tenth = round(b / 2**20, 2)
-            self.report.rss_growth_pct = round(100.0 * (b - a) / a, 3)
+        if not (second and last):
+            report.memory = "no resident-memory sample in the second or the last tenth"
+            return
+        a, b = float(np.mean(second)), float(np.mean(last))
+        report.rss_mb_second_tenth = round(a / 2**20, 2)
+        report.rss_mb_last_tenth = round(b / 2**20, 2)
+        report.rss_growth_pct = round(100.0 * (b - a) / a, 3)
+        fa, fb = float(min(second)), float(min(last))
+        report.rss_floor_mb_second_tenth = round(fa / 2**20, 2)
+        report.rss_floor_mb_last_tenth = round(fb / 2**20, 2)
+        report.rss_floor_growth_pct = round(100.0 * (fb - fa) / fa, 3)
+        report.memory = (
+            f"resident memory {'with' if self.saver_on else 'without'} the saver, second -> "
+            f"last tenth of {self.ops} operations: mean {report.rss_mb_second_tenth} -> "
+            f"{report.rss_mb_last_tenth} MiB ({report.rss_growth_pct:+.3f}%), floor "
+            f"{report.rss_floor_mb_second_tenth} -> {report.rss_floor_mb_last_tenth} MiB "
+            f"({report.rss_floor_growth_pct:+.3f}%); flat (< 2%): "
+            f"{'yes' if abs(report.rss_growth_pct) < 2.0 else 'no'} (mean), "
+            f"{'yes' if abs(report.rss_floor_growth_pct) < 2.0 else 'no'} (floor)"
+        )
 
 
 def run(
@@ -277,9 +306,10 @@ def run(
     batch: int = 64,
     save_every: int = 100_000,
     seed: int = 0,
+    saver: bool = True,
 ) -> Report:
     """Runs the soak; see the module docstring. Returns the report (violations included)."""
-    return Soak(ops, capacity, batch, save_every, seed).run()
+    return Soak(ops, capacity, batch, save_every, seed, saver).run()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -289,14 +319,23 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--batch", type=int, default=64)
     parser.add_argument("--save-every", type=int, default=100_000)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--saver", choices=["both", "on", "off"], default="both")
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args(argv)
-    report = run(args.ops, args.capacity, args.batch, args.save_every, args.seed)
-    text = json.dumps(asdict(report), indent=2)
+    modes = {"both": [True, False], "on": [True], "off": [False]}[args.saver]
+    reports = {
+        "with_saver" if on else "without_saver": run(
+            args.ops, args.capacity, args.batch, args.save_every, args.seed, on
+        )
+        for on in modes
+    }
+    out: dict[str, Any] = {k: asdict(r) for k, r in reports.items()}
+    out["memory"] = [r.memory for r in reports.values()]
+    text = json.dumps(out, indent=2)
     print(text)
     if args.json is not None:
         args.json.write_text(text + "\n")
-    return 1 if report.violations else 0
+    return 1 if any(r.violations for r in reports.values()) else 0
 
 
 if __name__ == "__main__":
