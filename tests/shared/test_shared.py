@@ -11,6 +11,8 @@ from typing import Any
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import rlreplay as rr
 from rlreplay.storage.shared import PREFIX
@@ -328,3 +330,48 @@ def test_a_killed_owner_leaves_no_segment_behind() -> None:
         owner.wait(10)
         if owner.stdout is not None:
             owner.stdout.close()
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    n_step=st.integers(1, 3),
+    frame_stack=st.integers(1, 3),
+    ops=st.lists(
+        st.tuples(st.sampled_from(["add", "extend", "end", "fold"]), st.integers(1, 30)),
+        max_size=40,
+    ),
+)
+def test_random_writer_operations_fold_like_one_buffer(
+    n_step: int, frame_stack: int, ops: list[tuple[str, int]]
+) -> None:
+    """Random add/extend/end_episode sequences of a writer, folded at random points, leave the
+    owner sampling exactly what a one-process buffer given the same calls samples."""
+    E, C = 2, 24
+    kw: dict[str, Any] = {"num_envs": E, "n_step": n_step, "frame_stack": frame_stack}
+    buf = rr.ReplayBuffer(E * C, FIELDS, storage="shared", **kw)
+    ref = rr.ReplayBuffer(E * C, FIELDS, **kw)
+    w = rr.attach(buf.share([1]))
+    t = 0
+    for op, n in ops:
+        if op == "add":
+            w.add(**step_values(1, t))
+            ref.add(env_ids=[1], **{k: np.asarray(v)[None] for k, v in step_values(1, t).items()})
+            t += 1
+        elif op == "extend":
+            w.extend(env_id=1, **stacked(1, range(t, t + n)))
+            ref.extend(env_id=1, **stacked(1, range(t, t + n)))
+            t += n
+        elif op == "end":
+            final = np.array([-1.0, -(t - 1)])
+            try:
+                ref.end_episode(1, next_obs=final)
+            except rr.InvalidIdError:
+                with pytest.raises(rr.InvalidIdError):
+                    w.end_episode(1, next_obs=final)
+            else:
+                w.end_episode(1, next_obs=final)
+        else:
+            assert_same_sampleable(buf, ref)
+    assert_same_sampleable(buf, ref)
+    w.close()
+    buf.close()
