@@ -36,8 +36,25 @@ def steps(n: int, start: int = 0, every: int = 0) -> dict[str, Any]:
 
 
 # ---------------------------------------------------------------------- imports
+def import_time_nodes(tree: ast.Module) -> list[ast.AST]:
+    """The statements that run when a module is imported: its body, and the bodies of its
+    top-level ``if`` (``TYPE_CHECKING`` included), ``try``, ``with`` and classes, not of its
+    functions. An import inside a function is deferred to the call: that is how the buffer's
+    io methods load their optional libraries, and it is no cycle at import or type-check time."""
+    nodes: list[ast.AST] = []
+    todo: list[ast.AST] = list(tree.body)
+    while todo:
+        node = todo.pop()
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda):
+            continue
+        nodes.append(node)
+        todo.extend(ast.iter_child_nodes(node))
+    return nodes
+
+
 def core_import_graph() -> dict[str, set[str]]:
-    """Module -> the rlreplay modules it imports (TYPE_CHECKING imports included)."""
+    """Module -> the rlreplay modules it imports when imported or type-checked (TYPE_CHECKING
+    imports included; imports deferred inside functions left out)."""
     mods: dict[str, Path] = {}
     for p in (SRC / "rlreplay").rglob("*.py"):
         name = ".".join(p.relative_to(SRC).with_suffix("").parts).removesuffix(".__init__")
@@ -46,7 +63,7 @@ def core_import_graph() -> dict[str, set[str]]:
     graph: dict[str, set[str]] = {}
     for name, p in mods.items():
         deps: set[str] = set()
-        for node in ast.walk(ast.parse(p.read_text())):
+        for node in import_time_nodes(ast.parse(p.read_text())):
             if isinstance(node, ast.ImportFrom) and node.module and not node.level:
                 for alias in node.names:
                     full = f"{node.module}.{alias.name}"

@@ -19,12 +19,13 @@ import os
 import sys
 import warnings
 from collections.abc import Iterator, Mapping
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from rlreplay.errors import ConfigError, EmptyBufferError, FieldError
 from rlreplay.io._steps import episode_runs, stored_steps
+from rlreplay.io.mixin import MinariExport
 from rlreplay.spec import Field
 
 if TYPE_CHECKING:
@@ -34,24 +35,6 @@ __all__ = ["MinariExport", "from_minari", "space_of_field", "to_minari"]
 
 Array = np.ndarray[Any, Any]
 INSTALL_HINT = "pip install 'rlreplay[minari]'"
-
-
-class MinariExport(NamedTuple):
-    """What :func:`to_minari` wrote and what it skipped.
-
-    Attributes:
-        dataset: The written :class:`minari.MinariDataset`.
-        episodes: Episodes written.
-        steps: Steps written (transitions; each episode also has its final observation).
-        skipped_incomplete: Stored episodes still running (their end is not known).
-        skipped_overwritten: Ended episodes whose first steps were overwritten.
-    """
-
-    dataset: Any
-    episodes: int
-    steps: int
-    skipped_incomplete: int
-    skipped_overwritten: int
 
 
 def _minari() -> Any:

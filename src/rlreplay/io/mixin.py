@@ -9,27 +9,46 @@ time.
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING, Any, Self, cast
+from typing import TYPE_CHECKING, Any, NamedTuple, Self, cast
 
 if TYPE_CHECKING:
     import pandas as pd
     import pyarrow as pa
 
-    from rlreplay.buffer import ReplayBuffer
     from rlreplay.io.iterate import Prefetcher
-    from rlreplay.io.minari import MinariExport
 
-__all__ = ["IOMixin"]
+__all__ = ["IOMixin", "MinariExport"]
 
 _SAMPLERS = ("sample", "sample_sequences", "sample_episodes")
+
+
+class MinariExport(NamedTuple):
+    """What :func:`to_minari` wrote and what it skipped.
+
+    Attributes:
+        dataset: The written :class:`minari.MinariDataset`.
+        episodes: Episodes written.
+        steps: Steps written (transitions; each episode also has its final observation).
+        skipped_incomplete: Stored episodes still running (their end is not known).
+        skipped_overwritten: Ended episodes whose first steps were overwritten.
+    """
+
+    dataset: Any
+    episodes: int
+    steps: int
+    skipped_incomplete: int
+    skipped_overwritten: int
 
 
 class IOMixin:
     """``to_arrow``, ``to_pandas``, ``to_parquet``, ``to_minari``, ``from_minari``, ``iterate``."""
 
-    def _io_self(self) -> ReplayBuffer:
+    def _io_self(self) -> Any:
         # (A distinct name: front-ends that subclass the buffer keep their own `_buffer`.)
-        return cast("ReplayBuffer", self)
+        # The buffer itself, typed loosely: naming ReplayBuffer here would make rlreplay.buffer
+        # (which has this class as a base) and this module import each other. The functions
+        # called with it are typed against ReplayBuffer.
+        return self
 
     def to_arrow(self) -> pa.Table:
         """Every stored step as a :class:`pyarrow.Table`, one row per step.
@@ -94,7 +113,7 @@ class IOMixin:
         """
         from rlreplay.io.minari import from_minari
 
-        target = cast("type[ReplayBuffer]", cls)
+        target = cast(Any, cls)
         buf = from_minari(target, dataset_or_id, capacity=capacity, progress=progress, **kwargs)
         return cast("Self", buf)
 
