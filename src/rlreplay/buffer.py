@@ -34,6 +34,7 @@ from rlreplay.errors import (
     ReplayClosed,
 )
 from rlreplay.limits import RateLimiter
+from rlreplay.sampling.onecall import sample_batch
 from rlreplay.sampling.uniform import DrawOptions, draw_mixed, draw_options, draw_uniform
 from rlreplay.spec import Field, Schema, clip_pair, positive_int
 from rlreplay.storage import Columns, make_backend
@@ -430,6 +431,7 @@ class ReplayBuffer(WritingMixin, FifoMixin, EpisodesMixin, StateMixin, IOMixin):
         recent_steps: int | None = None,
         replacement: bool | None = None,
         timeout: float | None = None,
+        out: Batch | None = None,
     ) -> Batch:
         """Draw ``batch_size`` transitions uniformly, with replacement, from the sampleable ones.
 
@@ -440,6 +442,9 @@ class ReplayBuffer(WritingMixin, FifoMixin, EpisodesMixin, StateMixin, IOMixin):
             recent_steps: Overrides the constructor's ``recent_steps`` for this call.
             replacement: Overrides the constructor's ``replacement`` for this call.
             timeout: The most seconds to wait for the ``rate_limiter`` (``None``: for ever).
+            out: A batch of ``batch_size`` from an earlier ``sample`` of this buffer, to be
+                overwritten in place and returned (no allocation). Without it every call
+                returns fresh arrays that share nothing with earlier batches.
 
         Returns:
             A :class:`Batch` with every declared field, ``reward``, ``next_<obs>``,
@@ -468,8 +473,8 @@ class ReplayBuffer(WritingMixin, FifoMixin, EpisodesMixin, StateMixin, IOMixin):
                 if self._shared is not None:  # redraws a batch a writer overwrote meanwhile
                     batch = self._shared.sample(self, batch_size, opts)
                     return self._transformed(batch, transform)
-                env_ids, t, extra = self._draw(batch_size, opts)
-                return self._transformed(self._batch(env_ids, t, extra), transform)
+                batch = sample_batch(self, batch_size, opts, out, ReplayBuffer)  # one kernel
+                return self._transformed(batch, transform)
         except BaseException:
             if limiter is not None:
                 limiter.cancel_sample(batch_size)  # nothing was drawn: nothing to pay for

@@ -295,7 +295,20 @@ class Schema:
                         cases[-1][1].append("    return 0")
                 cases.append(("tp is nd", [f"if not ({array_ok}):", "    return 0"]))
                 consts[f"n{i}"] = f.dtype.type
-                cases.append((f"tp is not n{i}", ["return 0"]))
+                cases.append((f"tp is n{i}", ["pass"]))
+                # Other NumPy scalar types (np.float64 rewards, np.int32 actions, np.bool_
+                # flags into numeric fields): as convert() takes them, range-checked where
+                # the cast may narrow.
+                fits, narrows = _numpy_scalar_rules(f.dtype)
+                if fits:
+                    consts[f"ok{i}"] = fits
+                    cases.append((f"tp in ok{i}", ["pass"]))
+                if narrows:
+                    consts[f"nb{i}"] = narrows
+                    consts[f"lo{i}_np"], consts[f"hi{i}_np"] = _scalar_range(f.dtype)
+                    cases.append((f"tp in nb{i}", [f"if not lo{i}_np <= {v} <= hi{i}_np:"]))
+                    cases[-1][1].append("    return 0")
+                cases.append(("True", ["return 0"]))
                 lines.append(f"    tp = type({v})")
                 for k, (cond, body) in enumerate(cases):
                     lines.append(f"    {'elif' if k else 'if'} {cond}:")
@@ -461,6 +474,35 @@ class Schema:
         if len(self._ok) < _MAX_CACHED:  # extend() sees many lengths; keep the cache small
             self._ok.add(key)
         return arr
+
+
+_NUMPY_SCALARS = (
+    np.bool_, np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16, np.uint32, np.uint64,
+    np.float16, np.float32, np.float64,
+)  # fmt: skip
+
+
+def _numpy_scalar_rules(dtype: np.dtype[Any]) -> tuple[frozenset[type], frozenset[type]]:
+    """NumPy scalar types other than ``dtype``'s own that :meth:`Schema.convert` stores in a
+    scalar field of ``dtype``: those that always fit (a safe cast) and those whose value must
+    lie in :func:`_scalar_range` (a ``same_kind`` cast that may narrow). Complex fields: none."""
+    if dtype.kind not in "biuf":
+        return frozenset(), frozenset()
+    others = [tp for tp in _NUMPY_SCALARS if np.dtype(tp) != dtype]
+    fits = frozenset(tp for tp in others if np.can_cast(tp, dtype, casting="safe"))
+    narrows = frozenset(
+        tp for tp in others
+        if tp not in fits and dtype.kind != "b" and np.can_cast(tp, dtype, casting="same_kind")
+    )  # fmt: skip
+    return fits, narrows
+
+
+def _scalar_range(dtype: np.dtype[Any]) -> tuple[float, float]:
+    """The values a scalar of another type may have to be stored in a ``dtype`` field."""
+    if dtype.kind in "iu":
+        return _int_range(dtype)
+    big = float(np.finfo(dtype).max)
+    return (-big, big)
 
 
 def _narrowing_float(src: np.dtype[Any], dst: np.dtype[Any]) -> bool:
