@@ -8,6 +8,11 @@ workload, all libraries in turn, so that a change of machine load hits every col
 
 Writes ``DIR/results.json`` (every repeat, thread counts, versions, machine, load),
 ``DIR/results.md`` (the table printed at the end) and ``DIR/results.png`` (bar chart).
+
+Small-buffer rows (issue 17; ``--no-small`` leaves them out): ``sample(256)`` with 10^4
+transitions stored and Atari ``sample(32)`` with 2·10^4 frames, in µs per call, every library
+in its fastest and its memory-saving setup, measured by the cost-curve cells
+(``benchmarks/curves.py``, ``workers/curve_worker.py``), one subprocess each.
 """
 
 from __future__ import annotations
@@ -26,7 +31,14 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-import report  # noqa: E402 - a sibling script, not a package
+import curves  # noqa: E402 - a sibling script, not a package
+import report  # noqa: E402
+
+# The small-buffer rows: (title, curve operation, stored size, batch size).
+SMALL_ROWS = (
+    ("sample(256), 10^4 stored (µs/call)", "sample", 10**4, 256),
+    ("Atari sample(32), 2·10^4 frames (µs/call)", "atari", 2 * 10**4, 32),
+)
 
 WORKLOADS = ("single", "vector", "atari", "per", "sequences")
 
@@ -124,6 +136,51 @@ def progress(lib: str, workload: str, c: dict[str, Any]) -> str:
     return f"  {workload:<9} {lib:<11} {c.get('seconds', '-'):>6}s  {shown}"
 
 
+def small_rows(args: argparse.Namespace) -> dict[str, Any]:
+    """Measure the small-buffer rows: ``{title: {"lib (setup)": cell}}``."""
+    cell_args = argparse.Namespace(
+        repeats=args.repeats or (3 if args.quick else 5),
+        window=0.1 if args.quick else 0.2,
+        timeout=args.timeout,
+    )
+    rows: dict[str, Any] = {}
+    for title, op, size, batch in SMALL_ROWS:
+        row = rows[title] = {}
+        for lib, setup in curves.LINES:
+            if lib not in args.libs or curves.applies(lib, setup, op, size):
+                continue
+            cell = curves.run_cell(lib, setup, op, size, [batch], cell_args)
+            row[f"{lib} ({setup})"] = cell
+            shown = cell.get("median") or cell.get("unavailable")
+            print(f"  small     {lib:<11} {setup:<7} {title}: {shown}", file=sys.stderr, flush=True)
+    return rows
+
+
+def small_markdown(rows: dict[str, Any]) -> str:
+    """The small-buffer rows as a Markdown table (µs per call; ratio: best peer / rlreplay)."""
+    names = sorted({name for row in rows.values() for name in row},
+                   key=lambda n: [f"{a} ({b})" for a, b in curves.LINES].index(n))  # fmt: skip
+    lines = ["Small buffers (issue 17): median µs per call, lower is better; `fast`/`memory`: a "
+             "peer's fastest / memory-saving setup; last column: best peer's time over "
+             "rlreplay's (above 1: rlreplay is faster).", "",
+             "| row | " + " | ".join(names) + " | best peer / rlreplay |",
+             "|---" * (len(names) + 2) + "|"]  # fmt: skip
+    for title, row in rows.items():
+        vals: dict[str, float | None] = {}
+        for name in names:
+            med = row.get(name, {}).get("median")
+            vals[name] = next(iter(med.values())) if med else None
+        cells = [f"{v:.1f}" if v is not None else (
+            "n/a" if name not in row else f"unavailable: {row[name].get('unavailable')}"[:60]
+        ) for name, v in vals.items()]  # fmt: skip
+        rl = vals.get("rlreplay (default)")
+        peers = [(v, k) for k, v in vals.items()
+                 if v is not None and k.split(" ")[0] not in curves.REFERENCE]  # fmt: skip
+        ratio = f"x{min(peers)[0] / rl:.2f} vs {min(peers)[1]}" if rl and peers else "-"
+        lines.append(f"| {title} | " + " | ".join(cells) + f" | {ratio} |")
+    return "\n".join(lines) + "\n"
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="smaller fills, shorter windows")
@@ -134,6 +191,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workloads", nargs="+", choices=WORKLOADS, default=list(WORKLOADS))
     parser.add_argument("--timeout", type=float, default=None,
                         help="seconds per cell (default 60, quick; 600, full)")  # fmt: skip
+    parser.add_argument("--no-small", dest="small", action="store_false",
+                        help="leave out the small-buffer rows")  # fmt: skip
     args = parser.parse_args(argv)
     if args.repeats is not None and args.repeats < 1:
         parser.error("--repeats: expected at least 1")
@@ -159,6 +218,7 @@ def main(argv: list[str] | None = None) -> int:
             c = run_cell(lib, workload, args)
             cells[f"{lib}/{workload}"] = c
             print(progress(lib, workload, c), file=sys.stderr, flush=True)
+    small = small_rows(args) if args.small else {}
     info["load_end"] = load()
     results = {
         "started": started,
@@ -172,11 +232,14 @@ def main(argv: list[str] | None = None) -> int:
         "libraries": libs,
         "workloads": workloads,
         "cells": cells,
+        "small": small,
     }
     results["targets"] = report.targets(results)[1]
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "results.json").write_text(json.dumps(results, indent=1))
     text = report.markdown(results)
+    if small:
+        text += "\n" + small_markdown(small)
     (args.out / "results.md").write_text(text)
     report.chart(results, args.out / "results.png")
     print(text)
