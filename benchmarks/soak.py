@@ -20,8 +20,8 @@ per tenth of the run, its mean and its floor (the smallest sample), and states t
 between the second and the last tenth of both (``memory``). The floor is what stays resident:
 the saver's reload allocates a second buffer for a moment (a fixed cost, paid again at every
 save), which lifts the mean of the tenths it falls in without being a leak. To tell the two
-apart the run is made twice by default, with the saver and without it
-(``--saver both``; ``on`` or ``off`` runs one), and both reports are printed.
+apart the run is made twice by default, with the saver and without it, each in a fresh
+process (``--saver both``; ``on`` or ``off`` runs one here), and both reports are printed.
 
 Run: ``python benchmarks/soak.py [--ops 1000000] [--seed 0] [--saver both] [--json out.json]``;
 exits 1 if an invariant was violated. ``tests/test_soak.py`` runs a short version.
@@ -35,12 +35,14 @@ import itertools
 import json
 import os
 import queue
+import subprocess
 import sys
 import tempfile
 import threading
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from subprocess import DEVNULL
 from typing import Any
 
 import numpy as np
@@ -322,20 +324,26 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--saver", choices=["both", "on", "off"], default="both")
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args(argv)
-    modes = {"both": [True, False], "on": [True], "off": [False]}[args.saver]
-    reports = {
-        "with_saver" if on else "without_saver": run(
-            args.ops, args.capacity, args.batch, args.save_every, args.seed, on
-        )
-        for on in modes
-    }
-    out: dict[str, Any] = {k: asdict(r) for k, r in reports.items()}
-    out["memory"] = [r.memory for r in reports.values()]
+    out: dict[str, Any] = {}
+    if args.saver == "both":  # each in a fresh process: one run's heap is not the other's base
+        for mode in ("on", "off"):
+            with tempfile.TemporaryDirectory() as tmp:
+                part = Path(tmp) / "report.json"
+                cmd = [sys.executable, __file__, "--saver", mode, "--json", str(part)]
+                cmd += ["--ops", str(args.ops), "--capacity", str(args.capacity)]
+                cmd += ["--batch", str(args.batch), "--save-every", str(args.save_every)]
+                subprocess.run([*cmd, "--seed", str(args.seed)], check=False, stdout=DEVNULL)
+                out.update(json.loads(part.read_text()))
+    else:
+        report = run(args.ops, args.capacity, args.batch, args.save_every, args.seed,
+                     args.saver == "on")  # fmt: skip
+        out["with_saver" if report.saver else "without_saver"] = asdict(report)
+    out["memory"] = [r["memory"] for k, r in out.items() if k.endswith("_saver")]
     text = json.dumps(out, indent=2)
     print(text)
     if args.json is not None:
         args.json.write_text(text + "\n")
-    return 1 if any(r.violations for r in reports.values()) else 0
+    return 1 if any(r["violations"] for k, r in out.items() if k.endswith("_saver")) else 0
 
 
 if __name__ == "__main__":
