@@ -4,9 +4,11 @@ ALF keeps a segment tree in one torch tensor of ``2 * capacity`` nodes in ``dtyp
 tree is rlreplay's float64 Numba tree (:class:`rlreplay.SumTree`, :class:`rlreplay.MinTree`,
 :class:`rlreplay.MaxTree`): the same leaves, the same summaries and the same
 :meth:`SumSegmentTree.find_sum_bound`, with the torch API on top. Values are rounded to
-``dtype`` when they are set, so every leaf equals ALF's; sums are then accumulated in float64,
-so a summary can differ from ALF's float32 one in its last bits (it is the more exact one).
-Tensors handed back are of ``dtype`` on ``device``.
+``dtype`` when they are set, so every leaf equals ALF's. A sum tree's ``summary()`` is ALF's
+own root, bit for bit: a float64 sum rounded to ``dtype`` can differ from ALF's sum in
+``dtype`` in its last bit, so the sum tree also keeps ALF's node array in ``dtype`` (ALF's
+update cost, O(log capacity) per leaf set), which gives the root. Min and max summaries are
+exact in any order. Tensors handed back are of ``dtype`` on ``device``.
 """
 
 from __future__ import annotations
@@ -218,6 +220,11 @@ class SegmentTree(torch.nn.Module):
         self._device = check_device(device, "device")
         self._tree: SumTree | MinTree | MaxTree | _OpTree
         self._tree_cls = tree_cls
+        # A sum tree's summary is ALF's root: its node array in dtype, kept beside the core's
+        # float64 tree (whose rounded total can differ from ALF's sum in dtype in the last bit).
+        self._alf_sums: _OpTree | None = None
+        if tree_cls is SumTree:
+            self._alf_sums = _OpTree(capacity, torch.add, dtype)  # np.add etc.: same sums
         if tree_cls is None:  # any other op: ALF's algorithm, in dtype
             self._tree = _OpTree(capacity, op, dtype)
         else:
@@ -270,6 +277,8 @@ class SegmentTree(torch.nn.Module):
         if not isinstance(self._tree, _OpTree) and self._refused(vals):
             self._to_op_tree()
         self._tree.set(idx, vals)
+        if self._alf_sums is not None and self._alf_sums is not self._tree:
+            self._alf_sums.set(idx, vals)
         # The number of non-zero leaves changes by the final value of each distinct index.
         flat = idx.reshape(-1)
         uniq, first_rev = np.unique(flat[::-1], return_index=True)
@@ -285,6 +294,9 @@ class SegmentTree(torch.nn.Module):
 
     def _to_op_tree(self) -> None:
         """Go on with ALF's own algorithm in ``dtype``, from the same leaves."""
+        if self._alf_sums is not None:  # ALF's node array is there already
+            self._tree = self._alf_sums
+            return
         tree = _OpTree(self._capacity, self._op, self._dtype)
         every = np.arange(self._capacity)
         tree.set(every, self._tree.get(every))
@@ -303,10 +315,12 @@ class SegmentTree(torch.nn.Module):
         return self._out(np.array(self._total()))
 
     def _total(self) -> float:
+        """The summary: ALF's root for sums (in ``dtype``), the core's min or max."""
         if isinstance(self._tree, _OpTree):
             return self._tree.root
-        if isinstance(self._tree, SumTree):
-            return self._tree.total
+        if self._alf_sums is not None or isinstance(self._tree, SumTree):
+            assert self._alf_sums is not None  # kept for every sum tree
+            return self._alf_sums.root
         if isinstance(self._tree, MinTree):
             return self._tree.min
         return self._tree.max
@@ -327,7 +341,16 @@ class SegmentTree(torch.nn.Module):
         elif "values" not in state and self._tree_cls is not None:  # saved by rlreplay's tree
             self._tree = self._tree_cls(self._capacity)
         self._tree.load_state_dict(state)
-        self._nnz = int(np.count_nonzero(self._tree.get(np.arange(self._capacity))))
+        every = np.arange(self._capacity)
+        if self._tree_cls is SumTree:  # ALF's node array, from the loaded leaves
+            self._alf_sums = (
+                self._tree
+                if isinstance(self._tree, _OpTree)
+                else _OpTree(self._capacity, torch.add, self._dtype)
+            )
+            if self._alf_sums is not self._tree:
+                self._alf_sums.set(every, self._tree.get(every))
+        self._nnz = int(np.count_nonzero(self._tree.get(every)))
 
     def extra_repr(self) -> str:
         return f"name={self._name!r}, capacity={self._capacity}, dtype={self._dtype}"
@@ -378,20 +401,22 @@ class SumSegmentTree(SegmentTree):
         if th.dtype.kind not in "iuf":
             raise DTypeError(f"thresholds: expected real numbers, got dtype {th.dtype}")
         th = th.astype(np.float64)
-        total = self._total()
-        # The summary the caller sees is rounded to dtype; a threshold equal to it is "== root".
-        shown = float(torch.tensor(total, dtype=torch.float64).to(self._dtype).item())
+        # summary() is ALF's root in dtype (the error's bound, as in ALF); the core's descent
+        # runs on its float64 total, which can differ from it in the last bit: a threshold
+        # equal to the summary is "== root" there.
+        shown = self._total()
         if (th > shown).any():
             bad = float(th[th > shown].reshape(-1)[0])
             raise PriorityError(
                 f"find_sum_bound: thresholds must not exceed summary() = {shown!r}, got {bad!r}"
             )
-        th = np.where(th >= shown, total, th)
         tree = self._tree
         if isinstance(tree, _OpTree):  # a negative, infinite or NaN leaf: ALF's descent
             return torch.from_numpy(tree.find_sum_bound(th)).to(self._device)
         if not isinstance(tree, SumTree):  # pragma: no cover - the constructor fixes the op
             raise TypeError("find_sum_bound needs a sum tree")
+        total = tree.total
+        th = np.where(th >= shown, total, np.minimum(th, total))
         below = ~(th >= 0)  # negative or NaN: ALF's descent goes left all the way, to leaf 0
         if total > 0:
             out = np.where(below, 0, tree.find_prefix_sum(np.where(below, 0.0, th)))
