@@ -1,7 +1,7 @@
 """Cost curves: µs per call against stored size, rlreplay next to its peers (issue 17).
 
 Run: ``python benchmarks/curves.py [--quick] [--ops OP ...] [--libs LIB ...] [--repeats N]
-[--window S] [--timeout S] [--out DIR] [--atari-max N] [--max-size N]``.
+[--window S] [--timeout S] [--out DIR] [--atari-max N] [--max-size N] [--timer cpu|wall]``.
 
 Every cell (library, setup, operation, stored size) runs in its own subprocess
 (``benchmarks/workers/curve_worker.py``), as ``run.py`` runs its cells, so that a peer that is
@@ -97,11 +97,14 @@ def run_cell(lib: str, setup: str, op: str, size: int, batches: list[int],
              args: argparse.Namespace) -> dict[str, Any]:  # fmt: skip
     cmd = [sys.executable, str(WORKER), "--lib", lib, "--setup", setup, "--op", op,
            "--size", str(size), "--batches", *map(str, batches), "--repeats", str(args.repeats),
-           "--window", str(args.window)]  # fmt: skip
+           "--window", str(args.window), "--timer", args.timer]  # fmt: skip
     t0 = time.perf_counter()
     try:
+        env = dict(os.environ)
+        if args.timer == "cpu":  # CPU time sums a process's threads: peers run on one
+            env.setdefault("OMP_NUM_THREADS", "1")
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout,
-                              cwd=WORKER.parent)  # fmt: skip
+                              cwd=WORKER.parent, env=env)  # fmt: skip
     except subprocess.TimeoutExpired:
         return {"unavailable": f"timed out after {args.timeout:.0f} s"}
     lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
@@ -150,7 +153,9 @@ def markdown(results: dict[str, Any]) -> str:
     head = [
         f"# Cost curves ({results['started']}, {results['mode']}, {results['seconds']:.0f} s)",
         "",
-        f"Machine: {results['machine']}; load {results['load_start']} -> {results['load_end']}."
+        f"Machine: {results['machine']}; load {results['load_start']} -> {results['load_end']};"
+        f" timer: {results['settings']['timer']} (cpu: the worker's CPU time; torch peers with"
+        " OMP_NUM_THREADS=1 unless set)."
         " Cells: median µs per call over the repeats (lower is better). `x` is the best"
         " peer's time over rlreplay's (above 1: rlreplay is faster). Peers: cpprb, Tianshou,"
         " TorchRL, SB3; the NumPy limit and rlreplay's memmap line are references. `fast`: a"
@@ -240,6 +245,10 @@ def main(argv: list[str] | None = None) -> int:
         help="largest Atari size (10^6 frames are 7 GB per copy; default 10^5)",
     )
     p.add_argument("--max-size", type=int, default=10**7, help="largest stored size")
+    p.add_argument("--timer", choices=("cpu", "wall"), default="cpu",
+                   help="cpu (default): the worker's CPU time per call, which a busy machine "
+                   "disturbs far less than wall time; torch peers then run with "
+                   "OMP_NUM_THREADS=1 unless it is set")  # fmt: skip
     args = p.parse_args(argv)
     args.repeats = args.repeats or (3 if args.quick else 5)
     args.window = args.window or (0.1 if args.quick else 0.2)

@@ -142,6 +142,7 @@ def small_rows(args: argparse.Namespace) -> dict[str, Any]:
         repeats=args.repeats or (3 if args.quick else 5),
         window=0.1 if args.quick else 0.2,
         timeout=args.timeout,
+        timer="wall",  # as the rest of run.py's table
     )
     rows: dict[str, Any] = {}
     for title, op, size, batch in SMALL_ROWS:

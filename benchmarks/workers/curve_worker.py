@@ -2,11 +2,12 @@
 operation, one stored size; prints one JSON line ``{"us": {label: [per-call µs, ...]}}``.
 
 Run: ``python curve_worker.py --lib L --setup S --op OP --size N [--batches B ...]
-[--repeats R] [--window SECONDS]``. Each label's list holds ``repeats`` window means (µs per
-call); ``curves.py`` takes their median. The buffer is built with capacity ``N`` and filled to
-``N`` transitions (Atari: frames) through the library's bulk API where it has one (the fill
-is not timed), then the operation is timed. Inputs come from :mod:`harness` (the pools
-``run.py`` uses), and each library is driven as its worker (``<lib>_worker.py``) drives it.
+[--repeats R] [--window SECONDS] [--timer wall|cpu]``. Each label's list holds ``repeats``
+window means (µs per call); ``curves.py`` takes their median. The buffer is built with
+capacity ``N`` and filled to ``N`` transitions (Atari: frames) through the library's bulk API
+where it has one (the fill is not timed), then the operation is timed. Inputs come from
+:mod:`harness` (the pools ``run.py`` uses), and each library is driven as its worker
+(``<lib>_worker.py``) drives it.
 
 Setups: ``fast`` is the library's fastest documented setup for the operation, ``memory`` its
 memory-saving one (cpprb: ``next_obs`` stored explicitly vs ``next_of="obs"`` plus
@@ -32,18 +33,24 @@ Array = np.ndarray[Any, Any]
 CHUNK = h.POOL
 
 
+# The clock of a window: wall time, or this process's CPU time (``--timer cpu``: on a busy
+# machine a descheduled worker does not count the time other processes ran).
+CLOCK = time.perf_counter
+
+
 def timed(call: Callable[[], Any], repeats: int, window: float) -> list[float]:
     """Per-call µs of ``repeats`` windows (one untimed warm-up call first)."""
     call()
     out = []
+    clock = CLOCK
     for _ in range(repeats):
         n = 0
-        t0 = time.perf_counter()
+        t0 = clock()
         while True:
             for _ in range(8):
                 call()
             n += 8
-            elapsed = time.perf_counter() - t0
+            elapsed = clock() - t0
             if elapsed >= window:
                 break
         out.append(elapsed / n * 1e6)
@@ -308,7 +315,10 @@ def main() -> int:
     p.add_argument("--batches", type=int, nargs="*", default=[32])
     p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--window", type=float, default=0.2)
+    p.add_argument("--timer", choices=("wall", "cpu"), default="wall")
     a = p.parse_args()
+    global CLOCK
+    CLOCK = time.process_time if a.timer == "cpu" else time.perf_counter
     sz = argparse.Namespace(repeats=a.repeats, window=a.window)
     result: dict[str, Any] = {"lib": a.lib, "setup": a.setup, "op": a.op, "size": a.size}
     try:
