@@ -23,7 +23,6 @@ from rlreplay.buffer_fifo import FifoMixin
 from rlreplay.buffer_host import Array
 from rlreplay.buffer_state import StateMixin
 from rlreplay.buffer_writing import WritingMixin
-from rlreplay.io.mixin import IOMixin
 from rlreplay.checkpoint import CheckpointReader
 from rlreplay.episodes import HI, LO, EpisodeIndex, sampleable_delta
 from rlreplay.errors import (
@@ -33,6 +32,7 @@ from rlreplay.errors import (
     InvalidIdError,
     ReplayClosed,
 )
+from rlreplay.io.mixin import IOMixin
 from rlreplay.limits import RateLimiter
 from rlreplay.sampling.onecall import sample_batch
 from rlreplay.sampling.uniform import DrawOptions, draw_mixed, draw_options, draw_uniform
