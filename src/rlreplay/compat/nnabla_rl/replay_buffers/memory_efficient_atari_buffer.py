@@ -156,6 +156,11 @@ class _AtariObjects(ReplayBuffer):
 
     _objects_allowed = True
 
+    def _make_codec(self, experience: Any) -> Codec:
+        # Every Atari buffer: one uint8 frame per experience, states rebuilt from
+        # ``self._frame_stack`` of them (each subclass sets it in its constructor).
+        return _AtariCodec.infer_atari(experience, self._frame_stack)
+
     def _append_object(self, experience: Any) -> None:
         s, a, r, non_terminal, s_next, *rest = experience  # nnabla-rl's unpacking
         quantized = (_quantized_state(s), a, r, non_terminal, _quantized_state(s_next), *rest)
@@ -198,9 +203,6 @@ class MemoryEfficientAtariBuffer(_AtariObjects):
         super().__init__(capacity=check_capacity("capacity", capacity, allow_none=False), seed=seed)
         self._frame_stack = check_count("stacked_frames", stacked_frames)
 
-    def _make_codec(self, experience: Any) -> Codec:
-        return _AtariCodec.infer_atari(experience, self._frame_stack)
-
 
 class MemoryEfficientAtariTrajectoryBuffer(_AtariObjects, TrajectoryReplayBuffer):
     """A :class:`TrajectoryReplayBuffer` storing Atari states as single ``uint8`` frames.
@@ -218,9 +220,6 @@ class MemoryEfficientAtariTrajectoryBuffer(_AtariObjects, TrajectoryReplayBuffer
     def __init__(self, num_trajectories: int | None = None, *, seed: int | None = None) -> None:
         super().__init__(num_trajectories, seed=seed)
         self._frame_stack = 4  # nnabla-rl builds MemoryEfficientAtariBuffer(len(trajectory))
-
-    def _make_codec(self, experience: Any) -> Codec:
-        return _AtariCodec.infer_atari(experience, self._frame_stack)
 
 
 class ProportionalPrioritizedAtariBuffer(_AtariObjects, ProportionalPrioritizedReplayBuffer):
@@ -277,9 +276,6 @@ class ProportionalPrioritizedAtariBuffer(_AtariObjects, ProportionalPrioritizedR
         )
         self._frame_stack = check_count("stacked_frames", stacked_frames)
 
-    def _make_codec(self, experience: Any) -> Codec:
-        return _AtariCodec.infer_atari(experience, self._frame_stack)
-
 
 class RankBasedPrioritizedAtariBuffer(_AtariObjects, RankBasedPrioritizedReplayBuffer):
     """Rank-based prioritized version of :class:`MemoryEfficientAtariBuffer`.
@@ -324,6 +320,3 @@ class RankBasedPrioritizedAtariBuffer(_AtariObjects, RankBasedPrioritizedReplayB
             seed=seed,
         )
         self._frame_stack = check_count("stacked_frames", stacked_frames)
-
-    def _make_codec(self, experience: Any) -> Codec:
-        return _AtariCodec.infer_atari(experience, self._frame_stack)
