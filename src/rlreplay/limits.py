@@ -123,14 +123,7 @@ class RateLimiter:
         spi = _number("samples_per_insert", samples_per_insert)
         if not spi > 0.0:
             raise ConfigError(f"samples_per_insert: expected a number > 0, got {spi}")
-        if (
-            isinstance(min_size_to_sample, bool)
-            or not isinstance(min_size_to_sample, int)
-            or min_size_to_sample < 0
-        ):
-            raise ConfigError(
-                f"min_size_to_sample: expected an int >= 0, got {min_size_to_sample!r}"
-            )
+        _int_at_least("min_size_to_sample", min_size_to_sample, 0)
         lo, hi = _number("min_diff", min_diff), _number("max_diff", max_diff)
         if lo > hi:
             raise ConfigError(f"min_diff/max_diff: expected min_diff <= max_diff, got {lo} > {hi}")
@@ -446,14 +439,7 @@ class MinSize(RateLimiter):
     """
 
     def __init__(self, min_size_to_sample: int) -> None:
-        if (
-            isinstance(min_size_to_sample, bool)
-            or not isinstance(min_size_to_sample, int)
-            or min_size_to_sample < 1
-        ):
-            raise ConfigError(
-                f"min_size_to_sample: expected an int >= 1, got {min_size_to_sample!r}"
-            )
+        _int_at_least("min_size_to_sample", min_size_to_sample, 1)
         super().__init__(1.0, min_size_to_sample, -sys.float_info.max, sys.float_info.max)
 
 
@@ -497,14 +483,7 @@ class SampleToInsertRatio(RateLimiter):
         spi = _number("samples_per_insert", samples_per_insert)
         if not spi > 0.0:
             raise ConfigError(f"samples_per_insert: expected a number > 0, got {spi}")
-        if (
-            isinstance(min_size_to_sample, bool)
-            or not isinstance(min_size_to_sample, int)
-            or min_size_to_sample < 1
-        ):
-            raise ConfigError(
-                f"min_size_to_sample: expected an int >= 1, got {min_size_to_sample!r}"
-            )
+        _int_at_least("min_size_to_sample", min_size_to_sample, 1)
         offset = spi * min_size_to_sample
         if isinstance(error_buffer, tuple | list):
             if len(error_buffer) != 2:
@@ -551,6 +530,12 @@ def _number(name: str, value: Any) -> float:
     if not math.isfinite(out):
         raise ConfigError(f"{name}: expected a finite number, got {value!r}")
     return out
+
+
+def _int_at_least(name: str, value: Any, lowest: int) -> None:
+    """A Python ``int`` (not a bool) of at least ``lowest``, or :class:`ConfigError`."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < lowest:
+        raise ConfigError(f"{name}: expected an int >= {lowest}, got {value!r}")
 
 
 def _count(name: str, value: Any) -> int:
