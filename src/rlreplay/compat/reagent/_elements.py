@@ -178,15 +178,16 @@ def transition_specs(buf: ReplayBuffer, b: int) -> list[shape_type]:
 
     In order: ``state``, ``action``, ``reward``, ``next_state``, ``next_action``,
     ``next_reward``, ``terminal``, ``indices``, ``step``, then ``<x>``, ``next_<x>`` per extra.
-    States end in a ``stack_size`` axis; with ``return_everything_as_stack`` so do action,
-    reward and the extras, while ``terminal`` and ``step`` stay ``(b,)``. ``terminal`` has
+    States end in a ``stack_size`` axis; every other element is declared unstacked, with
+    ``return_everything_as_stack`` too, as ReAgent declares it. ``terminal`` has
     the stored dtype (uint8) and ``indices`` int32, as ReAgent declares them.
     """
     from rlreplay.compat.reagent.circular_replay_buffer import ReplayElement
 
-    k = (buf._stack_size,) if buf._return_everything_as_stack else ()
-    a = (b, *buf._action_shape, *k)
-    r = (b, *buf._reward_shape, *k)
+    # ReAgent declares every element but the states unstacked, return_everything_as_stack
+    # or not (its batches then carry a stack axis that the signature does not show).
+    a = (b, *buf._action_shape)
+    r = (b, *buf._reward_shape)
     elements = [
         ReplayElement("state", (b, *buf._state_shape), buf._observation_dtype),
         ReplayElement("action", a, buf._action_dtype),
@@ -200,5 +201,5 @@ def transition_specs(buf: ReplayBuffer, b: int) -> list[shape_type]:
     ]
     for e in buf._extra_storage_types:
         for prefix in ("", "next_"):
-            elements.append(ReplayElement(prefix + e.name, (b, *e.shape, *k), e.type))
+            elements.append(ReplayElement(prefix + e.name, (b, *e.shape), e.type))
     return elements

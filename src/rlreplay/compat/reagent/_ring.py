@@ -72,8 +72,13 @@ class SlotRing:
 
     @property
     def invalid_range(self) -> Array:
-        """Dopamine's slots around the cursor: ``cursor - n .. cursor + stack_size - 1``."""
+        """Dopamine's slots around the cursor: ``cursor - n .. cursor + stack_size - 1``.
+
+        Before the first add it is ReAgent's initial ``np.zeros(stack_size)`` (float64).
+        """
         cap, n = self._replay_capacity, self._update_horizon
+        if self._add_count == 0:
+            return np.zeros(self._stack_size)
         return (self.cursor() - n + np.arange(self._stack_size + n)) % cap
 
     # ------------------------------------------------------------------ validity
