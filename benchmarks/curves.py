@@ -48,11 +48,33 @@ LINES = [
     ("numpy-limit", "default"),
     ("cpprb", "fast"),
     ("cpprb", "memory"),
-    ("tianshou", "default"),
+    ("tianshou", "fast"),
+    ("tianshou", "memory"),
     ("torchrl", "default"),
     ("sb3", "fast"),
     ("sb3", "memory"),
 ]
+SETUPS = {
+    "rlreplay (default)": "ReplayBuffer / PrioritizedReplayBuffer in RAM; frames stored once"
+    " (frame_stack=4); next observations from the following step",
+    "rlreplay (memmap)": 'the same with storage="memmap" (10^6 and more)',
+    "numpy-limit (default)": "preallocated NumPy arrays, uniform indices, fancy-index"
+    " gathers, no bookkeeping (a ceiling, not a buffer)",
+    "cpprb (fast)": "next_obs stored explicitly (Atari: s and s' stacks stored, 8 frames per step)",
+    "cpprb (memory)": 'next_of="obs" (Atari: plus stack_compress="obs"); the 16-env add'
+    " needs explicit next_obs, so it has no memory line",
+    "tianshou (fast)": "obs_next stored (its default); PrioritizedReplayBuffer for PER;"
+    " VectorReplayBuffer for 16 envs",
+    "tianshou (memory)": "ignore_obs_next=True; Atari: stack_num=4, save_only_last_obs=True"
+    " (its documented Atari setting: one frame per step, s and s' stacks rebuilt);"
+    " sequences: stack_num=80 (observations only, 80 steps ending at each draw)",
+    "torchrl (default)": "LazyTensorStorage; Atari: its memory recipe (LazyMemmapStorage of"
+    " single frames + CatFrames.make_rb_transform_and_sampler, stacks s only); sequences:"
+    " SliceSampler(slice_len=80, traj_key='episode'); PER needs its compiled extension",
+    "sb3 (fast)": "optimize_memory_usage=False; its buffer has no frame stacking: Atari stores"
+    " VecFrameStack's (4, 84, 84) stacks of s and s'",
+    "sb3 (memory)": "optimize_memory_usage=True (Atari: s stacks only, s' from the next row)",
+}
 REFERENCE = {"rlreplay", "numpy-limit"}  # not peers
 OPS = ("sample", "atari", "per", "add", "sequences")
 SAMPLE_BATCHES = (32, 256, 4096)
@@ -80,17 +102,40 @@ def grid(quick: bool, atari_max: int, max_size: int) -> dict[str, tuple[list[int
     return {op: ([n for n in sizes if n <= max_size], b) for op, (sizes, b) in g.items()}
 
 
+# Lines a peer cannot draw, and why (shown under the tables). ``(lib, setup, op)``; ``*``
+# matches every setup.
+UNSUPPORTED = {
+    ("cpprb", "*", "sequences"): "no sequence sampling in cpprb (its buffers draw single"
+    " transitions)",
+    ("sb3", "*", "per"): "no prioritized replay buffer in Stable-Baselines3",
+    ("sb3", "*", "sequences"): "no sequence sampling in Stable-Baselines3",
+    ("tianshou", "fast", "atari"): "Tianshou's Atari setup is its memory one (stack_num=4,"
+    " save_only_last_obs); stored stacks of s and s' are not a documented setup",
+    ("tianshou", "fast", "sequences"): "Tianshou samples sequences only through stack_num"
+    " (memory line)",
+}
+
+
 def applies(lib: str, setup: str, op: str, size: int) -> str | None:
     """Why a line has no point here (``None``: it has one)."""
     if setup == "memmap" and size < 10**6:
         return "memmap only at 10^6 and more"
-    if lib in ("tianshou", "torchrl", "sb3") and op not in ("sample", "add"):
-        return "not measured in the curves (run.py measures it at one size)"
-    if lib == "cpprb" and op == "sequences":
-        return "no sequence sampling in cpprb"
-    if op == "atari" and size >= 10**6 and lib == "rlreplay" and setup != "memmap":
-        return "10^6 frames: memmap"
+    for key in ((lib, setup, op), (lib, "*", op)):
+        if key in UNSUPPORTED:
+            return UNSUPPORTED[key]
+    if op == "atari" and size >= 10**6:
+        if lib == "rlreplay" and setup != "memmap":
+            return "10^6 frames: memmap"
+        if (lib, setup) in (("cpprb", "fast"), ("sb3", "fast"), ("sb3", "memory")):
+            return "10^6 frames do not fit in RAM here (stored stacks: 28-56 GB)"
+        if lib == "torchrl":
+            return "10^6 frames: not run (its CatFrames sampler takes > 0.2 s per sample(32))"
     return None
+
+
+def size_free(reason: str) -> bool:
+    """Whether an unavailable cell's reason holds at every size (then larger ones are skipped)."""
+    return not any(w in reason for w in ("timed out", "memory", "exited", "failed"))
 
 
 def run_cell(lib: str, setup: str, op: str, size: int, batches: list[int],
@@ -185,6 +230,11 @@ def markdown(results: dict[str, Any]) -> str:
     ]  # fmt: skip
     if missing:
         body += ["## Cells without a value", "", *missing, ""]
+    skipped = [f"- {c['lib']} ({c['setup']}) {c['op']}: {c['reason']}"
+               for c in results.get("skipped", [])]  # fmt: skip
+    if skipped:
+        body += ["## Lines not drawn (not supported or not run)", "", *skipped, ""]
+    body += ["## Setups", "", *(f"- **{k}**: {v}" for k, v in SETUPS.items()), ""]
     return "\n".join(head + body)
 
 
@@ -241,8 +291,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument(
         "--atari-max",
         type=int,
-        default=10**5,
-        help="largest Atari size (10^6 frames are 7 GB per copy; default 10^5)",
+        default=10**6,
+        help="largest Atari size (10^6 frames are 7 GB per copy; default 10^6)",
     )
     p.add_argument("--max-size", type=int, default=10**7, help="largest stored size")
     p.add_argument("--timer", choices=("cpu", "wall"), default="cpu",
@@ -261,18 +311,31 @@ def main(argv: list[str] | None = None) -> int:
         "machine": f"{os.cpu_count()} cores", "settings": vars(args) | {"out": str(args.out)},
         "cells": [],
     }  # fmt: skip
+    known: dict[tuple[str, str, str], str] = {}  # size-free reasons seen
+    skipped: dict[tuple[str, str, str], str] = {}
     for op in args.ops:
         sizes, batches = g[op]
         for size in sizes:
             for lib, setup in LINES:
-                if lib not in args.libs or applies(lib, setup, op, size):
+                if lib not in args.libs:
+                    continue
+                why = applies(lib, setup, op, size) or known.get((lib, setup, op))
+                if why:
+                    skipped.setdefault((lib, setup, op), why)
                     continue
                 cell = run_cell(lib, setup, op, size, batches, args)
                 cell.update(lib=lib, setup=setup, op=op, size=size, load=load())
                 results["cells"].append(cell)
+                if "unavailable" in cell and size_free(cell["unavailable"]):
+                    known[(lib, setup, op)] = cell["unavailable"]
                 shown = cell.get("median") or cell.get("unavailable")
                 print(f"  {op:<9} {_size(size):>6} {lib:<11} {setup:<7} {shown}",
                       file=sys.stderr, flush=True)  # fmt: skip
+    results["skipped"] = [
+        {"lib": lib, "setup": setup, "op": op, "reason": why}
+        for (lib, setup, op), why in skipped.items()
+        if not why.startswith("memmap only")
+    ]
     results["seconds"] = time.perf_counter() - t0
     results["load_end"] = load()
     args.out.mkdir(parents=True, exist_ok=True)
