@@ -12,7 +12,7 @@ import os
 import threading
 import weakref
 from collections.abc import Mapping, Sequence
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal, overload
 
 import numpy as np
 
@@ -32,6 +32,7 @@ from rlreplay.errors import (
     InvalidIdError,
     ReplayClosed,
 )
+from rlreplay.io.frameworks import Output, TensorBatch, buffer_output, choose_output
 from rlreplay.io.mixin import IOMixin
 from rlreplay.limits import RateLimiter
 from rlreplay.sampling.onecall import sample_batch
@@ -101,6 +102,11 @@ class ReplayBuffer(WritingMixin, FifoMixin, EpisodesMixin, StateMixin, IOMixin):
             and :meth:`sample`/:meth:`sample_sequences` (one sample per item) wait on, with
             their ``timeout``; its ``size`` is :attr:`num_sampleable`. It counts for this
             buffer only; checkpoints keep its parameters and counters.
+        as_: What :meth:`sample`, :meth:`sample_sequences`, :meth:`sample_episodes` and
+            :meth:`iterate` return unless a call says otherwise (``as_=``): ``"numpy"`` (a
+            :class:`Batch`), ``"torch"`` or ``"jax"`` (a :class:`~rlreplay.io.TensorBatch`;
+            :mod:`rlreplay.io.frameworks`). ``device``: where those go (``"cpu"``, ``"cuda:0"``).
+            Both are checked here and kept in checkpoints.
 
     Cost: :meth:`add` is O(fields) plus O(1) bookkeeping; :meth:`sample` is O(B * window)
     vectorised gathers, independent of the buffer's size. All public methods are thread-safe
@@ -150,8 +156,11 @@ class ReplayBuffer(WritingMixin, FifoMixin, EpisodesMixin, StateMixin, IOMixin):
         recent_steps: int = 1,
         replacement: bool = True,
         rate_limiter: RateLimiter | None = None,
+        as_: str = "numpy",
+        device: Any = None,
     ) -> None:
         self.schema = Schema.build(fields)
+        self._output: Output | None = buffer_output(as_, device)  # None: NumPy batches
         num_envs = positive_int("num_envs", num_envs)
         n_step = positive_int("n_step", n_step)
         frame_stack = positive_int("frame_stack", frame_stack)
@@ -422,6 +431,20 @@ class ReplayBuffer(WritingMixin, FifoMixin, EpisodesMixin, StateMixin, IOMixin):
             self._cond.notify_all()
 
     # ------------------------------------------------------------------ sampling
+    @overload
+    def sample(
+        self, batch_size: int, *, transform: Transform | None = ...,
+        recent_ratio: float | None = ..., recent_steps: int | None = ...,
+        replacement: bool | None = ..., timeout: float | None = ...,
+        out: Batch | None = ..., as_: Literal["numpy"] | None = ..., device: Any = ...,
+    ) -> Batch: ...  # fmt: skip
+    @overload
+    def sample(
+        self, batch_size: int, *, transform: Transform | None = ...,
+        recent_ratio: float | None = ..., recent_steps: int | None = ...,
+        replacement: bool | None = ..., timeout: float | None = ...,
+        out: None = ..., as_: Literal["torch", "jax"], device: Any = ...,
+    ) -> TensorBatch: ...  # fmt: skip
     def sample(
         self,
         batch_size: int,
@@ -432,7 +455,9 @@ class ReplayBuffer(WritingMixin, FifoMixin, EpisodesMixin, StateMixin, IOMixin):
         replacement: bool | None = None,
         timeout: float | None = None,
         out: Batch | None = None,
-    ) -> Batch:
+        as_: str | None = None,
+        device: Any = None,
+    ) -> Batch | TensorBatch:
         """Draw ``batch_size`` transitions uniformly, with replacement, from the sampleable ones.
 
         Args:
@@ -444,19 +469,32 @@ class ReplayBuffer(WritingMixin, FifoMixin, EpisodesMixin, StateMixin, IOMixin):
             timeout: The most seconds to wait for the ``rate_limiter`` (``None``: for ever).
             out: A batch of ``batch_size`` from an earlier ``sample`` of this buffer, to be
                 overwritten in place and returned (no allocation). Without it every call
-                returns fresh arrays that share nothing with earlier batches.
+                returns fresh arrays that share nothing with earlier batches. NumPy only.
+            as_: ``"numpy"``, ``"torch"`` or ``"jax"`` (default: the constructor's ``as_``).
+            device: Where torch/JAX arrays go (default: the constructor's ``device`` if ``as_``
+                is the constructor's); converted after the buffer's lock is released.
 
         Returns:
             A :class:`Batch` with every declared field, ``reward``, ``next_<obs>``,
             ``terminated``, ``truncated``, ``discount``, ``steps``, ``ids``, ``env_ids`` and
-            ``weights`` (ones).
+            ``weights`` (ones); with ``as_="torch"``/``"jax"`` a
+            :class:`~rlreplay.io.TensorBatch` of the same keys.
 
         Raises:
             EmptyBufferError: Nothing is sampleable yet.
             ReplayTimeout: The ``rate_limiter`` did not allow ``batch_size`` samples in time.
             ReplayClosed: The buffer is (or got) closed.
+            ConfigError: An unknown ``as_``, an unusable ``device``, or ``out`` with torch/JAX.
         """
         batch_size = positive_int("batch_size", batch_size)
+        output = self._output
+        if as_ is not None or device is not None:  # (the NumPy default: two identity tests)
+            output = choose_output(output, as_, device)
+        if output is not None and out is not None:
+            raise ConfigError(
+                f"out: refills a NumPy batch, so it needs as_='numpy'; got as_={output.as_!r} "
+                "(drop out=, or pass as_='numpy')"
+            )
         opts = self.draw_options
         if recent_ratio is not None or recent_steps is not None or replacement is not None:
             opts = draw_options(
@@ -472,13 +510,14 @@ class ReplayBuffer(WritingMixin, FifoMixin, EpisodesMixin, StateMixin, IOMixin):
                 self._check_open()
                 if self._shared is not None:  # redraws a batch a writer overwrote meanwhile
                     batch = self._shared.sample(self, batch_size, opts)
-                    return self._transformed(batch, transform)
-                batch = sample_batch(self, batch_size, opts, out, ReplayBuffer)  # one kernel
-                return self._transformed(batch, transform)
+                else:
+                    batch = sample_batch(self, batch_size, opts, out, ReplayBuffer)  # one kernel
+                batch = self._transformed(batch, transform)
         except BaseException:
             if limiter is not None:
                 limiter.cancel_sample(batch_size)  # nothing was drawn: nothing to pay for
             raise
+        return batch if output is None else output(batch)
 
     def get_transitions(self, ids: Any) -> Batch:
         """Assemble the transitions with the given ids (each must be sampleable now).
@@ -568,6 +607,8 @@ class ReplayBuffer(WritingMixin, FifoMixin, EpisodesMixin, StateMixin, IOMixin):
         reader.require_data_only(config)
         if "rate_limiter" in config:  # its parameters (counters: in the state)
             config["rate_limiter"] = RateLimiter.from_json(config["rate_limiter"])
+        if "as_" in overrides:  # another format: the file's device was for the file's format
+            overrides.setdefault("device", None)
         config.update(overrides)
         capacity = config.pop("capacity")
         fields = config.pop("fields")

@@ -7,7 +7,7 @@ queries by id (``episode_begin``, ``steps_to_episode_end``, ``get_field``, ``sam
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple
+from typing import Any, Literal, NamedTuple, overload
 
 import numpy as np
 
@@ -15,6 +15,7 @@ from rlreplay.batch import Batch
 from rlreplay.buffer_host import Array, BufferHost
 from rlreplay.episodes import COUNT, HEAD, LO, expand_ranges
 from rlreplay.errors import EmptyBufferError, FieldError, InvalidIdError
+from rlreplay.io.frameworks import TensorBatch, choose_output
 from rlreplay.sampling.uniform import draw_uniform
 from rlreplay.sequences import draw_sequence_starts, gather_runs, run_lengths
 from rlreplay.spec import positive_int
@@ -43,6 +44,18 @@ class StoredRange(NamedTuple):
 class EpisodesMixin(BufferHost):
     """Sequences, episodes and per-id queries of :class:`rlreplay.ReplayBuffer`."""
 
+    @overload
+    def sample_sequences(
+        self, batch_size: int, length: int, *, within_episode: bool = ..., pad: bool = ...,
+        balance_envs: bool = ..., transform: Transform | None = ..., timeout: float | None = ...,
+        as_: Literal["numpy"] | None = ..., device: Any = ...,
+    ) -> Batch: ...  # fmt: skip
+    @overload
+    def sample_sequences(
+        self, batch_size: int, length: int, *, within_episode: bool = ..., pad: bool = ...,
+        balance_envs: bool = ..., transform: Transform | None = ..., timeout: float | None = ...,
+        as_: Literal["torch", "jax"], device: Any = ...,
+    ) -> TensorBatch: ...  # fmt: skip
     def sample_sequences(
         self,
         batch_size: int,
@@ -53,7 +66,9 @@ class EpisodesMixin(BufferHost):
         balance_envs: bool = False,
         transform: Transform | None = None,
         timeout: float | None = None,
-    ) -> Batch:
+        as_: str | None = None,
+        device: Any = None,
+    ) -> Batch | TensorBatch:
         """Draw ``batch_size`` sequences of ``length`` consecutive stored steps (R2D2, ALF).
 
         Start steps are drawn uniformly over stored steps (by priority in a prioritized
@@ -77,17 +92,25 @@ class EpisodesMixin(BufferHost):
                 ``transforms`` are for transitions and are not applied here).
             timeout: The most seconds to wait for the ``rate_limiter`` (one sample per
                 sequence; ``None``: for ever).
+            as_: ``"numpy"``, ``"torch"`` or ``"jax"`` (default: the buffer's; see
+                :meth:`~rlreplay.ReplayBuffer.sample`).
+            device: Where torch/JAX arrays go (default: see :meth:`~rlreplay.ReplayBuffer.sample`).
 
         Returns:
             A :class:`Batch` with per-step fields, ``next_<obs>``, ``next_known``, ``mask``,
-            ``ids`` (first steps, ``(B,)``), ``env_ids`` and ``weights``.
+            ``ids`` (first steps, ``(B,)``), ``env_ids`` and ``weights`` (a
+            :class:`~rlreplay.io.TensorBatch` of them for torch/JAX).
 
         Raises:
             EmptyBufferError: No start can be drawn.
             ReplayTimeout: The ``rate_limiter`` did not allow ``batch_size`` samples in time.
+            ConfigError: An unknown ``as_`` or an unusable ``device``.
         """
         batch_size = positive_int("batch_size", batch_size)
         length = positive_int("length", length)
+        output = self._output
+        if as_ is not None or device is not None:
+            output = choose_output(output, as_, device)
         limiter = self._limiter
         if limiter is not None:  # as in sample: waits without the lock, refunded on errors
             limiter.await_sample(batch_size, timeout)
@@ -106,11 +129,11 @@ class EpisodesMixin(BufferHost):
                 if transform is not None:
                     self._bind(transform)
                     batch = apply_transform(transform, batch)
-                return batch
         except BaseException:
             if limiter is not None:
                 limiter.cancel_sample(batch_size)
             raise
+        return batch if output is None else output(batch)  # converted without the lock
 
     def get_sequences(self, ids: Any, length: int, *, within_episode: bool = True) -> Batch:
         """The sequences of ``length`` steps starting at the stored steps ``ids``.
@@ -141,17 +164,38 @@ class EpisodesMixin(BufferHost):
         )  # fmt: skip
         return env_ids, t0, {"weights": np.ones(batch_size, np.float32)}
 
-    def sample_episodes(self, n: int) -> Batch:
+    @overload
+    def sample_episodes(
+        self, n: int, *, as_: Literal["numpy"] | None = ..., device: Any = ...
+    ) -> Batch: ...
+    @overload
+    def sample_episodes(
+        self, n: int, *, as_: Literal["torch", "jax"], device: Any = ...
+    ) -> TensorBatch: ...
+    def sample_episodes(
+        self, n: int, *, as_: str | None = None, device: Any = None
+    ) -> Batch | TensorBatch:
         """Draw ``n`` complete episodes uniformly (with replacement) among those fully stored.
+
+        Args:
+            n: Number of episodes.
+            as_: ``"numpy"``, ``"torch"`` or ``"jax"`` (default: the buffer's; see
+                :meth:`~rlreplay.ReplayBuffer.sample`).
+            device: Where torch/JAX arrays go (default: see :meth:`~rlreplay.ReplayBuffer.sample`).
 
         Returns:
             A :class:`Batch` of per-step fields shaped ``(n, T_max, ...)`` with ``mask``,
-            ``lengths``, ``ids`` (first steps), ``env_ids`` and ``next_<obs>``.
+            ``lengths``, ``ids`` (first steps), ``env_ids`` and ``next_<obs>`` (a
+            :class:`~rlreplay.io.TensorBatch` of them for torch/JAX).
 
         Raises:
             EmptyBufferError: No complete episode is stored.
+            ConfigError: An unknown ``as_`` or an unusable ``device``.
         """
         n = positive_int("n", n)
+        output = self._output
+        if as_ is not None or device is not None:
+            output = choose_output(output, as_, device)
         with self._lock:
             self._check_open()
             first, sizes = self._index.complete_episode_records()
@@ -165,7 +209,7 @@ class EpisodesMixin(BufferHost):
             lengths = end - start + 1
             data = gather_runs(self._cols, self._index, env_ids, start, lengths, int(lengths.max()))
             data.update(ids=self._index.ids(env_ids, start), env_ids=env_ids, lengths=lengths)
-            return Batch(data)
+        return Batch(data) if output is None else output(data)
 
     def get_episode(self, id: int) -> Batch:
         """The stored steps of the episode holding step ``id`` (leading axis: its steps).

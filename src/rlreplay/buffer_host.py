@@ -29,6 +29,9 @@ from rlreplay.storage import Columns
 from rlreplay.storage.backends import Backend
 from rlreplay.writer import StepWriter
 
+if TYPE_CHECKING:
+    from rlreplay.io.frameworks import Output
+
 __all__ = ["Array", "BufferHost"]
 
 Array = np.ndarray[Any, Any]
@@ -70,6 +73,7 @@ class BufferHost:
     _writer: StepWriter
     _shared: Any  # rlreplay.shared.SharedState of a shared buffer, else None
     _limiter: RateLimiter | None  # paces writes against samples (rate_limiter=)
+    _output: Output | None  # the default of sampling calls' as_/device (None: NumPy)
 
     if TYPE_CHECKING:
         # Defined by ReplayBuffer or another part; declared here for the parts that call them.

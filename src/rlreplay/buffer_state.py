@@ -55,6 +55,8 @@ class StateMixin(BufferHost):
         }
         if self._limiter is not None:  # absent otherwise: files without a limiter unchanged
             config["rate_limiter"] = self._limiter.to_json()
+        if self._output is not None:  # the default of as_/device; NumPy buffers' files unchanged
+            config.update(as_=self._output.as_, device=self._output.device)
         return config
 
     def _state_meta(self) -> dict[str, Any]:

@@ -15,6 +15,12 @@ framework's array type:
   as ``jnp.asarray`` would make it). ``device=`` then places it with :func:`jax.device_put`.
 * ``as_="numpy"``: the batch itself.
 
+The sampling calls of a buffer (``sample``, ``sample_sequences``, ``sample_episodes``,
+``iterate``) take ``as_=``/``device=`` too, over a buffer-wide default given at construction:
+:func:`resolve_output` checks a pair once (before anything is drawn) into an :class:`Output`,
+and :func:`choose_output` picks a call's output, returning ``None`` for NumPy batches (the
+buffer then returns its batch untouched, so the NumPy path costs two identity tests).
+
 A read-only array (e.g. a view a user transform returned) is copied first: neither
 ``torch.from_numpy`` nor DLPack may share memory that must not be written.
 """
@@ -29,7 +35,17 @@ import numpy as np
 from rlreplay.batch import Batch
 from rlreplay.errors import ConfigError
 
-__all__ = ["FORMATS", "TensorBatch", "convert", "to_jax", "to_torch"]
+__all__ = [
+    "FORMATS",
+    "Output",
+    "TensorBatch",
+    "buffer_output",
+    "choose_output",
+    "convert",
+    "resolve_output",
+    "to_jax",
+    "to_torch",
+]
 
 Array = np.ndarray[Any, Any]
 FORMATS = ("numpy", "torch", "jax")
@@ -96,20 +112,21 @@ def _can_pin() -> bool:
     return bool(torch.cuda.is_available())
 
 
-def to_torch(batch: Mapping[str, Array], device: Any = None) -> TensorBatch:
-    """Every array of ``batch`` as a :class:`torch.Tensor` (see the module docstring).
-
-    Args:
-        batch: A :class:`~rlreplay.Batch` or any mapping of NumPy arrays.
-        device: ``None``/``"cpu"`` (shared memory), or any torch device.
-
-    Raises:
-        ConfigError: ``device`` is not a torch device, or a CUDA device without CUDA.
-    """
+def _torch() -> Any:
     try:
         import torch
     except ImportError as exc:  # pragma: no cover - exercised without torch installed
         raise ImportError("as_='torch' needs torch: pip install 'rlreplay[torch]'") from exc
+    return torch
+
+
+def _torch_device(device: Any) -> Any:
+    """``device`` as a :class:`torch.device` that this process can use.
+
+    Raises:
+        ConfigError: Not a torch device, or a CUDA device without CUDA.
+    """
+    torch = _torch()
     try:
         dev = torch.device("cpu" if device is None else device)
     except (RuntimeError, TypeError) as exc:
@@ -119,6 +136,12 @@ def to_torch(batch: Mapping[str, Array], device: Any = None) -> TensorBatch:
             f"device: {device!r} needs CUDA, which this torch ({torch.__version__}) does not "
             "have here; use device='cpu' or None"
         )
+    return dev
+
+
+def _to_torch(batch: Mapping[str, Array], dev: Any) -> TensorBatch:
+    """:func:`to_torch` to an already checked :class:`torch.device`."""
+    torch = _torch()
     out: dict[str, Any] = {}
     pin = dev.type != "cpu" and _can_pin()
     for name, arr in batch.items():
@@ -131,7 +154,35 @@ def to_torch(batch: Mapping[str, Array], device: Any = None) -> TensorBatch:
     return TensorBatch(out)
 
 
-def _jax_device(jax: Any, device: Any) -> Any:
+def to_torch(batch: Mapping[str, Array], device: Any = None) -> TensorBatch:
+    """Every array of ``batch`` as a :class:`torch.Tensor` (see the module docstring).
+
+    Args:
+        batch: A :class:`~rlreplay.Batch` or any mapping of NumPy arrays.
+        device: ``None``/``"cpu"`` (shared memory), or any torch device.
+
+    Raises:
+        ConfigError: ``device`` is not a torch device, or a CUDA device without CUDA.
+    """
+    return _to_torch(batch, _torch_device(device))
+
+
+def _jax() -> Any:
+    try:
+        import jax
+        import jax.numpy  # jax.numpy.from_dlpack below
+    except ImportError as exc:  # pragma: no cover - exercised without jax installed
+        raise ImportError("as_='jax' needs jax: pip install 'rlreplay[jax]'") from exc
+    return jax
+
+
+def _jax_device(device: Any) -> Any:
+    """``device`` as a JAX device (``None`` stays ``None``: JAX's default device).
+
+    Raises:
+        ConfigError: No such JAX device.
+    """
+    jax = _jax()
     if device is None or not isinstance(device, str):
         return device
     kind, _, index = device.partition(":")
@@ -140,6 +191,16 @@ def _jax_device(jax: Any, device: Any) -> Any:
         return jax.devices(kind)[int(index or 0)]
     except (RuntimeError, IndexError, ValueError) as exc:
         raise ConfigError(f"device: JAX has no device {device!r} ({exc})") from None
+
+
+def _to_jax(batch: Mapping[str, Array], dev: Any) -> TensorBatch:
+    """:func:`to_jax` to an already resolved JAX device (or ``None``)."""
+    jax = _jax()
+    out: dict[str, Any] = {}
+    for name, arr in batch.items():
+        value = jax.numpy.from_dlpack(_shareable(np.asarray(arr)))
+        out[name] = value if dev is None else jax.device_put(value, dev)
+    return TensorBatch(out)
 
 
 def to_jax(batch: Mapping[str, Array], device: Any = None) -> TensorBatch:
@@ -153,17 +214,89 @@ def to_jax(batch: Mapping[str, Array], device: Any = None) -> TensorBatch:
     Raises:
         ConfigError: No such JAX device.
     """
-    try:
-        import jax
-        import jax.numpy as jnp
-    except ImportError as exc:  # pragma: no cover - exercised without jax installed
-        raise ImportError("as_='jax' needs jax: pip install 'rlreplay[jax]'") from exc
-    dev = _jax_device(jax, device)
-    out: dict[str, Any] = {}
-    for name, arr in batch.items():
-        value = jnp.from_dlpack(_shareable(np.asarray(arr)))
-        out[name] = value if dev is None else jax.device_put(value, dev)
-    return TensorBatch(out)
+    return _to_jax(batch, _jax_device(device))
+
+
+class Output:
+    """A checked output format: calling it turns a NumPy batch into ``as_`` arrays on ``device``.
+
+    Built by :func:`resolve_output`, which resolves the device once (a :class:`torch.device`
+    checked for CUDA, or a JAX device), so a call only converts.
+
+    Attributes:
+        as_: ``"torch"`` or ``"jax"``.
+        device: The device as given (``None``, a string or a framework device).
+    """
+
+    __slots__ = ("_resolved", "as_", "device")
+
+    def __init__(self, as_: str, device: Any) -> None:
+        self.as_ = as_
+        self.device = device
+        self._resolved = _torch_device(device) if as_ == "torch" else _jax_device(device)
+
+    def __call__(self, batch: Mapping[str, Array]) -> TensorBatch:
+        if self.as_ == "torch":
+            return _to_torch(batch, self._resolved)
+        return _to_jax(batch, self._resolved)
+
+    def __repr__(self) -> str:
+        return f"Output(as_={self.as_!r}, device={self.device!r})"
+
+
+def resolve_output(as_: str, device: Any) -> Output | None:
+    """``(as_, device)`` checked: ``None`` for NumPy batches, else an :class:`Output`.
+
+    Raises:
+        ConfigError: An unknown ``as_``, a ``device`` the framework does not know (a CUDA
+            device without CUDA), or a device other than the CPU for NumPy.
+        ImportError: The framework is not installed.
+    """
+    if as_ == "numpy":
+        if device is not None and str(device) != "cpu":
+            raise ConfigError(
+                f"device: NumPy arrays live on the CPU; got device={device!r} with as_='numpy' "
+                "(pass as_='torch' or as_='jax' to send batches to a device)"
+            )
+        return None
+    if as_ not in FORMATS:
+        raise ConfigError(f"as_: expected one of {FORMATS}, got {as_!r}")
+    return Output(as_, device)
+
+
+def buffer_output(as_: str, device: Any) -> Output | None:
+    """A buffer's default output, checked at construction (see :func:`resolve_output`).
+
+    Checkpoints keep it, so its device is a string (a :class:`torch.device` is taken as its
+    string); device objects of other kinds go to the sampling calls instead.
+
+    Raises:
+        ConfigError: As :func:`resolve_output`, or a device that is no string.
+    """
+    if device is not None and not isinstance(device, str):
+        if type(device).__module__.partition(".")[0] != "torch":
+            raise ConfigError(
+                f"device: a buffer-wide device is a string such as 'cpu', 'cuda:0' or 'gpu:0' "
+                f"(checkpoints keep it), got {device!r}; pass device objects per call"
+            )
+        device = str(device)
+    return resolve_output(as_, device)
+
+
+def choose_output(default: Output | None, as_: str | None, device: Any) -> Output | None:
+    """The output of one sampling call: its ``as_``/``device`` over the buffer's ``default``.
+
+    ``as_=None`` means the buffer's format. ``device=None`` means the buffer's device when
+    the call's format is the buffer's, else the framework's default device.
+
+    Raises:
+        ConfigError: As :func:`resolve_output`.
+    """
+    if as_ is None or as_ == ("numpy" if default is None else default.as_):
+        if device is None:
+            return default
+        as_ = "numpy" if default is None else default.as_
+    return resolve_output(as_, device)
 
 
 def convert(batch: Mapping[str, Array], as_: str = "numpy", device: Any = None) -> Any:
@@ -188,12 +321,7 @@ def convert(batch: Mapping[str, Array], as_: str = "numpy", device: Any = None) 
         >>> convert(b, "torch").obs.shape
         torch.Size([2, 3])
     """
-    if as_ == "numpy":
-        if device not in (None, "cpu"):
-            raise ConfigError(f"device: NumPy arrays live on the CPU; got device={device!r}")
+    output = resolve_output(as_, device)
+    if output is None:
         return batch if isinstance(batch, Batch) else Batch(batch)
-    if as_ == "torch":
-        return to_torch(batch, device)
-    if as_ == "jax":
-        return to_jax(batch, device)
-    raise ConfigError(f"as_: expected one of {FORMATS}, got {as_!r}")
+    return output(batch)

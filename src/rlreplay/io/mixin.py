@@ -43,6 +43,18 @@ class MinariExport(NamedTuple):
 class IOMixin:
     """``to_arrow``, ``to_pandas``, ``to_parquet``, ``to_minari``, ``from_minari``, ``iterate``."""
 
+    @property
+    def output(self) -> tuple[str, Any]:
+        """``(as_, device)``: what the sampling calls return by default (see the constructor).
+
+        Example:
+            >>> import numpy as np, rlreplay as rr
+            >>> rr.ReplayBuffer(8, {"obs": rr.Field((), np.float32)}).output
+            ('numpy', None)
+        """
+        default = self._io_self()._output
+        return ("numpy", None) if default is None else (default.as_, default.device)
+
     def _io_self(self) -> Any:
         # (A distinct name: front-ends that subclass the buffer keep their own `_buffer`.)
         # The buffer itself, typed loosely: naming ReplayBuffer here would make rlreplay.buffer
@@ -123,7 +135,7 @@ class IOMixin:
         *,
         prefetch: int = 2,
         method: str = "sample",
-        as_: str = "numpy",
+        as_: str | None = None,
         device: Any = None,
         timeout: float | None = None,
         **sample_kwargs: Any,
@@ -139,8 +151,10 @@ class IOMixin:
             prefetch: Batches made ahead.
             method: ``"sample"``, ``"sample_sequences"`` (give ``length=``) or
                 ``"sample_episodes"`` (``batch_size`` episodes).
-            as_: ``"numpy"``, ``"torch"`` or ``"jax"`` (see :func:`rlreplay.io.frameworks.convert`).
-            device: Where torch/JAX arrays go.
+            as_: ``"numpy"``, ``"torch"`` or ``"jax"`` (default: the buffer's ``as_``); passed
+                to every sampling call, which converts after releasing the buffer's lock.
+            device: Where torch/JAX arrays go (default: as in
+                :meth:`~rlreplay.ReplayBuffer.sample`).
             timeout: Most seconds one ``next`` waits (``None``: for ever).
             **sample_kwargs: Passed to the sampling method on every call.
 
@@ -148,7 +162,8 @@ class IOMixin:
             A :class:`rlreplay.io.iterate.Prefetcher` (an iterator and a context manager).
 
         Raises:
-            ConfigError: An unknown ``method`` or ``as_``.
+            ConfigError: An unknown ``method`` or ``as_``, or an unusable ``device`` (before
+                the thread starts).
 
         Example:
             >>> import numpy as np, rlreplay as rr
@@ -160,17 +175,16 @@ class IOMixin:
             [(4,), (4,)]
         """
         from rlreplay.errors import ConfigError
-        from rlreplay.io.frameworks import FORMATS, convert
+        from rlreplay.io.frameworks import choose_output
         from rlreplay.io.iterate import Prefetcher
 
         if method not in _SAMPLERS:
             raise ConfigError(f"method: expected one of {_SAMPLERS}, got {method!r}")
-        if as_ not in FORMATS:
-            raise ConfigError(f"as_: expected one of {FORMATS}, got {as_!r}")
-        draw = getattr(self._io_self(), method)
+        buf = self._io_self()
+        choose_output(buf._output, as_, device)  # its errors here, not in the first next()
+        draw = getattr(buf, method)
 
         def produce() -> Any:
-            batch = draw(batch_size, **sample_kwargs)
-            return batch if as_ == "numpy" and device is None else convert(batch, as_, device)
+            return draw(batch_size, as_=as_, device=device, **sample_kwargs)
 
         return Prefetcher(produce, prefetch=prefetch, timeout=timeout)
