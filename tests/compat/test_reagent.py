@@ -166,8 +166,10 @@ def test_constructor_errors() -> None:
         make(replay_capacity=4, stack_size=2, update_horizon=3)
     with pytest.raises(ValueError, match="taken"):
         make(extra_storage_types=[ReplayElement("state", (), np.float32)])
-    with pytest.raises(ValueError):
-        make(stack_size=0)
+    with pytest.raises(ValueError):  # reagent 0.1: np.zeros(-1) raises ValueError
+        make(stack_size=-1)
+    with pytest.raises(TypeError):  # reagent 0.1: np.empty([10.0]) raises TypeError
+        make(replay_capacity=10.0)
 
 
 # ---------------------------------------------------------------------- adding

@@ -15,7 +15,11 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from rlreplay.compat.reagent._assembly import EXTRA
-from rlreplay.compat.reagent._errors import ConfigAssertionError, ElementAssertionError
+from rlreplay.compat.reagent._errors import (
+    ConfigAssertionError,
+    ConfigTypeError,
+    ElementAssertionError,
+)
 from rlreplay.errors import ConfigError, FieldError, ShapeError
 
 if TYPE_CHECKING:
@@ -44,10 +48,18 @@ Element = tuple[str, tuple[int, ...], np.dtype[Any]]
 
 
 # ---------------------------------------------------------------------- constructor options
-def positive_int(name: str, value: Any) -> int:
-    """``value`` as an int ``>= 1`` (bools refused)."""
-    if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < 1:
-        raise ConfigError(f"{name}: expected a positive int, got {value!r}")
+def positive_int(name: str, value: Any, minimum: int = 1) -> int:
+    """``value`` as an int ``>= minimum`` (bools refused).
+
+    Raises:
+        TypeError: Not an int, as ReAgent's arrays and ``range`` refuse a float size
+            (:class:`ConfigTypeError`, also a :class:`rlreplay.ConfigError`).
+        ValueError: Below ``minimum`` (:class:`rlreplay.ConfigError`).
+    """
+    if isinstance(value, bool) or not isinstance(value, int | np.integer):
+        raise ConfigTypeError(f"{name}: expected an int >= {minimum}, got {value!r}")
+    if value < minimum:
+        raise ConfigError(f"{name}: expected an int >= {minimum}, got {value!r}")
     return int(value)
 
 

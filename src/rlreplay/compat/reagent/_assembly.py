@@ -81,12 +81,14 @@ def transition_arrays(buf: ReplayBuffer, batch: _Batch) -> dict[str, Any]:
         out["next_" + x] = tb["next_" + EXTRA + x]
     if stack_all:
         names = ["action", "reward", *extras]
-        now = field_stacks(buf._core, k, ids, [core_name(x) for x in names])
-        last = field_stacks(buf._core, k, ids + m - 1, [core_name(x) for x in names])
+        kk = max(k, 1)  # stack_size 0: stacks of one step, emptied below
+        now = field_stacks(buf._core, kk, ids, [core_name(x) for x in names])
+        last = field_stacks(buf._core, kk, ids + m - 1, [core_name(x) for x in names])
         for x in names:
             c = core_name(x)
-            out[x] = np.moveaxis(now[c], 1, -1)
-            out["next_" + x] = np.moveaxis(shift_in(last[c], out["next_" + x]), 1, -1)
+            nxt = shift_in(last[c], out["next_" + x])
+            out[x] = np.moveaxis(now[c], 1, -1)[..., :k]
+            out["next_" + x] = np.moveaxis(nxt, 1, -1)[..., :k]
         # terminal and step stay unstacked: ReAgent reads terminal at t+m-1 only.
     if buf._return_as_timeline_format:
         out.update(timeline(buf._core, k, buf._update_horizon, batch, stack_all, extras))
@@ -173,6 +175,8 @@ def state_stack(frames: Array, k: int) -> Array:
     """
     if k > 1:
         return np.moveaxis(frames, 1, -1)
+    if k == 0:  # ReAgent's empty stacks: (B, *observation_shape, 0)
+        return frames[..., None][..., :0]
     out = frames[..., None]
     return out[:, :, 0] if out.ndim > 2 and out.shape[2] == 1 else out
 

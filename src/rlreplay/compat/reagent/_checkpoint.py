@@ -19,8 +19,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from rlreplay.compat.reagent import _elements
-from rlreplay.compat.reagent._assembly import core_name
 from rlreplay.compat.reagent._errors import NotFoundError
+from rlreplay.compat.reagent._ranges import slot_rows
 from rlreplay.compat.reagent._slots import write_padding, write_step
 from rlreplay.errors import CheckpointError
 
@@ -164,15 +164,10 @@ def load_files(
 def store_arrays(buf: ReplayBuffer) -> dict[str, Array | bytes]:
     """Attribute name -> array, in Dopamine's layout (store arrays per slot, scalars)."""
     cap = buf._replay_capacity
-    ids = buf._slot_id
-    held = ids >= 0
     arrays: dict[str, Array | bytes] = {}
+    slots = np.arange(cap)
     for e in buf.get_storage_signature():
-        arr = np.zeros((cap, *e.shape), e.type)
-        if held.any():
-            name = "terminated" if e.name == "terminal" else core_name(e.name)
-            arr[held] = buf._core.get_field(name, ids[held])
-        arrays[STORE_FILENAME_PREFIX + e.name] = arr
+        arrays[STORE_FILENAME_PREFIX + e.name] = slot_rows(buf._core, buf._slot_id, e, slots)
     arrays["add_count"] = np.array(buf._add_count, np.int64)
     arrays["invalid_range"] = buf.invalid_range
     arrays["_is_valid"] = buf._is_valid.copy()

@@ -14,6 +14,7 @@ from rlreplay.errors import CheckpointError, ConfigError, InvalidIdError, ShapeE
 
 __all__ = [
     "ConfigAssertionError",
+    "ConfigTypeError",
     "ElementAssertionError",
     "IndexAssertionError",
     "NotFoundError",
@@ -22,6 +23,10 @@ __all__ = [
 
 class ConfigAssertionError(ConfigError, AssertionError):
     """A constructor argument ReAgent refuses with ``assert`` (e.g. a non-tuple shape)."""
+
+
+class ConfigTypeError(ConfigError, TypeError):
+    """A size that is not an int (ReAgent's ``np.empty``/``range`` raise ``TypeError``)."""
 
 
 class ElementAssertionError(ShapeError, AssertionError):

@@ -206,7 +206,7 @@ def sample_slots(buf: ReplayBuffer, batch_size: int) -> Array:
 def choose_slots(buf: ReplayBuffer, batch_size: int | None, indices: Any) -> Array:
     """The slots of a transition batch: ``indices`` checked, or sampled (``batch_size``)."""
     if indices is None:
-        b = buf._batch_size if batch_size is None else positive_int("batch_size", batch_size)
+        b = buf._batch_size if batch_size is None else positive_int("batch_size", batch_size, 0)
         return sample_slots(buf, b)
     slots = batch_slots(indices, buf._replay_capacity)
     if batch_size is not None and batch_size != slots.size:

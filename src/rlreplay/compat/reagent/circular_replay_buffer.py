@@ -56,6 +56,7 @@ from rlreplay.compat.reagent import _args, _assembly, _checkpoint, _elements, _s
 from rlreplay.compat.reagent._assembly import EXTRA, _Batch
 from rlreplay.compat.reagent._checkpoint import CHECKPOINT_DURATION, STORE_FILENAME_PREFIX
 from rlreplay.compat.reagent._errors import NotFoundError
+from rlreplay.compat.reagent._ranges import RangeReaders
 from rlreplay.compat.reagent._ring import SlotRing
 from rlreplay.errors import ConfigError
 from rlreplay.spec import Field
@@ -79,7 +80,7 @@ shape_type = collections.namedtuple("shape_type", ["name", "shape", "type"])
 ReplayElement = shape_type
 
 
-class ReplayBuffer(SlotRing):
+class ReplayBuffer(SlotRing, RangeReaders):
     """ReAgent's circular replay buffer: uniform sampling of n-step transitions with stacks.
 
     Stores transitions (state, action, reward, next_state, terminal and any extra contents)
@@ -186,11 +187,15 @@ class ReplayBuffer(SlotRing):
         self._inferring = observation_shape is None
         if not self._inferring:
             _args.observation_shape(observation_shape)
-        self._stack_size = _args.positive_int("stack_size", stack_size)
+        # ReAgent takes stack_size 0 (empty stacks), batch_size 0 (empty batches) and
+        # max_sample_attempts 0 (no redraw); update_horizon 0 makes its sampling fail.
+        self._stack_size = _args.positive_int("stack_size", stack_size, 0)
         self._replay_capacity = _args.positive_int("replay_capacity", replay_capacity)
-        self._batch_size = _args.positive_int("batch_size", batch_size)
+        self._batch_size = _args.positive_int("batch_size", batch_size, 0)
         self._update_horizon = _args.positive_int("update_horizon", update_horizon)
-        self._max_sample_attempts = _args.positive_int("max_sample_attempts", max_sample_attempts)
+        self._max_sample_attempts = _args.positive_int(
+            "max_sample_attempts", max_sample_attempts, 0
+        )
         if self._replay_capacity < self._update_horizon + self._stack_size:
             raise ConfigError(
                 "There is not enough capacity to cover update_horizon and stack_size: "
@@ -282,13 +287,18 @@ class ReplayBuffer(SlotRing):
         return fields
 
     def _make_core(self) -> CoreReplayBuffer:
-        return CoreReplayBuffer(self._replay_capacity, self._core_fields(), **self._core_args())
+        return CoreReplayBuffer(self._core_capacity(), self._core_fields(), **self._core_args())
+
+    def _core_capacity(self) -> int:
+        """The core's capacity: ``replay_capacity`` (one more with ``stack_size`` 0, whose
+        core still stacks one frame and needs room for ``update_horizon + 1`` steps)."""
+        return max(self._replay_capacity, self._update_horizon + 1)
 
     def _core_args(self) -> dict[str, Any]:
         return {
             "n_step": self._update_horizon,
             "gamma": self._gamma,
-            "frame_stack": self._stack_size,
+            "frame_stack": max(self._stack_size, 1),  # 0: stacks emptied on return
             "stack_pad": "zero",
             "seed": self._seed,
             "next_fields": ("action", *(EXTRA + e.name for e in self._extra_storage_types)),
@@ -443,7 +453,7 @@ class ReplayBuffer(SlotRing):
         import torch
 
         return torch.from_numpy(
-            _slots.sample_slots(self, _args.positive_int("batch_size", batch_size))
+            _slots.sample_slots(self, _args.positive_int("batch_size", batch_size, 0))
         )
 
     def _sample_exhausted(self, count: int, batch_size: int) -> Array:
@@ -489,6 +499,17 @@ class ReplayBuffer(SlotRing):
         return self._batch_type(
             *(_assembly.to_torch(arrays[e.name]) for e in self._transition_specs(slots.size))
         )
+
+    def sample_transition_batch_tensor(
+        self, batch_size: int | None = None, indices: Any = None
+    ) -> Any:
+        """reagent 0.1's name of :meth:`sample_transition_batch`, which returns tensors here.
+
+        0.1's ``sample_transition_batch`` returned NumPy arrays and this method their tensors
+        (state 2-D unless ``stack_size > 1``, scalars ``(B, 1)``); the seed's version returns
+        those tensors from ``sample_transition_batch`` itself.
+        """
+        return self.sample_transition_batch(batch_size=batch_size, indices=indices)
 
     def sample_all_valid_transitions(self) -> Any:
         """Every valid slot once, in slot order (as :meth:`sample_transition_batch`)."""

@@ -123,7 +123,7 @@ class PrioritizedReplayBuffer(ReplayBuffer):
 
     def _make_core(self) -> CoreReplayBuffer:
         return CorePrioritizedReplayBuffer(
-            self._replay_capacity,
+            self._core_capacity(),
             self._core_fields(),
             alpha=1.0,
             beta=0.0,
