@@ -214,7 +214,7 @@ def test_rate_limiter_blocks_samples_and_times_out(ray_local):
     assert st["inserts"] == 20 and st["size"] == 18 and st["sample_timeouts"] == 1
     # diff = 20 * 2 = 40; band [20 - 40, 20 + 40]: samples until diff would drop below -20.
     for _ in range(15):
-        svc.sample(4, timeout=5)
+        svc.sample(4, timeout=60)
     with pytest.raises(rr.ReplayTimeout):
         svc.sample(4, timeout=0.2)  # 40 - 60 - 4 < -20
     # Inserts are blocked once diff would exceed 60: 20 more steps bring it to 20, fine.

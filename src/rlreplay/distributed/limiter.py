@@ -35,6 +35,24 @@ class LimiterHost:
                 self._sizes[shard] = (version, size)
             self.limiter.commit_insert(n, sum(s for _, s in self._sizes))
 
+    def report_size(self, shard: int, version: int, size: int) -> None:
+        """``shard`` holds ``size`` sampleable steps at ``version`` (no insert: a restart or a
+        load changed it)."""
+        with self._lock:
+            if version > self._sizes[shard][0]:
+                self._sizes[shard] = (version, size)
+            self.limiter.set_size(sum(s for _, s in self._sizes))
+
+    def state_dict(self) -> dict[str, Any]:
+        """The limiter's parameters and counters (for a service checkpoint)."""
+        return self.limiter.state_dict()
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore counters of :meth:`state_dict`, keeping the size the shards reported."""
+        with self._lock:
+            size = sum(s for _, s in self._sizes)
+            self.limiter.load_state_dict(dict(state, size=size))
+
     def cancel_insert(self, n: int) -> None:
         """:meth:`RateLimiter.cancel_insert`."""
         self.limiter.cancel_insert(n)

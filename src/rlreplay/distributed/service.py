@@ -2,15 +2,31 @@
 
 from __future__ import annotations
 
+import contextlib
+import json
+import os
+import shutil
+import tempfile
 import threading
+import time
 from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from rlreplay.batch import Batch
 from rlreplay.distributed.limiter import LimiterHost
+from rlreplay.distributed.manifest import (
+    MANIFEST,
+    MANIFEST_VERSION,
+    next_generation,
+    read_manifest,
+    remove_old_files,
+    shard_file,
+    write_manifest,
+)
 from rlreplay.distributed.shard import Shard
 from rlreplay.distributed.split import (
     encode_env_ids,
@@ -18,8 +34,8 @@ from rlreplay.distributed.split import (
     route_ids,
     split_batch_size,
 )
-from rlreplay.distributed.writer import Writer, call
-from rlreplay.errors import ConfigError, ReplayClosed, ShapeError
+from rlreplay.distributed.writer import Writer, call, retried
+from rlreplay.errors import CheckpointError, ConfigError, ReplayClosed, ShapeError
 from rlreplay.limits import RateLimiter
 from rlreplay.spec import Field, Schema, positive_int
 
@@ -69,7 +85,12 @@ class ReplayService:
         seed: Seeds the service's generator and, through it, every shard's.
         num_envs: Env ids writers may use (``0 .. num_envs - 1``); default ``num_shards``.
         ray_init: Arguments for ``ray.init`` if Ray is not running yet (ignored otherwise).
-        actor_options: Extra ``.options(...)`` for the shard actors (default ``num_cpus=0``).
+        actor_options: Extra ``.options(...)`` for the shard actors (default ``num_cpus=0,
+            max_restarts=3``: Ray restarts a dead shard up to 3 times, and the shard reloads
+            the last :meth:`save`'s checkpoint).
+        recovery_dir: Where shards keep what they reload after a restart (a few bytes per
+            shard; default: a temporary directory removed by :meth:`close`). On a multi-node
+            cluster give a directory every node sees, as for :meth:`save`.
         **buffer_options: Other core buffer arguments (``frame_stack``, ``eps``, ...).
 
     Every blocking call takes ``timeout`` (seconds, ``None``: wait for ever) and raises
@@ -109,9 +130,18 @@ class ReplayService:
         num_envs: int | None = None,
         ray_init: Mapping[str, Any] | None = None,
         actor_options: Mapping[str, Any] | None = None,
+        recovery_dir: str | os.PathLike[str] | None = None,
         **buffer_options: Any,
     ) -> None:
         ray = _ray()
+        # What a checkpoint's manifest records to build the same service again.
+        self._config: dict[str, Any] = dict(
+            prioritized=bool(prioritized), alpha=float(alpha), beta=float(beta),
+            n_step=int(n_step), gamma=float(gamma), beta_final=beta_final,
+            beta_steps=int(beta_steps), num_envs=num_envs,
+            rate_limiter=None if rate_limiter is None else rate_limiter.to_json(),
+            buffer_options=dict(buffer_options),
+        )  # fmt: skip
         self.num_shards = S = positive_int("num_shards", num_shards)
         self.capacity = positive_int("capacity", capacity)
         self.num_envs = positive_int("num_envs", S if num_envs is None else num_envs)
@@ -141,7 +171,13 @@ class ReplayService:
         seeds = np.random.SeedSequence(seed).spawn(S + 1)
         self._rng = np.random.default_rng(seeds[S])
         self._rng_lock = threading.Lock()
-        remote_shard = ray.remote(Shard).options(**{"num_cpus": 0, **dict(actor_options or {})})
+        self._own_home = recovery_dir is None
+        if recovery_dir is None:
+            recovery_dir = tempfile.mkdtemp(prefix="rlreplay-service-")
+        self.recovery_dir = os.path.abspath(recovery_dir)
+        os.makedirs(self.recovery_dir, exist_ok=True)
+        defaults = {"num_cpus": 0, "max_restarts": 3}
+        remote_shard = ray.remote(Shard).options(**{**defaults, **dict(actor_options or {})})
         self._shards = [
             remote_shard.remote(
                 self.capacity // S,
@@ -150,6 +186,8 @@ class ReplayService:
                 self.prioritized,
                 int(seeds[k].generate_state(1)[0]),
                 options,
+                self.recovery_dir,
+                k,
             )
             for k in range(S)
         ]
@@ -161,7 +199,11 @@ class ReplayService:
         self._samples = 0  # service-wide sample calls, for beta
         self._closed = False
         # Fail here, not at the first write, if a shard cannot be built (bad fields, ...).
-        call(ray, [s.sizes.remote() for s in self._shards], None, "ReplayService()")
+        try:
+            call(ray, [s.sizes.remote() for s in self._shards], None, "ReplayService()")
+        except BaseException:
+            self.close()
+            raise
 
     # ------------------------------------------------------------------ writing
     def writer(self, env_ids: Sequence[int] | int, *, flush_every: int = 64) -> Writer:
@@ -224,12 +266,19 @@ class ReplayService:
         ray = _ray()
         if self._limiter is not None:
             call(ray, self._limiter.await_sample.remote(batch_size, timeout), None, "sample")
-        infos = call(ray, [s.info.remote() for s in self._shards], timeout, "sample")
-        masses = [m for _, m, _ in infos]
-        counts = split_batch_size(batch_size, masses, rng)
-        drawing = [k for k in range(self.num_shards) if counts[k]]
-        refs = [self._shards[k].sample.remote(int(counts[k])) for k in drawing]
-        got = call(ray, refs, timeout, "sample")
+
+        def attempt(left: float | None) -> tuple[Any, Array, list[int], Any]:
+            # Masses and draws again if a shard restarts in between (its contents changed).
+            t0 = time.monotonic()
+            infos = call(ray, [s.info.remote() for s in self._shards], left, "sample")
+            masses = [m for _, m, _ in infos]
+            counts = split_batch_size(batch_size, masses, rng)
+            drawing = [k for k in range(self.num_shards) if counts[k]]
+            refs = [self._shards[k].sample.remote(int(counts[k])) for k in drawing]
+            left = None if left is None else max(0.0, left - (time.monotonic() - t0))
+            return infos, np.asarray(masses), drawing, call(ray, refs, left, "sample")
+
+        infos, masses, drawing, got = retried(attempt, timeout, "sample")
         parts = [(k, b, m, low) for k, (b, m, low) in zip(drawing, got, strict=True)]
         lows = {k: low for k, (_, _, low) in enumerate(infos)}
         lows.update({k: low for k, _, _, low in parts})
@@ -288,12 +337,12 @@ class ReplayService:
             )
         shard, local = route_ids(ids, self.num_shards)
         p = p.reshape(-1)
-        refs = [
-            self._shards[k].update_priorities.remote(local[shard == k], p[shard == k])
+        args = {
+            k: (local[shard == k], p[shard == k])
             for k in range(self.num_shards)
             if (shard == k).any()
-        ]
-        return int(sum(call(_ray(), refs, timeout, "update_priorities")))
+        }
+        return int(sum(self._ask("update_priorities", timeout, args)))
 
     # ------------------------------------------------------------------ inspection
     def get_transitions(self, ids: Any, *, timeout: float | None = None) -> Batch:
@@ -302,8 +351,7 @@ class ReplayService:
         ids = np.asarray(ids)
         shard, local = route_ids(ids, self.num_shards)
         ks = [k for k in range(self.num_shards) if (shard == k).any()]
-        refs = [self._shards[k].get_transitions.remote(local[shard == k]) for k in ks]
-        got = call(_ray(), refs, timeout, "get_transitions")
+        got = self._ask("get_transitions", timeout, {k: (local[shard == k],) for k in ks})
         flat = ids.reshape(-1)
         out: dict[str, Array] = {}
         for k, part in zip(ks, got, strict=True):
@@ -317,18 +365,42 @@ class ReplayService:
                 out[name][rows] = v
         return Batch(out)
 
+    def _ask(
+        self, method: str, timeout: float | None, args: Mapping[int, tuple[Any, ...]] | None = None
+    ) -> list[Any]:
+        """``method(*args[k])`` on each shard ``k`` of ``args`` (default: every shard, no
+        arguments), answers in order; sent again while a shard is being restarted, so only for
+        calls that may run twice."""
+        ray = _ray()
+        todo = {k: () for k in range(self.num_shards)} if args is None else args
+
+        def attempt(left: float | None) -> list[Any]:
+            refs = [getattr(self._shards[k], method).remote(*a) for k, a in todo.items()]
+            return list(call(ray, refs, left, method))
+
+        return retried(attempt, timeout, method)
+
     def stats(self, *, timeout: float | None = None) -> dict[str, Any]:
-        """Per-shard ``stored``/``sampleable`` counts and the rate limiter's counters."""
+        """Counts per shard and over all, and the rate limiter's counters.
+
+        Per shard: ``stored``, ``sampleable``, ``restarts`` (times Ray restarted the actor),
+        ``lost`` (steps it had stored that its restarts dropped: those written after the
+        checkpoint it reloaded, or all of them if there was none), ``since_checkpoint`` (steps
+        a death now would lose) and ``checkpoint`` (the file it would reload, or ``None``).
+        ``restarts`` and ``lost`` are also summed over shards.
+        """
         self._check_open()
         ray = _ray()
-        sizes = call(ray, [s.sizes.remote() for s in self._shards], timeout, "stats")
+        shards = self._ask("status", timeout)
         limiter = None
         if self._limiter is not None:
             limiter = call(ray, self._limiter.stats.remote(), timeout, "stats")
         return {
-            "shards": [{"stored": a, "sampleable": b} for a, b in sizes],
-            "stored": sum(a for a, _ in sizes),
-            "sampleable": sum(b for _, b in sizes),
+            "shards": shards,
+            "restarts": sum(r["restarts"] for r in shards),
+            "lost": sum(r["lost"] for r in shards),
+            "stored": sum(r["stored"] for r in shards),
+            "sampleable": sum(r["sampleable"] for r in shards),
             "samples": self._samples,
             "rate_limiter": limiter,
         }
@@ -336,6 +408,128 @@ class ReplayService:
     def __len__(self) -> int:
         """Transitions stored over all shards."""
         return int(self.stats()["stored"])
+
+    # ------------------------------------------------------------------ checkpoints
+    def save(self, directory: str | os.PathLike[str], *, timeout: float | None = None) -> Path:
+        """Write a checkpoint of every shard, then its manifest, into ``directory``.
+
+        Each shard writes its buffer with the core's atomic ``save`` (all shards at once) to a
+        file of a new generation; ``manifest.json`` (shard count, capacity, configuration, the
+        service's generator and sample count, the rate limiter's counters, each shard's file,
+        size and step counter, a format version) is written last, atomically, and only then are
+        older generations' files removed: a save that fails or dies leaves the previous
+        checkpoint whole. A shard restarted by Ray later reloads its file of this save.
+
+        Each shard's file is one instant of that shard; writes in flight land in a shard
+        before or after its save, never half (an env, hence an episode, lives in one shard).
+
+        Args:
+            directory: Created if missing; every shard actor must see it (one machine, or a
+                shared file system).
+            timeout: Seconds for the shards' saves (``ReplayTimeout``: no manifest written).
+
+        Returns:
+            The manifest's path.
+
+        Raises:
+            ConfigError: ``buffer_options`` that JSON cannot hold (functions, ...).
+            ReplayTimeout: The shards did not finish within ``timeout``.
+        """
+        self._check_open()
+        ray = _ray()
+        config = {"fields": self.schema.to_json(), **self._config}
+        try:
+            json.dumps(config)
+        except (TypeError, ValueError) as exc:
+            raise ConfigError(
+                f"buffer_options: a service checkpoint stores them as JSON; got {exc}"
+            ) from None
+        d = Path(directory).resolve()
+        d.mkdir(parents=True, exist_ok=True)
+        generation = next_generation(d)
+        names = [shard_file(k, generation) for k in range(self.num_shards)]
+        with self._rng_lock:
+            service = {"samples": self._samples, "rng": self._rng.bit_generator.state}
+        limiter = None
+        if self._limiter is not None:
+            limiter = call(ray, self._limiter.state_dict.remote(), timeout, "save")
+        infos = self._ask("save", timeout, {k: (str(d / n),) for k, n in enumerate(names)})
+        manifest = {
+            "version": MANIFEST_VERSION,
+            "generation": generation,
+            "num_shards": self.num_shards,
+            "capacity": self.capacity,
+            "config": config,
+            "service": service,
+            "rate_limiter": limiter,
+            "shards": [dict(info, file=n) for n, info in zip(names, infos, strict=True)],
+        }
+        write_manifest(d, manifest)
+        remove_old_files(d, set(names))
+        return d / MANIFEST
+
+    @classmethod
+    def restore(
+        cls,
+        directory: str | os.PathLike[str],
+        *,
+        timeout: float | None = None,
+        ray_init: Mapping[str, Any] | None = None,
+        actor_options: Mapping[str, Any] | None = None,
+        recovery_dir: str | os.PathLike[str] | None = None,
+    ) -> ReplayService:
+        """A service with the contents, priorities, configuration, generator and rate limiter
+        counters of the checkpoint in ``directory`` (see :meth:`save`).
+
+        Raises:
+            CheckpointError: A missing, corrupt or foreign manifest or shard file.
+            ReplayTimeout: The shards did not load within ``timeout``.
+        """
+        m = read_manifest(directory)
+        cfg = dict(m["config"])
+        try:
+            fields = Schema.from_json(cfg.pop("fields")).fields
+            spec = cfg.pop("rate_limiter")
+            limiter = None if spec is None else RateLimiter.from_json(spec)
+            options = dict(cfg.pop("buffer_options"))
+            svc = cls(
+                m["num_shards"], m["capacity"], fields, rate_limiter=limiter, ray_init=ray_init,
+                actor_options=actor_options, recovery_dir=recovery_dir, **cfg, **options,
+            )  # fmt: skip
+        except (KeyError, TypeError, ValueError) as exc:
+            raise CheckpointError(
+                f"service checkpoint {str(directory)!r}: its configuration does not build a "
+                f"service ({type(exc).__name__}: {exc})"
+            ) from None
+        try:
+            refs = [
+                s.load.remote(path, int(entry["added"]))
+                for s, path, entry in zip(svc._shards, m["paths"], m["shards"], strict=True)
+            ]
+            loaded = call(_ray(), refs, timeout, "restore")
+            for k, (got, entry) in enumerate(zip(loaded, m["shards"], strict=True)):
+                _, stored, sampleable = got
+                if (stored, sampleable) != (entry["stored"], entry["sampleable"]):
+                    raise CheckpointError(
+                        f"shard {k}: the manifest says {entry['stored']} stored and "
+                        f"{entry['sampleable']} sampleable, its file holds {stored} and "
+                        f"{sampleable}"
+                    )
+            svc._samples = int(m["service"]["samples"])
+            svc._rng.bit_generator.state = m["service"]["rng"]
+            if svc._limiter is not None:
+                reports = [
+                    svc._limiter.report_size.remote(k, version, sampleable)
+                    for k, (version, _, sampleable) in enumerate(loaded)
+                ]
+                call(_ray(), reports, timeout, "restore")
+                state = m["rate_limiter"]
+                if state is not None:
+                    call(_ray(), svc._limiter.load_state_dict.remote(state), timeout, "restore")
+        except BaseException:
+            svc.close()
+            raise
+        return svc
 
     # ------------------------------------------------------------------ lifetime
     def close(self) -> None:
@@ -345,10 +539,14 @@ class ReplayService:
         self._closed = True
         ray = _ray()
         if self._limiter is not None:
-            ray.get(self._limiter.close.remote())
+            # Wakes its waiters with ReplayClosed; a dead limiter has none.
+            with contextlib.suppress(ray.exceptions.RayError, ray.exceptions.GetTimeoutError):
+                ray.get(self._limiter.close.remote(), timeout=10.0)
             ray.kill(self._limiter)
         for s in self._shards:
             ray.kill(s)
+        if self._own_home:
+            shutil.rmtree(self.recovery_dir, ignore_errors=True)
 
     def _check_open(self) -> None:
         if self._closed:

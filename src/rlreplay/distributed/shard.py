@@ -3,19 +3,56 @@
 The class is plain Python (the service wraps it with ``ray.remote``), so it is tested without
 Ray too. Every method runs whole on the actor's one thread: a shard's answer about its masses
 and the draw that follows in the same call see the same state.
+
+Recovery. Ray restarts a dead shard actor by running its constructor again with the same
+arguments, so what must outlive the process lives in files of the service's ``home``
+directory, one pair per shard:
+
+* ``shard-K.json`` (rewritten atomically: temporary file, then rename): the last checkpoint
+  file of the shard, how many steps the shard had stored at that checkpoint, its restarts and
+  the steps lost so far;
+* ``shard-K.added``: one int64, the steps stored since the service started, updated in place
+  (an mmap) after every write: a memory store, so it costs nothing per write, and the page
+  cache keeps it when the process is killed.
+
+A constructor that finds ``shard-K.json`` is a restart: it reloads the named checkpoint (or
+starts empty if none was ever written) and counts ``added - added at the checkpoint`` steps as
+lost.
 """
 
 from __future__ import annotations
 
+import json
+import os
+import uuid
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from rlreplay.batch import Batch
-from rlreplay.buffer import ReplayBuffer
+from rlreplay.buffer import ReplayBuffer, load
+from rlreplay.errors import CheckpointError, ConfigError
 from rlreplay.prioritized import PrioritizedReplayBuffer
 from rlreplay.spec import Field
+
+# A restarted shard's write versions must exceed its dead incarnation's, for the limiter.
+_VERSION_STRIDE = 1 << 40
+
+
+def write_json_atomic(path: Path, data: Mapping[str, Any]) -> None:
+    """Write ``data`` as JSON to ``path`` through a temporary file and a rename (atomic)."""
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}")
+    try:
+        with open(tmp, "w", encoding="utf-8") as f:
+            json.dump(data, f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+
 
 __all__ = ["Shard"]
 
@@ -32,6 +69,8 @@ class Shard:
         prioritized: A :class:`rlreplay.PrioritizedReplayBuffer` (proportional) if True.
         seed: The buffer's seed.
         options: Other constructor arguments (``n_step``, ``gamma``, ``alpha``, ...).
+        home: The service's recovery directory (``None``: no recovery, e.g. without Ray).
+        index: The shard's number ``K`` (names its files in ``home``).
     """
 
     def __init__(
@@ -42,11 +81,121 @@ class Shard:
         prioritized: bool,
         seed: int,
         options: Mapping[str, Any],
+        home: str | None = None,
+        index: int = 0,
     ) -> None:
         cls = PrioritizedReplayBuffer if prioritized else ReplayBuffer
         self.buffer: ReplayBuffer = cls(capacity, fields, num_envs=num_envs, seed=seed, **options)
         self.prioritized = prioritized
         self.version = 0  # counts writes, so the limiter can order the sizes it is told
+        self.added = 0  # steps stored since the service started (reloads set it back)
+        self.record: dict[str, Any] = {
+            "checkpoint": None,  # file of the last save (or restore)
+            "checkpoint_added": 0,  # ``added`` when it was written
+            "restarts": 0,
+            "lost": 0,  # steps stored but dropped by reloads, over all restarts
+        }
+        self._home = None if home is None else Path(home)
+        self._index = index
+        self._counter: np.memmap[Any, np.dtype[np.int64]] | None = None
+        if self._home is not None:
+            self._recover()
+
+    # ------------------------------------------------------------------ recovery
+    def _paths(self) -> tuple[Path, Path]:
+        assert self._home is not None  # only called with a home
+        return self._home / f"shard-{self._index}.json", self._home / f"shard-{self._index}.added"
+
+    def _recover(self) -> None:
+        """First start: create the record; a restart: reload the last checkpoint, count losses."""
+        record_path, counter_path = self._paths()
+        if record_path.exists():
+            record = json.loads(record_path.read_text(encoding="utf-8"))
+            counter = np.memmap(counter_path, np.int64, mode="r+", shape=(1,))
+            added_before = int(counter[0])
+            record["restarts"] = int(record["restarts"]) + 1
+            record["lost"] = int(record["lost"]) + max(
+                0, added_before - int(record["checkpoint_added"])
+            )
+            self.record = record
+            if record["checkpoint"] is not None:
+                self._replace(load(record["checkpoint"]))
+            self.added = int(record["checkpoint_added"])
+            self.version = int(record["restarts"]) * _VERSION_STRIDE
+        else:
+            counter = np.memmap(counter_path, np.int64, mode="w+", shape=(1,))
+        self._counter = counter
+        self._publish()
+
+    def _publish(self) -> None:
+        """Write the record and the counter (after a restart, a save or a load)."""
+        if self._home is None:
+            return
+        if self._counter is not None:
+            self._counter[0] = self.added
+        write_json_atomic(self._paths()[0], self.record)
+
+    def _replace(self, buffer: ReplayBuffer) -> None:
+        """Swap in a loaded buffer after checking it fits this shard's configuration."""
+        old = self.buffer
+        mine = {k: v for k, v in old._config().items() if k != "seed"}
+        theirs = {k: v for k, v in buffer._config().items() if k != "seed"}
+        if type(buffer) is not type(old) or mine != theirs:
+            diff = sorted(k for k in mine.keys() | theirs.keys() if mine.get(k) != theirs.get(k))
+            buffer.close()
+            raise CheckpointError(
+                f"shard {self._index}: the checkpoint's buffer ({type(buffer).__name__}, "
+                f"differing in {diff or 'class'}) is not this shard's ({type(old).__name__})"
+            )
+        self.buffer = buffer
+        old.close()
+
+    def save(self, path: str) -> dict[str, Any]:
+        """Write the buffer's checkpoint to ``path`` (the core's atomic ``save``) and remember
+        it as the file to reload after a restart.
+
+        Returns:
+            ``{"added", "stored", "sampleable", "bytes"}`` at the checkpoint.
+        """
+        self.buffer.save(path)
+        self.record["checkpoint"] = str(path)
+        self.record["checkpoint_added"] = self.added
+        self._publish()
+        return {
+            "added": self.added,
+            "stored": len(self.buffer),
+            "sampleable": self.buffer.num_sampleable,
+            "bytes": os.path.getsize(path),
+        }
+
+    def load(self, path: str, added: int) -> tuple[int, int, int]:
+        """Replace the contents by the checkpoint ``path`` (``added`` steps at its save).
+
+        Returns:
+            ``(version, stored, sampleable)`` after the load.
+
+        Raises:
+            CheckpointError: A missing, corrupt or foreign checkpoint (the shard is unchanged).
+        """
+        self._replace(load(path))
+        self.added = int(added)
+        self.record["checkpoint"] = str(path)
+        self.record["checkpoint_added"] = self.added
+        self.version += 1
+        self._publish()
+        return (self.version, *self.sizes())
+
+    def status(self) -> dict[str, Any]:
+        """Sizes, restarts, steps lost to them, and steps a death now would lose (one call, so
+        one incarnation answers)."""
+        return {
+            "stored": len(self.buffer),
+            "sampleable": self.buffer.num_sampleable,
+            "restarts": int(self.record["restarts"]),
+            "lost": int(self.record["lost"]),
+            "since_checkpoint": self.added - int(self.record["checkpoint_added"]),
+            "checkpoint": self.record["checkpoint"],
+        }
 
     def extend(self, chunks: Sequence[tuple[int, Mapping[str, Any]]]) -> tuple[int, int, int]:
         """Store runs of consecutive steps, one ``(local env, values with axis T)`` each.
@@ -57,9 +206,13 @@ class Shard:
         stored = 0
         try:
             for env, values in chunks:
-                stored += int(self.buffer.extend(env_id=env, **values).shape[0])
+                n = int(self.buffer.extend(env_id=env, **values).shape[0])
+                stored += n
+                self.added += n
         finally:
             self.version += 1
+            if self._counter is not None:
+                self._counter[0] = self.added
         return self.version, self.buffer.num_sampleable, stored
 
     def info(self) -> tuple[int, float, float]:
@@ -86,8 +239,6 @@ class Shard:
         """The core's ``update_priorities`` (stale ids ignored)."""
         buf = self.buffer
         if not isinstance(buf, PrioritizedReplayBuffer):
-            from rlreplay.errors import ConfigError
-
             raise ConfigError("update_priorities: the service is not prioritized")
         return buf.update_priorities(ids, priorities)
 

@@ -3,16 +3,22 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
-from typing import Any
+import time
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, TypeVar
 
 import numpy as np
 
 from rlreplay.errors import FieldError, ReplayClosed, ReplayTimeout, ShapeError
 
-__all__ = ["Writer", "call"]
+__all__ = ["Writer", "call", "retried"]
 
 Array = np.ndarray[Any, Any]
+T = TypeVar("T")
+
+
+class Restarting(ReplayClosed):
+    """A shard died and Ray is restarting it: calls in flight may or may not have run."""
 
 
 def call(ray: Any, refs: Any, timeout: float | None, what: str) -> Any:
@@ -25,8 +31,35 @@ def call(ray: Any, refs: Any, timeout: float | None, what: str) -> Any:
         raise ReplayTimeout(
             f"{what}: no answer from the shards within timeout={timeout} s"
         ) from None
+    except ray.exceptions.ActorUnavailableError as exc:
+        raise Restarting(
+            f"{what}: a shard died and is being restarted (it reloads its last checkpoint); "
+            f"the call may or may not have run: call again ({exc})"
+        ) from None
     except ray.exceptions.RayActorError as exc:
         raise ReplayClosed(f"{what}: a shard or the rate limiter is gone ({exc})") from None
+
+
+def retried(attempt: Callable[[float | None], T], timeout: float | None, what: str) -> T:
+    """Run ``attempt(time left)`` again while a shard is being restarted (calls that may run
+    twice: reads, draws, priority updates), up to ``timeout`` seconds in all.
+
+    Raises:
+        ReplayTimeout: The shard was not back within ``timeout``.
+    """
+    deadline = None if timeout is None else time.monotonic() + timeout
+    pause = 0.02
+    while True:
+        left = None if deadline is None else max(0.0, deadline - time.monotonic())
+        try:
+            return attempt(left)
+        except Restarting:
+            if deadline is not None and time.monotonic() + pause > deadline:
+                raise ReplayTimeout(
+                    f"{what}: a restarting shard was not back within timeout={timeout} s"
+                ) from None
+            time.sleep(pause)  # the restart imports and reloads: poll, gently
+            pause = min(0.5, 2 * pause)
 
 
 class Writer:
@@ -124,10 +157,17 @@ class Writer:
     def flush(self, *, timeout: float | None = None) -> int:
         """Send every buffered step; returns how many were sent.
 
+        Steps go to each shard in one call. If some shards fail, the steps of those that
+        stored theirs are dropped from the buffer (a retry never stores them twice) and the
+        others stay buffered: after a shard died and Ray restarted it, ``flush()`` again sends
+        them to the restarted shard.
+
         Raises:
             ReplayTimeout: The rate limiter or a shard did not let the steps in within
-                ``timeout`` (the steps not sent stay buffered).
-            ReplayClosed: The service was closed.
+                ``timeout`` (the steps of shards that did not answer stay buffered; they may
+                still land, so a retry can store them twice).
+            ReplayClosed: The service was closed, or a shard died during the call (retry once
+                Ray has restarted it; a shard that is not restarted keeps raising).
         """
         import ray
 
@@ -140,20 +180,34 @@ class Writer:
             by_shard = self._group(piece)
             ks = sorted(by_shard)
             refs = [self._shards[k].extend.remote(by_shard[k]) for k in ks]
-            try:
-                results = call(ray, refs, timeout, "flush")
-            except BaseException:
-                if self._limiter is not None:
-                    self._limiter.cancel_insert.remote(n)
-                raise
-            if self._limiter is not None:  # waited for: a sample may count on these steps
+            ray.wait(refs, num_returns=len(refs), timeout=timeout)
+            done: dict[int, tuple[int, int, int]] = {}
+            error: BaseException | None = None
+            for k, ref in zip(ks, refs, strict=True):
+                try:  # answered ones at once; a late one raises ReplayTimeout
+                    done[k] = call(ray, ref, 0, "flush")
+                except Exception as exc:
+                    error = error or exc
+            if self._limiter is not None:
+                # Waited for: a sample may count on these steps.
                 commits = [
                     self._limiter.commit_insert.remote(stored, k, version, size)
-                    for k, (version, size, stored) in zip(ks, results, strict=True)
+                    for k, (version, size, stored) in done.items()
                 ]
+                lost = n - sum(stored for _, _, stored in done.values())
+                if lost:
+                    commits.append(self._limiter.cancel_insert.remote(lost))
                 call(ray, commits, timeout, "flush")
-            del self._steps[:n]
-            sent += n
+            kept = [step for step in piece if step[0] % self._num_shards not in done]
+            self._steps[:n] = kept
+            sent += n - len(kept)
+            if error is not None:
+                self.sent += sent
+                if isinstance(error, ReplayTimeout):
+                    raise ReplayTimeout(
+                        f"flush: no answer from the shards within timeout={timeout} s"
+                    ) from None
+                raise error
         self.sent += sent
         return sent
 
