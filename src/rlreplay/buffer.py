@@ -639,18 +639,22 @@ class ReplayBuffer(WritingMixin, FifoMixin, EpisodesMixin, StateMixin, IOMixin):
         return buf
 
 
-def load(path: str | os.PathLike[str], /, **overrides: Any) -> ReplayBuffer:
+def load(
+    path: str | os.PathLike[str], /, *, progress: bool | None = None, **overrides: Any
+) -> ReplayBuffer:
     """Load a checkpoint written by :meth:`ReplayBuffer.save`.
 
     Args:
         path: The checkpoint file (positional: ``path=`` is the memmap directory override).
+        progress: A tqdm bar (default: over 64 MiB of arrays, when stderr is a terminal).
         **overrides: Constructor arguments that are not data: ``storage``/``path`` to load
-            into a memmap buffer (streamed, no copy in RAM), or functions such as transforms.
+            into a memmap buffer (streamed, no copy in RAM), functions such as transforms,
+            or the default output (``as_``, ``device``).
 
     Raises:
         CheckpointError: Missing, truncated, corrupted or unknown checkpoint.
     """
-    reader = CheckpointReader(path)
+    reader = CheckpointReader(path, progress=progress)
     with reader.loading():  # any error of a hostile file's contents is a CheckpointError
         name = reader.meta.get("class")
         cls = ReplayBuffer if name == "ReplayBuffer" else ReplayBuffer._registry.get(str(name))

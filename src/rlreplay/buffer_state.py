@@ -117,11 +117,12 @@ class StateMixin(BufferHost):
                 dest[name][...] = arr
             self._after_load()
 
-    def save(self, path: str | os.PathLike[str]) -> None:
+    def save(self, path: str | os.PathLike[str], *, progress: bool | None = None) -> None:
         """Write a checkpoint of everything (contents, cursors, episodes, RNG) to one file.
 
         The write is atomic (temporary file, fsync, rename), versioned and checksummed. After
         :func:`rlreplay.load`, the same further calls give exactly the same samples.
+        ``progress``: a tqdm bar (default: over 64 MiB of arrays, when stderr is a terminal).
         """
         with self._lock:
             self._check_open()
@@ -131,4 +132,4 @@ class StateMixin(BufferHost):
                 "config": self._config(),
                 "state": self._state_meta(),
             }
-            write_checkpoint(path, meta, self._state_arrays())
+            write_checkpoint(path, meta, self._state_arrays(), progress=progress)

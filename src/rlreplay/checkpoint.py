@@ -17,10 +17,14 @@ and fsyncs it, then renames it over the target: a process killed mid-save leaves
 checkpoint intact. Reading checks the magic, version, file size and header checksum before
 trusting the header, then streams each array straight into its destination (no second copy)
 and checks the data checksum at the end. No pickle anywhere.
+
+Both show a tqdm progress bar counted in bytes for large checkpoints when stderr is a terminal
+(``progress=``; see :mod:`rlreplay.io.progress`, imported only then).
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import io
 import json
@@ -57,13 +61,26 @@ def _byte_view(arr: Array) -> memoryview:
 
 
 def write_checkpoint(
-    path: str | os.PathLike[str], meta: Mapping[str, Any], arrays: Mapping[str, Array]
+    path: str | os.PathLike[str],
+    meta: Mapping[str, Any],
+    arrays: Mapping[str, Array],
+    *,
+    progress: bool | None = None,
 ) -> None:
     """Write ``meta`` (JSON-able) and ``arrays`` to ``path`` atomically.
 
+    Args:
+        path: The checkpoint file.
+        meta: JSON-able header data.
+        arrays: Name -> array, written in this order.
+        progress: A progress bar (tqdm): ``None`` for large data when stderr is a terminal.
+
     Raises:
         CheckpointError: ``path`` is a directory, or its directory does not exist.
+        ImportError: ``progress=True`` without tqdm.
     """
+    from rlreplay.io.progress import byte_progress  # (in here: rlreplay.io is a layer above)
+
     target = Path(path)
     if target.is_dir():
         raise CheckpointError(f"path: {str(target)!r} is a directory; a checkpoint is one file")
@@ -85,6 +102,7 @@ def write_checkpoint(
     header = json.dumps({"meta": meta, "arrays": table, "data_size": offset}).encode()
     _remove_dead_temporaries(target)
     tmp = target.with_name(f".{target.name}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}")
+    bar = byte_progress(offset, f"save {target.name}", progress)  # of the data region's bytes
     try:
         with open(tmp, "wb") as f:
             f.write(_PREFIX.pack(MAGIC, FORMAT_VERSION, len(header)))
@@ -98,15 +116,18 @@ def write_checkpoint(
                 if pad:
                     f.write(b"\0" * pad)
                     data_hash.update(b"\0" * pad)
+                    bar.update(pad)
                 view = _byte_view(arr)
                 for start in range(0, len(view), _CHUNK):
                     chunk = view[start : start + _CHUNK]
                     f.write(chunk)
                     data_hash.update(chunk)
+                    bar.update(len(chunk))
                 written = entry["offset"] + entry["nbytes"]
             tail = offset - written
             f.write(b"\0" * tail)
             data_hash.update(b"\0" * tail)
+            bar.update(tail)
             f.write(data_hash.digest())
             f.flush()
             os.fsync(f.fileno())
@@ -114,6 +135,8 @@ def write_checkpoint(
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
+    finally:
+        bar.close()
     _fsync_dir(target.parent)
 
 
@@ -156,14 +179,21 @@ class CheckpointReader:
 
     Args:
         path: The checkpoint file.
+        progress: A progress bar (tqdm) in :meth:`read_into`: ``None`` for large data when
+            stderr is a terminal.
 
     Raises:
         CheckpointError: Missing file, wrong magic, unknown version, truncated file, or a
             corrupted header.
+        ImportError: ``progress=True`` without tqdm.
     """
 
-    def __init__(self, path: str | os.PathLike[str]) -> None:
+    def __init__(self, path: str | os.PathLike[str], *, progress: bool | None = None) -> None:
+        from rlreplay.io.progress import require_tqdm  # (in here: rlreplay.io is a layer above)
+
+        require_tqdm(progress)  # an ImportError now, not a CheckpointError while loading
         self.path = Path(path)
+        self.progress = progress
         where = f"checkpoint {str(self.path)!r}"
         if not self.path.is_file():
             raise CheckpointError(f"{where}: no such file")
@@ -299,13 +329,16 @@ class CheckpointReader:
         Raises:
             CheckpointError: Data checksum mismatch, or a destination that does not fit.
         """
+        from rlreplay.io.progress import byte_progress  # (in here: rlreplay.io is a layer above)
+
         where = f"checkpoint {str(self.path)!r}"
         data_hash = hashlib.sha256()
-        with open(self.path, "rb") as f:
+        bar = byte_progress(self.data_size, f"load {self.path.name}", self.progress)
+        with open(self.path, "rb") as f, contextlib.closing(bar):
             f.seek(self.data_start)
             pos = 0
             for entry in self.table:
-                _skip(f, entry["offset"] - pos, data_hash)
+                _skip(f, entry["offset"] - pos, data_hash, bar)
                 dtype = np.dtype(entry["dtype"])
                 shape = entry["shape"]
                 dest = destination(entry["name"], dtype, shape)
@@ -314,9 +347,9 @@ class CheckpointReader:
                         f"{where}: array {entry['name']!r} is {dtype}{list(shape)}, the buffer "
                         f"expects {dest.dtype}{list(dest.shape)}"
                     )
-                _read_exact(f, dest.data.cast("B") if dest.nbytes else None, data_hash)
+                _read_exact(f, dest.data.cast("B") if dest.nbytes else None, data_hash, bar)
                 pos = entry["offset"] + entry["nbytes"]
-            _skip(f, self.data_size - pos, data_hash)
+            _skip(f, self.data_size - pos, data_hash, bar)
             if data_hash.digest() != f.read(32):
                 raise CheckpointError(f"{where}: data checksum mismatch (corrupted file)")
 
@@ -391,17 +424,18 @@ def _check_entry(where: str, i: int, entry: Any, data_size: int) -> dict[str, An
             "nbytes": nbytes}  # fmt: skip
 
 
-def _skip(f: io.BufferedReader, n: int, h: Any) -> None:
+def _skip(f: io.BufferedReader, n: int, h: Any, bar: Any) -> None:
     """Hash the next ``n`` bytes (padding) without holding more than a chunk of them."""
     while n > 0:
         chunk = f.read(min(n, _CHUNK))
         if not chunk:
             raise CheckpointError("checkpoint: truncated inside the array data")
         h.update(chunk)
+        bar.update(len(chunk))
         n -= len(chunk)
 
 
-def _read_exact(f: io.BufferedReader, view: memoryview | None, h: Any) -> None:
+def _read_exact(f: io.BufferedReader, view: memoryview | None, h: Any, bar: Any) -> None:
     if view is None:
         return
     for start in range(0, len(view), _CHUNK):
@@ -410,3 +444,4 @@ def _read_exact(f: io.BufferedReader, view: memoryview | None, h: Any) -> None:
         if got != len(chunk):
             raise CheckpointError("checkpoint: truncated inside the array data")
         h.update(chunk)
+        bar.update(got)

@@ -16,7 +16,6 @@ episode into a new buffer whose fields come from the dataset's spaces (and its p
 from __future__ import annotations
 
 import os
-import sys
 import warnings
 from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any
@@ -26,6 +25,7 @@ import numpy as np
 from rlreplay.errors import ConfigError, EmptyBufferError, FieldError
 from rlreplay.io._steps import episode_runs, stored_steps
 from rlreplay.io.mixin import MinariExport
+from rlreplay.io.progress import progress_bar
 from rlreplay.spec import Field
 
 if TYPE_CHECKING:
@@ -43,22 +43,6 @@ def _minari() -> Any:
     except ImportError as exc:  # pragma: no cover - exercised without minari installed
         raise ImportError(f"Minari datasets need minari: {INSTALL_HINT}") from exc
     return minari
-
-
-def show_progress(progress: bool | None) -> bool:
-    """Whether to draw a progress bar: ``progress`` if given, else when stderr is a terminal."""
-    if progress is None:
-        return sys.stderr.isatty()
-    return bool(progress)
-
-
-def progress_bar(items: Any, total: int, desc: str, progress: bool | None) -> Any:
-    """``items`` wrapped in a tqdm bar when :func:`show_progress` says so (tqdm is lazy)."""
-    if not show_progress(progress):
-        return items
-    from tqdm.auto import tqdm
-
-    return tqdm(items, total=total, desc=desc, unit="episode")
 
 
 def space_of_field(f: Field) -> Any:
