@@ -1,4 +1,5 @@
-"""Every Python snippet of docs/ecosystem.md runs, in order, in one namespace."""
+"""Every Python snippet of docs/ecosystem.md runs, in order, in one namespace; so does the
+README's Ecosystem section."""
 
 from __future__ import annotations
 
@@ -9,16 +10,19 @@ from typing import Any
 import pytest
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "ecosystem.md"
+README = DOC.parents[1] / "README.md"
 
 
-def snippets() -> list[str]:
-    return re.findall(r"```python\n(.*?)```", DOC.read_text(), flags=re.DOTALL)
+def snippets(text: str | None = None) -> list[str]:
+    text = DOC.read_text() if text is None else text
+    return re.findall(r"```python\n(.*?)```", text, flags=re.DOTALL)
 
 
 def test_the_doc_has_a_snippet_per_piece() -> None:
     text = "\n".join(snippets())
     for call in ("to_arrow", "to_pandas", "to_parquet", "to_minari", "from_minari", "convert(",
-                 "iterate(", "inspect_checkpoint"):  # fmt: skip
+                 "iterate(", "inspect_checkpoint", 'as_="torch"', 'as_="jax"', "progress=",
+                 "sample_episodes(2, as_="):  # fmt: skip
         assert call in text, call
 
 
@@ -34,3 +38,17 @@ def test_snippets_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: A
     out = capsys.readouterr().out
     assert "6 300 0 0" in out  # the to_minari line prints what its comment says
     assert "Integrity" in out and (tmp_path / "steps.parquet").is_file()
+
+
+def test_readme_ecosystem_snippet_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in ("torch", "jax"):
+        pytest.importorskip(name)
+    text = README.read_text()
+    start = text.index("\n## Ecosystem\n")
+    section = text[start : text.index("\n## ", start + 1)]
+    code = snippets(section)
+    assert code, "the README's Ecosystem section has no Python snippet"
+    monkeypatch.chdir(tmp_path)
+    namespace: dict[str, Any] = {}
+    for k, snippet in enumerate(code):
+        exec(compile(snippet, f"README.md[Ecosystem {k}]", "exec"), namespace)
