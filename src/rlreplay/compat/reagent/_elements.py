@@ -68,6 +68,7 @@ def declare(
         AssertionError: ``observation_shape`` is not a tuple (also :class:`rlreplay.ConfigError`).
     """
     inferring = observation_shape is None
+    terminal_dtype = given.pop("terminal_dtype", None)
     if not inferring:
         observation_shape = _args.observation_shape(observation_shape)
         given = {k: _DEFAULTS[k] if v is None else v for k, v in given.items()}
@@ -75,7 +76,11 @@ def declare(
         "observation": observation_shape,
         "terminal": None if inferring else (),
     }
-    dtypes: dict[str, np.dtype[Any] | None] = {"terminal": None if inferring else np.dtype("u1")}
+    if terminal_dtype is None and not inferring:
+        terminal_dtype = np.uint8
+    dtypes: dict[str, np.dtype[Any] | None] = {
+        "terminal": None if terminal_dtype is None else np.dtype(terminal_dtype)
+    }
     for name in ("action", "reward"):
         shape = given[name + "_shape"]
         shapes[name] = None if shape is None else _args.as_shape(name + "_shape", shape)

@@ -70,6 +70,7 @@ __all__ = [
     "NotFoundError",
     "ReplayBuffer",
     "ReplayElement",
+    "invalid_range",
     "shape_type",
 ]
 
@@ -78,6 +79,20 @@ Array = np.ndarray[Any, Any]
 shape_type = collections.namedtuple("shape_type", ["name", "shape", "type"])
 #: ``ReplayElement(name, shape, type)``: one stored or returned element (ReAgent's alias).
 ReplayElement = shape_type
+
+
+def invalid_range(cursor: int, replay_capacity: int, stack_size: int, update_horizon: int) -> Array:
+    """Dopamine's slots around the cursor: ``cursor - N, ..., cursor + K - 1`` (mod capacity).
+
+    The ``update_horizon`` (``N``) slots before the cursor and the ``stack_size`` (``K``) on
+    and after it, as ReAgent's module function.
+
+    Raises:
+        AssertionError: ``cursor >= replay_capacity``, as ReAgent asserts.
+    """
+    assert cursor < replay_capacity
+    n = update_horizon
+    return np.array([(cursor - n + i) % replay_capacity for i in range(stack_size + n)])
 
 
 class ReplayBuffer(SlotRing, RangeReaders):
@@ -125,6 +140,9 @@ class ReplayBuffer(SlotRing, RangeReaders):
         action_dtype: Action dtype (default ``np.int32``).
         reward_shape: Reward shape (default ``()``, a scalar).
         reward_dtype: Reward dtype (default ``np.float32``).
+        terminal_dtype: reagent 0.1's dtype of the stored terminal flags (default ``np.uint8``;
+            keyword only, as the seed's version has no such argument). Sampled ``terminal``
+            stays a bool tensor.
         seed: rlreplay extension: seed of the sampler. ``None`` draws one from NumPy's global
             random state, so ``np.random.seed`` before construction makes sampling repeatable.
 
@@ -181,6 +199,7 @@ class ReplayBuffer(SlotRing, RangeReaders):
         reward_shape: tuple[int, ...] | None = None,
         reward_dtype: Any = None,
         *,
+        terminal_dtype: Any = None,
         seed: int | None = None,
     ) -> None:
         # ReAgent's first check: assert isinstance(observation_shape, tuple).
@@ -223,6 +242,7 @@ class ReplayBuffer(SlotRing, RangeReaders):
             action_dtype=action_dtype,
             reward_shape=reward_shape,
             reward_dtype=reward_dtype,
+            terminal_dtype=terminal_dtype,
         )
         # An inferring buffer holds placeholders for the elements until its first add.
         elements = _elements.declared_elements(self._declared)
@@ -409,6 +429,18 @@ class ReplayBuffer(SlotRing, RangeReaders):
             for _ in range(self._stack_size - 1):
                 _slots.write_padding(self)
         _slots.write_step(self, step, values)
+
+    def _check_add_types(self, *args: Any, **kwargs: Any) -> None:
+        """ReAgent's check of an add's arguments (count and shapes), writing nothing.
+
+        Raises:
+            ValueError: Wrong number of arguments ("Add expects ...") or a wrong shape.
+            KeyError: An unknown element name.
+        """
+        kwargs = self._add_kwargs(kwargs)
+        signature = self.get_add_args_signature()
+        values = _args.parse_add_args(signature, args, kwargs, self._inferred)
+        self._convert_step(values)
 
     def _initialize(self, values: Sequence[Any], kwargs: dict[str, Any]) -> None:
         """Infer the elements from a first add and build the core (ReAgent's later API)."""

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, cast
 import numpy as np
 
 from rlreplay.compat.reagent._assembly import _Batch
+from rlreplay.compat.reagent._errors import IndexAssertionError
 from rlreplay.compat.reagent._pickled import dumps_sum_tree, read_sum_tree_file
 from rlreplay.compat.reagent._slots import SlotRangeError
 from rlreplay.compat.reagent.circular_replay_buffer import ReplayBuffer, ReplayElement, shape_type
@@ -179,6 +180,9 @@ class PrioritizedReplayBuffer(ReplayBuffer):
             AssertionError: Not integers (also :class:`rlreplay.InvalidIdError`).
             IndexError: Outside the tree's leaves.
         """
+        if np.ndim(indices.cpu() if hasattr(indices, "cpu") else indices) == 0:
+            # ReAgent: assert indices.shape, "Indices must be an array."
+            raise IndexAssertionError(f"Indices must be an array, got {indices!r}")
         leaves = self._as_slots(indices)
         out = np.zeros(leaves.size, np.float32)
         real = leaves < self._replay_capacity
