@@ -372,6 +372,24 @@ class PrioritizedReplayBuffer(ReplayBuffer):
         self._beta_step += 1
         return env_ids, t, {"weights": weights, "probabilities": probabilities}
 
+    def _fast_draw_args(self) -> tuple[Array, Array, float, float, bool] | None:
+        """What the one-kernel sample draws from (:func:`rlreplay.sampling.onecall.sample_batch`):
+        ``(sums, levels, min_mass, beta, stratified)`` of the sum tree, after the rank-based
+        re-sort :meth:`Priorities.draw` would make; ``None`` when the general path must answer
+        (a subclass drawing its own way, or nothing drawable: it raises the error)."""
+        if type(self)._draw is not PrioritizedReplayBuffer._draw:
+            return None
+        prios = self._prios  # settles the index first
+        if not prios.drawable:
+            return None
+        if prios.rank_based and prios.changes >= prios._sort_threshold():
+            prios.resort()
+        return (*prios.tree_args(), self.beta, bool(self.stratified))
+
+    def _fast_drawn(self) -> None:
+        """A one-kernel sample was drawn: the beta schedule's step, as :meth:`_draw` takes it."""
+        self._beta_step += 1
+
     def _draw_starts(
         self,
         batch_size: int,

@@ -483,6 +483,11 @@ class Priorities:
         )  # fmt: skip
         return out
 
+    def tree_args(self) -> tuple[Array, Array, float]:
+        """``(sums, levels, smallest mass)``: what :meth:`draw` hands its kernel (the one-kernel
+        sample in :mod:`rlreplay.sampling.onecall` draws from the same arrays)."""
+        return self._sums, self._levels, float(self._mins[self._root, 0])
+
     def draw_among(
         self, slots: Array, n: int, rng: np.random.Generator, stratified: bool, beta: float
     ) -> tuple[Array, Array, Array]:
