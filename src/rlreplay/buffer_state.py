@@ -106,7 +106,12 @@ class StateMixin(BufferHost):
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Restore a :meth:`state_dict` of a buffer with the same configuration."""
         with self._lock:
-            if state["config"] != self._config():
+            # Where batches go (as_/device) is this buffer's choice, not part of the data.
+            theirs, mine = (
+                {k: v for k, v in c.items() if k not in ("as_", "device")}
+                for c in (state["config"], self._config())
+            )
+            if theirs != mine:
                 raise CheckpointError(
                     "load_state_dict: the state's configuration differs from this buffer's: "
                     f"{state['config']} != {self._config()}"

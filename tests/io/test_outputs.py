@@ -222,3 +222,17 @@ def test_iterate_passes_the_format_through() -> None:
         buf.iterate(8, as_="numpy", device="cuda:0")
     with pytest.raises(rr.ConfigError, match="as_: expected one of"):
         buf.iterate(8, as_="tf")
+
+
+def test_state_dicts_move_between_buffers_of_any_output() -> None:
+    torch_buf = make(PBuffer, as_="torch", device="cpu")
+    plain = PBuffer(200, FIELDS, n_step=3, seed=0)
+    plain.load_state_dict(torch_buf.state_dict())  # the data moves; the output stays this one's
+    assert plain.output == ("numpy", None)
+    ref = torch_buf.sample(8, as_="numpy")
+    np.testing.assert_array_equal(plain.sample(8).ids, ref.ids)
+    back = PBuffer(200, FIELDS, n_step=3, seed=0, as_="jax")
+    back.load_state_dict(plain.state_dict())
+    assert back.output == ("jax", None)
+    with pytest.raises(rr.CheckpointError, match="configuration differs"):
+        Buffer(200, FIELDS, n_step=2, as_="torch").load_state_dict(plain.state_dict())
