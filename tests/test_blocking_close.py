@@ -1,10 +1,14 @@
 """Every blocking call has a timeout and is woken by ``close()``.
 
 The blocking calls are ``add(block=True)``, ``extend(block=True)`` and ``dequeue(block=True)``
-of a buffer, and ``await_insert`` / ``await_sample`` of a rate limiter. Each one, left waiting,
-raises :class:`rlreplay.ReplayTimeout` once its ``timeout`` has passed (and not much later),
-and :class:`rlreplay.ReplayClosed` within a second when another thread closes the buffer or the
-limiter, even with eight threads waiting at once; nothing is stored by a call that gave up.
+of a buffer, ``await_insert`` / ``await_sample`` of a rate limiter, and the background thread of
+``iterate()`` on a rate-limited buffer (waiting in the limiter, or for room in its full queue):
+the buffer's ``close()`` ends it within a second and ``next`` then raises ``ReplayClosed``; the
+iterator's own ``close()`` ends its wait in the limiter without drawing or counting a sample.
+Each one, left waiting, raises :class:`rlreplay.ReplayTimeout` once its ``timeout`` has passed
+(and not much later), and :class:`rlreplay.ReplayClosed` within a second when another thread
+closes the buffer or the limiter, even with eight threads waiting at once; nothing is stored by
+a call that gave up.
 """
 
 from __future__ import annotations
@@ -79,8 +83,8 @@ def start(calls: list[Callable[[], Any]]) -> tuple[list[threading.Thread], list[
     return threads, results
 
 
-def wait_until_blocked(count: Callable[[], int], expected: int) -> None:
-    deadline = time.monotonic() + 10
+def wait_until_blocked(count: Callable[[], int], expected: int, within: float = 10.0) -> None:
+    deadline = time.monotonic() + within
     while count() < expected:
         assert time.monotonic() < deadline, f"only {count()} of {expected} threads are waiting"
         time.sleep(0.005)
@@ -156,3 +160,66 @@ def test_rate_limiter_waits_time_out() -> None:
     with pytest.raises(rr.ReplayTimeout):
         limiter.await_sample(1, timeout=0.2)
     assert 0.15 < time.monotonic() - t0 < 2.0
+
+
+def limited(limiter: rr.RateLimiter, steps_added: int) -> rr.ReplayBuffer:
+    buf = rr.ReplayBuffer(64, {"obs": rr.Field((), np.float32)}, seed=0, rate_limiter=limiter)
+    for t in range(steps_added):
+        buf.add(obs=t, reward=1.0, terminated=False, truncated=False)
+    return buf
+
+
+def test_close_ends_iterate_threads_blocked_on_the_rate_limiter() -> None:
+    # MinSize(100) in 64 slots: every draw waits in the limiter; 8 iterators wait at once.
+    buf = limited(rr.MinSize(100), 5)
+    iterators = [buf.iterate(2, prefetch=2) for _ in range(8)]
+    limiter = buf.rate_limiter
+    assert limiter is not None
+    wait_until_blocked(lambda: limiter.stats.sample_waits, 8)
+    time.sleep(0.05)
+    buf.close()
+    assert join_all([it._thread for it in iterators], within=1.0) < 1.0
+    for it in iterators:
+        with pytest.raises(rr.ReplayClosed):
+            next(it)
+        with pytest.raises(StopIteration):
+            next(it)
+
+
+def test_close_ends_an_iterate_thread_waiting_on_its_full_queue() -> None:
+    # Ratio 1 with an error buffer of 4: three batches of 2 are drawn, two of them queued; the
+    # thread then holds the third and waits for room in the queue, not in the limiter.
+    limiter = rr.SampleToInsertRatio(samples_per_insert=1.0, min_size_to_sample=2, error_buffer=4.0)
+    buf = limited(limiter, 5)
+    it = buf.iterate(2, prefetch=2)
+    # (The first draw of a new schema compiles its kernel: slow on a busy machine.)
+    wait_until_blocked(lambda: it._queue.qsize(), 2, within=120.0)
+    time.sleep(0.2)
+    buf.close()
+    assert join_all([it._thread], within=1.0) < 1.0
+    drawn = []
+    with pytest.raises(rr.ReplayClosed):
+        while True:
+            drawn.append(next(it))
+    assert 0 < len(drawn) <= 2
+    assert all(b.obs.shape == (2,) for b in drawn)
+
+
+def test_closing_the_iterator_stops_it_without_closing_the_buffer() -> None:
+    buf = limited(rr.MinSize(20), 5)
+    it = buf.iterate(2, prefetch=2)
+    limiter = buf.rate_limiter
+    assert limiter is not None
+    wait_until_blocked(lambda: limiter.stats.sample_waits, 1)
+    t0 = time.monotonic()
+    it.close()  # its thread's wait in the limiter ends with it: nothing drawn, nothing counted
+    assert time.monotonic() - t0 < 1.0
+    assert not it.alive
+    with pytest.raises(StopIteration):
+        next(it)
+    assert limiter.stats.samples == 0 and limiter.stats.sample_timeouts == 0
+    for t in range(16):  # 21 steps: 20 sampleable
+        buf.add(obs=t, reward=1.0, terminated=False, truncated=False)
+    assert buf.sample(2).obs.shape == (2,)
+    assert limiter.stats.samples == 2
+    buf.close()

@@ -46,7 +46,8 @@ import sys
 import threading
 import time
 import weakref
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -54,9 +55,29 @@ import numpy as np
 
 from rlreplay.errors import ConfigError, ReplayClosed, ReplayTimeout
 
-__all__ = ["LimiterStats", "MinSize", "RateLimiter", "SampleToInsertRatio"]
+__all__ = ["LimiterStats", "MinSize", "RateLimiter", "SampleToInsertRatio", "waits_end_when"]
 
 _log = logging.getLogger(__name__)
+_SLICE = 0.05  # seconds between a wait's checks of its thread's waits_end_when condition
+_local = threading.local()  # .stopped: this thread's waits_end_when condition (or None)
+
+
+@contextmanager
+def waits_end_when(stopped: Callable[[], bool]) -> Iterator[None]:
+    """Within the block, a limiter wait of this thread also ends once ``stopped()`` is true.
+
+    For a thread that waits for someone else, such as :meth:`rlreplay.ReplayBuffer.iterate`'s
+    producer: closing the iterator makes ``stopped()`` true, and the producer's wait in the
+    limiter raises :class:`rlreplay.ReplayClosed` within ``_SLICE`` seconds instead of waiting
+    until the limiter allows a draw nobody will take (nothing is counted for it). Waits check
+    ``stopped()`` every ``_SLICE`` seconds; outside such a block they wait in one piece.
+    """
+    previous = getattr(_local, "stopped", None)
+    _local.stopped = stopped
+    try:
+        yield
+    finally:
+        _local.stopped = previous
 
 
 @dataclass(frozen=True)
@@ -275,10 +296,19 @@ class RateLimiter:
                 return
             self._waits[kind] += 1
             start = time.monotonic()
-            done = self._cond.wait_for(lambda: self._closed or ready(), timeout)
+            stopped: Callable[[], bool] | None = getattr(_local, "stopped", None)
+            if stopped is None:
+                done = self._cond.wait_for(lambda: self._closed or ready(), timeout)
+            else:
+                done = self._wait_in_slices(ready, timeout, stopped)
             self._blocked[kind] += time.monotonic() - start
             if self._closed:
                 raise ReplayClosed(f"{type(self).__name__} was closed while a {what} waited")
+            if not done and stopped is not None and stopped():
+                raise ReplayClosed(
+                    f"{type(self).__name__}: the caller of a waiting {what} stopped (e.g. its "
+                    "iterate() was closed)"
+                )
             if not done:
                 self._timeouts[kind] += 1
                 raise ReplayTimeout(
@@ -288,6 +318,18 @@ class RateLimiter:
         except BaseException:
             self._cond.release()
             raise
+
+    def _wait_in_slices(
+        self, ready: Callable[[], bool], timeout: float | None, stopped: Callable[[], bool]
+    ) -> bool:
+        """``Condition.wait_for`` (lock held) that also gives up once ``stopped()``."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            left = _SLICE if deadline is None else min(_SLICE, deadline - time.monotonic())
+            if self._cond.wait_for(lambda: self._closed or ready(), max(left, 0.0)):
+                return True
+            if stopped() or (deadline is not None and time.monotonic() >= deadline):
+                return False
 
     def close(self) -> None:
         """Wake every waiting call with :class:`rlreplay.ReplayClosed`; later waits raise too."""

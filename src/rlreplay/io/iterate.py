@@ -3,9 +3,10 @@
 :class:`Prefetcher` calls a sampling function on one daemon thread and keeps up to
 ``prefetch`` results in a bounded queue, so the next batch is assembled (and, with
 ``as_="torch"`` to a GPU, already on its way there) while the consumer runs its learner step.
-Every wait has a timeout: the producer checks for :meth:`Prefetcher.close` at least every
-``_POLL`` seconds, the consumer waits at most ``timeout`` seconds for a batch, and ``close``
-waits at most ``join_timeout`` seconds for the thread.
+Every wait has a timeout: the producer checks for :meth:`Prefetcher.close` (and for its
+source being closed, ``closed``) at least every ``_POLL`` seconds, the consumer waits at most
+``timeout`` seconds for a batch, and ``close`` waits at most ``join_timeout`` seconds for the
+thread.
 
 Ordering and priorities: a batch is drawn up to ``prefetch + 1`` batches before the consumer
 sees it, so priority updates made meanwhile do not affect it (as with any prefetching
@@ -21,7 +22,8 @@ import weakref
 from collections.abc import Callable, Iterator
 from typing import Any, Generic, TypeVar
 
-from rlreplay.errors import ReplayTimeout
+from rlreplay.errors import ReplayClosed, ReplayTimeout
+from rlreplay.limits import waits_end_when
 from rlreplay.spec import positive_int
 
 __all__ = ["Prefetcher"]
@@ -43,25 +45,37 @@ _DONE = object()  # the producer stopped (closed or failed): nothing more will c
 
 
 def _produce(
-    fn: Callable[[], Any], out: queue.Queue[Any], stop: threading.Event
+    fn: Callable[[], Any],
+    out: queue.Queue[Any],
+    stop: threading.Event,
+    closed: Callable[[], bool] | None = None,
 ) -> None:  # runs on the background thread
-    while not stop.is_set():
+
+    def ended() -> bool:  # the iterator or its source (e.g. the buffer) was closed
+        return stop.is_set() or (closed is not None and closed())
+
+    while not ended():
         try:
-            item: Any = fn()
+            with waits_end_when(ended):  # a rate limiter's wait in fn ends with the iterator
+                item: Any = fn()
         except BaseException as exc:  # handed over, re-raised in the consumer
             item = _Failure(exc)
-        while not stop.is_set():
+        handed = False
+        while not handed and not ended():
             try:
                 out.put(item, timeout=_POLL)
-                break
+                handed = True
             except queue.Full:
                 continue
-        if isinstance(item, _Failure):
+        if handed and isinstance(item, _Failure):
             return  # the consumer ends the iteration when it takes the failure
-    # Closed: tell a waiting consumer that nothing more comes (making room for the marker).
+    # Closed: tell a waiting consumer that nothing more comes (making room for the marker). A
+    # closed source is the ReplayClosed any read of it raises; a closed iterator just stops.
+    closing = ReplayClosed("iterate: the buffer (the source of the batches) was closed")
+    last: Any = _DONE if stop.is_set() else _Failure(closing)
     while True:
         try:
-            out.put_nowait(_DONE)
+            out.put_nowait(last)
             return
         except queue.Full:
             with contextlib.suppress(queue.Empty):
@@ -83,9 +97,13 @@ class Prefetcher(Generic[T], Iterator[T]):
             every ``_POLL`` seconds that the producer is alive).
         join_timeout: Most seconds :meth:`close` waits for the thread to end.
         name: The thread's name.
+        closed: Whether the source was closed (e.g. the buffer's ``close()``): the producer
+            checks it at least every ``_POLL`` seconds, also while the queue is full, ends, and
+            ``next`` raises :class:`rlreplay.ReplayClosed` after the batches already made.
 
     Raises (from ``next``):
         ReplayTimeout: No item within ``timeout``.
+        ReplayClosed: The source was closed (``closed``), or ``fn`` raised it.
         StopIteration: After :meth:`close`, or after ``fn``'s error was raised.
 
     Example:
@@ -104,6 +122,7 @@ class Prefetcher(Generic[T], Iterator[T]):
         timeout: float | None = None,
         join_timeout: float = 10.0,
         name: str = "rlreplay-prefetch",
+        closed: Callable[[], bool] | None = None,
     ) -> None:
         self.prefetch = positive_int("prefetch", prefetch)
         self.timeout = timeout
@@ -112,7 +131,7 @@ class Prefetcher(Generic[T], Iterator[T]):
         self._stop = threading.Event()
         self._finished = False
         self._thread = threading.Thread(
-            target=_produce, args=(fn, self._queue, self._stop), name=name, daemon=True
+            target=_produce, args=(fn, self._queue, self._stop, closed), name=name, daemon=True
         )
         # An iterator dropped without close() still stops its thread.
         self._finalizer = weakref.finalize(self, self._stop.set)

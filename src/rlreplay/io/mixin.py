@@ -187,4 +187,7 @@ class IOMixin:
         def produce() -> Any:
             return draw(batch_size, as_=as_, device=device, **sample_kwargs)
 
-        return Prefetcher(produce, prefetch=prefetch, timeout=timeout)
+        def closed() -> bool:  # the buffer's close() ends the thread too, even with a full queue
+            return bool(buf._closed)
+
+        return Prefetcher(produce, prefetch=prefetch, timeout=timeout, closed=closed)
