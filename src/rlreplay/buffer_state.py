@@ -9,6 +9,7 @@ subclass extends :meth:`_state_meta`/:meth:`_state_arrays` and rebuilds caches i
 
 from __future__ import annotations
 
+import copy
 import os
 from collections.abc import Mapping
 from typing import Any
@@ -104,23 +105,92 @@ class StateMixin(BufferHost):
             }
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        """Restore a :meth:`state_dict` of a buffer with the same configuration."""
+        """Restore a :meth:`state_dict` of a buffer with the same configuration.
+
+        All or nothing: a state that is refused leaves the buffer exactly as it was (contents,
+        cursors, episodes, priorities, RNG and rate-limiter counters), so it goes on sampling
+        the same draws. The form (keys, array names, dtypes, shapes) is checked before
+        anything changes; what only the installed state can show (its meaning, checked as
+        :func:`rlreplay.load` checks a file's) is checked after it is installed, and a refusal
+        then puts back a copy taken before. Cost: one copy of the buffer's arrays while it
+        loads.
+
+        Args:
+            state: A :meth:`state_dict` (``{"class", "config", "meta", "arrays"}``).
+
+        Raises:
+            CheckpointError: The configuration differs from this buffer's, an array is
+                missing, unexpected or of another dtype or shape, or the state is one no
+                sequence of calls produces (naming what is wrong). The buffer is unchanged.
+        """
         with self._lock:
-            # Where batches go (as_/device) is this buffer's choice, not part of the data.
-            theirs, mine = (
-                {k: v for k, v in c.items() if k not in ("as_", "device")}
-                for c in (state["config"], self._config())
-            )
-            if theirs != mine:
+            try:
+                meta, arrays = self._checked_form(state)
+            except CheckpointError:
+                raise
+            except Exception as exc:  # a KeyError, TypeError ... of a malformed state
                 raise CheckpointError(
-                    "load_state_dict: the state's configuration differs from this buffer's: "
-                    f"{state['config']} != {self._config()}"
+                    f"load_state_dict: malformed state ({type(exc).__name__}: {exc}); expected "
+                    "a state_dict() of a buffer with this configuration"
+                ) from None
+            before = copy.deepcopy(self._state_meta())
+            kept = {k: np.array(v) for k, v in self._state_arrays().items()}
+            try:
+                self._install(meta, arrays)
+            except BaseException as exc:
+                self._install(before, kept)  # what it held: a state that passes every check
+                if isinstance(exc, Exception) and not isinstance(exc, CheckpointError):
+                    raise CheckpointError(
+                        f"load_state_dict: inconsistent state ({type(exc).__name__}: {exc}); "
+                        "the buffer is unchanged"
+                    ) from exc
+                raise
+
+    def _checked_form(self, state: Mapping[str, Any]) -> tuple[Mapping[str, Any], dict[str, Any]]:
+        """``(meta, arrays)`` of ``state`` if its form fits this buffer (nothing is changed)."""
+        if state["config"] != self._config():
+            raise CheckpointError(
+                "load_state_dict: the state's configuration differs from this buffer's: "
+                f"{state['config']} != {self._config()}"
+            )
+        meta, arrays = state["meta"], dict(state["arrays"])
+        if not isinstance(meta, Mapping):
+            raise CheckpointError(f"load_state_dict: meta must be a mapping, got {meta!r}")
+        expected = self._state_arrays()
+        if set(arrays) != set(expected):
+            raise CheckpointError(
+                f"load_state_dict: arrays {sorted(set(expected) - set(arrays))} are missing and "
+                f"{sorted(set(arrays) - set(expected))} unexpected"
+            )
+        for name, arr in arrays.items():
+            dest = expected[name]
+            if not isinstance(arr, np.ndarray) or arr.dtype != dest.dtype:
+                got = type(arr).__name__ if not isinstance(arr, np.ndarray) else arr.dtype
+                raise CheckpointError(
+                    f"load_state_dict: array {name!r} must be a {dest.dtype} ndarray, got {got}"
                 )
-            self._load_meta(state["meta"])
-            dest = self._state_arrays()
-            for name, arr in state["arrays"].items():
-                dest[name][...] = arr
-            self._after_load()
+            # Arrays sized by the number of final records follow meta's finals_capacity.
+            if arr.shape[1:] != dest.shape[1:] or (
+                arr.shape[:1] != dest.shape[:1] and "final" not in name
+            ):
+                raise CheckpointError(
+                    f"load_state_dict: array {name!r} has shape {arr.shape}, this buffer's "
+                    f"{dest.shape}"
+                )
+        return meta, arrays
+
+    def _install(self, meta: Mapping[str, Any], arrays: Mapping[str, Any]) -> None:
+        """Restore scalars, then arrays in place, then check and rebuild what is derived."""
+        self._load_meta(meta)
+        dest = self._state_arrays()
+        for name, arr in arrays.items():
+            if dest[name].shape != arr.shape:
+                raise CheckpointError(
+                    f"load_state_dict: array {name!r} has shape {arr.shape}, expected "
+                    f"{dest[name].shape} for finals_capacity {meta['finals_capacity']}"
+                )
+            dest[name][...] = arr
+        self._after_load()
 
     def save(self, path: str | os.PathLike[str], *, progress: bool | None = None) -> None:
         """Write a checkpoint of everything (contents, cursors, episodes, RNG) to one file.
