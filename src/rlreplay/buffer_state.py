@@ -148,7 +148,12 @@ class StateMixin(BufferHost):
 
     def _checked_form(self, state: Mapping[str, Any]) -> tuple[Mapping[str, Any], dict[str, Any]]:
         """``(meta, arrays)`` of ``state`` if its form fits this buffer (nothing is changed)."""
-        if state["config"] != self._config():
+        # Where batches go (as_/device) is this buffer's choice, not part of the data.
+        theirs, mine = (
+            {k: v for k, v in c.items() if k not in ("as_", "device")}
+            for c in (state["config"], self._config())
+        )
+        if theirs != mine:
             raise CheckpointError(
                 "load_state_dict: the state's configuration differs from this buffer's: "
                 f"{state['config']} != {self._config()}"
