@@ -43,6 +43,14 @@ _QUAD0 = (*_PLAIN0, np.zeros((0, 1), np.uint8), np.zeros((0, 1), np.uint8))
 # Prefetching a batch's rows pays off once the columns outgrow the caches; below this many
 # bytes they mostly hit, and the prefetch loop only costs (about 15 ns per row measured).
 _PREFETCH_ABOVE = 2 << 20
+# The kernel prefetches every row of the batch before it reads any: a batch of more than
+# _SMALL_BATCH rows then evicts its own early lines from L2 before they are read, which costs
+# more than it saves while the columns still fit the last-level cache (measured on a 16 MB
+# L3: sample(4096) at 10^5 stored 224 -> 165 us without prefetch, at 10^6 stored 540 -> 367
+# us with it). Large batches prefetch only from columns above _LARGE_PREFETCH_ABOVE: half
+# that L3, which other processes share.
+_SMALL_BATCH = 1024
+_LARGE_PREFETCH_ABOVE = 8 << 20
 _NO_PREFETCH = np.zeros((0, 2), np.int64)
 _GROUPS: dict[str, tuple[tuple[str, ...], np.dtype[Any]]] = {  # allocated together, a row each
     "i64": (("env_ids", "ids", "steps"), np.dtype(np.int64)),
@@ -142,6 +150,9 @@ class FastSampler:
             "i64": np.int64, "cum": np.zeros(index.num_envs, np.int64),
             "f64": np.float64, "masses": self._masses, "pkernel": _prio_kernel,
             "warm": cols.prefetch_table if cols.nbytes > _PREFETCH_ABOVE else _NO_PREFETCH,
+            "warm_large": (
+                cols.prefetch_table if cols.nbytes > _LARGE_PREFETCH_ABOVE else _NO_PREFETCH
+            ),
             "rew": steps["reward"], "te": steps["terminated"],
             "tr": steps["truncated"], "powers": powers, "PLAIN0": _PLAIN0, "QUAD0": _QUAD0,
         }  # fmt: skip
@@ -191,16 +202,17 @@ class FastSampler:
         def tup(items: list[str], empty_one: str) -> str:
             return f"({', '.join(items)},)" if items else f"({empty_one},)"
 
-        head = ["    done = kernel(", "        u, env, cum, s, index.slot_meta, warm, rew, te, tr,"]
+        head = ["    done = kernel(", "        u, env, cum, s, index.slot_meta, w, rew, te, tr,"]
         if prio:  # the draw's masses get scratch too; the tree's arrays come in ``prio``
             head = [
                 "    m = masses[0]",
                 "    if m.shape[0] < B:",
                 "        m = masses[0] = empty(B, f64)",
                 "    done = pkernel(",
-                "        u, env, *prio, m, s, index.slot_meta, warm, rew, te, tr,",
+                "        u, env, *prio, m, s, index.slot_meta, w, rew, te, tr,",
             ]
         lines += [
+            f"    w = warm if B <= {_SMALL_BATCH} else warm_large",
             "    s = scratch[0]",
             "    if s.shape[1] < B:",
             "        s = scratch[0] = empty((3, B), i64)",
