@@ -67,10 +67,12 @@ def ref_to_service(ids: np.ndarray) -> np.ndarray:
     return (t * n_local + local_env) * S + k
 
 
-def draw_counts(svc: ReplayService, ref_ids: np.ndarray, batches: int, b: int) -> np.ndarray:
+def draw_counts(
+    svc: ReplayService, ref_ids: np.ndarray, batches: int, b: int, per_call: int = 1
+) -> np.ndarray:
     position = {int(i): j for j, i in enumerate(ref_ids)}
     counts = np.zeros(ref_ids.shape[0], np.int64)
-    for batch in svc.iterate(b, prefetch=2):
+    for batch in svc.iterate(b, prefetch=2, per_call=per_call):
         for i in service_to_ref(batch.ids):
             counts[position[int(i)]] += 1
         batches -= 1
@@ -114,7 +116,7 @@ def test_prioritized_sampling_and_weights_are_one_buffers(ray_local):
     assert svc.update_priorities(ref_to_service(ref_ids), p) == 0
     mass = (p + ref.eps) ** alpha
     law = mass / mass.sum()
-    counts = draw_counts(svc, ref_ids, 120, 256)
+    counts = draw_counts(svc, ref_ids, 120, 256, per_call=3)  # 3 batches per round trip
     assert stats.chisquare(counts, law * counts.sum()).pvalue > 1e-3
     # Probabilities and weights: those of the single buffer for the same transitions.
     batch = svc.sample(512)
@@ -163,6 +165,16 @@ def test_priority_updates_route_and_skip_stale_ids(ray_local):
         svc.update_priorities(np.array([-1]), np.ones(1))
     with pytest.raises(rr.ShapeError):
         svc.update_priorities(fresh, np.ones(3))
+    # wait=False: queued, sent before the next draw (later updates win), errors come later.
+    assert svc.update_priorities(fresh, np.full(8, 1e-6), wait=False) is None
+    svc.update_priorities(fresh[:1], np.full(1, 1e6), wait=False)
+    assert (svc.sample(64).ids == fresh[0]).mean() > 0.9
+    svc.update_priorities(np.array([10**9]), np.ones(1), wait=False)
+    svc.sample(4)  # sends it
+    with pytest.raises(rr.InvalidIdError):
+        for _ in range(100):  # the error surfaces once the shard has answered (bounded)
+            svc.stats()
+            time.sleep(0.05)
     svc.close()
     with pytest.raises(rr.ReplayClosed):
         svc.sample(1)

@@ -18,15 +18,21 @@ from pathlib import Path
 from typing import Any
 
 from rlreplay.distributed.shard import write_json_atomic
-from rlreplay.errors import CheckpointError
+from rlreplay.distributed.writer import call
+from rlreplay.errors import CheckpointError, ConfigError
+from rlreplay.limits import RateLimiter
+from rlreplay.spec import Field, Schema
 
 __all__ = [
     "MANIFEST",
     "MANIFEST_FORMAT",
     "MANIFEST_VERSION",
+    "checked_config",
+    "load_shards",
     "next_generation",
     "read_manifest",
     "remove_old_files",
+    "service_arguments",
     "shard_file",
     "write_manifest",
 ]
@@ -127,3 +133,72 @@ def read_manifest(directory: str | os.PathLike[str]) -> dict[str, Any]:
         paths.append(str(file.resolve()))
     manifest["paths"] = paths
     return manifest
+
+
+def checked_config(config: dict[str, Any]) -> dict[str, Any]:
+    """``config`` if JSON can hold it.
+
+    Raises:
+        ConfigError: ``buffer_options`` JSON cannot hold (functions, ...).
+    """
+    try:
+        json.dumps(config)
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(
+            f"buffer_options: a service checkpoint stores them as JSON; got {exc}"
+        ) from None
+    return config
+
+
+def service_arguments(
+    manifest: Mapping[str, Any], directory: str | os.PathLike[str]
+) -> tuple[int, int, dict[str, Field], dict[str, Any]]:
+    """``(num_shards, capacity, fields, keyword arguments)`` to build the saved service.
+
+    Raises:
+        CheckpointError: The saved configuration cannot be read back.
+    """
+    cfg = dict(manifest["config"])
+    try:
+        fields = Schema.from_json(cfg.pop("fields")).fields
+        spec = cfg.pop("rate_limiter")
+        limiter = None if spec is None else RateLimiter.from_json(spec)
+        options = dict(cfg.pop("buffer_options"))
+    except (KeyError, TypeError, ValueError) as exc:
+        raise _fail(
+            Path(directory), f"its configuration cannot be read ({type(exc).__name__}: {exc})"
+        ) from None
+    kwargs = dict(cfg, rate_limiter=limiter, **options)
+    return int(manifest["num_shards"]), int(manifest["capacity"]), dict(fields), kwargs
+
+
+def load_shards(
+    ray: Any, shards: list[Any], limiter: Any, manifest: Mapping[str, Any], timeout: float | None
+) -> None:
+    """Load every shard's file of ``manifest`` (all at once), check their sizes against it,
+    then give the limiter actor (if any) the shards' sizes and the saved counters.
+
+    Raises:
+        CheckpointError: A corrupt or foreign shard file, or one that holds other counts than
+            the manifest says.
+    """
+    refs = [
+        s.load.remote(path, int(entry["added"]))
+        for s, path, entry in zip(shards, manifest["paths"], manifest["shards"], strict=True)
+    ]
+    loaded = call(ray, refs, timeout, "restore")
+    for k, (got, entry) in enumerate(zip(loaded, manifest["shards"], strict=True)):
+        _, stored, sampleable = got
+        if (stored, sampleable) != (entry["stored"], entry["sampleable"]):
+            raise CheckpointError(
+                f"shard {k}: the manifest says {entry['stored']} stored and "
+                f"{entry['sampleable']} sampleable, its file holds {stored} and {sampleable}"
+            )
+    if limiter is not None:
+        reports = [
+            limiter.report_size.remote(k, version, sampleable)
+            for k, (version, _, sampleable) in enumerate(loaded)
+        ]
+        call(ray, reports, timeout, "restore")
+        if manifest["rate_limiter"] is not None:
+            call(ray, limiter.load_state_dict.remote(manifest["rate_limiter"]), timeout, "restore")

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import shutil
 import tempfile
@@ -12,7 +11,7 @@ import time
 from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, overload
 
 import numpy as np
 
@@ -21,16 +20,19 @@ from rlreplay.distributed.limiter import LimiterHost
 from rlreplay.distributed.manifest import (
     MANIFEST,
     MANIFEST_VERSION,
+    checked_config,
+    load_shards,
     next_generation,
     read_manifest,
     remove_old_files,
+    service_arguments,
     shard_file,
     write_manifest,
 )
 from rlreplay.distributed.shard import Shard
 from rlreplay.distributed.split import (
     encode_env_ids,
-    merge_batches,
+    merge_draws,
     route_ids,
     split_batch_size,
 )
@@ -197,6 +199,10 @@ class ReplayService:
             host = ray.remote(LimiterHost).options(num_cpus=0, max_concurrency=256)
             self._limiter = host.remote(rate_limiter, S)
         self._samples = 0  # service-wide sample calls, for beta
+        self._updates: list[Any] = []  # refs of unanswered wait=False priority updates
+        self._queued: dict[int, list[tuple[Array, Array]]] = {}  # per shard, not sent yet
+        self._queued_ids = 0
+        self._updates_lock = threading.Lock()
         self._closed = False
         # Fail here, not at the first write, if a shard cannot be built (bad fields, ...).
         try:
@@ -258,71 +264,114 @@ class ReplayService:
             beta = self.beta
             self._samples += 1
             seed = int(self._rng.integers(2**63))
-        return self._sample(batch_size, beta, np.random.default_rng(seed), timeout)
+        return self._sample(batch_size, [(beta, np.random.default_rng(seed))], timeout)[0]
 
     def _sample(
-        self, batch_size: int, beta: float, rng: np.random.Generator, timeout: float | None
-    ) -> Batch:
+        self,
+        batch_size: int,
+        draws: Sequence[tuple[float, np.random.Generator]],
+        timeout: float | None,
+    ) -> list[Batch]:
+        """One batch per ``(beta, generator)`` of ``draws``, all from one reading of the
+        shards' masses: one round trip for the masses and one for every batch's draws (each
+        shard draws the sum of its shares i.i.d.; consecutive slices are the batches')."""
         ray = _ray()
         if self._limiter is not None:
-            call(ray, self._limiter.await_sample.remote(batch_size, timeout), None, "sample")
+            n = batch_size * len(draws)
+            call(ray, self._limiter.await_sample.remote(n, timeout), None, "sample")
+        self._send_updates()  # this caller's queued priority updates land before the draw
 
-        def attempt(left: float | None) -> tuple[Any, Array, list[int], Any]:
+        def attempt(left: float | None) -> tuple[Any, Array, Array, list[Any]]:
             # Masses and draws again if a shard restarts in between (its contents changed).
             t0 = time.monotonic()
             infos = call(ray, [s.info.remote() for s in self._shards], left, "sample")
-            masses = [m for _, m, _ in infos]
-            counts = split_batch_size(batch_size, masses, rng)
-            drawing = [k for k in range(self.num_shards) if counts[k]]
-            refs = [self._shards[k].sample.remote(int(counts[k])) for k in drawing]
+            masses = np.asarray([m for _, m, _ in infos])
+            counts = np.stack(
+                [split_batch_size(batch_size, masses.tolist(), rng) for _, rng in draws]
+            )
+            totals = counts.sum(axis=0)
+            refs = [
+                self._shards[k].sample.remote(int(totals[k]))
+                for k in range(self.num_shards)
+                if totals[k]
+            ]
             left = None if left is None else max(0.0, left - (time.monotonic() - t0))
-            return infos, np.asarray(masses), drawing, call(ray, refs, left, "sample")
+            return infos, masses, counts, list(call(ray, refs, left, "sample"))
 
-        infos, masses, drawing, got = retried(attempt, timeout, "sample")
-        parts = [(k, b, m, low) for k, (b, m, low) in zip(drawing, got, strict=True)]
-        lows = {k: low for k, (_, _, low) in enumerate(infos)}
-        lows.update({k: low for k, _, _, low in parts})
-        return merge_batches(
-            parts,
-            self.num_shards,
-            rng,
-            prioritized=self.prioritized,
-            total_mass=float(sum(masses)),
-            smallest_mass=min(lows.values()),
-            beta=beta,
-        )
+        infos, masses, counts, got = retried(attempt, timeout, "sample")
+        drawing = [k for k in range(self.num_shards) if counts[:, k].sum()]
+        answers = dict(zip(drawing, got, strict=True))
+        lows = [low for _, _, low in infos] + [low for _, _, low in answers.values()]
+        return merge_draws(
+            answers, counts, draws, self.num_shards, prioritized=self.prioritized,
+            total_mass=float(masses.sum()), smallest_mass=min(lows),
+        )  # fmt: skip
 
     def iterate(
-        self, batch_size: int, *, prefetch: int = 2, timeout: float | None = None
+        self,
+        batch_size: int,
+        *,
+        prefetch: int = 2,
+        per_call: int = 1,
+        timeout: float | None = None,
     ) -> Iterator[Batch]:
-        """Endless batches, ``prefetch`` of them requested ahead so the learner never waits on a
-        round trip. Priorities updated after a batch was requested do not affect it.
+        """Endless batches, ``prefetch`` requests of ``per_call`` batches each kept in flight
+        so the learner never waits on a round trip.
+
+        Priorities updated after a batch was requested do not affect it; the ``per_call``
+        batches of one request are drawn from one reading of the shards (independent draws,
+        each with one buffer's law at that reading): fewer round trips per batch, as if the
+        learner updated priorities ``per_call`` batches later.
 
         Raises:
             ReplayClosed: The service was closed (ends the iteration).
         """
         batch_size = positive_int("batch_size", batch_size)
         prefetch = positive_int("prefetch", prefetch)
+        per_call = positive_int("per_call", per_call)
         pool = ThreadPoolExecutor(max_workers=prefetch, thread_name_prefix="rlreplay-prefetch")
-        pending: list[Future[Batch]] = []
+        pending: list[Future[list[Batch]]] = []
         try:
             while True:
                 while len(pending) < prefetch:
+                    draws = []
                     with self._rng_lock:
                         self._check_open()
-                        beta, self._samples = self.beta, self._samples + 1
-                        rng = np.random.default_rng(int(self._rng.integers(2**63)))
-                    pending.append(pool.submit(self._sample, batch_size, beta, rng, timeout))
-                yield pending.pop(0).result()
+                        for _ in range(per_call):
+                            beta, self._samples = self.beta, self._samples + 1
+                            draws.append((beta, np.random.default_rng(self._rng.integers(2**63))))
+                    pending.append(pool.submit(self._sample, batch_size, draws, timeout))
+                yield from pending.pop(0).result()
         finally:
             pool.shutdown(wait=False, cancel_futures=True)
 
     # ------------------------------------------------------------------ priorities
-    def update_priorities(self, ids: Any, priorities: Any, *, timeout: float | None = None) -> int:
+    @overload
+    def update_priorities(
+        self, ids: Any, priorities: Any, *, timeout: float | None = ..., wait: Literal[True] = ...
+    ) -> int: ...
+
+    @overload
+    def update_priorities(
+        self, ids: Any, priorities: Any, *, timeout: float | None = ..., wait: Literal[False]
+    ) -> None: ...
+
+    def update_priorities(
+        self, ids: Any, priorities: Any, *, timeout: float | None = None, wait: bool = True
+    ) -> int | None:
         """Route ``(ids, priorities)`` to their shards; ids overwritten since are ignored.
 
+        With ``wait=False`` the updates are queued in this process and the call returns at
+        once: the queue goes to the shards (one call per shard for all queued updates, later
+        ones winning) before this service's next sample is drawn, or once 65,536 ids are
+        queued. Ray runs one caller's calls to an actor in order, so the next :meth:`sample`
+        (or batch that :meth:`iterate` requests after the call) sees them. Their errors are
+        raised by a later ``update_priorities`` (or :meth:`stats`); at most 64 sends stay
+        unanswered, then the call waits for the oldest.
+
         Returns:
-            How many ids were ignored as overwritten (summed over shards).
+            How many ids were ignored as overwritten (summed over shards); ``None`` with
+            ``wait=False``.
 
         Raises:
             InvalidIdError: An id never issued.
@@ -342,7 +391,41 @@ class ReplayService:
             for k in range(self.num_shards)
             if (shard == k).any()
         }
-        return int(sum(self._ask("update_priorities", timeout, args)))
+        self._harvest_updates(timeout)
+        if wait:
+            self._send_updates()  # earlier queued updates first
+            return int(sum(self._ask("update_priorities", timeout, args)))
+        with self._updates_lock:
+            for k, a in args.items():
+                self._queued.setdefault(k, []).append(a)
+            self._queued_ids += int(p.shape[0])
+            full = self._queued_ids >= 1 << 16
+        if full:
+            self._send_updates()
+        return None
+
+    def _send_updates(self) -> None:
+        """Send the queued ``wait=False`` updates, one call per shard, in call order."""
+        with self._updates_lock:  # sends in order: a later queue goes after an earlier one
+            if not self._queued:
+                return
+            for k, parts in self._queued.items():
+                ids = np.concatenate([i for i, _ in parts])
+                p = np.concatenate([q for _, q in parts])
+                self._updates.append(self._shards[k].update_priorities.remote(ids, p))
+            self._queued, self._queued_ids = {}, 0
+
+    def _harvest_updates(self, timeout: float | None) -> None:
+        """Raise the errors of answered ``wait=False`` updates; bound the unanswered ones."""
+        ray = _ray()
+        with self._updates_lock:
+            if not self._updates:
+                return
+            done, self._updates = ray.wait(self._updates, num_returns=len(self._updates), timeout=0)
+            while len(self._updates) > 64:  # backpressure: wait for the oldest
+                done.append(self._updates.pop(0))
+        if done:
+            call(ray, done, timeout, "update_priorities")
 
     # ------------------------------------------------------------------ inspection
     def get_transitions(self, ids: Any, *, timeout: float | None = None) -> Batch:
@@ -391,6 +474,8 @@ class ReplayService:
         """
         self._check_open()
         ray = _ray()
+        self._send_updates()
+        self._harvest_updates(timeout)
         shards = self._ask("status", timeout)
         limiter = None
         if self._limiter is not None:
@@ -436,14 +521,9 @@ class ReplayService:
             ReplayTimeout: The shards did not finish within ``timeout``.
         """
         self._check_open()
+        self._send_updates()
         ray = _ray()
-        config = {"fields": self.schema.to_json(), **self._config}
-        try:
-            json.dumps(config)
-        except (TypeError, ValueError) as exc:
-            raise ConfigError(
-                f"buffer_options: a service checkpoint stores them as JSON; got {exc}"
-            ) from None
+        config = checked_config({"fields": self.schema.to_json(), **self._config})
         d = Path(directory).resolve()
         d.mkdir(parents=True, exist_ok=True)
         generation = next_generation(d)
@@ -486,15 +566,11 @@ class ReplayService:
             ReplayTimeout: The shards did not load within ``timeout``.
         """
         m = read_manifest(directory)
-        cfg = dict(m["config"])
+        num_shards, capacity, fields, kwargs = service_arguments(m, directory)
         try:
-            fields = Schema.from_json(cfg.pop("fields")).fields
-            spec = cfg.pop("rate_limiter")
-            limiter = None if spec is None else RateLimiter.from_json(spec)
-            options = dict(cfg.pop("buffer_options"))
             svc = cls(
-                m["num_shards"], m["capacity"], fields, rate_limiter=limiter, ray_init=ray_init,
-                actor_options=actor_options, recovery_dir=recovery_dir, **cfg, **options,
+                num_shards, capacity, fields, ray_init=ray_init, actor_options=actor_options,
+                recovery_dir=recovery_dir, **kwargs,
             )  # fmt: skip
         except (KeyError, TypeError, ValueError) as exc:
             raise CheckpointError(
@@ -502,30 +578,9 @@ class ReplayService:
                 f"service ({type(exc).__name__}: {exc})"
             ) from None
         try:
-            refs = [
-                s.load.remote(path, int(entry["added"]))
-                for s, path, entry in zip(svc._shards, m["paths"], m["shards"], strict=True)
-            ]
-            loaded = call(_ray(), refs, timeout, "restore")
-            for k, (got, entry) in enumerate(zip(loaded, m["shards"], strict=True)):
-                _, stored, sampleable = got
-                if (stored, sampleable) != (entry["stored"], entry["sampleable"]):
-                    raise CheckpointError(
-                        f"shard {k}: the manifest says {entry['stored']} stored and "
-                        f"{entry['sampleable']} sampleable, its file holds {stored} and "
-                        f"{sampleable}"
-                    )
+            load_shards(_ray(), svc._shards, svc._limiter, m, timeout)
             svc._samples = int(m["service"]["samples"])
             svc._rng.bit_generator.state = m["service"]["rng"]
-            if svc._limiter is not None:
-                reports = [
-                    svc._limiter.report_size.remote(k, version, sampleable)
-                    for k, (version, _, sampleable) in enumerate(loaded)
-                ]
-                call(_ray(), reports, timeout, "restore")
-                state = m["rate_limiter"]
-                if state is not None:
-                    call(_ray(), svc._limiter.load_state_dict.remote(state), timeout, "restore")
         except BaseException:
             svc.close()
             raise

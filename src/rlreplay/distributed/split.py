@@ -18,7 +18,7 @@ A final random permutation makes the batch exchangeable, as a single buffer's i.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -30,6 +30,7 @@ __all__ = [
     "encode_env_ids",
     "encode_ids",
     "merge_batches",
+    "merge_draws",
     "route_env_ids",
     "route_ids",
     "split_batch_size",
@@ -124,3 +125,47 @@ def merge_batches(
         data["weights"] = np.ones(n, np.float32)
     order = rng.permutation(n)
     return Batch({k: v[order] for k, v in data.items()})
+
+
+def merge_draws(
+    answers: Mapping[int, tuple[Batch, float, float]],
+    counts: Array,
+    draws: Sequence[tuple[float, np.random.Generator]],
+    num_shards: int,
+    *,
+    prioritized: bool,
+    total_mass: float,
+    smallest_mass: float,
+) -> list[Batch]:
+    """Batches ``j = 0, 1, ...`` from shards that drew every batch's share in one call.
+
+    Args:
+        answers: Per shard that drew, ``(batch of sum_j counts[j, k] i.i.d. draws, mass,
+            smallest mass)``; batch ``j`` takes rows ``sum_{i<j} counts[i, k]`` onwards.
+        counts: ``counts[j, k]``, batch ``j``'s share of shard ``k``.
+        draws: ``(beta, generator)`` per batch (the generator draws its permutation).
+        num_shards: ``S``.
+        prioritized: As for :func:`merge_batches`.
+        total_mass: ``M`` the splits used.
+        smallest_mass: Smallest positive mass over every shard.
+    """
+    starts = np.concatenate([np.zeros((1, counts.shape[1]), np.int64), counts.cumsum(axis=0)])
+    out = []
+    for j, (beta, rng) in enumerate(draws):
+        parts = []
+        for k, (b, m, low) in answers.items():
+            if counts[j, k]:
+                rows = slice(int(starts[j, k]), int(starts[j + 1, k]))
+                parts.append((k, Batch({n: np.asarray(v)[rows] for n, v in b.items()}), m, low))
+        out.append(
+            merge_batches(
+                parts,
+                num_shards,
+                rng,
+                prioritized=prioritized,
+                total_mass=total_mass,
+                smallest_mass=smallest_mass,
+                beta=beta,
+            )
+        )
+    return out

@@ -1,0 +1,300 @@
+"""Scale-out throughput: shared-memory writers and the Ray service, against Reverb's anchors.
+
+Measures, on this machine, with fields ``obs: float32[4]`` and ``action: int64``:
+
+* transitions/s inserted by 1, 2 and 4 writer processes, each calling ``add`` with one step of
+  one env per call (Reverb's anchor inserts one item per step): shared memory (``rr.attach``
+  writers in spawned processes) and the Ray service with 1, 2 and 4 shards (writers in Ray
+  actors, ``flush_every=64``);
+* transitions/s sampled by one learner, ``B = 256``: uniform, prioritized with a
+  ``update_priorities`` of the batch after every batch, and ``update_priorities`` calls/s
+  (256 ids each) alone. The Ray learner uses ``svc.iterate(256, prefetch=4)``; the plain
+  ``svc.sample`` loop (one round trip at a time) is reported beside it.
+
+Anchors (issue 14; one Reverb 0.14 server on loopback, one Python client, this machine kind):
+8.6k inserts/s, 48k sampled/s uniform, 40k prioritized, 1.65k priority-update calls/s. Targets:
+5x each with Ray, 20x with shared memory.
+
+Usage: ``python benchmarks/distributed.py [--secs 3] [--out docs]``; prints a Markdown table and
+writes ``OUT/distributed_bench.json`` and ``OUT/distributed_bench.md``. About 4 minutes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing as mp
+import os
+import platform
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+import rlreplay as rr
+
+FIELDS = {"obs": rr.Field((4,), np.float32), "action": rr.Field((), np.int64)}
+B = 256
+ANCHORS = {"insert": 8.6e3, "uniform": 48e3, "per": 40e3, "update_calls": 1.65e3}
+TARGETS = {"shared": 20.0, "ray": 5.0}
+FILL = 100_000  # transitions stored before sampling
+
+
+def chunk(n: int, t0: int = 0) -> dict[str, np.ndarray]:
+    """``n`` consecutive steps of one env (episodes of 200 steps)."""
+    t = np.arange(t0, t0 + n)
+    return dict(
+        obs=np.stack([t, t, t, t], axis=1).astype(np.float32), action=t % 4,
+        reward=np.ones(n, np.float32), terminated=(t % 200) == 199,
+        truncated=np.zeros(n, bool), next_obs=np.zeros((n, 4), np.float32),
+    )  # fmt: skip
+
+
+def one_step_loop(add: Any, secs: float) -> tuple[int, float]:
+    """Call ``add`` with one step per call for ``secs`` (episodes of 200 steps); returns
+    (steps, seconds)."""
+    obs = np.zeros(4, np.float32)
+    mid = dict(obs=obs, action=1, reward=1.0, terminated=False, truncated=False)
+    end = dict(mid, terminated=True, next_obs=np.ones(4, np.float32))
+    n, t0 = 0, time.perf_counter()
+    deadline = t0 + secs
+    while time.perf_counter() < deadline:
+        for _ in range(199):
+            add(**mid)
+        add(**end)
+        n += 200
+    return n, time.perf_counter() - t0
+
+
+# ---------------------------------------------------------------------- shared memory
+def _shm_writer(handle: Any, secs: float, ready: Any, go: Any, out: Any) -> None:
+    w = rr.attach(handle)
+    one_step_loop(w.add, 0.2)  # warm: Numba's cache, first calls
+    ready.put(os.getpid())
+    go.wait()
+    out.put(one_step_loop(w.add, secs))
+    w.close()
+
+
+def shm_inserts(writers: int, secs: float) -> float:
+    ctx = mp.get_context("spawn")
+    buf = rr.ReplayBuffer(writers * 2**20, FIELDS, num_envs=writers, seed=0, storage="shared")
+    ready, out, go = ctx.Queue(), ctx.Queue(), ctx.Event()
+    procs = [
+        ctx.Process(target=_shm_writer, args=(buf.share(env_ids=[e]), secs, ready, go, out))
+        for e in range(writers)
+    ]
+    for p in procs:
+        p.start()
+    for _ in procs:
+        ready.get(timeout=120)
+    go.set()
+    rates = [n / s for n, s in (out.get(timeout=300) for _ in procs)]
+    for p in procs:
+        p.join(60)
+    buf.close()
+    return float(sum(rates))
+
+
+def learner_loops(sample: Any, update: Any, secs: float, batches: Any = None) -> dict[str, float]:
+    """Uniform/PER sampled transitions/s and update calls/s for one learner."""
+    out: dict[str, float] = {}
+    for name, with_update in (("uniform", False), ("per", True)):
+        draw = sample[name] if isinstance(sample, dict) else sample
+        for _ in range(10):  # warm: JIT caches, first calls
+            draw()
+        n, t0 = 0, time.perf_counter()
+        rng = np.random.default_rng(0)
+        while time.perf_counter() - t0 < secs:
+            batch = draw()
+            if with_update:
+                update(batch.ids, rng.random(batch.ids.shape[0]) + 0.1)
+            n += batch.ids.shape[0]
+        out[name] = n / (time.perf_counter() - t0)
+    ids = draw().ids
+    p = np.random.default_rng(1).random(ids.shape[0]) + 0.1
+    calls, t0 = 0, time.perf_counter()
+    while time.perf_counter() - t0 < secs:
+        update(ids, p)
+        calls += 1
+    out["update_calls"] = calls / (time.perf_counter() - t0)
+    return out
+
+
+def shm_sampling(secs: float) -> dict[str, float]:
+    E = 16
+    uni = rr.ReplayBuffer(FILL, FIELDS, num_envs=E, seed=0, storage="shared")
+    per = rr.PrioritizedReplayBuffer(FILL, FIELDS, num_envs=E, seed=0, storage="shared")
+    for buf in (uni, per):  # filled by writers in the owner's process: the data is shared
+        for e in range(E):
+            w = rr.attach(buf.share(env_ids=[e]))
+            for t0 in range(0, FILL // E, 1000):
+                w.extend(env_id=e, **{k: v for k, v in chunk(1000, t0).items()})
+            w.close()
+    res = learner_loops(
+        {"uniform": lambda: uni.sample(B), "per": lambda: per.sample(B)},
+        per.update_priorities, secs,
+    )  # fmt: skip
+    uni.close()
+    per.close()
+    return res
+
+
+# ---------------------------------------------------------------------- Ray
+def ray_inserts(ray: Any, svc: Any, writers: int, secs: float) -> float:
+    @ray.remote(num_cpus=0)
+    class Actor:
+        def __init__(self, w: Any) -> None:
+            self.w = w
+
+        def warm(self) -> int:
+            one_step_loop(self.w.add, 0.2)
+            self.w.flush(timeout=120)
+            return 0
+
+        def run(self, secs: float) -> tuple[int, float]:
+            n, s = one_step_loop(self.w.add, secs)
+            t0 = time.perf_counter()
+            self.w.flush(timeout=120)  # what was added counts once it is stored
+            return n, s + time.perf_counter() - t0
+
+    actors = [Actor.remote(svc.writer(e, flush_every=64)) for e in range(writers)]
+    ray.get([a.warm.remote() for a in actors], timeout=300)
+    results = ray.get([a.run.remote(secs) for a in actors], timeout=300 + secs)
+    for a in actors:
+        ray.kill(a)
+    return float(sum(n / s for n, s in results))
+
+
+def ray_fill(svc: Any, envs: int) -> None:
+    w = svc.writer(list(range(envs)), flush_every=envs * 2000)
+    per_env = FILL // envs
+    for t0 in range(0, per_env, 1000):
+        c = chunk(1000, t0)
+        for i in range(1000):
+            w.add(**{k: np.broadcast_to(v[i], (envs, *v.shape[1:])) for k, v in c.items()})
+    w.close(timeout=300)
+
+
+def ray_sampling(svc_uni: Any, svc_per: Any, secs: float) -> dict[str, float]:
+    its = {"uniform": svc_uni.iterate(B, prefetch=4), "per": svc_per.iterate(B, prefetch=4)}
+
+    def update(ids: np.ndarray, p: np.ndarray) -> None:  # the learner does not wait
+        svc_per.update_priorities(ids, p, wait=False)
+
+    res = learner_loops({k: (lambda it=it: next(it)) for k, it in its.items()}, update, secs)
+    plain = learner_loops(
+        {"uniform": lambda: svc_uni.sample(B), "per": lambda: svc_per.sample(B)},
+        svc_per.update_priorities, secs / 2,
+    )  # fmt: skip
+    res.update({f"{k}_no_prefetch": v for k, v in plain.items()})
+    for it in its.values():
+        it.close()
+    return res
+
+
+# ---------------------------------------------------------------------- report
+def row(backend: str, shards: Any, metric: str, value: float, what: str) -> dict[str, Any]:
+    anchor = ANCHORS.get(what)
+    target = TARGETS[backend] if anchor else None
+    return {
+        "backend": backend, "shards": shards, "metric": metric, "value": value,
+        "anchor": anchor, "ratio": None if anchor is None else value / anchor,
+        "target": target, "met": None if anchor is None else value / anchor >= target,
+    }  # fmt: skip
+
+
+def markdown(rows: list[dict[str, Any]], meta: dict[str, Any]) -> str:
+    lines = [
+        f"Measured {meta['date']} on {meta['cpus']} cores, load average before/after "
+        f"{meta['load_before']} / {meta['load_after']}, {meta['secs']} s per cell.",
+        "",
+        "| backend | shards | measure | per second | Reverb anchor | ratio | target | met |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        anchor = "" if r["anchor"] is None else f"{r['anchor'] / 1e3:.2f}k"
+        ratio = "" if r["ratio"] is None else f"{r['ratio']:.1f}x"
+        target = "" if r["target"] is None else f"{r['target']:.0f}x"
+        met = "" if r["met"] is None else ("yes" if r["met"] else "**no**")
+        lines.append(
+            f"| {r['backend']} | {r['shards']} | {r['metric']} | {r['value'] / 1e3:.1f}k | "
+            f"{anchor} | {ratio} | {target} | {met} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--secs", type=float, default=3.0, help="seconds per cell")
+    ap.add_argument("--out", default=str(Path(__file__).resolve().parent.parent / "docs"))
+    ap.add_argument("--shards", type=int, nargs="+", default=[1, 2, 4])
+    ap.add_argument("--writers", type=int, nargs="+", default=[1, 2, 4])
+    args = ap.parse_args()
+    secs = args.secs
+    meta = {
+        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "cpus": os.cpu_count(),
+        "load_before": round(os.getloadavg()[0], 1), "secs": secs,
+        "python": platform.python_version(), "numpy": np.__version__,
+    }  # fmt: skip
+    rows: list[dict[str, Any]] = []
+
+    def log(r: dict[str, Any]) -> None:
+        rows.append(r)
+        print(f"  {r['backend']:6} {r['shards']!s:>2} {r['metric']:42} "
+              f"{r['value'] / 1e3:9.1f}k", file=sys.stderr, flush=True)  # fmt: skip
+
+    print("shared memory", file=sys.stderr)
+    for w in args.writers:
+        log(row("shared", "-", f"inserts, {w} writer process(es), add 1 step", shm_inserts(w, secs),
+                "insert"))  # fmt: skip
+    s = shm_sampling(secs)
+    log(row("shared", "-", "sampled, uniform B=256", s["uniform"], "uniform"))
+    log(row("shared", "-", "sampled, PER B=256 + update", s["per"], "per"))
+    log(row("shared", "-", "update_priorities calls (256 ids)", s["update_calls"], "update_calls"))
+
+    import ray
+
+    from rlreplay.distributed import ReplayService
+
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    meta["ray"] = ray.__version__
+    for S in args.shards:
+        print(f"ray, {S} shard(s)", file=sys.stderr)
+        for w in args.writers:
+            E = max(S, w)
+            with ReplayService(S, E * 2**18, FIELDS, seed=0, num_envs=E) as svc:
+                v = ray_inserts(ray, svc, w, secs)
+            log(row("ray", S, f"inserts, {w} writer process(es), add 1 step", v, "insert"))
+        E = 16
+        with (
+            ReplayService(S, FILL, FIELDS, seed=0, num_envs=E) as uni,
+            ReplayService(S, FILL, FIELDS, prioritized=True, seed=0, num_envs=E) as per,
+        ):
+            ray_fill(uni, E)
+            ray_fill(per, E)
+            s = ray_sampling(uni, per, secs)
+        log(row("ray", S, "sampled, uniform B=256 (iterate)", s["uniform"], "uniform"))
+        log(row("ray", S, "sampled, PER B=256 + update (iterate, wait=False)", s["per"], "per"))
+        log(row("ray", S, "update_priorities calls (256 ids, wait=False)", s["update_calls"],
+                "update_calls"))  # fmt: skip
+        log(row("ray", S, "update_priorities calls (256 ids, waited)",
+                s["update_calls_no_prefetch"], "update_calls"))  # fmt: skip
+        log(row("ray", S, "sampled, uniform B=256 (sample, no prefetch)",
+                s["uniform_no_prefetch"], "-"))  # fmt: skip
+        log(row("ray", S, "sampled, PER B=256 + waited update (no prefetch)",
+                s["per_no_prefetch"], "-"))  # fmt: skip
+    ray.shutdown()
+    meta["load_after"] = round(os.getloadavg()[0], 1)
+    report = markdown(rows, meta)
+    print(report)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "distributed_bench.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))
+    (out / "distributed_bench.md").write_text(report)
+
+
+if __name__ == "__main__":
+    main()
