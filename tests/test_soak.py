@@ -8,7 +8,10 @@ and an id sampled past its writer's ring are reported.
 
 from __future__ import annotations
 
+import ctypes
 import importlib.util
+import json
+import subprocess
 import sys
 from pathlib import Path
 from types import ModuleType
@@ -60,3 +63,19 @@ def test_the_checks_report_corruption(soak: ModuleType) -> None:
     run.check_tree(buf, "tampered")
     assert any("sum tree root" in v for v in report.violations)
     assert np.isfinite(report.seconds)
+
+
+def test_the_cli_pins_the_allocator_in_its_own_process(soak: ModuleType, tmp_path: Path) -> None:
+    # A run in a subprocess (the pinned threshold is for the rest of a process's life).
+    out = tmp_path / "report.json"
+    cmd = [sys.executable, str(SOAK), "--ops", "3000", "--capacity", "512", "--save-every",
+           "1000", "--saver", "on", "--json", str(out)]  # fmt: skip
+    subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, timeout=300)
+    report = json.loads(out.read_text())["with_saver"]
+    assert report["violations"] == [] and report["saves"] >= 1
+    try:  # glibc (which has mallopt): the CLI pins its threshold by default
+        expected = "pinned" if hasattr(ctypes.CDLL("libc.so.6"), "mallopt") else "dynamic"
+    except OSError:
+        expected = "dynamic"
+    assert report["malloc"] == expected
+    assert soak.run(ops=1000, capacity=256, batch=8, save_every=10**9).malloc == "dynamic"
