@@ -1,5 +1,5 @@
-"""Stand-in for ``keras_gym.base``: only the error classes the replay buffer raises."""
+"""Stand-in for ``keras_gym.base``: the errors and mixins the replay buffer uses."""
 
-from rlreplay.compat.keras_gym.base import errors
+from rlreplay.compat.keras_gym.base import errors, mixins
 
-__all__ = ["errors"]
+__all__ = ["errors", "mixins"]

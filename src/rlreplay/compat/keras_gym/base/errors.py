@@ -12,10 +12,13 @@ from __future__ import annotations
 from rlreplay.errors import EmptyBufferError, ReplayError, ShapeError
 
 __all__ = [
+    "ActionAssertionError",
     "ActionSpaceError",
+    "ActionValueError",
     "InsufficientCacheError",
     "KerasGymError",
     "NumpyArrayCheckError",
+    "SampleAssertionError",
     "SampleConstructionError",
     "SpaceError",
 ]
@@ -47,3 +50,24 @@ class SampleConstructionError(ReplayError, RuntimeError):
     keras-gym raises a plain ``RuntimeError("couldn't construct valid sample")`` there; this
     class is a ``RuntimeError`` so ``except RuntimeError`` keeps working.
     """
+
+
+class SampleAssertionError(ReplayError, AssertionError):
+    """``sample()`` with ``len(buffer) <= num_frames``: keras-gym's ``assert J > 0`` fails.
+
+    keras-gym 0.2.17 raises a plain ``AssertionError("please insert more transitions before
+    sampling")`` there; this class is an ``AssertionError``.
+    """
+
+
+class ActionAssertionError(ReplayError, AssertionError):
+    """A ``Discrete`` action that is neither an integer scalar nor one-hot of the right size.
+
+    keras-gym's ``_one_hot_encode_discrete`` asserts ``np.ndim(a) == 0 and isinstance(a,
+    (int, np.integer))``; this class is that ``AssertionError``.
+    """
+
+
+class ActionValueError(ReplayError, ValueError):
+    """A ``Discrete`` action outside ``[0, num_actions)`` (keras-gym's ``one_hot`` raises
+    ``ValueError("i must be non-negative and smaller than n")``)."""

@@ -21,13 +21,16 @@ Every value is converted as keras-gym's ``self._s[self._i] = s`` converts it: Nu
 into an array of the stored shape and dtype (unsafe casts, broadcasting), raising what NumPy
 raises there, so the core only ever gets values of its fields' dtypes.
 
-Sampling follows keras-gym's loop: each attempt draws ``j = random.randint(num_transitions)``
-(a slot of keras-gym's ``capacity + bootstrap_n`` ring, mapped to the core step it holds) with
-the same ``RandomState``, and keeps it under keras-gym's rules; attempts are drawn in vectors of
-exactly as many as are still needed, which consumes the generator as keras-gym's one-by-one
-draws do. The same ``random_seed`` and adds give keras-gym's samples, except where keras-gym
-would read data that is not there (the fixes in ``docs/migrating/keras_gym.md``): such a draw
-is rejected, or its stack is built from the right frames.
+Sampling follows keras-gym 0.2.17's loop (checked against its source): each attempt draws
+``r = random.randint(len(self) - num_frames)`` with the same ``RandomState``, reads keras-gym's
+ring slots ``r .. r + num_frames - 1`` (the stack), the n-step window after it and the stack
+``bootstrap_n`` slots later (each slot mapped to the core step it holds), and keeps it under
+keras-gym's rules; attempts are drawn in vectors of exactly as many as are still needed, which
+consumes the generator as keras-gym's one-by-one draws do. The same ``random_seed`` and adds
+give keras-gym's samples and generator state, except where keras-gym would read data that is
+not there (the fixes in ``docs/migrating/keras_gym.md``): such a draw is rejected, or its
+stack is built from the right frames. The ring itself is readable as keras-gym's private
+``_s``, ``_a``, ``_r``, ``_d``, ``_e`` and ``_i`` (copies), which keras-gym's own tests read.
 """
 
 from __future__ import annotations
@@ -38,11 +41,12 @@ import numpy as np
 
 from rlreplay.buffer import ReplayBuffer
 from rlreplay.compat.keras_gym.base.errors import (
-    ActionSpaceError,
     InsufficientCacheError,
     NumpyArrayCheckError,
+    SampleAssertionError,
     SampleConstructionError,
 )
+from rlreplay.compat.keras_gym.base.mixins import ActionSpaceMixin, RandomStateMixin, get_env_attr
 from rlreplay.errors import ConfigError
 from rlreplay.spec import Field
 
@@ -57,7 +61,7 @@ _FLOAT64, _BOOL, _INT32 = np.dtype(np.float64), np.dtype(np.bool_), np.dtype(np.
 _INT32_MIN, _INT32_MAX = -(2**31), 2**31 - 1
 
 
-class ExperienceReplayBuffer:
+class ExperienceReplayBuffer(RandomStateMixin, ActionSpaceMixin):
     """keras-gym's experience replay buffer (frames, n-step bootstrapping) on rlreplay.
 
     It stores one frame per step and rebuilds the frame stack ``S`` (frames on the last axis)
@@ -85,7 +89,8 @@ class ExperienceReplayBuffer:
         random_seed: Seed of the ``RandomState`` that draws the samples, or None.
         n: Later keras-gym releases' name for ``bootstrap_n`` (keyword only).
 
-    ``bootstrap_n=0`` and ``num_frames=0`` work as in keras-gym (see :meth:`sample`).
+    ``bootstrap_n=0`` works as in keras-gym (see :meth:`sample`); with ``num_frames=0``
+    :meth:`sample` raises keras-gym's ``IndexError``.
 
     Raises:
         ConfigError: A negative ``bootstrap_n`` (a ``ValueError``; see the migration page).
@@ -103,8 +108,6 @@ class ExperienceReplayBuffer:
         ((4, 3), (4, 2), (4,), (4,), (4, 3), (4, 2))
     """
 
-    random: np.random.RandomState
-
     def __init__(
         self,
         env: Any,
@@ -119,7 +122,7 @@ class ExperienceReplayBuffer:
         self.env = env
         self.capacity = int(capacity)
         self.batch_size = int(batch_size)
-        self.num_frames = int(_get_env_attr(env, "num_frames", 1))
+        self.num_frames = int(get_env_attr(env, "num_frames", 1))
         self.bootstrap_n = int(bootstrap_n if n is None else n)
         self.gamma = float(gamma)
         self.random_seed = random_seed
@@ -164,45 +167,10 @@ class ExperienceReplayBuffer:
             bootstrap_n=value_function.n if n is None else n,
         )
 
-    # ------------------------------------------------------------------ keras-gym's mixins
-    @property
-    def random_seed(self) -> Any:
-        """The seed of :attr:`random`; setting it creates a new ``RandomState`` (any time)."""
-        return self._random_seed
-
-    @random_seed.setter
-    def random_seed(self, new_random_seed: Any) -> None:
-        self._random_seed = new_random_seed
-        self.random = np.random.RandomState(new_random_seed)
-
     @property
     def n(self) -> int:
         """``bootstrap_n`` under its name in later keras-gym releases."""
         return self.bootstrap_n
-
-    @property
-    def action_space_is_box(self) -> bool:
-        """Whether ``env.action_space`` is a ``Box``."""
-        return _is_space(self.env.action_space, "Box")
-
-    @property
-    def action_space_is_discrete(self) -> bool:
-        """Whether ``env.action_space`` is a ``Discrete`` space (actions are one-hot encoded)."""
-        return _is_space(self.env.action_space, "Discrete")
-
-    @property
-    def num_actions(self) -> int:
-        """Number of actions of a ``Discrete`` action space.
-
-        Raises:
-            ActionSpaceError: The action space is not ``Discrete``.
-        """
-        if not self.action_space_is_discrete:
-            raise ActionSpaceError(
-                "num_actions property is inaccessible; does the env have a Discrete action "
-                f"space? It has {self.env.action_space!r}"
-            )
-        return int(self.env.action_space.n)
 
     # ------------------------------------------------------------------ writing
     def add(self, s: Any, a: Any, r: Any, done: Any, episode_id: Any) -> None:
@@ -230,19 +198,18 @@ class ExperienceReplayBuffer:
         s = self._extract_last_frame(s)
         if not self._initialized:
             # keras-gym's _init_cache: the shapes and dtypes come from the first state.
-            first = np.asarray(s)
-            self._s_shape, self._s_dtype = first.shape, first.dtype
-            self._eye: Array | None = None
+            # keras-gym reads s.dtype and s.shape: a first state without them (a list, a
+            # Python number) raises AttributeError there, as it does here
+            self._s_shape, self._s_dtype = tuple(s.shape), np.dtype(s.dtype)
             if self.action_space_is_discrete:
-                self._eye = np.eye(self.num_actions)  # keras-gym's _one_hot_encode_discrete
                 self._a_shape: tuple[int, ...] = (self.num_actions,)
                 self._a_dtype = np.dtype(np.float64)
             else:
                 self._a_shape = tuple(self.env.action_space.shape)
                 self._a_dtype = np.dtype(self.env.action_space.dtype)
             self._initialized = True
-        if self._eye is not None:
-            a = self._eye[a]  # np.eye(num_actions)[a], as keras-gym one-hot encodes
+        if self.action_space_is_discrete:
+            a = self._one_hot_encode_discrete(a)
         # keras-gym's assignments, in its order (a failing one stores nothing here); the
         # Python scalars that need no conversion skip the NumPy round trip
         frame = _assigned(s, self._s_shape, self._s_dtype)
@@ -260,6 +227,7 @@ class ExperienceReplayBuffer:
             obs=frame,
             action=action,
             reward=reward,
+            episode_id=eid,
             terminated=is_done,
             truncated=False,
             next_obs=self._blank,  # read only when the step ends its episode
@@ -303,6 +271,7 @@ class ExperienceReplayBuffer:
             "obs": Field(self._s_shape, self._s_dtype, observation=True),
             "action": Field(self._a_shape, self._a_dtype),
             "reward": Field((), np.float64),
+            "episode_id": Field((), np.int32),  # keras-gym's _e: its sampling rules read it
         }
         self._core = ReplayBuffer(
             # keras-gym keeps M = capacity + bootstrap_n slots; the core keeps num_frames - 1
@@ -321,17 +290,24 @@ class ExperienceReplayBuffer:
     def _extract_last_frame(self, s: Any) -> Any:
         if self.num_frames == 1:
             return s
-        arr = np.asarray(s)
-        if arr.ndim == 0 or arr.shape[-1] != self.num_frames:
+        # keras-gym's check_numpy_array(s, axis_size=num_frames, axis=-1)
+        if not isinstance(s, np.ndarray):
             raise NumpyArrayCheckError(
-                f"expected array with axis_size={self.num_frames} along axis=-1, got shape: "
-                f"{arr.shape} (the frames are stacked on the last axis)"
+                f"expected input to be a numpy array, got type: {type(s)} (with num_frames="
+                f"{self.num_frames} a state is a frame stack)"
             )
-        if arr.ndim in (3, 4):
-            return arr[..., -1]
+        if s.shape[-1] != self.num_frames:  # a 0-d array: IndexError, as in keras-gym
+            raise NumpyArrayCheckError(
+                f"expected input with size(s) {self.num_frames} along axis -1, got shape: "
+                f"{s.shape} (the frames are stacked on the last axis)"
+            )
+        if s.ndim == 3:
+            return s[:, :, -1]
+        if s.ndim == 4:
+            return s[:, :, :, -1]
         # keras-gym builds a NumpyArrayCheckError here but does not raise it: the whole stack
         # is stored as the "frame".
-        return arr
+        return s
 
     # ------------------------------------------------------------------ sampling
     def sample(self) -> tuple[Array, Array, Array, Array, Array, Array]:
@@ -346,12 +322,14 @@ class ExperienceReplayBuffer:
             to minimise ``(Rn + In * sum_a P(a|S_next) Q(S_next, a) - Q(S, A))^2``.
 
         With ``bootstrap_n=0`` keras-gym's window is empty: ``Rn = 0``, ``In = gamma**0 = 1``,
-        ``S_next = S`` and ``A_next = A`` (any stored step may be drawn, the newest included).
-        With ``num_frames=0`` keras-gym's stack indices are empty: ``S``/``S_next`` have shape
-        ``(B, *s.shape, 0)`` and ``A``/``A_next`` shape ``(0, *a_shape)``.
+        ``S_next = S`` and ``A_next = A``.
 
         Raises:
             InsufficientCacheError: Fewer than ``batch_size`` transitions (``len(self)``).
+            ValueError: ``batch_size < 1`` (keras-gym's ``np.stack`` of nothing).
+            SampleAssertionError: ``len(self) <= num_frames`` (keras-gym's ``assert J > 0``;
+                an ``AssertionError``).
+            IndexError: ``num_frames == 0`` (keras-gym's ``js[-1]`` of an empty stack).
             SampleConstructionError: No valid batch in ``10 * batch_size`` draws (a
                 ``RuntimeError``, as keras-gym raises).
         """
@@ -364,36 +342,31 @@ class ExperienceReplayBuffer:
         if B < 1:  # keras-gym's np.stack of an empty list
             raise ValueError("need at least one array to stack")
         core = self._core
-        ids, steps, done = self._draw(core, B)
-        self._last_ids = ids
-        Rn = self._returns(core, ids, steps)
+        J = len(self) - self.num_frames
+        if J <= 0:  # keras-gym: assert J > 0, "please insert more transitions ..."
+            raise SampleAssertionError(
+                f"please insert more transitions before sampling: len(buffer)={len(self)} "
+                f"must exceed num_frames={self.num_frames}"
+            )
+        if self.num_frames == 0:
+            self.random.randint(J)  # keras-gym draws, then fails at js[-1] of an empty stack
+            raise IndexError("index -1 is out of bounds for axis 0 with size 0")
+        t, done, rn, raw_next = self._draw(core, B, J)
+        self._last_ids = t
         In = np.where(done, 0.0, np.power([self.gamma], self.bootstrap_n))
-        if self.num_frames < 1:
-            # keras-gym: js = j - np.arange(num_frames - 1, -1, -1) is empty, so every state
-            # is an empty stack and A = self._a[js[~0:]] has no rows.
-            S = np.zeros((B, *self._s_shape, 0), self._s_dtype)
-            A = np.zeros((0, *self._a_shape), self._a_dtype)
-            return S, A, Rn, In, S.copy(), A.copy()
-        if self.bootstrap_n == 0:
-            # keras-gym: ks = js + 0, so S_next and A_next are S and A (copies, as its fancy
-            # indexing makes); the newest step has no successor, so the core's transitions
-            # are not used.
-            obs = self._stacks(core, ids)
-            action = core.get_field("action", ids)
-            return self._states(obs), action, Rn, In, self._states(obs), action.copy()
-        batch = core.get_transitions(ids)
-        S_next, A_next = batch.next_obs, batch.next_action
+        S = self._stacks(core, t)
+        A = core.get_field("action", t)
+        # S_next/A_next: step t + bootstrap_n of the same episode; after a done keras-gym
+        # reads its slots as they are (unpadded, masked by In = 0), and so does this
+        S_next = self._stacks(core, t + np.where(done, 0, self.bootstrap_n))
+        A_next = core.get_field("action", t + np.where(done, 0, self.bootstrap_n))
         if done.any():
-            S_next, A_next = S_next.copy(), A_next.copy()
-            S_next[done], A_next[done] = self._after_done(core, ids[done])
-        return (
-            self._states(batch.obs),
-            batch.action,
-            Rn,
-            In,
-            self._states(S_next),
-            A_next,
-        )
+            k = self.num_frames
+            frames = core.get_field("obs", raw_next[done].reshape(-1))
+            frames = frames.reshape(raw_next[done].shape + frames.shape[1:])
+            S_next[done] = frames if k > 1 else frames[:, 0]
+            A_next[done] = core.get_field("action", raw_next[done][:, -1])
+        return self._states(S), A, rn, In, self._states(S_next), A_next
 
     def _stacks(self, core: ReplayBuffer, ids: Array) -> Array:
         """Frame stacks of ``ids`` (core layout), padded with the episode's first frame."""
@@ -404,32 +377,61 @@ class ExperienceReplayBuffer:
         frames = frames.reshape(pos.shape + frames.shape[1:])
         return frames if k > 1 else frames[:, 0]
 
-    def _draw(self, core: ReplayBuffer, B: int) -> tuple[Array, Array, Array]:
-        """keras-gym's draws: core ids, window lengths and done flags of ``B`` valid draws."""
-        M, n, k = self._slots(), self.bootstrap_n, max(self.num_frames, 1)
-        adds, last = self._adds, self._last_id
-        kept: list[tuple[Array, Array, Array]] = []
+    def _slot_ids(self, slots: Array) -> Array:
+        """Core ids of the adds keras-gym's ring ``slots`` hold (the newest add per slot).
+
+        Slot ``p`` holds add ``i = p + M * floor((adds - 1 - p) / M)`` (``M`` slots); keras-gym
+        0.2.17 only reads slots written since the last ``clear``, whose adds the core keeps.
+        """
+        M = self._slots()
+        out: Array = self._first_id + slots + M * ((self._adds - 1 - slots) // M)
+        return out
+
+    def _draw(self, core: ReplayBuffer, B: int, J: int) -> tuple[Array, Array, Array, Array]:
+        """keras-gym 0.2.17's draws, ``B`` kept: core ids, dones, ``Rn`` and the raw ``ks`` ids.
+
+        Each attempt draws ``r = random.randint(J)`` (``J = len - num_frames``): the stack is
+        ring slots ``js = r + arange(num_frames)``, the window ``ls = js[-1] + arange(n)``,
+        the next stack ``ks = js + n`` (no slot index reaches ``M``, so nothing wraps). An
+        attempt is kept under keras-gym's rules (R1: no earlier frame of the stack has a
+        larger episode id; R2: unless the window hits a ``done``, every ``ks`` slot has the
+        episode's id) and the front-end's fixes (a window that reads slots not yet
+        re-written, or crosses into another episode id before its ``done``, is rejected).
+        """
+        n, k, last = self.bootstrap_n, self.num_frames, self._last_id
+        kept: list[tuple[Array, ...]] = []
         got = drawn = 0
         budget = _ATTEMPTS_PER_ITEM * B
         while got < B and drawn < budget:
             need = min(B - got, budget - drawn)
-            j = self.random.randint(self._num_transitions, size=need)
+            r = self.random.randint(J, size=need)
             drawn += need
-            i = j + M * ((adds - 1 - j) // M)  # the add keras-gym's slot j holds
-            t = self._first_id + i
-            to_end = core.steps_to_episode_end(t)  # -1 while the episode runs
-            in_window = (to_end >= 0) & (to_end < n)
-            done = in_window & core.get_field("terminated", t + np.where(in_window, to_end, 0))
-            # the window is stored: it ends its episode, or step t + n exists
-            known = in_window | (t + n <= last)
-            # keras-gym: "if not done and np.any(self._e[ks] > ep): continue" (a cut episode)
-            cut = in_window & ~done
-            # keras-gym: "if np.any(self._e[js[:-1]] > ep): continue": the stack reaches slots
-            # overwritten by newer adds, and the newest of those is in a later episode
-            stale = (i - (k - 1) < adds - M) & (to_end >= 0) & (t + to_end < last)
-            ok = known & ~cut & ~stale
-            steps = np.where(in_window, to_end + 1, n)
-            kept.append((t[ok], steps[ok], done[ok]))
+            js = self._slot_ids(r[:, None] + np.arange(k))  # core ids of the stack's slots
+            e_js = core.get_field("episode_id", js.reshape(-1)).reshape(js.shape)
+            ep = e_js[:, -1]
+            t = js[:, -1]
+            ls = self._slot_ids(r[:, None] + (k - 1) + np.arange(n))
+            e_ls = core.get_field("episode_id", ls.reshape(-1)).reshape(ls.shape)
+            d_ls = core.get_field("terminated", ls.reshape(-1)).reshape(ls.shape)
+            done: Array = np.any(d_ls, axis=1)
+            first_done = np.argmax(d_ls, axis=1) if n else np.zeros(need, np.intp)
+            steps = np.where(done, first_done + 1, n)  # slots keras-gym's loop reads
+            ks = self._slot_ids(r[:, None] + n + np.arange(k))
+            e_ks = core.get_field("episode_id", ks.reshape(-1)).reshape(ks.shape)
+            r1 = (e_js[:, :-1] > ep[:, None]).any(axis=1)  # keras-gym's first `continue`
+            r2 = ~done & (e_ks != ep[:, None]).any(axis=1)  # keras-gym's second `continue`
+            read = np.arange(n) < steps[:, None]
+            # fix 1: the window (or, unless done, ks) reaches slots past the write cursor,
+            # which still hold older adds: step t + u exists only if t + u <= last
+            unwritten = np.where(done, t + steps - 1 > last, t + n > last)
+            # fix 3: the window crosses into another episode id before its done (a cut)
+            crosses = (read & (e_ls != ep[:, None])).any(axis=1)
+            ok = ~(r1 | r2 | unwritten | crosses)
+            rewards = core.get_field("reward", ls.reshape(-1)).reshape(ls.shape)
+            rn = np.zeros(need)
+            for u in range(n):  # keras-gym's order: rn += gamma**t * r[l], stopping at done
+                rn += np.where(read[:, u], pow(self.gamma, u) * rewards[:, u], 0.0)
+            kept.append((t[ok], done[ok], rn[ok], ks[ok]))
             got += int(ok.sum())
         if got < B:
             raise SampleConstructionError(
@@ -437,37 +439,8 @@ class ExperienceReplayBuffer:
                 "stored windows reach the end of an episode that was cut (a new episode_id "
                 "without done), which leaves nothing to bootstrap from"
             )
-        ids, steps, done = (np.concatenate(parts) for parts in zip(*kept, strict=True))
-        return ids, steps, done
-
-    def _returns(self, core: ReplayBuffer, ids: Array, steps: Array) -> Array:
-        """``Rn``, summed in keras-gym's order with ``self.gamma`` (read now, as keras-gym does)."""
-        n = self.bootstrap_n
-        window = np.minimum(ids[:, None] + np.arange(n), self._last_id)
-        rewards = core.get_field("reward", window.reshape(-1)).reshape(window.shape)
-        rn = np.zeros(ids.shape[0])
-        for u in range(n):  # over the window, vectorised over the batch
-            rn += np.where(u < steps, pow(self.gamma, u) * rewards[:, u], 0.0)
-        return rn
-
-    def _after_done(self, core: ReplayBuffer, ids: Array) -> tuple[Array, Array]:
-        """keras-gym's ``S_next``/``A_next`` rows of done windows (core layout), masked by In=0.
-
-        keras-gym reads the stack and action at ``t + bootstrap_n`` whatever episode they are
-        in: the next episode's steps. Frames before the episode of ``t`` repeat its first frame
-        (keras-gym's padding); a step not added yet reads zeros (keras-gym reads a slot not
-        written yet, or stale data).
-        """
-        k, last = self.num_frames, self._last_id
-        target = ids + self.bootstrap_n
-        pos = target[:, None] - np.arange(k - 1, -1, -1)
-        pos = np.maximum(pos, core.episode_begin(ids)[:, None])
-        frames = core.get_field("obs", np.minimum(pos, last).reshape(-1))
-        frames = frames.reshape(pos.shape + frames.shape[1:])
-        frames[pos > last] = 0
-        actions = core.get_field("action", np.minimum(target, last))
-        actions[target > last] = 0
-        return (frames if k > 1 else frames[:, 0]), actions
+        t, done, rn, ks = (np.concatenate(parts) for parts in zip(*kept, strict=True))
+        return t, done, rn, ks
 
     def _states(self, obs: Array) -> Array:
         if self.num_frames == 1:
@@ -478,6 +451,53 @@ class ExperienceReplayBuffer:
         for f in range(obs.shape[1]):
             out[..., f] = obs[:, f]
         return out
+
+    # ------------------------------------------------------------------ keras-gym's ring
+    def _ring(self, name: str) -> Array:
+        """Field ``name`` laid out as keras-gym's ring of ``capacity + bootstrap_n`` slots.
+
+        A copy: slot ``p`` holds the newest add ``i`` with ``i % M == p`` since the last
+        ``clear``; slots not written since then read zeros (keras-gym keeps older data there).
+        """
+        core = self._core
+        if core is None:
+            raise AttributeError(f"{type(self).__name__!r} has no cache before the first add")
+        dtype, shape = core.schema.fields[name].dtype, core.schema.fields[name].shape
+        out = np.zeros((self._slots(), *shape), dtype)
+        written = np.arange(self._num_transitions)
+        if written.size:
+            out[written] = core.get_field(name, self._slot_ids(written))
+        return out
+
+    @property
+    def _s(self) -> Array:
+        """keras-gym's frame cache ``_s`` (a copy, see :meth:`_ring`)."""
+        return self._ring("obs")
+
+    @property
+    def _a(self) -> Array:
+        """keras-gym's action cache ``_a`` (a copy, see :meth:`_ring`)."""
+        return self._ring("action")
+
+    @property
+    def _r(self) -> Array:
+        """keras-gym's reward cache ``_r`` (a copy, see :meth:`_ring`)."""
+        return self._ring("reward")
+
+    @property
+    def _d(self) -> Array:
+        """keras-gym's done cache ``_d`` (a copy, see :meth:`_ring`)."""
+        return self._ring("terminated")
+
+    @property
+    def _e(self) -> Array:
+        """keras-gym's episode-id cache ``_e`` (a copy, see :meth:`_ring`)."""
+        return self._ring("episode_id")
+
+    @property
+    def _i(self) -> int:
+        """keras-gym's write cursor: the ring slot the next add writes."""
+        return self._adds % self._slots() if self._slots() > 0 else 0
 
     # ------------------------------------------------------------------ pickling
     def __getstate__(self) -> dict[str, Any]:
@@ -521,27 +541,3 @@ def _assigned(value: Any, shape: tuple[int, ...], dtype: np.dtype[Any]) -> Array
     row[0] = value  # exactly keras-gym's `self._s[self._i] = s` on one row
     out: Array = row[0]
     return out
-
-
-def _get_env_attr(env: Any, attr: str, default: Any, max_depth: int = 100) -> Any:
-    """``getattr`` on ``env`` or the first env it wraps (``.env`` chain) that has ``attr``.
-
-    keras-gym's ``get_env_attr``: gymnasium wrappers no longer forward attributes, so the
-    chain is walked explicitly.
-    """
-    e = env
-    for _ in range(max_depth):
-        if hasattr(e, attr):
-            return getattr(e, attr)
-        if not hasattr(e, "env"):
-            break
-        e = e.env
-    return default
-
-
-def _is_space(space: Any, name: str) -> bool:
-    """Whether ``space`` is a gym/gymnasium space class called ``name`` (or a subclass).
-
-    By class name, so neither gym nor gymnasium has to be imported and both work.
-    """
-    return any(cls.__name__ == name for cls in type(space).__mro__)
