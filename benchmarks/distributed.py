@@ -8,7 +8,8 @@ Measures, on this machine, with fields ``obs: float32[4]`` and ``action: int64``
   actors, ``flush_every=64``);
 * transitions/s sampled by one learner, ``B = 256``: uniform, prioritized with a
   ``update_priorities`` of the batch after every batch, and ``update_priorities`` calls/s
-  (256 ids each) alone. The Ray learner uses ``svc.iterate(256, prefetch=4)``; the plain
+  (256 ids each) alone. The Ray learner uses ``svc.iterate(256, prefetch=4, per_call=4)`` and
+  ``update_priorities(..., wait=False)``; the plain
   ``svc.sample`` loop (one round trip at a time) is reported beside it.
 
 Anchors (issue 14; one Reverb 0.14 server on loopback, one Python client, this machine kind):
@@ -69,21 +70,34 @@ def one_step_loop(add: Any, secs: float) -> tuple[int, float]:
 
 
 # ---------------------------------------------------------------------- shared memory
-def _shm_writer(handle: Any, secs: float, ready: Any, go: Any, out: Any) -> None:
+def extend_loop(w: Any, env: int, secs: float) -> tuple[int, float]:
+    """``w.extend`` of 64-step chunks (as Ape-X actors send them) for ``secs``."""
+    c = chunk(64)
+    n, t0 = 0, time.perf_counter()
+    while time.perf_counter() - t0 < secs:
+        w.extend(env_id=env, **c)
+        n += 64
+    return n, time.perf_counter() - t0
+
+
+def _shm_writer(handle: Any, secs: float, mode: str, ready: Any, go: Any, out: Any) -> None:
     w = rr.attach(handle)
-    one_step_loop(w.add, 0.2)  # warm: Numba's cache, first calls
+    env = int(handle.env_ids[0])
+    run = (lambda s: one_step_loop(w.add, s)) if mode == "add" else (
+        lambda s: extend_loop(w, env, s))  # fmt: skip
+    run(0.2)  # warm: Numba's cache, first calls
     ready.put(os.getpid())
     go.wait()
-    out.put(one_step_loop(w.add, secs))
+    out.put(run(secs))
     w.close()
 
 
-def shm_inserts(writers: int, secs: float) -> float:
+def shm_inserts(writers: int, secs: float, mode: str = "add") -> float:
     ctx = mp.get_context("spawn")
     buf = rr.ReplayBuffer(writers * 2**20, FIELDS, num_envs=writers, seed=0, storage="shared")
     ready, out, go = ctx.Queue(), ctx.Queue(), ctx.Event()
     procs = [
-        ctx.Process(target=_shm_writer, args=(buf.share(env_ids=[e]), secs, ready, go, out))
+        ctx.Process(target=_shm_writer, args=(buf.share(env_ids=[e]), secs, mode, ready, go, out))
         for e in range(writers)
     ]
     for p in procs:
@@ -179,7 +193,10 @@ def ray_fill(svc: Any, envs: int) -> None:
 
 
 def ray_sampling(svc_uni: Any, svc_per: Any, secs: float) -> dict[str, float]:
-    its = {"uniform": svc_uni.iterate(B, prefetch=4), "per": svc_per.iterate(B, prefetch=4)}
+    its = {
+        "uniform": svc_uni.iterate(B, prefetch=4, per_call=4),
+        "per": svc_per.iterate(B, prefetch=4, per_call=4),
+    }
 
     def update(ids: np.ndarray, p: np.ndarray) -> None:  # the learner does not wait
         svc_per.update_priorities(ids, p, wait=False)
@@ -250,6 +267,9 @@ def main() -> None:
     for w in args.writers:
         log(row("shared", "-", f"inserts, {w} writer process(es), add 1 step", shm_inserts(w, secs),
                 "insert"))  # fmt: skip
+    for w in args.writers:
+        log(row("shared", "-", f"inserts, {w} writer process(es), extend 64 steps",
+                shm_inserts(w, secs, "extend"), "-"))  # fmt: skip
     s = shm_sampling(secs)
     log(row("shared", "-", "sampled, uniform B=256", s["uniform"], "uniform"))
     log(row("shared", "-", "sampled, PER B=256 + update", s["per"], "per"))
@@ -276,8 +296,16 @@ def main() -> None:
             ray_fill(uni, E)
             ray_fill(per, E)
             s = ray_sampling(uni, per, secs)
-        log(row("ray", S, "sampled, uniform B=256 (iterate)", s["uniform"], "uniform"))
-        log(row("ray", S, "sampled, PER B=256 + update (iterate, wait=False)", s["per"], "per"))
+        log(row("ray", S, "sampled, uniform B=256 (iterate, 4 per call)", s["uniform"], "uniform"))
+        log(
+            row(
+                "ray",
+                S,
+                "sampled, PER B=256 + update (iterate 4 per call, wait=False)",
+                s["per"],
+                "per",
+            )
+        )
         log(row("ray", S, "update_priorities calls (256 ids, wait=False)", s["update_calls"],
                 "update_calls"))  # fmt: skip
         log(row("ray", S, "update_priorities calls (256 ids, waited)",
