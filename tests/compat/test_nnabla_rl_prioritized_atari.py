@@ -67,8 +67,8 @@ def test_names_module_paths_and_bases_as_nnabla_rl() -> None:
     assert issubclass(RankBasedPrioritizedAtariBuffer, RankBasedPrioritizedReplayBuffer)
     with pytest.raises(ValueError, match="greater than 0"):
         ProportionalPrioritizedAtariBuffer(capacity=0)
-    with pytest.raises(ValueError):
-        RankBasedPrioritizedAtariBuffer(capacity=5, normalization_method="nope")
+    with pytest.raises(AssertionError):  # nnabla-rl asserts the method
+        ProportionalPrioritizedAtariBuffer(capacity=5, normalization_method="nope")
 
 
 @pytest.mark.parametrize("cls", CLASSES)
@@ -94,7 +94,7 @@ def test_experiences_are_the_atari_buffers_through_ring_wraps(cls: Any, k: int) 
 
 @pytest.mark.parametrize("cls", CLASSES)
 def test_draws_follow_the_priorities(cls: Any) -> None:
-    """A proportional/rank law over the stored experiences, as the prioritized buffers'."""
+    """The prioritized buffers' draws: a proportional law, or one draw per rank segment."""
     n = 6
     extra = {} if cls is ProportionalPrioritizedAtariBuffer else {"sort_interval": 1}
     buffer = cls(capacity=n, alpha=1.0, error_clip=None, seed=1, **extra)
@@ -109,9 +109,9 @@ def test_draws_follow_the_priorities(cls: Any) -> None:
         buffer.update_priorities(errors[[int(e[2]) for e in experiences]])
     if cls is ProportionalPrioritizedAtariBuffer:
         p = errors / errors.sum()
-    else:  # rank 1 = the largest error
-        ranks = np.array([6.0, 5.0, 4.0, 3.0, 2.0, 1.0])
-        p = ranks**-1.0 / (ranks**-1.0).sum()
+    else:  # num_samples == len: nnabla-rl's n segments are one heap position each
+        assert [counts[i] for i in range(n)] == [500] * n
+        return
     observed = [counts[i] for i in range(n)]
     assert chisquare(observed, p * sum(observed)).pvalue > P_CHI
 

@@ -1,25 +1,20 @@
 """nnabla-rl's prioritized-replay helpers: ``SumTree``, ``MinTree``, ``MaxHeap``, data holders.
 
-nnabla-rl's ``prioritized_replay_buffer`` module exports, beside its buffers, the structures they
-are built on. Their names and methods are reproduced here (re-exported from
-:mod:`rlreplay.compat.nnabla_rl.replay_buffers.prioritized_replay_buffer`):
+Checked against nnabla-rl 0.16.0's ``nnabla_rl/replay_buffers/prioritized_replay_buffer.py``
+(Apache-2.0, Sony Group Corporation): the same classes, constructors, methods and index
+conventions, with the list-of-nodes storage replaced by float64 arrays walked by the Numba
+kernels of :mod:`._kernels` (the same comparisons in the same order, so the same values end up
+in the same places). nnabla-rl's index naming:
 
-* :class:`SumTree` / :class:`MinTree`: a ring of ``capacity`` values (``append`` writes at the
-  tail and wraps, overwriting the oldest) with their sum / minimum in O(1) and updates in
-  O(log n), in nnabla-rl's binary-tree layout (so any float is stored, and the descent is
-  nnabla-rl's): leaf ``k`` is *absolute index* ``k``, the ring slot. (The buffers themselves
-  keep their priorities in the core's trees; these helpers are for code that uses nnabla-rl's
-  classes directly.)
-* :class:`MaxHeap`: a binary max-heap of priorities, each tied to an absolute index (ring slot);
-  the heap position of an item is its approximate rank (position 0 holds the largest priority),
-  exact after :meth:`MaxHeap.sort_data`.
-* :class:`SumTreeDataHolder` / :class:`MaxHeapDataHolder`: a ring of data items with one
-  priority each, addressed by *relative index* (0 = oldest held item, as a replay buffer's
-  positions). The sum-tree holder stores ``priority ** alpha`` and samples by prefix sum; the
-  heap holder ranks the raw priorities.
+* *relative index*: 0 is the oldest held item, ``len - 1`` the newest;
+* *absolute index*: the slot in the ring (``(relative + head) % capacity``);
+* *tree index*: 0 is the root, ``absolute + capacity - 1`` a leaf;
+* *heap index*: 0 holds the largest priority; an item's rank is its heap index + 1.
 
-The absolute index of relative index ``i`` is ``(head + i) % capacity``, ``head`` being the
-slot of the oldest item.
+Differences: values are held as float64 (nnabla-rl keeps whatever object was passed, e.g. a
+NumPy float32 or a one-element array, and adds them with NumPy's scalar promotion), so
+``tree[i]`` and ``heap[i]`` give Python floats; an index out of range raises ``IndexError``
+where nnabla-rl's list would wrap a negative one.
 """
 
 from __future__ import annotations
@@ -30,128 +25,102 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["MaxHeap", "MaxHeapDataHolder", "MinTree", "SumTree", "SumTreeDataHolder"]
+from rlreplay.compat.nnabla_rl.replay_buffers import _kernels as K
+from rlreplay.compat.nnabla_rl.utils.data import RingBuffer
+
+__all__ = [
+    "BinaryTree",
+    "MaxHeap",
+    "MaxHeapDataHolder",
+    "MinTree",
+    "PrioritizedDataHolder",
+    "SumTree",
+    "SumTreeDataHolder",
+    "as_float",
+]
+
+Array = np.ndarray[Any, Any]
 
 
-def _capacity(value: Any) -> int:
-    capacity = operator.index(value)
-    if capacity <= 0:
-        raise ValueError("buffer size must be greater than 0")
-    return capacity
+def as_float(value: Any) -> float:
+    """One number as a Python float (a NumPy scalar or a one-element array included).
+
+    Raises:
+        ValueError: ``value`` holds several numbers (nnabla-rl's comparisons of such arrays
+            raise ``ValueError`` too: "truth value of an array ... is ambiguous").
+    """
+    a = np.asarray(value, dtype=np.float64)
+    if a.size != 1:
+        raise ValueError(
+            f"priority: expected one number, got an array of shape {a.shape} (the truth value "
+            "of an array with more than one element is ambiguous)"
+        )
+    return float(a.reshape(-1)[0])
 
 
-class _RingTree:
-    """A ring of values in nnabla-rl's binary-tree layout, written at ``tail``.
+class BinaryTree:
+    """nnabla-rl's ``BinaryTree``: a ring of ``capacity`` values in a binary tree.
 
-    nnabla-rl's trees are a heap array of ``2 * capacity - 1`` nodes: absolute index ``k`` is
-    node ``k + capacity - 1`` and node ``i`` combines nodes ``2i + 1`` and ``2i + 2`` with the
-    tree's operation (``+`` or ``min`` on Python floats). The same layout and arithmetic are
-    kept here (a float64 array, whose additions are Python's float additions), so sums, minima
-    and the sum tree's descent are nnabla-rl's, whatever the values: negative, NaN or infinite
-    values are stored as nnabla-rl stores them. (For a capacity that is not a power of two the
-    leaves lie on two levels, so the descent meets them in an order other than ``0, 1, ...``,
-    as nnabla-rl's does.)
+    ``append`` writes at the tail and wraps (overwriting the oldest value); ``update`` sets
+    one absolute index. Every write recomputes the ancestors (O(log capacity)).
+
+    Args:
+        capacity: Number of values the ring holds.
+        init_node_value: Value of every node before any write.
     """
 
-    _init_value = 0.0
+    _is_min = False
 
-    def __init__(self, capacity: int) -> None:
-        self._capacity = _capacity(capacity)
-        self._tree = np.full(2 * self._capacity - 1, self._init_value, np.float64)
+    def __init__(self, capacity: int, init_node_value: float) -> None:
+        self._capacity = operator.index(capacity)
+        self._init_node_value = init_node_value
         self._tail_index = 0
         self._length = 0
-
-    @staticmethod
-    def _operation(a: float, b: float) -> float:
-        raise NotImplementedError
-
-    @property
-    def capacity(self) -> int:
-        """Number of values the ring holds."""
-        return self._capacity
+        self._tree: Array = np.full(max(2 * self._capacity - 1, 0), init_node_value, np.float64)
 
     def __len__(self) -> int:
         return self._length
 
-    def __getitem__(self, absolute_index: int) -> float:
-        return float(self._tree[self._check(absolute_index) + self._capacity - 1])
-
-    def _check(self, absolute_index: int) -> int:
-        k = operator.index(absolute_index)
-        if not 0 <= k < self._capacity:
-            raise IndexError(f"absolute index {k} is out of range [0, {self._capacity})")
-        return k
+    def __getitem__(self, tree_index: int) -> float:
+        return float(self._tree[operator.index(tree_index)])
 
     def append(self, value: float) -> None:
-        """Write ``value`` at the tail (the oldest value once the ring is full)."""
+        """Write ``value`` at the tail, then move the tail (wrapping)."""
         self.update(self._tail_index, value)
         self._tail_index = (self._tail_index + 1) % self._capacity
-        self._length = min(self._length + 1, self._capacity)
+        if self._length < self._capacity:
+            self._length += 1
 
     def update(self, absolute_index: int, value: float) -> None:
-        """Set the value at ``absolute_index``; its ancestors are recomputed (O(log n))."""
-        tree = self._tree
-        i = self._check(absolute_index) + self._capacity - 1
-        tree[i] = float(value)
-        while i > 0:
-            i = (i - 1) // 2
-            tree[i] = self._operation(float(tree[2 * i + 1]), float(tree[2 * i + 2]))
+        """Set the value at ``absolute_index`` and recompute its ancestors."""
+        a = operator.index(absolute_index)
+        if not 0 <= a < self._capacity:
+            raise IndexError(f"absolute index {a} is out of range [0, {self._capacity})")
+        v = as_float(value)
+        if self._is_min:
+            K.min_tree_update(self._tree, self._capacity, a, v)
+        else:
+            K.sum_tree_update(self._tree, self._capacity, a, v)
+
+    def update_many(self, absolute_indices: Array, values: Array) -> None:
+        """:meth:`update` for each pair in order (checked indices; an rlreplay addition)."""
+        a = np.ascontiguousarray(absolute_indices, np.int64)
+        v = np.ascontiguousarray(values, np.float64)
+        K.tree_update_many(self._tree, self._capacity, a, v, self._is_min)
+
+    def values(self, absolute_indices: Array) -> Array:
+        """The leaf values at ``absolute_indices`` (float64; an rlreplay addition)."""
+        return self._tree[np.asarray(absolute_indices, np.int64) + (self._capacity - 1)]
+
+    def tree_to_absolute_index(self, tree_index: int) -> int:
+        return tree_index - (self._capacity - 1)
+
+    def absolute_to_tree_index(self, absolute_index: int) -> int:
+        return absolute_index + self._capacity - 1
 
 
-class SumTree(_RingTree):
-    """nnabla-rl's ``SumTree``: a ring of values with their sum (see :class:`_RingTree`).
-
-    Empty slots hold 0. Any float is stored, as nnabla-rl's Python list stores it: a negative
-    or NaN value enters the sums as it does there.
-
-    Example:
-        >>> tree = SumTree(capacity=4)
-        >>> for v in (1.0, 2.0, 3.0, 4.0, 5.0):
-        ...     tree.append(v)
-        >>> tree.sum(), tree[0], tree.get_absolute_index_from_query(6.5)
-        (14.0, 5.0, 1)
-    """
-
-    _init_value = 0.0
-
-    @staticmethod
-    def _operation(a: float, b: float) -> float:
-        return a + b
-
-    def sum(self) -> float:
-        """Sum of every value (the root node)."""
-        return float(self._tree[0])
-
-    def get_absolute_index_from_query(self, query: float) -> int:
-        """The leaf reached by nnabla-rl's prefix-sum descent for ``query``.
-
-        From the root, the descent goes to the left child while ``query <= left`` and
-        otherwise to the right child with ``query - left``, down to a leaf. So a query of 0
-        (an all-zero tree included) reaches the left-most leaf of the deepest level, and a
-        NaN query the right-most leaf.
-
-        Raises:
-            ValueError: ``query`` below 0 or above ``sum()``.
-        """
-        q = float(query)
-        if q < 0 or self.sum() < q:
-            raise ValueError(f"query {q} is out of range [0, {self.sum()}]")
-        tree, i, n = self._tree, 0, self._tree.shape[0]
-        while 2 * i + 1 < n:
-            left = float(tree[2 * i + 1])
-            if q <= left:
-                i = 2 * i + 1
-            else:
-                q -= left
-                i = 2 * i + 2
-        return i - (self._capacity - 1)
-
-
-class MinTree(_RingTree):
-    """nnabla-rl's ``MinTree``: a ring of values with their minimum (``inf`` when empty).
-
-    The minimum is taken pairwise as Python's ``min(a, b)`` takes it (``a`` unless ``b < a``),
-    so a NaN is stored and propagates as it does in nnabla-rl's tree.
+class MinTree(BinaryTree):
+    """nnabla-rl's ``MinTree``: the minimum of the ring (``inf`` for empty leaves).
 
     Example:
         >>> tree = MinTree(capacity=2)
@@ -160,206 +129,213 @@ class MinTree(_RingTree):
         1.0
     """
 
-    _init_value = math.inf
+    _is_min = True
 
-    @staticmethod
-    def _operation(a: float, b: float) -> float:
-        return min(a, b)
+    def __init__(self, capacity: int) -> None:
+        super().__init__(capacity, init_node_value=math.inf)
 
     def min(self) -> float:
-        """Smallest value (``inf`` before any append)."""
+        return float(self._tree[0])
+
+
+class SumTree(BinaryTree):
+    """nnabla-rl's ``SumTree``: the sum of the ring, and the prefix-sum descent.
+
+    Example:
+        >>> tree = SumTree(capacity=4)
+        >>> for v in (1.0, 2.0, 3.0, 4.0, 5.0):
+        ...     tree.append(v)
+        >>> tree.sum(), tree[tree.absolute_to_tree_index(0)]
+        (14.0, 5.0)
+        >>> tree.get_absolute_index_from_query(6.5)
+        1
+    """
+
+    def __init__(self, capacity: int) -> None:
+        super().__init__(capacity, init_node_value=0.0)
+
+    def get_absolute_index_from_query(self, query: float) -> int:
+        """The leaf of the prefix-sum descent for ``query`` (left while ``query < left``).
+
+        Raises:
+            ValueError: ``query`` below 0 or above :meth:`sum`.
+        """
+        index = K.sum_tree_query(self._tree, self._capacity, float(query))
+        if index < 0:
+            raise ValueError(f"You must use value between [0, {self.sum()}] as query")
+        return int(index)
+
+    def query_many(self, queries: Array) -> Array | None:
+        """The descent for each query (int64), or None if one is out of range (rlreplay)."""
+        q = np.ascontiguousarray(queries, np.float64)
+        out = np.empty(q.shape[0], np.int64)
+        return out if K.sum_tree_query_many(self._tree, self._capacity, q, out) else None
+
+    def sum(self) -> float:
         return float(self._tree[0])
 
 
 class MaxHeap:
-    """nnabla-rl's ``MaxHeap``: a binary max-heap of priorities keyed by absolute index.
+    """nnabla-rl's ``MaxHeap``: priorities keyed by absolute index, the largest at position 0.
 
-    Items are appended at absolute index ``tail`` (a ring of ``capacity``); once full, an append
-    replaces the priority of the oldest item, which keeps its absolute index. Heap position 0
-    holds the largest priority; a parent's priority is never below its children's. Position
-    ``h`` is the item's approximate rank ``h + 1``, exact right after :meth:`sort_data` (a
-    descending array is a valid heap).
+    While not full, ``append`` pushes absolute index ``len`` at heap position ``len`` and
+    sifts it up; once full, it gives the oldest absolute index (cycling from 0) the new value
+    with :meth:`update` (sift up, then sift down from the old position). :meth:`sort_data`
+    sorts by decreasing value, ties in heap order (Python's stable ``sorted``).
 
-    Cost: ``append`` and ``update`` are O(log n); ``sort_data`` is O(n log n).
+    Cost: append and update O(log n) (one kernel call); sort_data O(n log n).
 
     Example:
         >>> heap = MaxHeap(capacity=4)
         >>> for p in (0.1, 3.0, 2.0):
         ...     heap.append(p)
-        >>> heap.get_absolute_index_from_heap_index(0), heap.max()
-        (1, 3.0)
+        >>> heap[0], heap.get_absolute_index_from_heap_index(0)
+        ((1, 3.0), 1)
     """
 
     def __init__(self, capacity: int) -> None:
-        self._capacity = _capacity(capacity)
-        self._priorities = np.zeros(self._capacity, np.float64)  # by heap position
-        self._heap_to_absolute = np.zeros(self._capacity, np.int64)
-        self._absolute_to_heap = np.full(self._capacity, -1, np.int64)
-        self._length = 0
+        self._capacity = operator.index(capacity)
+        n = max(self._capacity, 0)
+        self._vals: Array = np.full(n, -math.inf, np.float64)  # by heap index
+        self._h2a: Array = np.full(n, -1, np.int64)  # heap -> absolute (-1: None)
+        self._a2h: Array = np.full(n, -1, np.int64)  # absolute -> heap (-1: None)
         self._tail_index = 0
-
-    @property
-    def capacity(self) -> int:
-        """Number of items the heap holds."""
-        return self._capacity
+        self._oldest_index = 0
+        self._length = 0
 
     def __len__(self) -> int:
         return self._length
 
-    def max(self) -> float:
-        """The largest priority (``-inf`` when empty)."""
-        return float(self._priorities[0]) if self._length else -math.inf
-
-    def append(self, priority: float) -> None:
-        """Add an item with ``priority`` at the tail (replacing the oldest once full)."""
-        absolute_index = self._tail_index
-        if self._length == self._capacity:
-            self.update(absolute_index, priority)
-        else:
-            h = self._length
-            self._priorities[h] = float(priority)
-            self._heap_to_absolute[h] = absolute_index
-            self._absolute_to_heap[absolute_index] = h
-            self._length += 1
-            self._sift_up(h)
-        self._tail_index = (self._tail_index + 1) % self._capacity
-
-    def update(self, absolute_index: int, priority: float) -> None:
-        """Set the priority of the item at ``absolute_index`` and restore the heap order."""
-        h = self.get_heap_index_from_absolute_index(absolute_index)
-        self._priorities[h] = float(priority)
-        self._sift_down(self._sift_up(h))
-
-    def get_priority(self, absolute_index: int) -> float:
-        """Priority of the item at ``absolute_index``."""
-        return float(self._priorities[self.get_heap_index_from_absolute_index(absolute_index)])
-
-    def get_heap_index_from_absolute_index(self, absolute_index: int) -> int:
-        k = operator.index(absolute_index)
-        if not 0 <= k < self._capacity or self._absolute_to_heap[k] < 0:
-            raise IndexError(f"absolute index {k}: no item there")
-        return int(self._absolute_to_heap[k])
-
-    def get_absolute_index_from_heap_index(self, heap_index: int) -> int:
+    def __getitem__(self, heap_index: int) -> tuple[int, float] | None:
         h = operator.index(heap_index)
-        if not 0 <= h < self._length:
-            raise IndexError(f"heap index {h} is out of range [0, {self._length})")
-        return int(self._heap_to_absolute[h])
+        a = int(self._h2a[h])
+        return None if a < 0 else (a, float(self._vals[h]))
+
+    def append(self, value: float) -> None:
+        v = as_float(value)
+        if self._length == self._capacity:
+            self.update(self._oldest_index, v)
+            self._oldest_index = (self._oldest_index + 1) % self._capacity
+        else:
+            h = self._tail_index
+            K.heap_push(self._vals, self._h2a, self._a2h, h, h, v)
+            if self._tail_index < self._capacity - 1:
+                self._tail_index += 1
+            self._length += 1
 
     def sort_data(self) -> None:
-        """Sort the heap by descending priority (stable: ties keep their heap order)."""
+        """Sort by decreasing value; ties (and the empty positions, last) keep heap order."""
         n = self._length
-        order = np.argsort(-self._priorities[:n], kind="stable")
-        self._priorities[:n] = self._priorities[:n][order]
-        self._heap_to_absolute[:n] = self._heap_to_absolute[:n][order]
-        self._absolute_to_heap[self._heap_to_absolute[:n]] = np.arange(n)
+        vals = self._vals[:n]
+        if np.isnan(vals).any():
+            # NaN compares false both ways: only Python's own sort gives nnabla-rl's order
+            order = np.array(sorted(range(n), key=vals.tolist().__getitem__, reverse=True))
+        else:
+            order = np.argsort(-vals, kind="stable")
+        if n:
+            self._vals[:n] = vals[order]
+            self._h2a[:n] = self._h2a[:n][order]
+            self._a2h[self._h2a[:n]] = np.arange(n)
 
-    # The sifts move one item along a path, swapping while the order is violated.
-    def _swap(self, a: int, b: int) -> None:
-        p, ab = self._priorities, self._heap_to_absolute
-        p[a], p[b] = p[b], p[a]
-        ab[a], ab[b] = ab[b], ab[a]
-        self._absolute_to_heap[ab[a]] = a
-        self._absolute_to_heap[ab[b]] = b
+    def get_absolute_index_from_heap_index(self, heap_index: int) -> int | None:
+        return self.heap_to_absolute_index(heap_index)
 
-    def _sift_up(self, h: int) -> int:
-        p = self._priorities
-        while h > 0 and p[(h - 1) // 2] < p[h]:
-            self._swap(h, (h - 1) // 2)
-            h = (h - 1) // 2
-        return h
+    def update(self, absolute_index: int, value: float) -> None:
+        h = self.absolute_to_heap_index(absolute_index)
+        if h is None:
+            raise TypeError(f"absolute index {absolute_index} holds no item (heap index None)")
+        K.heap_update(
+            self._vals, self._h2a, self._a2h, self._length, operator.index(absolute_index),
+            as_float(value),
+        )  # fmt: skip
 
-    def _sift_down(self, h: int) -> int:
-        p, n = self._priorities, self._length
-        while True:
-            largest = h
-            for child in (2 * h + 1, 2 * h + 2):
-                if child < n and p[child] > p[largest]:
-                    largest = child
-            if largest == h:
-                return h
-            self._swap(h, largest)
-            h = largest
+    def update_many(self, absolute_indices: Array, values: Array) -> None:
+        """:meth:`update` for each pair in order; indices < 0 are skipped (rlreplay)."""
+        a = np.ascontiguousarray(absolute_indices, np.int64)
+        v = np.ascontiguousarray(values, np.float64)
+        K.heap_update_many(self._vals, self._h2a, self._a2h, self._length, a, v)
+
+    def absolute_to_heap_index(self, absolute_index: int) -> int | None:
+        h = int(self._a2h[operator.index(absolute_index)])
+        return None if h < 0 else h
+
+    def heap_to_absolute_index(self, heap_index: int) -> int | None:
+        a = int(self._h2a[operator.index(heap_index)])
+        return None if a < 0 else a
+
+    def heap_indices(self, absolute_indices: Array) -> Array:
+        """Heap index of each absolute index (-1: no item; an rlreplay addition)."""
+        return self._a2h[np.asarray(absolute_indices, np.int64)]
+
+    def absolute_indices(self, heap_indices: Array) -> Array:
+        """Absolute index at each heap index (-1: none; an rlreplay addition)."""
+        return self._h2a[np.asarray(heap_indices, np.int64)]
 
 
-class _RingData:
-    """A ring of ``capacity`` data items addressed by relative index (0 = oldest)."""
+class PrioritizedDataHolder:
+    """nnabla-rl's ``PrioritizedDataHolder``: a :class:`RingBuffer` of data plus priorities."""
 
     def __init__(self, capacity: int) -> None:
-        self._capacity = _capacity(capacity)
-        self._items: list[Any] = [None] * self._capacity
-        self._head = 0  # absolute index of relative index 0
-        self._length = 0
-
-    @property
-    def capacity(self) -> int:
-        """Number of items the holder keeps."""
-        return self._capacity
+        self._capacity = capacity
+        self._data = RingBuffer(maxlen=capacity)
 
     def __len__(self) -> int:
-        return self._length
+        return len(self._data)
 
     def __getitem__(self, relative_index: int) -> Any:
-        return self._items[self._relative_to_absolute_index(relative_index)]
+        return self._data[relative_index]
+
+    def append(self, data: Any) -> None:
+        self.append_with_removed_item_check(data)
+
+    def append_with_removed_item_check(self, data: Any) -> Any:
+        raise NotImplementedError
+
+    def update_priority(self, relative_index: int, priority: float) -> None:
+        raise NotImplementedError
+
+    def get_priority(self, relative_index: int) -> float:
+        raise NotImplementedError
 
     def _relative_to_absolute_index(self, relative_index: int) -> int:
-        i = operator.index(relative_index)
-        if not 0 <= i < self._length:
-            raise KeyError(f"index {i} is out of range [0, {self._length})")
-        return (self._head + i) % self._capacity
+        return (relative_index + self._data._head) % self._capacity
 
     def _absolute_to_relative_index(self, absolute_index: int) -> int:
-        return (absolute_index - self._head) % self._capacity
-
-    def _push(self, data: Any) -> int:
-        """Store ``data`` at the tail; returns its absolute index."""
-        absolute_index = (self._head + self._length) % self._capacity
-        self._items[absolute_index] = data
-        if self._length == self._capacity:
-            self._head = (self._head + 1) % self._capacity
-        else:
-            self._length += 1
-        return absolute_index
+        return (absolute_index - self._data._head) % self._capacity
 
 
-class SumTreeDataHolder(_RingData):
-    """nnabla-rl's ``SumTreeDataHolder``: data with priorities in a sum tree and a min tree.
+class SumTreeDataHolder(PrioritizedDataHolder):
+    """nnabla-rl's ``SumTreeDataHolder``: data with priorities in a sum tree (and a min tree).
 
-    A new item gets ``initial_max_priority`` until a larger priority is set (the largest
-    priority set so far). The trees hold ``priority ** alpha``: :meth:`get_priority`,
-    :meth:`sum_priority` and :meth:`min_priority` are in those units, so ``P(i) =
-    get_priority(i) / sum_priority()``.
-
-    Args:
-        capacity: Items kept; an append to a full holder drops the oldest.
-        initial_max_priority: Priority of items appended before any update.
-        alpha: Exponent applied to every priority.
+    A new item gets the largest priority set so far (``initial_max_priority`` at first);
+    priorities are stored as given (the proportional buffer passes ``(|e| + eps) ** alpha``).
+    Without ``keep_min`` there is no min tree (``min_priority`` raises ``AttributeError``).
 
     Example:
         >>> holder = SumTreeDataHolder(capacity=2, initial_max_priority=1.0)
-        >>> holder.append("a"); holder.append_with_priority("b", 3.0)
+        >>> holder.append("a"); holder.append("b"); holder.update_priority(1, 3.0)
         >>> holder.sum_priority(), holder[holder.get_index_from_query(2.0)]
         (4.0, 'b')
     """
 
-    def __init__(self, capacity: int, initial_max_priority: float, alpha: float = 1.0) -> None:
-        super().__init__(capacity)
-        self._sum_tree = SumTree(self._capacity)
-        self._min_tree = MinTree(self._capacity)
-        self._max_priority = float(initial_max_priority)
-        self._alpha = float(alpha)
+    def __init__(self, capacity: int, initial_max_priority: float, keep_min: bool = True) -> None:
+        super().__init__(capacity=capacity)
+        self._sum_tree = SumTree(capacity=capacity)
+        self._keep_min = keep_min
+        if self._keep_min:
+            self._min_tree = MinTree(capacity=capacity)
+        self._max_priority = initial_max_priority
 
-    def append(self, data: Any) -> None:
-        """Append with the largest priority so far."""
-        self.append_with_priority(data, self._max_priority)
+    def append_with_removed_item_check(self, data: Any) -> Any:
+        removed = self._data.append_with_removed_item_check(data)
+        self._sum_tree.append(self._max_priority)
+        if self._keep_min:
+            self._min_tree.append(self._max_priority)
+        return removed
 
-    def append_with_priority(self, data: Any, priority: float) -> None:
-        p = float(priority) ** self._alpha
-        absolute_index = (self._head + self._length) % self._capacity
-        self._sum_tree.update(absolute_index, p)
-        self._min_tree.update(absolute_index, p)
-        self._push(data)
-        self._max_priority = max(self._max_priority, float(priority))
+    def get_priority(self, relative_index: int) -> float:
+        absolute_index = self._relative_to_absolute_index(relative_index)
+        return self._sum_tree[self._sum_tree.absolute_to_tree_index(absolute_index)]
 
     def sum_priority(self) -> float:
         return self._sum_tree.sum()
@@ -367,73 +343,66 @@ class SumTreeDataHolder(_RingData):
     def min_priority(self) -> float:
         return self._min_tree.min()
 
-    def max_priority(self) -> float:
-        """The largest priority set so far (raw, before ``** alpha``)."""
-        return self._max_priority
-
-    def get_priority(self, relative_index: int) -> float:
-        return self._sum_tree[self._relative_to_absolute_index(relative_index)]
-
     def update_priority(self, relative_index: int, priority: float) -> None:
         absolute_index = self._relative_to_absolute_index(relative_index)
-        p = float(priority) ** self._alpha
-        self._sum_tree.update(absolute_index, p)
-        self._min_tree.update(absolute_index, p)
-        self._max_priority = max(self._max_priority, float(priority))
+        self._sum_tree.update(absolute_index, priority)
+        if self._keep_min:
+            self._min_tree.update(absolute_index, priority)
+        self._max_priority = max(self._max_priority, priority)
 
     def get_index_from_query(self, query: float) -> int:
-        """Relative index of the item under the prefix sum ``query`` (in ``[0, sum]``)."""
-        return self._absolute_to_relative_index(self._sum_tree.get_absolute_index_from_query(query))
+        absolute_index = self._sum_tree.get_absolute_index_from_query(query)
+        return self._absolute_to_relative_index(absolute_index)
 
 
-class MaxHeapDataHolder(_RingData):
+class MaxHeapDataHolder(PrioritizedDataHolder):
     """nnabla-rl's ``MaxHeapDataHolder``: data ranked by priority in a :class:`MaxHeap`.
 
-    A new item gets the largest priority held (1.0 in an empty holder), so it ranks first.
-    :meth:`get_rank` is the item's heap position + 1; :meth:`get_index_from_heap_index` maps a
-    heap position (``rank - 1``) back to a relative index.
-
-    Args:
-        capacity: Items kept; an append to a full holder drops the oldest.
-        alpha: Exponent of the rank law ``P(rank) ∝ rank ** -alpha`` (kept for the buffer).
+    A new item enters the heap with priority ``inf``. ``get_priority`` is the *rank*
+    priority ``(1 / rank) ** alpha`` with ``rank = heap index + 1`` (not normalised).
 
     Example:
-        >>> holder = MaxHeapDataHolder(capacity=3, alpha=0.7)
-        >>> for item, p in (("a", 0.5), ("b", 2.0), ("c", 1.0)):
-        ...     holder.append_with_priority(item, p)
-        >>> holder.sort_data()
-        >>> [holder[holder.get_index_from_heap_index(h)] for h in range(3)]
+        >>> holder = MaxHeapDataHolder(capacity=3, alpha=1.0)
+        >>> for item in "abc":
+        ...     holder.append(item)
+        >>> holder.update_priority(0, 0.5); holder.update_priority(1, 2.0)
+        >>> holder.update_priority(2, 1.0); holder.sort_data()
+        >>> [holder[holder.get_relative_index_from_heap_index(h)] for h in range(3)]
         ['b', 'c', 'a']
+        >>> holder.get_priority(2)
+        0.5
     """
 
     def __init__(self, capacity: int, alpha: float) -> None:
-        super().__init__(capacity)
-        self._max_heap = MaxHeap(self._capacity)
-        self._alpha = float(alpha)
+        super().__init__(capacity=capacity)
+        self._max_heap = MaxHeap(capacity)
+        self._alpha = alpha
 
-    def append(self, data: Any) -> None:
-        """Append with the largest priority held (1.0 when empty)."""
-        top = self._max_heap.max()
-        self.append_with_priority(data, top if self._length else 1.0)
-
-    def append_with_priority(self, data: Any, priority: float) -> None:
-        self._max_heap.append(float(priority))
-        self._push(data)
+    def append_with_removed_item_check(self, data: Any) -> Any:
+        removed = self._data.append_with_removed_item_check(data)
+        self._max_heap.append(math.inf)
+        return removed
 
     def get_priority(self, relative_index: int) -> float:
-        return self._max_heap.get_priority(self._relative_to_absolute_index(relative_index))
+        absolute_index = self._relative_to_absolute_index(relative_index)
+        heap_index = self._max_heap.absolute_to_heap_index(absolute_index)
+        if heap_index is None:
+            raise TypeError(f"relative index {relative_index} holds no item (heap index None)")
+        return self._compute_priority(heap_index + 1)
+
+    def get_relative_index_from_heap_index(self, heap_index: int) -> int:
+        absolute_index = self._max_heap.get_absolute_index_from_heap_index(heap_index)
+        if absolute_index is None:
+            raise TypeError(f"heap index {heap_index} holds no item (absolute index None)")
+        return self._absolute_to_relative_index(absolute_index)
 
     def update_priority(self, relative_index: int, priority: float) -> None:
-        self._max_heap.update(self._relative_to_absolute_index(relative_index), float(priority))
-
-    def get_rank(self, relative_index: int) -> int:
-        """1 + the item's heap position (its exact rank right after :meth:`sort_data`)."""
         absolute_index = self._relative_to_absolute_index(relative_index)
-        return self._max_heap.get_heap_index_from_absolute_index(absolute_index) + 1
-
-    def get_index_from_heap_index(self, heap_index: int) -> int:
-        absolute_index = self._max_heap.get_absolute_index_from_heap_index(heap_index)
-        return self._absolute_to_relative_index(absolute_index)
+        self._max_heap.update(absolute_index, priority)
 
     def sort_data(self) -> None:
         self._max_heap.sort_data()
+
+    def _compute_priority(self, rank: int) -> float:
+        # not normalised: the buffer's weights divide by the largest weight
+        return float((1 / rank) ** self._alpha)

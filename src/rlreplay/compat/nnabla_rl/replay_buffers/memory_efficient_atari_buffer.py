@@ -232,8 +232,9 @@ class ProportionalPrioritizedAtariBuffer(_AtariObjects, ProportionalPrioritizedR
 
     Args:
         capacity: Most experiences kept (``>= 1``).
-        alpha, beta, betasteps, error_clip, epsilon, init_max_error, normalization_method: As
+        alpha, beta, error_clip, epsilon, normalization_method: As
             :class:`ProportionalPrioritizedReplayBuffer`.
+        betasteps: As there; nnabla-rl's Atari default is 50000000.
         stacked_frames: Frames per state.
         seed: Seed of a random generator of the buffer's own (an rlreplay addition).
 
@@ -254,10 +255,9 @@ class ProportionalPrioritizedAtariBuffer(_AtariObjects, ProportionalPrioritizedR
         capacity: int,
         alpha: float = 0.6,
         beta: float = 0.4,
-        betasteps: int = 10000,
+        betasteps: int = 50000000,
         error_clip: tuple[float, float] | None = (-1, 1),
         epsilon: float = 1e-8,
-        init_max_error: float = 1.0,
         normalization_method: str = "buffer_max",
         stacked_frames: int = 4,
         *,
@@ -270,7 +270,6 @@ class ProportionalPrioritizedAtariBuffer(_AtariObjects, ProportionalPrioritizedR
             betasteps=betasteps,
             error_clip=error_clip,
             epsilon=epsilon,
-            init_max_error=init_max_error,
             normalization_method=normalization_method,
             seed=seed,
         )
@@ -286,8 +285,9 @@ class RankBasedPrioritizedAtariBuffer(_AtariObjects, RankBasedPrioritizedReplayB
 
     Args:
         capacity: Most experiences kept (``>= 1``).
-        alpha, beta, betasteps, error_clip, reset_segment_interval, sort_interval,
-            init_max_error, normalization_method: As :class:`RankBasedPrioritizedReplayBuffer`.
+        alpha, beta, error_clip, reset_segment_interval, sort_interval: As
+            :class:`RankBasedPrioritizedReplayBuffer`.
+        betasteps: As there; nnabla-rl's Atari default is 50000000.
         stacked_frames: Frames per state.
         seed: Seed of a random generator of the buffer's own (an rlreplay addition).
     """
@@ -297,12 +297,10 @@ class RankBasedPrioritizedAtariBuffer(_AtariObjects, RankBasedPrioritizedReplayB
         capacity: int,
         alpha: float = 0.7,
         beta: float = 0.5,
-        betasteps: int = 10000,
+        betasteps: int = 50000000,
         error_clip: tuple[float, float] | None = (-1, 1),
         reset_segment_interval: int = 1000,
         sort_interval: int = 1000000,
-        init_max_error: float = 1.0,
-        normalization_method: str = "buffer_max",
         stacked_frames: int = 4,
         *,
         seed: int | None = None,
@@ -315,8 +313,6 @@ class RankBasedPrioritizedAtariBuffer(_AtariObjects, RankBasedPrioritizedReplayB
             error_clip=error_clip,
             reset_segment_interval=reset_segment_interval,
             sort_interval=sort_interval,
-            init_max_error=init_max_error,
-            normalization_method=normalization_method,
             seed=seed,
         )
         self._frame_stack = check_count("stacked_frames", stacked_frames)
