@@ -136,3 +136,21 @@ def test_malformed_states_are_refused_before_anything_changes(tmp_path: Path) ->
     buf.load_state_dict(good)  # and a good one still loads
     assert_same_state(buf.state_dict(), good, "good state")
     buf.close()
+
+
+def test_a_refused_load_into_a_memmap_directory_leaves_it_free(tmp_path: Path) -> None:
+    make_checkpoint(tmp_path / "source")
+    data = (tmp_path / "source").read_bytes()
+    rng = random.Random(5)
+    store = tmp_path / "store"
+    refused: list[rr.CheckpointError] = []  # kept alive, with their tracebacks
+    for _ in range(20):
+        (tmp_path / "mutant").write_bytes(mutate_data(data, rng))
+        try:
+            rr.load(tmp_path / "mutant", storage="memmap", path=store).close()
+        except rr.CheckpointError as exc:
+            refused.append(exc)
+    assert len(refused) >= 5
+    buf = rr.load(tmp_path / "source", storage="memmap", path=store)  # the directory is free
+    assert len(buf) == len(rr.load(tmp_path / "source"))
+    buf.close()

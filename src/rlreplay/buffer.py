@@ -445,26 +445,30 @@ class ReplayBuffer(WritingMixin, FifoMixin, EpisodesMixin, StateMixin, SamplingM
         obs_bytes = sum(f.nbytes for f in fields.values() if f.observation)
         reader.require_fit("finals_capacity", meta["state"]["finals_capacity"], 16 + obs_bytes)
         buf = cls(capacity, fields, **config)
-        buf._load_meta(meta["state"])
-        dest = buf._state_arrays()
+        try:  # a refused file leaves no live buffer: a memmap directory is free again
+            buf._load_meta(meta["state"])
+            dest = buf._state_arrays()
 
-        def destination(name: str, dtype: np.dtype[Any], shape: tuple[int, ...]) -> Array:
-            if name not in dest:
-                raise CheckpointError(f"checkpoint: unexpected array {name!r}")
-            return dest[name]
+            def destination(name: str, dtype: np.dtype[Any], shape: tuple[int, ...]) -> Array:
+                if name not in dest:
+                    raise CheckpointError(f"checkpoint: unexpected array {name!r}")
+                return dest[name]
 
-        reader.read_into(destination)
-        missing = set(dest) - {e["name"] for e in reader.table}
-        if missing:
-            raise CheckpointError(f"checkpoint: arrays {sorted(missing)} are missing")
-        buf._after_load()
-        kept = {k: v for k, v in meta["config"].items() if k not in overrides}
-        reader.require_same("configuration", kept, {k: buf._config().get(k) for k in kept})
-        state = dict(meta["state"])
-        if "rate_limiter" in overrides:  # starts afresh unless it has the saved parameters
-            state.pop("rate_limiter", None)
-        reader.require_same("state", state, buf._state_meta())
-        return buf
+            reader.read_into(destination)
+            missing = set(dest) - {e["name"] for e in reader.table}
+            if missing:
+                raise CheckpointError(f"checkpoint: arrays {sorted(missing)} are missing")
+            buf._after_load()
+            kept = {k: v for k, v in meta["config"].items() if k not in overrides}
+            reader.require_same("configuration", kept, {k: buf._config().get(k) for k in kept})
+            state = dict(meta["state"])
+            if "rate_limiter" in overrides:  # starts afresh unless it has the saved parameters
+                state.pop("rate_limiter", None)
+            reader.require_same("state", state, buf._state_meta())
+            return buf
+        except BaseException:
+            buf._backend.close()  # (not buf.close(): a rate_limiter= override stays usable)
+            raise
 
 
 def load(
