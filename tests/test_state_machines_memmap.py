@@ -14,7 +14,7 @@ add, sample, clear, save/load into a new directory) on ``storage="memmap"``. The
 
 They run on a uniform buffer and on a proportional prioritized one (which becomes memmap at
 its first reload; its priorities and sum tree are checked after every rule). The default
-profile takes 6 sequences of 20 rules per machine; ``-m slow`` 10^4.
+profile takes 5 sequences of 20 rules per machine; ``-m slow`` 10^4.
 """
 
 from __future__ import annotations
@@ -100,7 +100,7 @@ MACHINES = {"uniform": UniformMemmapMachine, "prioritized": PrioritizedMemmapMac
 
 @pytest.mark.parametrize("kind", list(MACHINES))
 def test_memmap_state_machine(kind: str) -> None:
-    run_machine(MACHINES[kind], examples=6, steps=20)
+    run_machine(MACHINES[kind], examples=5, steps=20)
 
 
 @pytest.mark.slow
