@@ -567,11 +567,6 @@ class ReplayBufferTest(unittest.TestCase):
                 "Index %i should be %s" % (i, bool(correct_valids[i])),
             )
 
-    # rlreplay: not yet matched (Dopamine checkpoints every public attribute a user attaches; rlreplay saves the buffer's own).
-    @pytest.mark.xfail(
-        strict=True,
-        reason="Dopamine checkpoints every public attribute a user attaches; rlreplay saves the buffer's own",
-    )
     def testSave(self):
         memory = circular_replay_buffer.ReplayBuffer(
             observation_shape=OBSERVATION_SHAPE,
@@ -605,11 +600,6 @@ class ReplayBufferTest(unittest.TestCase):
             # The stale version file should have been deleted.
             self.assertFalse(os.path.exists(stale_filename))
 
-    # rlreplay: not yet matched (Dopamine pickles user-attached attributes; rlreplay saves the buffer's own).
-    @pytest.mark.xfail(
-        strict=True,
-        reason="Dopamine pickles user-attached attributes; rlreplay saves the buffer's own",
-    )
     def testSaveNonNDArrayAttributes(self):
         """Tests checkpointing an attribute which is not a numpy array."""
         memory = circular_replay_buffer.ReplayBuffer(

@@ -5,14 +5,17 @@ A checkpoint of iteration ``N`` is one gzipped ``.npy`` file per attribute,
 ``add_count``, ``invalid_range`` and ``_is_valid`` (and the prioritized buffer's ``sum_tree``,
 pickled as ReAgent pickles it: :mod:`._pickled`). Every other file is a plain array, written
 and read without pickle. Loading replays the rows into a fresh core in ring order
-(:func:`replay_rows`).
+(:func:`replay_rows`). Public attributes a user attached to the buffer are saved and
+restored as ReAgent does (:func:`attribute_files`, :func:`read_attributes`).
 """
 
 from __future__ import annotations
 
 import contextlib
 import gzip
+import io
 import os
+import pickle
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -20,6 +23,7 @@ import numpy as np
 
 from rlreplay.compat.reagent import _elements
 from rlreplay.compat.reagent._errors import NotFoundError
+from rlreplay.compat.reagent._pickled import RestrictedUnpickler
 from rlreplay.compat.reagent._ranges import slot_rows
 from rlreplay.compat.reagent._slots import write_padding, write_step
 from rlreplay.errors import CheckpointError
@@ -30,11 +34,13 @@ if TYPE_CHECKING:
 __all__ = [
     "CHECKPOINT_DURATION",
     "STORE_FILENAME_PREFIX",
+    "attribute_files",
     "check_rows",
     "filename",
     "initialize_from_files",
     "load_files",
     "read_array",
+    "read_attributes",
     "stored_elements",
     "replay_rows",
     "store_arrays",
@@ -228,3 +234,56 @@ def replay_rows(
         write_step(buf, buf._convert_step(values), values)
         if values[3]:
             pad = k - 1
+
+
+def attribute_files(buf: ReplayBuffer) -> dict[str, Array | bytes]:
+    """The public attributes a user attached to ``buf``, as ReAgent checkpoints them.
+
+    ReAgent's ``_return_checkpointable_elements`` saves every member of ``__dict__`` whose
+    name does not start with ``_``: an array with ``np.save(allow_pickle=False)`` (an object
+    array then raises ``ValueError``, as there), anything else with ``pickle.dump``. The
+    front-end keeps no public attribute of its own, so these are the user's.
+    """
+    out: dict[str, Array | bytes] = {}
+    for name, value in vars(buf).items():
+        if not name.startswith("_"):
+            out[name] = value if isinstance(value, np.ndarray) else pickle.dumps(value)
+    return out
+
+
+def read_attributes(
+    buf: ReplayBuffer, checkpoint_dir: str | os.PathLike[str], suffix: Any
+) -> dict[str, Any]:
+    """The saved values of ``buf``'s public attributes (ReAgent's load of them).
+
+    As ReAgent, every public attribute the buffer has *now* must have its file, read as an
+    array if the attribute is one and unpickled otherwise. Unpickling is restricted (no
+    arbitrary code on load): builtin values and containers and NumPy arrays and scalars load,
+    any other class is refused.
+
+    Raises:
+        NotFoundError: An attribute's file is missing (checked before anything is read).
+        rlreplay.CheckpointError: A file that is not what the attribute needs, or a pickle
+            naming another global.
+    """
+    current = {n: v for n, v in vars(buf).items() if not n.startswith("_")}
+    paths = {n: filename(checkpoint_dir, n, suffix) for n in current}
+    missing = [p for p in paths.values() if not os.path.exists(p)]
+    if missing:
+        raise NotFoundError(f"Missing file(s): {missing}")
+    values: dict[str, Any] = {}
+    for name, path in paths.items():
+        if isinstance(current[name], np.ndarray):
+            values[name] = read_array(path)
+            continue
+        with open(path, "rb") as f, gzip.GzipFile(fileobj=f, mode="rb") as infile:
+            data = infile.read()
+        try:
+            values[name] = RestrictedUnpickler(io.BytesIO(data)).load()
+        except CheckpointError as exc:
+            raise CheckpointError(f"{path}: attribute {name!r}: {exc}") from None
+        except (pickle.UnpicklingError, EOFError, ValueError, TypeError, AttributeError) as exc:
+            raise CheckpointError(
+                f"{path}: attribute {name!r}: expected a pickled value, got {exc!r}"
+            ) from None
+    return values

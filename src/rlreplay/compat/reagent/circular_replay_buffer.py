@@ -573,7 +573,9 @@ class ReplayBuffer(SlotRing, RangeReaders):
         row per slot, padding rows zero), ``add_count_ckpt.N.gz``, ``invalid_range_ckpt.N.gz``
         and ``_is_valid_ckpt.N.gz`` (the validity mask, which ReAgent does not save). Arrays
         only, written with ``allow_pickle=False``; each file is written to a temporary name
-        and renamed. The files of iteration ``N - 4`` are deleted, as in Dopamine. A missing
+        and renamed. Public attributes a user attached (``buffer.x = ...``) are saved as
+        ReAgent saves them, ``x_ckpt.N.gz``: an array without pickle, anything else pickled.
+        The files of iteration ``N - 4`` are deleted, as in Dopamine. A missing
         ``checkpoint_dir`` is created.
 
         Args:
@@ -582,7 +584,8 @@ class ReplayBuffer(SlotRing, RangeReaders):
         """
         iteration_number = int(iteration_number)
         os.makedirs(checkpoint_dir, exist_ok=True)
-        _checkpoint.write_arrays(checkpoint_dir, iteration_number, self._checkpoint_arrays())
+        files = {**_checkpoint.attribute_files(self), **self._checkpoint_arrays()}
+        _checkpoint.write_arrays(checkpoint_dir, iteration_number, files)
 
     def load(self, checkpoint_dir: str | os.PathLike[str], suffix: Any) -> None:
         """Restore the buffer from the files :meth:`save` (or ReAgent) wrote.
@@ -592,6 +595,9 @@ class ReplayBuffer(SlotRing, RangeReaders):
         optional ``_is_valid`` file then restores validity exactly (a ReAgent checkpoint has
         none). Sampling restarts from the buffer's seed. A buffer that infers its elements
         and has had no add yet takes them from the checkpoint's ``$store$_<name>`` files.
+        Every public attribute the buffer has now is restored from its file, as ReAgent does
+        (an array as an array, anything else unpickled with a restricted unpickler: builtin
+        values, containers and NumPy arrays only).
 
         Args:
             checkpoint_dir: Directory of the checkpoint files.
@@ -600,13 +606,15 @@ class ReplayBuffer(SlotRing, RangeReaders):
         Raises:
             NotFoundError: If not all expected files are found in the directory.
             rlreplay.CheckpointError: A file is not a plain array (e.g. pickled) or has the
-                wrong shape or dtype.
+                wrong shape or dtype, or an attribute's pickle names a refused class.
         """
         before = dict(self.__dict__)  # _reset() replaces every stateful part, never mutates one
         try:
+            attributes = _checkpoint.read_attributes(self, checkpoint_dir, suffix)
             if not self._initialized:
                 _checkpoint.initialize_from_files(self, checkpoint_dir, suffix)
             valid = _checkpoint.load_files(self, checkpoint_dir, suffix)
+            self.__dict__.update(attributes)
         except Exception:
             self.__dict__.update(before)  # a failed load changes nothing
             raise
