@@ -1,7 +1,8 @@
 """Stand-in for ``nnabla_rl.replay_buffers.buffer_iterator``: a replay buffer in batches.
 
 nnabla-rl's on-policy algorithms (PPO, TRPO, GAIL, ...) fill a buffer, then run epochs over it
-with ``BufferIterator``; each batch is whatever the buffer's ``sample_indices`` returns.
+with ``BufferIterator``; each batch is whatever the buffer's ``sample_indices`` returns. The
+logic is nnabla-rl 0.16.0's (Apache-2.0, Sony Group Corporation), checked against its source.
 """
 
 from __future__ import annotations
@@ -11,30 +12,29 @@ from typing import Any
 
 import numpy as np
 
-import rlreplay.compat.nnabla_rl.random as rl_random
 from rlreplay.compat.nnabla_rl._checks import check_seed
 
 __all__ = ["BufferIterator"]
 
 
 class BufferIterator:
-    """Iterates through a replay buffer in batches of ``batch_size`` positions.
+    """Iterates through a replay buffer in batches of ``batch_size`` positions (nnabla-rl's).
 
-    The positions ``0 .. len(buffer) - 1`` (taken when the iterator is built) are visited once
-    per epoch, shuffled at the start of every epoch when ``shuffle`` is true; the last batch of
-    an epoch holds the positions left (it may be smaller). Each batch is
-    ``buffer.sample_indices(positions)``, so ``(experiences, info)`` for nnabla-rl's buffers.
-    When an epoch is over, :meth:`next` starts the next one (``repeat=True``) or raises
-    ``StopIteration``; :meth:`reset` starts a new epoch at once.
+    :meth:`reset` takes the positions ``0 .. len(buffer) - 1`` (shuffled when ``shuffle``).
+    :meth:`next` returns ``buffer.sample_indices`` of the next ``batch_size`` of them. The
+    batch that reaches the end of the positions ends the epoch (:meth:`is_new_epoch` turns
+    true): with ``repeat`` it is filled up from a new epoch's positions, otherwise it holds
+    the positions left. The call after it raises ``StopIteration`` (so a ``for`` loop runs
+    one epoch); with ``repeat`` the calls after that go on with the new epoch.
 
     Args:
-        buffer: Anything with ``len()`` and ``sample_indices(indices)``.
+        buffer: Any buffer with ``len`` and ``sample_indices`` (nnabla-rl's buffers).
         batch_size: Positions per batch.
-        shuffle: Visit the positions in a new random order each epoch.
-        repeat: Start over when an epoch is over, instead of stopping.
+        shuffle: Shuffle the positions at every :meth:`reset` (with NumPy's global
+            ``np.random.shuffle``, as nnabla-rl does).
+        repeat: Fill the epoch's last batch from the next epoch and go on after it.
         seed: Seed of a generator of the iterator's own for the shuffles (an rlreplay
-            addition); without it the shuffles draw from nnabla-rl's global ``random.drng``
-            (seeded by ``utils.reproductions.set_global_seed``), as nnabla-rl's do.
+            addition); without it the shuffles use ``np.random.shuffle``, as nnabla-rl's do.
 
     Example:
         >>> import numpy as np
@@ -56,48 +56,58 @@ class BufferIterator:
         seed: int | None = None,
     ) -> None:
         self._replay_buffer = buffer
+        self._new_epoch = False
         self._batch_size = operator.index(batch_size)
         self._shuffle = shuffle
         self._repeat = repeat
         seed = check_seed(seed)
         self._own_rng = None if seed is None else np.random.default_rng(seed)
-        self._indices = np.arange(len(buffer))
+        self._indices: np.ndarray[Any, Any] = np.arange(0)
         self._index = 0
         self.reset()
 
-    @property
-    def _rng(self) -> np.random.Generator:
-        """The shuffles' generator: the iterator's own (``seed=``) or nnabla-rl's ``drng``."""
-        return rl_random.drng if self._own_rng is None else self._own_rng
-
     def __iter__(self) -> BufferIterator:
         return self
-
-    def __next__(self) -> Any:
-        return self.next()
 
     def next(self) -> Any:
         """The next batch: ``buffer.sample_indices`` of the next ``batch_size`` positions.
 
         Raises:
-            StopIteration: The epoch is over and ``repeat`` is false.
+            StopIteration: The previous batch ended an epoch (then the flag is cleared).
         """
-        if self._end_of_buffer():
-            if not self._repeat:
-                raise StopIteration
-            self.reset()
+        if self.is_new_epoch():
+            self._new_epoch = False
+            raise StopIteration
         indices = self._indices[self._index : self._index + self._batch_size]
-        self._index += self._batch_size
+        if len(indices) < self._batch_size:
+            if self._repeat:
+                rest = self._batch_size - len(indices)
+                self.reset()
+                indices = np.append(indices, self._indices[self._index : self._index + rest])
+                self._index += rest
+            else:
+                self._index = len(self._replay_buffer)
+            self._new_epoch = True
+        else:
+            self._index += self._batch_size
+            self._new_epoch = len(self._replay_buffer) <= self._index
         return self._sample(indices)
+
+    __next__ = next
+
+    def is_new_epoch(self) -> bool:
+        """Whether the last batch ended an epoch."""
+        return self._new_epoch
+
+    def reset(self) -> None:
+        """Start a new epoch: the buffer's positions, shuffled when ``shuffle`` is true."""
+        self._indices = np.arange(len(self._replay_buffer))
+        if self._shuffle:
+            if self._own_rng is None:
+                np.random.shuffle(self._indices)  # noqa: NPY002 (nnabla-rl's global shuffle)
+            else:
+                self._own_rng.shuffle(self._indices)
+        self._index = 0
 
     def _sample(self, indices: np.ndarray[Any, Any]) -> Any:
         return self._replay_buffer.sample_indices(indices)
-
-    def _end_of_buffer(self) -> bool:
-        return len(self._indices) <= self._index
-
-    def reset(self) -> None:
-        """Start a new epoch (reshuffled when ``shuffle`` is true)."""
-        self._index = 0
-        if self._shuffle:
-            self._rng.shuffle(self._indices)
