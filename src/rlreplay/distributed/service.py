@@ -178,6 +178,11 @@ class ReplayService:
             recovery_dir = tempfile.mkdtemp(prefix="rlreplay-service-")
         self.recovery_dir = os.path.abspath(recovery_dir)
         os.makedirs(self.recovery_dir, exist_ok=True)
+        self._limiter: Any = None
+        self._limiter_config = None if rate_limiter is None else rate_limiter.config()
+        if rate_limiter is not None:
+            host = ray.remote(LimiterHost).options(num_cpus=0, max_concurrency=256)
+            self._limiter = host.remote(rate_limiter, S)
         defaults = {"num_cpus": 0, "max_restarts": 3}
         remote_shard = ray.remote(Shard).options(**{**defaults, **dict(actor_options or {})})
         self._shards = [
@@ -190,14 +195,10 @@ class ReplayService:
                 options,
                 self.recovery_dir,
                 k,
+                self._limiter,
             )
             for k in range(S)
         ]
-        self._limiter: Any = None
-        self._limiter_config = None if rate_limiter is None else rate_limiter.config()
-        if rate_limiter is not None:
-            host = ray.remote(LimiterHost).options(num_cpus=0, max_concurrency=256)
-            self._limiter = host.remote(rate_limiter, S)
         self._samples = 0  # service-wide sample calls, for beta
         self._updates: list[Any] = []  # refs of unanswered wait=False priority updates
         self._queued: dict[int, list[tuple[Array, Array]]] = {}  # per shard, not sent yet

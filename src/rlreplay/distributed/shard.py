@@ -71,6 +71,8 @@ class Shard:
         options: Other constructor arguments (``n_step``, ``gamma``, ``alpha``, ...).
         home: The service's recovery directory (``None``: no recovery, e.g. without Ray).
         index: The shard's number ``K`` (names its files in ``home``).
+        limiter: The service's rate limiter actor (or ``None``): a restarted shard tells it
+            its reloaded size at once, not only at its next write.
     """
 
     def __init__(
@@ -83,6 +85,7 @@ class Shard:
         options: Mapping[str, Any],
         home: str | None = None,
         index: int = 0,
+        limiter: Any = None,
     ) -> None:
         cls = PrioritizedReplayBuffer if prioritized else ReplayBuffer
         self.buffer: ReplayBuffer = cls(capacity, fields, num_envs=num_envs, seed=seed, **options)
@@ -98,16 +101,20 @@ class Shard:
         self._home = None if home is None else Path(home)
         self._index = index
         self._counter: np.memmap[Any, np.dtype[np.int64]] | None = None
-        if self._home is not None:
-            self._recover()
+        if self._home is not None and self._recover() and limiter is not None:
+            limiter.report_size.remote(index, self.version, self.buffer.num_sampleable)
 
     # ------------------------------------------------------------------ recovery
     def _paths(self) -> tuple[Path, Path]:
         assert self._home is not None  # only called with a home
         return self._home / f"shard-{self._index}.json", self._home / f"shard-{self._index}.added"
 
-    def _recover(self) -> None:
-        """First start: create the record; a restart: reload the last checkpoint, count losses."""
+    def _recover(self) -> bool:
+        """First start: create the record; a restart: reload the last checkpoint, count losses.
+
+        Returns:
+            Whether this was a restart.
+        """
         record_path, counter_path = self._paths()
         if record_path.exists():
             record = json.loads(record_path.read_text(encoding="utf-8"))
@@ -126,6 +133,7 @@ class Shard:
             counter = np.memmap(counter_path, np.int64, mode="w+", shape=(1,))
         self._counter = counter
         self._publish()
+        return self.version > 0
 
     def _publish(self) -> None:
         """Write the record and the counter (after a restart, a save or a load)."""
