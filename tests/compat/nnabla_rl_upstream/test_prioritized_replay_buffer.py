@@ -27,6 +27,8 @@ import pytest
 
 from rlreplay.compat.nnabla_rl.replay_buffers.prioritized_replay_buffer import PrioritizedReplayBuffer, SumTree
 
+np.random.seed(0)  # rlreplay: the parametrize ids below draw from it; xdist workers must agree
+
 
 @pytest.mark.skip(reason="0.16: SumTree is a tree of numbers, no longer a buffer of experiences")
 class TestSumTree(object):
