@@ -161,3 +161,45 @@ def test_draws_follow_set_global_seed() -> None:
     first = run()
     set_global_seed(2)
     assert run() == first
+
+
+@pytest.mark.parametrize("capacity", [None, 9, 40])
+def test_draws_are_nnabla_rls_interleaved_stream(capacity: int | None) -> None:
+    """nnabla-rl 0.16.0 draws per index, in order: ``drng.random()``, then, when it is
+    ``<= hindsight_prob``, ``drng.integers(t, episode_end + 1)`` (positions). With
+    ``capacity=None`` nnabla-rl's ``min(end + 1, self.capacity)`` raises ``TypeError``
+    (a bug: its default capacity can't relabel); here the range is the same as bounded."""
+
+    def reward(achieved: Any, goal: Any, info: Any) -> float:
+        return -float(np.abs(achieved - goal).sum())
+
+    def obs(k: int) -> tuple[Any, ...]:
+        return (
+            np.full(2, k, np.float32),
+            np.full(2, 99.0, np.float32),
+            np.full(2, k + 0.5, np.float32),
+        )
+
+    buffer = HindsightReplayBuffer(reward, hindsight_prob=0.5, capacity=capacity)
+    lengths = [3, 5, 2, 4, 6]
+    ends, t = [], 0
+    for length in lengths:
+        for i in range(length):
+            buffer.append(
+                (obs(t), np.zeros(1), 0.0, 0.0 if i == length - 1 else 1.0, obs(t + 1), {})
+            )
+            t += 1
+        ends += [t - 1] * length
+    first = t - len(buffer)
+    set_global_seed(3)
+    experiences, _ = buffer.sample(num_samples=8)
+    reference = np.random.default_rng(3)
+    drawn = reference.choice(len(buffer), size=8, replace=False)  # the base buffer's draw
+    for e, position in zip(experiences, drawn.tolist(), strict=True):
+        step = first + position
+        assert e[0][0][0] == step
+        if not reference.random() > 0.5:
+            future = int(reference.integers(position, ends[step] - first + 1)) + first
+            assert e[0][1][0] == future + 1.5  # s_next[2] of the future step: (future + 1) + 0.5
+        else:
+            assert e[0][1][0] == 99.0

@@ -214,14 +214,19 @@ class HindsightReplayBuffer(ReplayBuffer):
             raise NotImplementedError("HindsightReplayBuffer: n-step learning is not supported")
         ids = self._first_id() + self._positions(idx)
         experiences = self._experiences(ids)
-        rng = self._rng
-        relabel = rng.random(ids.shape[0]) < self._hindsight_prob
-        if relabel.any():
-            chosen = ids[relabel]
-            _, last = self._episodes.bounds(chosen, self._next_id - 1)
-            future = chosen + rng.integers(0, last - chosen + 1)
-            goals = self._experiences(future)
-            for j, g in zip(np.flatnonzero(relabel).tolist(), goals, strict=True):
+        # nnabla-rl's draws, per index in order: drng.random(), then (relabelled when it is
+        # <= hindsight_prob) drng.integers(t, end + 1): interleaved, so drawn one by one
+        rng, prob = self._rng, self._hindsight_prob
+        _, last = self._episodes.bounds(ids, self._next_id - 1)
+        relabelled: list[int] = []
+        future: list[int] = []
+        for j, (t, end) in enumerate(zip(ids.tolist(), last.tolist(), strict=True)):
+            if not rng.random() > prob:
+                relabelled.append(j)
+                future.append(int(rng.integers(t, end + 1)))
+        if relabelled:
+            goals = self._experiences(np.array(future, np.int64))
+            for j, g in zip(relabelled, goals, strict=True):
                 experiences[j] = self._hindsight(experiences[j], g[4][2])
         return experiences, {"weights": np.ones((idx.shape[0], 1))}
 
