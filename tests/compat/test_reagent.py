@@ -361,8 +361,11 @@ def test_sample_index_batch_and_errors() -> None:
     assert idx.dtype == torch.int64 and idx.shape == (5,) and set(idx.tolist()) == {0}
     with pytest.raises(ValueError):  # slot 3's window is not known
         buf.sample_transition_batch(indices=torch.tensor([3]))
-    # ReAgent reads indices modulo replay_capacity: 50 is slot 0.
-    assert buf.sample_transition_batch(indices=[50]).state.tolist() == [[1.0, 1.0]]
+    # reagent 0.1 reads the stacks modulo replay_capacity but the other elements as
+    # _store[name][indices]: 50 is out of bounds there (IndexError); -50 is slot 0.
+    with pytest.raises(IndexError, match="out of bounds"):
+        buf.sample_transition_batch(indices=[50])
+    assert buf.sample_transition_batch(indices=[-50]).state.tolist() == [[1.0, 1.0]]
     with pytest.raises(AssertionError):  # ReAgent: assert len(indices) == batch_size
         buf.sample_transition_batch(batch_size=2, indices=[0])
 

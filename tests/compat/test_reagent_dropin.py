@@ -166,15 +166,17 @@ def test_batch_size_differing_from_indices_asserts() -> None:
 
 
 def test_indices_read_as_reagent_reads_them() -> None:
-    # ReAgent: `indices = indices.type(dtype=torch.int64)`, and every slot read modulo
-    # replay_capacity.
+    # ReAgent: `indices = indices.type(dtype=torch.int64)`; the stacks are read modulo
+    # replay_capacity, the other elements as _store[name][indices] (IndexError past it).
     buf = make(replay_capacity=50)
     fill(buf, [4])
     by_float = buf.sample_transition_batch(indices=torch.tensor([1.9, 2.2]))
     by_int = buf.sample_transition_batch(indices=torch.tensor([1, 2]))
     np.testing.assert_array_equal(by_float.state.numpy(), by_int.state.numpy())
-    wrapped = buf.sample_transition_batch(indices=torch.tensor([51, 52]))
+    wrapped = buf.sample_transition_batch(indices=torch.tensor([-49, -48]))
     np.testing.assert_array_equal(wrapped.state.numpy(), by_int.state.numpy())
+    with pytest.raises(IndexError):
+        buf.sample_transition_batch(indices=torch.tensor([51, 52]))
 
 
 # ---------------------------------------------------------------------- priorities

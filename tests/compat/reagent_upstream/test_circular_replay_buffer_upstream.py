@@ -300,11 +300,6 @@ class ReplayBufferTest(unittest.TestCase):
         for i in range(4):
             self.assertTrue(np.array_equal(np.full(OBSERVATION_SHAPE, i), stack[:, :, i]))
 
-    # rlreplay: not yet matched (seed's version: the batch also holds `step` and scalars come as (B, 1) tensors).
-    @pytest.mark.xfail(
-        strict=True,
-        reason="seed's version: the batch also holds `step` and scalars come as (B, 1) tensors",
-    )
     def testSampleTransitionBatch(self):
         replay_capacity = 10
         memory = circular_replay_buffer.ReplayBuffer(
@@ -356,7 +351,15 @@ class ReplayBufferTest(unittest.TestCase):
             next_reward,
             terminal,
             indices_batch,
+            step,  # rlreplay: seed version returns step
         ) = batch
+        # rlreplay: seed version returns step (the n-step window length, last) and its
+        # scalars as (B, 1) tensors; flattened here to 0.1's (B,) arrays.
+        action, reward, next_action, next_reward, terminal, indices_batch = (
+            np.asarray(x).reshape(len(indices))
+            for x in (action, reward, next_action, next_reward, terminal, indices_batch)
+        )
+        npt.assert_array_equal(step, np.ones((len(indices), 1)))  # rlreplay: update_horizon 1
         npt.assert_array_equal(states, expected_states)
         npt.assert_array_equal(action, np.zeros(len(indices)))
         npt.assert_array_equal(reward, np.zeros(len(indices)))
@@ -366,11 +369,6 @@ class ReplayBufferTest(unittest.TestCase):
         npt.assert_array_equal(terminal, expected_terminal)
         npt.assert_array_equal(indices_batch, indices)
 
-    # rlreplay: not yet matched (seed's version: the batch also holds `step` and scalars come as (B, 1) tensors).
-    @pytest.mark.xfail(
-        strict=True,
-        reason="seed's version: the batch also holds `step` and scalars come as (B, 1) tensors",
-    )
     def testSampleTransitionBatchExtra(self):
         replay_capacity = 10
         memory = circular_replay_buffer.ReplayBuffer(
@@ -447,11 +445,27 @@ class ReplayBufferTest(unittest.TestCase):
             next_reward,
             terminal,
             indices_batch,
+            step,  # rlreplay: seed version returns step (before the extra elements)
             extra1,
             next_extra1,
             extra2,
             next_extra2,
         ) = batch
+        # rlreplay: seed version returns step (the n-step window length, last) and its
+        # scalars as (B, 1) tensors; flattened here to 0.1's (B,) arrays.
+        action, reward, next_action, next_reward, terminal, indices_batch, extra1, next_extra1 = (
+            np.asarray(x).reshape(len(indices))
+            for x in (
+                action,
+                reward,
+                next_action,
+                next_reward,
+                terminal,
+                indices_batch,
+                extra1,
+                next_extra1,
+            )
+        )
         npt.assert_array_equal(states, expected_states)
         npt.assert_array_equal(action, np.zeros(len(indices)))
         npt.assert_array_equal(reward, np.zeros(len(indices)))
@@ -465,11 +479,6 @@ class ReplayBufferTest(unittest.TestCase):
         npt.assert_array_equal(extra2, expected_extra2)
         npt.assert_array_equal(next_extra2, expected_next_extra2)
 
-    # rlreplay: not yet matched (seed's version: the batch also holds `step` and scalars come as (B, 1) tensors).
-    @pytest.mark.xfail(
-        strict=True,
-        reason="seed's version: the batch also holds `step` and scalars come as (B, 1) tensors",
-    )
     def testSamplingWithterminalInTrajectory(self):
         replay_capacity = 10
         update_horizon = 3
@@ -490,7 +499,14 @@ class ReplayBufferTest(unittest.TestCase):
             )  # terminal
         indices = [2, 3, 4]
         batch = memory.sample_transition_batch(batch_size=len(indices), indices=np.array(indices))
-        states, action, reward, _, _, _, terminal, indices_batch = batch
+        # rlreplay: seed version returns step (last)
+        states, action, reward, _, _, _, terminal, indices_batch, step = batch
+        # rlreplay: seed version returns step (the n-step window length, last) and its
+        # scalars as (B, 1) tensors; flattened here to 0.1's (B,) arrays.
+        action, reward, terminal, indices_batch = (
+            np.asarray(x).reshape(len(indices)) for x in (action, reward, terminal, indices_batch)
+        )
+        npt.assert_array_equal(step, [[2], [1], [3]])  # rlreplay: windows cut at the terminal
         expected_states = np.array(
             [np.full(OBSERVATION_SHAPE + (1,), i, dtype=OBS_DTYPE) for i in indices]
         )

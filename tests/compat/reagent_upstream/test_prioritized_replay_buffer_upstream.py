@@ -77,18 +77,15 @@ class PrioritizedReplayBufferTest(unittest.TestCase):
         for i in range(index):
             self.assertEqual(memory.sum_tree.get(i), 0.0)
 
-    # rlreplay: not yet matched (issue 13: int64 indices are accepted (ReAgent's later API); 0.1 asserts int32).
-    @pytest.mark.xfail(
-        strict=True,
-        reason="issue 13: int64 indices are accepted (ReAgent's later API); 0.1 asserts int32",
-    )
     def testGetPriorityWithInvalidIndices(self):
         memory = self.create_default_memory()
         index = self.add_blank(memory)
         with self.assertRaises(AssertionError, msg="Indices must be an array."):
             memory.get_priority(index)
-        with self.assertRaises(AssertionError, msg="Indices must be int32s, given: int64"):
-            memory.get_priority(np.array([index]))
+        # rlreplay: issue 13 accepts int64 index arrays (ReAgent's later API: int32 and
+        # int64); 0.1's dtype assertion still refuses an array of floats.
+        with self.assertRaises(AssertionError, msg="Indices must be int32s, given: float64"):
+            memory.get_priority(np.array([float(index)]))
 
     def testSetAndGetPriority(self):
         memory = self.create_default_memory()
@@ -109,8 +106,6 @@ class PrioritizedReplayBufferTest(unittest.TestCase):
         index = self.add_blank(memory)
         self.assertEqual(memory.get_priority(np.array([index], dtype=np.int32))[0], 1.0)
 
-    # rlreplay: not yet matched (seed's version: the batch also holds `step`).
-    @pytest.mark.xfail(strict=True, reason="seed's version: the batch also holds `step`")
     def testLowPriorityElementNotFrequentlySampled(self):
         memory = self.create_default_memory()
         # Add an item and set its priority to 0.
@@ -120,7 +115,8 @@ class PrioritizedReplayBufferTest(unittest.TestCase):
             self.add_blank(memory, terminal=1)
         # This test should always pass.
         for _ in range(100):
-            _, _, _, _, _, _, terminals, _, _ = memory.sample_transition_batch(batch_size=2)
+            # rlreplay: seed version returns step (one more element)
+            _, _, _, _, _, _, terminals, _, _, _ = memory.sample_transition_batch(batch_size=2)
             # Ensure all terminals are set to 1.
             self.assertTrue((terminals == 1).all())
 

@@ -90,9 +90,45 @@ def transition_arrays(buf: ReplayBuffer, batch: _Batch) -> dict[str, Any]:
             out[x] = np.moveaxis(now[c], 1, -1)[..., :k]
             out["next_" + x] = np.moveaxis(nxt, 1, -1)[..., :k]
         # terminal and step stay unstacked: ReAgent reads terminal at t+m-1 only.
+    if ended.any():
+        after_terminal(buf, batch.slots[ended] + m[ended], ended, out, stack_all, extras)
     if buf._return_as_timeline_format:
         out.update(timeline(buf._core, k, buf._update_horizon, batch, stack_all, extras))
     return out
+
+
+def after_terminal(
+    buf: ReplayBuffer,
+    nxt: Array,
+    rows: Array,
+    out: dict[str, Any],
+    stack_all: bool,
+    extras: list[str],
+) -> None:
+    """``next_*`` of the terminal ``rows``: the slots at ``nxt`` (mod capacity) as they are.
+
+    reagent 0.1 reads ``next_state`` as the stack at ``next_indices`` and ``next_<x>`` as
+    ``_store[x][next_indices]`` (a stack of them with ``return_everything_as_stack``) whatever
+    the slots hold after a terminal (documented as undefined): the next episode's padding or
+    first step, a step not overwritten yet, or zeros never written. So does this.
+    """
+    cap, k = buf._replay_capacity, buf._stack_size
+    signature = {e.name: e for e in buf.get_storage_signature()}
+    stack = (nxt[:, None] + np.arange(-k + 1, 1)) % cap  # ReAgent's stack_indices
+
+    def slots(name: str, at: Array) -> Array:  # _ranges.slot_rows (which imports this module)
+        e, ids = signature[name], buf._slot_id[at]
+        got: Array = np.zeros((*at.shape, *e.shape), e.type)
+        held = ids >= 0
+        if held.any():
+            got[held] = buf._core.get_field(core_name(name), ids[held])
+        return got
+
+    frames = slots("observation", stack)
+    out["next_state"][rows] = state_stack(frames[:, 0] if k == 1 else frames, k)
+    for x in ["action", "reward", *extras]:
+        value = np.moveaxis(slots(x, stack), 1, -1) if stack_all else slots(x, nxt % cap)
+        out["next_" + x][rows] = value
 
 
 def field_stacks(core: CoreReplayBuffer, k: int, ids: Array, names: list[str]) -> dict[str, Array]:

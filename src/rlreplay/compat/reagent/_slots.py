@@ -130,13 +130,22 @@ def batch_slots(indices: Any, cap: int) -> Array:
     """The slots of ``sample_transition_batch(indices=...)``, read as ReAgent reads them.
 
     ReAgent converts the indices with ``.type(torch.int64)`` (floats are truncated) and reads
-    every slot modulo ``replay_capacity``; so does this.
+    the stacks modulo ``replay_capacity``, but every other element as ``_store[name][indices]``:
+    an index outside ``[-replay_capacity, replay_capacity)`` raises NumPy's ``IndexError``
+    there (reagent 0.1), and does here (:class:`SlotRangeError`, also an rlreplay error).
     """
     arr = _numpy(indices).reshape(-1)
     if arr.size and arr.dtype.kind not in "iuf":
         raise IndexAssertionError(f"indices: expected numbers, got dtype {arr.dtype}")
-    out: Array = np.trunc(arr).astype(np.int64) % cap if arr.dtype.kind == "f" else arr % cap
-    return out.astype(np.int64, copy=False)
+    raw = np.trunc(arr).astype(np.int64) if arr.dtype.kind == "f" else arr.astype(np.int64)
+    outside = (raw >= cap) | (raw < -cap)
+    if outside.any():
+        raise SlotRangeError(
+            f"index {int(raw[outside][0])} is out of bounds for axis 0 with size {cap} "
+            f"(indices: expected slots in [-{cap}, {cap}), as ReAgent reads _store[name][indices])"
+        )
+    out: Array = raw % cap
+    return out
 
 
 class SlotRangeError(InvalidIdError, IndexError):
