@@ -853,8 +853,9 @@ def test_sample_trajectories_portion() -> None:
     with pytest.raises(RuntimeError, match="shorter than portion length"):
         for _ in range(50):  # the 2-experience trajectory is drawn sooner or later
             buffer.sample_trajectories_portion(num_samples=1, portion_length=3)
-    with pytest.raises(ValueError, match="num_samples"):
-        buffer.sample_trajectories_portion(num_samples=5)
+    # with replacement, as nnabla-rl's drng.choice(..., replace=True, p=lengths / total)
+    portions, info = buffer.sample_trajectories_portion(num_samples=5, portion_length=2)
+    assert len(portions) == 5 and info["weights"].shape == (5, 1)
     with pytest.raises(ValueError, match="portion_length"):
         buffer.sample_trajectories_portion(portion_length=0)
 

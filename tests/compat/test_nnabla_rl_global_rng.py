@@ -148,3 +148,23 @@ def test_trajectory_buffer_draws_from_drng() -> None:
     set_global_seed(5)
     b = buffer.sample_trajectories_portion(num_samples=4, portion_length=2)[0]
     assert [[e[2] for e in t] for t in a] == [[e[2] for e in t] for t in b]
+
+
+def test_trajectory_portions_are_nnabla_rls_draws() -> None:
+    """nnabla-rl 0.16.0: ``drng.choice(n, size=k, replace=True, p=lengths / total)``, then per
+    drawn trajectory, in order, ``drng.choice(length - portion_length + 1, replace=False)``."""
+    buffer = RB.TrajectoryReplayBuffer()
+    lengths = [2, 5, 3, 7]
+    t = 0
+    for length in lengths:
+        buffer.append_trajectory([experience(t + i) for i in range(length)])
+        t += length
+    set_global_seed(11)
+    portions, _ = buffer.sample_trajectories_portion(num_samples=6, portion_length=2)
+    reference = np.random.default_rng(11)
+    p = np.asarray(lengths) / np.sum(lengths)
+    chosen = reference.choice(4, size=6, replace=True, p=p)
+    starts = np.cumsum(lengths) - lengths
+    for portion, k in zip(portions, chosen.tolist(), strict=True):
+        first = int(starts[k]) + int(reference.choice(lengths[k] - 1, replace=False))
+        assert [e[2] for e in portion] == [experience(first)[2], experience(first + 1)[2]]

@@ -33,7 +33,6 @@ from rlreplay.compat.nnabla_rl.replay_buffer import (
     check_count,
     distinct_draw,
 )
-from rlreplay.sampling.uniform import draw_uniform
 
 __all__ = ["Trajectory", "TrajectoryReplayBuffer"]
 
@@ -331,28 +330,26 @@ class TrajectoryReplayBuffer(ReplayBuffer):
             experiences); ``info["weights"]`` is ``np.ones((num_samples, 1))``.
 
         Raises:
-            ValueError: num_samples exceeds the maximum possible trajectories, or num_samples
-                or portion_length is 0 or negative.
+            ValueError: num_samples or portion_length is 0 or negative.
             RuntimeError: Trajectory's length is below portion_length.
         """
         num_samples = check_count("num_samples", num_samples)
         portion_length = check_count("portion_length", portion_length)
-        if num_samples > self.trajectory_num:
-            raise ValueError(
-                f"num_samples: {num_samples} is greater than the number of trajectories saved "
-                f"in buffer: {self.trajectory_num}"
-            )
-        sizes = np.array([len(self)], np.int64)
-        _, pos = draw_uniform(np.zeros(1, np.int64), sizes, num_samples, self._rng)
-        start, length = self._episodes_of(self._first_id() + pos)
-        short = length < portion_length
-        if short.any():
-            raise RuntimeError(
-                f"Trajectory length is shorter than portion length: {portion_length} "
-                f"(a trajectory of {int(length[short][0])} experiences was drawn)"
-            )
-        offset = self._rng.integers(0, length - portion_length + 1)
-        return self._portions(start + offset, portion_length)
+        # nnabla-rl 0.16.0's draws: trajectories with replacement, p = length / total (so any
+        # num_samples), then per trajectory in order drng.choice(len - portion_length + 1)
+        rng, lengths = self._rng, self._lengths_array()
+        p = lengths / np.sum(lengths)
+        chosen = rng.choice(self.trajectory_num, size=num_samples, replace=True, p=p)
+        offsets = []
+        for length in lengths[chosen].tolist():
+            max_index = length - portion_length
+            if max_index < 0:
+                raise RuntimeError(
+                    f"Trajectory length is shorter than portion length: {portion_length} "
+                    f"(a trajectory of {length} experiences was drawn)"
+                )
+            offsets.append(int(rng.choice(max_index + 1, replace=False)))
+        return self._portions(self._starts()[chosen] + np.array(offsets, np.int64), portion_length)
 
     def sample_indices_portion(
         self, indices: Indices, portion_length: int = 1
