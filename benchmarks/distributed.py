@@ -5,7 +5,7 @@ Measures, on this machine, with fields ``obs: float32[4]`` and ``action: int64``
 * transitions/s inserted by 1, 2 and 4 writer processes, each calling ``add`` with one step of
   one env per call (Reverb's anchor inserts one item per step): shared memory (``rr.attach``
   writers in spawned processes) and the Ray service with 1, 2 and 4 shards (writers in Ray
-  actors, ``flush_every=64``);
+  actors, ``flush_every`` 64 (the default) and 256);
 * transitions/s sampled by one learner, ``B = 256``: uniform, prioritized with a
   ``update_priorities`` of the batch after every batch, and ``update_priorities`` calls/s
   (256 ids each) alone. The Ray learner uses ``svc.iterate(256, prefetch=4, per_call=4)`` and
@@ -16,8 +16,8 @@ Anchors (issue 14; one Reverb 0.14 server on loopback, one Python client, this m
 8.6k inserts/s, 48k sampled/s uniform, 40k prioritized, 1.65k priority-update calls/s. Targets:
 5x each with Ray, 20x with shared memory.
 
-Usage: ``python benchmarks/distributed.py [--secs 3] [--out docs]``; prints a Markdown table and
-writes ``OUT/distributed_bench.json`` and ``OUT/distributed_bench.md``. About 4 minutes.
+Usage: ``python benchmarks/distributed.py [--secs 2] [--out docs]``; prints a Markdown table and
+writes ``OUT/distributed_bench.json`` and ``OUT/distributed_bench.md``. About 6-7 minutes.
 """
 
 from __future__ import annotations
@@ -157,7 +157,7 @@ def shm_sampling(secs: float) -> dict[str, float]:
 
 
 # ---------------------------------------------------------------------- Ray
-def ray_inserts(ray: Any, svc: Any, writers: int, secs: float) -> float:
+def ray_inserts(ray: Any, svc: Any, writers: int, secs: float, flush_every: int = 64) -> float:
     @ray.remote(num_cpus=0)
     class Actor:
         def __init__(self, w: Any) -> None:
@@ -174,7 +174,7 @@ def ray_inserts(ray: Any, svc: Any, writers: int, secs: float) -> float:
             self.w.flush(timeout=120)  # what was added counts once it is stored
             return n, s + time.perf_counter() - t0
 
-    actors = [Actor.remote(svc.writer(e, flush_every=64)) for e in range(writers)]
+    actors = [Actor.remote(svc.writer(e, flush_every=flush_every)) for e in range(writers)]
     ray.get([a.warm.remote() for a in actors], timeout=300)
     results = ray.get([a.run.remote(secs) for a in actors], timeout=300 + secs)
     for a in actors:
@@ -245,10 +245,11 @@ def markdown(rows: list[dict[str, Any]], meta: dict[str, Any]) -> str:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--secs", type=float, default=3.0, help="seconds per cell")
+    ap.add_argument("--secs", type=float, default=2.0, help="seconds per cell")
     ap.add_argument("--out", default=str(Path(__file__).resolve().parent.parent / "docs"))
     ap.add_argument("--shards", type=int, nargs="+", default=[1, 2, 4])
     ap.add_argument("--writers", type=int, nargs="+", default=[1, 2, 4])
+    ap.add_argument("--flush-every", type=int, nargs="+", default=[64, 256])
     args = ap.parse_args()
     secs = args.secs
     meta = {
@@ -283,11 +284,13 @@ def main() -> None:
     meta["ray"] = ray.__version__
     for S in args.shards:
         print(f"ray, {S} shard(s)", file=sys.stderr)
-        for w in args.writers:
-            E = max(S, w)
-            with ReplayService(S, E * 2**18, FIELDS, seed=0, num_envs=E) as svc:
-                v = ray_inserts(ray, svc, w, secs)
-            log(row("ray", S, f"inserts, {w} writer process(es), add 1 step", v, "insert"))
+        for fe in args.flush_every:
+            for w in args.writers:
+                E = max(S, w)
+                with ReplayService(S, E * 2**18, FIELDS, seed=0, num_envs=E) as svc:
+                    v = ray_inserts(ray, svc, w, secs, fe)
+                what = f"inserts, {w} writer process(es), add 1 step, flush_every={fe}"
+                log(row("ray", S, what, v, "insert"))
         E = 16
         with (
             ReplayService(S, FILL, FIELDS, seed=0, num_envs=E) as uni,

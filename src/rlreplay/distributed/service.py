@@ -36,6 +36,7 @@ from rlreplay.distributed.split import (
     route_ids,
     split_batch_size,
 )
+from rlreplay.distributed.updates import UpdateQueue
 from rlreplay.distributed.writer import Writer, call, retried
 from rlreplay.errors import CheckpointError, ConfigError, ReplayClosed, ShapeError
 from rlreplay.limits import RateLimiter
@@ -200,10 +201,7 @@ class ReplayService:
             for k in range(S)
         ]
         self._samples = 0  # service-wide sample calls, for beta
-        self._updates: list[Any] = []  # refs of unanswered wait=False priority updates
-        self._queued: dict[int, list[tuple[Array, Array]]] = {}  # per shard, not sent yet
-        self._queued_ids = 0
-        self._updates_lock = threading.Lock()
+        self._updates = UpdateQueue(self._shards)  # update_priorities(..., wait=False)
         self._closed = False
         # Fail here, not at the first write, if a shard cannot be built (bad fields, ...).
         try:
@@ -280,7 +278,7 @@ class ReplayService:
         if self._limiter is not None:
             n = batch_size * len(draws)
             call(ray, self._limiter.await_sample.remote(n, timeout), None, "sample")
-        self._send_updates()  # this caller's queued priority updates land before the draw
+        self._updates.send()  # this caller's queued priority updates land before the draw
 
         def attempt(left: float | None) -> tuple[Any, Array, Array, list[Any]]:
             # Masses and draws again if a shard restarts in between (its contents changed).
@@ -392,41 +390,12 @@ class ReplayService:
             for k in range(self.num_shards)
             if (shard == k).any()
         }
-        self._harvest_updates(timeout)
+        self._updates.harvest(_ray(), timeout)
         if wait:
-            self._send_updates()  # earlier queued updates first
+            self._updates.send()  # earlier queued updates first
             return int(sum(self._ask("update_priorities", timeout, args)))
-        with self._updates_lock:
-            for k, a in args.items():
-                self._queued.setdefault(k, []).append(a)
-            self._queued_ids += int(p.shape[0])
-            full = self._queued_ids >= 1 << 16
-        if full:
-            self._send_updates()
+        self._updates.put(args)
         return None
-
-    def _send_updates(self) -> None:
-        """Send the queued ``wait=False`` updates, one call per shard, in call order."""
-        with self._updates_lock:  # sends in order: a later queue goes after an earlier one
-            if not self._queued:
-                return
-            for k, parts in self._queued.items():
-                ids = np.concatenate([i for i, _ in parts])
-                p = np.concatenate([q for _, q in parts])
-                self._updates.append(self._shards[k].update_priorities.remote(ids, p))
-            self._queued, self._queued_ids = {}, 0
-
-    def _harvest_updates(self, timeout: float | None) -> None:
-        """Raise the errors of answered ``wait=False`` updates; bound the unanswered ones."""
-        ray = _ray()
-        with self._updates_lock:
-            if not self._updates:
-                return
-            done, self._updates = ray.wait(self._updates, num_returns=len(self._updates), timeout=0)
-            while len(self._updates) > 64:  # backpressure: wait for the oldest
-                done.append(self._updates.pop(0))
-        if done:
-            call(ray, done, timeout, "update_priorities")
 
     # ------------------------------------------------------------------ inspection
     def get_transitions(self, ids: Any, *, timeout: float | None = None) -> Batch:
@@ -475,8 +444,8 @@ class ReplayService:
         """
         self._check_open()
         ray = _ray()
-        self._send_updates()
-        self._harvest_updates(timeout)
+        self._updates.send()
+        self._updates.harvest(_ray(), timeout)
         shards = self._ask("status", timeout)
         limiter = None
         if self._limiter is not None:
@@ -522,7 +491,7 @@ class ReplayService:
             ReplayTimeout: The shards did not finish within ``timeout``.
         """
         self._check_open()
-        self._send_updates()
+        self._updates.send()
         ray = _ray()
         config = checked_config({"fields": self.schema.to_json(), **self._config})
         d = Path(directory).resolve()
