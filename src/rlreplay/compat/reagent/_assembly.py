@@ -110,7 +110,9 @@ def after_terminal(
     reagent 0.1 reads ``next_state`` as the stack at ``next_indices`` and ``next_<x>`` as
     ``_store[x][next_indices]`` (a stack of them with ``return_everything_as_stack``) whatever
     the slots hold after a terminal (documented as undefined): the next episode's padding or
-    first step, a step not overwritten yet, or zeros never written. So does this.
+    first step, or a step not overwritten yet. So does this, with zeros where a slot holds no
+    step the core keeps (0.1 reads the oldest step at the cursor slot there, or ``np.empty``
+    memory never written).
     """
     cap, k = buf._replay_capacity, buf._stack_size
     signature = {e.name: e for e in buf.get_storage_signature()}
@@ -124,8 +126,9 @@ def after_terminal(
             got[held] = buf._core.get_field(core_name(name), ids[held])
         return got
 
-    frames = slots("observation", stack)
-    out["next_state"][rows] = state_stack(frames[:, 0] if k == 1 else frames, k)
+    if k > 0:  # stack_size 0: empty stacks, nothing to read
+        frames = slots("observation", stack)
+        out["next_state"][rows] = state_stack(frames[:, 0] if k == 1 else frames, k)
     for x in ["action", "reward", *extras]:
         value = np.moveaxis(slots(x, stack), 1, -1) if stack_all else slots(x, nxt % cap)
         out["next_" + x][rows] = value
