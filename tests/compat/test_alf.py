@@ -417,6 +417,15 @@ def test_dequeue_returns_the_earliest_steps_and_removes_them() -> None:
     ]
 
 
+def test_dequeue_of_more_steps_than_max_length_asserts_and_changes_nothing() -> None:
+    """More than ``max_length`` steps per env are never there: ALF's assert, not a ValueError."""
+    d = Driver(num_envs=2, max_length=1)
+    d.run(1)
+    with pytest.raises(AssertionError, match="max_length=1"):
+        d.rb.dequeue(n=2)
+    assert d.rb.total_size.item() == 2
+
+
 def test_blocking_dequeue_waits_for_data() -> None:
     d = Driver(num_envs=2)
     got: list[Any] = []

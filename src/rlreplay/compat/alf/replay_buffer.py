@@ -468,6 +468,11 @@ class ReplayBuffer(EpisodicQueries, torch.nn.Module):
                     return None
                 got = stopped_or_got
             else:
+                if isinstance(n, int) and n > self._max_length:  # never enough: ALF asserts
+                    raise ReplayAssertionError(
+                        f"dequeue: not enough data: n={n} steps per env, but an env holds at "
+                        f"most max_length={self._max_length}"
+                    )
                 try:
                     got = self._core.dequeue(n, envs)
                 except EmptyBufferError as exc:
