@@ -2,7 +2,8 @@
 
 Every step ``t`` of these trajectories carries a frame whose value is ``t + 1`` (0 is a slot
 not written yet), so a sampled row names its transition by the last frame of ``S``. The exact
-comparison with keras-gym's own code (ported from the seed) is in ``test_keras_gym_reference``.
+comparison with keras-gym 0.2.17's own code (ported) is in ``test_keras_gym_reference``;
+keras-gym's own tests are in ``keras_gym_upstream``.
 """
 
 from __future__ import annotations

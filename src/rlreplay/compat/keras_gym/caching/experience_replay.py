@@ -183,17 +183,22 @@ class ExperienceReplayBuffer(RandomStateMixin, ActionSpaceMixin):
             s: A single state observation; with ``num_frames > 1`` a frame stack whose last
                 axis is ``num_frames``, of which only the last frame is stored when it is
                 ``(H, W, num_frames)`` or ``(H, W, C, num_frames)``.
-            a: A single action (an index into ``Discrete(n)``, one-hot encoded).
+            a: A single action: for ``Discrete(n)`` an int in ``[0, n)`` (one-hot encoded) or
+                a 1-d array of ``n`` entries (stored as given), as keras-gym 0.2.17 accepts.
             r: The observed reward associated with this transition.
             done: Whether the episode has finished.
             episode_id: The episode in which the transition took place (stored as int32); a
                 new id after a step that was not ``done`` starts a new episode (a cut).
 
         Raises:
-            NumpyArrayCheckError: A frame stack whose last axis is not ``num_frames``.
+            NumpyArrayCheckError: With ``num_frames > 1``, ``s`` is not a NumPy array or its
+                last axis is not ``num_frames``.
+            AttributeError: The first ``s`` has no ``shape``/``dtype``, or a list action.
+            ActionAssertionError: A ``Discrete`` action that is not an int (``AssertionError``).
+            ActionValueError: A ``Discrete`` action outside ``[0, n)`` (``ValueError``).
             ValueError, TypeError, IndexError, OverflowError: What NumPy raises assigning
-                the value into keras-gym's array (e.g. a state of another shape, a discrete
-                action out of range, an episode id beyond int32).
+                the value into keras-gym's array (e.g. a state of another shape, an episode
+                id beyond int32). A rejected add stores nothing.
         """
         s = self._extract_last_frame(s)
         if not self._initialized:
