@@ -27,12 +27,18 @@ from rlreplay.compat.nnabla_rl.replay_buffers import (
 )
 from rlreplay.compat.nnabla_rl.utils import data as data_module
 from rlreplay.compat.nnabla_rl.utils.data import (
+    DataHolder,
     RingBuffer,
     add_axis_if_single_dim,
     add_batch_dimension,
+    compute_std_ndarray,
+    convert_to_list_if_not_list,
+    is_array_like,
     list_of_dict_to_dict_of_list,
     marshal_dict_experiences,
     marshal_experiences,
+    normalize_ndarray,
+    unnormalize_ndarray,
     unzip,
 )
 
@@ -128,9 +134,27 @@ def test_inconsistent_info_values_are_left_out_with_a_warning(
         out = marshal_dict_experiences(infos)
     assert list(out) == ["ok"] and out["ok"].tolist() == [[1], [2]]
     assert "ragged" in caplog.text
-    with pytest.raises(KeyError):  # keys of the first dict, as nnabla-rl
-        list_of_dict_to_dict_of_list([{"a": 1, "b": 2}, {"a": 3}])
+    # keys of the first dict; a missing one is None (nnabla-rl's d.get(key, None))
+    assert list_of_dict_to_dict_of_list([{"a": 1, "b": 2}, {"a": 3}]) == {
+        "a": [1, 3],
+        "b": [2, None],
+    }
     assert list_of_dict_to_dict_of_list([{"a": 1}, {"a": 3, "b": 2}]) == {"a": [1, 3]}
+    out = marshal_dict_experiences([{"a": 1, "b": 2}, {"a": 3}])
+    assert out["b"].dtype == object and out["b"].tolist() == [[2], [None]]
+
+
+def test_tuples_inside_dicts_are_marshalled_element_by_element(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # nnabla-rl's marshal_dict_experiences hands tuple values to marshal_experiences
+    infos = [{"goal": (np.zeros(2), 1.0)}, {"goal": (np.ones(2), 2.0)}]
+    goal = marshal_dict_experiences(infos)["goal"]
+    assert isinstance(goal, tuple) and goal[0].shape == (2, 2) and goal[1].tolist() == [[1], [2]]
+    ragged = [{"goal": (np.zeros(2),), "ok": 1}, {"goal": (np.zeros(3),), "ok": 2}]
+    with caplog.at_level(logging.WARNING, logger="nnabla_rl"):
+        out = marshal_dict_experiences(ragged)
+    assert list(out) == ["ok"] and "goal" in caplog.text  # the tuple's ValueError is caught
 
 
 def test_small_helpers() -> None:
@@ -140,7 +164,27 @@ def test_small_helpers() -> None:
     assert add_batch_dimension(np.zeros((4, 2))).shape == (1, 4, 2)
     pair = add_batch_dimension((np.zeros(3), np.zeros((2, 2))))
     assert isinstance(pair, tuple) and [p.shape for p in pair] == [(1, 3), (1, 2, 2)]
-    assert np.asarray(add_batch_dimension(1.0)).shape == (1,)
+    # nnabla-rl: an ndarray gets the axis, anything else is iterated into a tuple
+    listed = add_batch_dimension([np.zeros(3), 1.0])
+    assert isinstance(listed, tuple) and [np.shape(p) for p in listed] == [(1, 3), (1,)]
+    with pytest.raises(TypeError):
+        add_batch_dimension(1.0)  # a float is not iterable, as in nnabla-rl
+    assert is_array_like([1]) and is_array_like(np.zeros(2)) and not is_array_like(1)
+    assert convert_to_list_if_not_list((1, 2)) == [1, 2]
+    assert convert_to_list_if_not_list(3) == [3] and convert_to_list_if_not_list("ab") == ["a", "b"]
+    assert issubclass(RingBuffer, DataHolder)
+
+
+def test_normalization_helpers() -> None:
+    x = np.arange(4.0)
+    assert normalize_ndarray(x, 1.0, 2.0).tolist() == [-0.5, 0.0, 0.5, 1.0]
+    assert normalize_ndarray(x, 1.0, 2.0, (-0.2, 0.7)).tolist() == [-0.2, 0.0, 0.5, 0.7]
+    assert unnormalize_ndarray(x, 1.0, 2.0, (0.0, 3.0)).tolist() == [1.0, 3.0, 3.0, 3.0]
+    var = np.array([0.0, 4.0])
+    assert compute_std_ndarray(var, 0.25, "add").tolist() == [0.5, 4.25**0.5]
+    assert compute_std_ndarray(var, 0.25, "max").tolist() == [0.25, 2.0]
+    with pytest.raises(ValueError, match="mode_for_floating_point_error"):
+        compute_std_ndarray(var, 0.25, "sqrt")
     assert not hasattr(data_module, "set_data_to_variable")  # needs nnabla
 
 

@@ -12,6 +12,7 @@ from rlreplay.errors import ConfigError, ReplayError
 
 __all__ = [
     "CapacityError",
+    "ExperienceRangeError",
     "Indices",
     "PositionError",
     "PositionKeyError",
@@ -46,6 +47,10 @@ class PositionKeyError(ReplayError, KeyError, IndexError):
 
 class PositionError(ReplayError, IndexError):
     """A position out of range in an unbounded buffer (nnabla-rl's deque: ``IndexError``)."""
+
+
+class ExperienceRangeError(ReplayError, ValueError):
+    """An experience index past a trajectory buffer's end (nnabla-rl: ``ValueError``)."""
 
 
 def check_capacity(name: str, value: Any, *, allow_none: bool = True) -> int | None:

@@ -128,8 +128,6 @@ class ReplayBuffer:
     * ``_experiences(ids)`` / ``_raw_experiences(ids)``: experiences at ids, decorated or as
       stored; ``_decode_batch(batch)``: experiences of a core batch (as stored);
       ``_decorate(e)``: applied to every experience handed out.
-    * ``_check_range(idx, num_steps)`` and ``_steps_at(idx, num_steps)``: positions checked for
-      ``index + num_steps - 1`` (a bounded buffer's ``KeyError``) and the experiences there.
     * ``_on_written(ended)`` after each core step, ``_on_cut()`` after a cut episode.
 
     Cost: :meth:`append` is O(size of one experience) (amortised, with the doublings of an
@@ -411,6 +409,11 @@ class ReplayBuffer:
 
     # ------------------------------------------------------------------ reading
     def __getitem__(self, item: int) -> Experience:
+        if self._bounded() and (item < 0 or item >= len(self)):
+            # nnabla-rl's ring compares before it indexes: KeyError even for a float
+            raise PositionKeyError(
+                f"index {item!r} is out of range for a buffer of {len(self)} experiences"
+            )
         pos = self._positions(np.array([operator.index(item)], np.int64))
         return self._experiences(self._first_id() + pos)[0]
 
@@ -433,12 +436,6 @@ class ReplayBuffer:
         if bad.any():
             error = PositionKeyError if bounded else PositionError
             raise error(f"index {int(pos[bad][0])} is out of range for a buffer of {n} experiences")
-        return pos
-
-    def _check_range(self, idx: Array, num_steps: int) -> Array:
-        """Positions whose ``index + num_steps - 1`` are kept too (checked as by _positions)."""
-        pos = self._positions(idx)
-        self._positions(pos + (num_steps - 1))
         return pos
 
     def _transitions(self, ids: Array) -> Batch:
@@ -501,6 +498,11 @@ class ReplayBuffer:
     ) -> tuple[list[Experience] | tuple[list[Experience], ...], dict[str, Any]]:
         """Randomly sample num_samples experiences from the replay buffer.
 
+        The steps are nnabla-rl 0.16.0's, in its order (so the same calls fail and the same
+        draws are made): ``max_index = len - num_steps + 1``; ``num_samples > max_index``
+        raises; :meth:`_random_indices` draws; :meth:`sample_indices` checks ``num_steps`` and
+        reads (a ``num_steps`` below 1 is thus rejected after the draw, as there).
+
         Args:
             num_samples: Number of samples to sample from the replay buffer. Defaults to 1.
             num_steps: Number of timesteps to sample. Should be greater than 0. Defaults to 1.
@@ -512,18 +514,30 @@ class ReplayBuffer:
             ``np.ones((num_samples, 1))``.
 
         Raises:
-            ValueError: num_samples exceeds the maximum possible index or num_steps is 0 or
+            ValueError: num_samples exceeds the maximum possible index, num_samples is 0
+                ("Indices are empty") or negative (NumPy's draw), or num_steps is 0 or
                 negative.
+            TypeError: A num_samples NumPy's draw does not take as a size (a float, a bool).
         """
-        num_steps = check_count("num_steps", num_steps)
-        num_samples = check_count("num_samples", num_samples)
         max_index = len(self) - num_steps + 1
         if num_samples > max_index:
             raise ValueError(
                 f"num_samples: {num_samples} is greater than the size of buffer: {max_index}"
             )
-        indices = distinct_draw(max_index, num_samples, self._rng)
+        indices = self._random_indices(num_samples=num_samples, max_index=max_index)
         return self.sample_indices(indices, num_steps=num_steps)
+
+    def _random_indices(self, num_samples: int, max_index: int | None = None) -> Array:
+        """``num_samples`` distinct positions of ``[0, max_index)`` (default: ``len``).
+
+        nnabla-rl's draw, ``drng.choice(max_index, size=num_samples, replace=False)``; its
+        errors are NumPy's (a subclass overriding this changes how :meth:`sample` draws, as
+        in nnabla-rl).
+        """
+        if max_index is None:
+            max_index = len(self)
+        out: Array = self._rng.choice(max_index, size=num_samples, replace=False)
+        return out
 
     def sample_indices(
         self, indices: Indices, num_steps: int = 1
@@ -532,6 +546,8 @@ class ReplayBuffer:
 
         Entry ``j`` of the result holds ``buffer[index + j]`` for each index, as nnabla-rl
         reads them (so an unbounded buffer counts a negative ``index + j`` from the newest).
+        Indices that are not a 1-D integer array or sequence are read one by one with
+        ``buffer[index + j]``, as nnabla-rl reads every index (so they fail as there).
 
         Args:
             indices: Positions of the experiences (0 is the oldest kept one).
@@ -544,27 +560,28 @@ class ReplayBuffer:
             ValueError: If indices are empty or num_steps is 0 or negative.
             KeyError: Bounded buffer: an ``index + j`` outside ``[0, len)``.
             IndexError: Unbounded buffer: an ``index + j`` outside ``[-len, len)``.
+            TypeError: A non-integer ``num_steps`` other than 1 (``range`` of it), or a
+                non-integer index nnabla-rl's containers reject.
         """
-        idx = as_indices(indices)
-        num_steps = check_count("num_steps", num_steps)
-        pos = self._positions((idx[None, :] + np.arange(num_steps)[:, None]).reshape(-1))
+        if len(indices) == 0:
+            raise ValueError("Indices are empty")
+        if num_steps < 1:
+            raise ValueError(f"num_steps: {num_steps} should be greater than 0!")
+        steps = 1 if num_steps == 1 else operator.index(num_steps)  # range(2.0) fails there
+        weights = np.ones((len(indices), 1))
+        idx = np.asarray(indices)
+        if idx.ndim != 1 or idx.dtype.kind not in "iub":  # read as nnabla-rl reads them
+            if steps == 1:
+                return [self[index] for index in indices], {"weights": weights}
+            rows = tuple([self[index + j] for index in indices] for j in range(steps))
+            return rows, {"weights": weights}
+        idx = idx.astype(np.int64)
+        pos = self._positions((idx[None, :] + np.arange(steps)[:, None]).reshape(-1))
         flat = self._experiences(self._first_id() + pos)
-        weights = np.ones((idx.shape[0], 1))
-        if num_steps == 1:
+        if steps == 1:
             return flat, {"weights": weights}
         B = idx.shape[0]
-        return tuple(flat[j * B : (j + 1) * B] for j in range(num_steps)), {"weights": weights}
-
-    def _steps_at(
-        self, idx: Array, num_steps: int
-    ) -> list[Experience] | tuple[list[Experience], ...]:
-        """Experiences at (checked, non-negative) positions, ``num_steps`` consecutive ones each."""
-        ids = self._first_id() + idx
-        if num_steps == 1:
-            return self._experiences(ids)
-        flat = self._experiences((ids[None, :] + np.arange(num_steps)[:, None]).reshape(-1))
-        B = idx.shape[0]
-        return tuple(flat[j * B : (j + 1) * B] for j in range(num_steps))
+        return tuple(flat[j * B : (j + 1) * B] for j in range(steps)), {"weights": weights}
 
     def update_priorities(self, errors: Any) -> None:
         """Does nothing: only prioritized buffers keep priorities (as in nnabla-rl)."""

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
-import operator
 from typing import Any
+
+import numpy as np
 
 from rlreplay.compat.nnabla_rl.replay_buffer import ReplayBuffer
 
 __all__ = ["ReplacementSamplingReplayBuffer"]
+
+Array = np.ndarray[Any, Any]
 
 
 class ReplacementSamplingReplayBuffer(ReplayBuffer):
@@ -38,6 +41,10 @@ class ReplacementSamplingReplayBuffer(ReplayBuffer):
     def sample(self, num_samples: int = 1, num_steps: int = 1) -> tuple[Any, dict[str, Any]]:
         """Randomly sample num_samples experiences, with replacement.
 
+        nnabla-rl 0.16.0's steps: ``max_index = len - num_steps + 1``, the draw
+        (:meth:`_random_indices`), then :meth:`sample_indices` (which rejects ``num_steps``
+        below 1 after the draw, and ``num_samples == 0`` as empty indices).
+
         Args:
             num_samples: Number of samples to sample from the replay buffer. Defaults to 1.
             num_steps: Number of timesteps to sample. Should be greater than 0. Defaults to 1.
@@ -47,18 +54,27 @@ class ReplacementSamplingReplayBuffer(ReplayBuffer):
 
         Raises:
             ValueError: No position can be drawn (the buffer holds fewer than num_steps
-                experiences), num_samples below 1, or num_steps 0 or negative.
+                experiences), num_samples 0 or negative, or num_steps 0 or negative.
+            TypeError: A num_samples NumPy's draw does not take as a size.
         """
-        num_samples, num_steps = operator.index(num_samples), operator.index(num_steps)
-        if num_steps <= 0:
-            raise ValueError(f"num_steps: {num_steps} should be greater than 0!")
         max_index = len(self) - num_steps + 1
-        if max_index <= 0:
-            raise ValueError(
-                f"a must be greater than 0 unless no samples are taken (buffer length "
-                f"{len(self)} < num_steps {num_steps})"
-            )
-        if num_samples < 0:
-            raise ValueError("negative dimensions are not allowed")
-        indices = self._rng.choice(max_index, size=num_samples, replace=True)
+        indices = self._random_indices(num_samples=num_samples, max_index=max_index)
         return self.sample_indices(indices, num_steps=num_steps)
+
+    def _random_indices(self, num_samples: int, max_index: int | None = None) -> Array:
+        """``drng.choice(max_index, size=num_samples, replace=True)``, as nnabla-rl draws.
+
+        Raises:
+            ValueError: ``max_index`` below 1 with ``num_samples`` not 0, or a negative
+                ``num_samples`` (NumPy's checks, the buffer's figures added).
+        """
+        if max_index is None:
+            max_index = len(self)
+        try:
+            out: Array = self._rng.choice(max_index, size=num_samples, replace=True)
+        except ValueError as exc:
+            raise ValueError(
+                f"sample: cannot draw num_samples={num_samples!r} positions from "
+                f"[0, {max_index!r}) (buffer length {len(self)}): {exc}"
+            ) from None
+        return out

@@ -22,7 +22,12 @@ from typing import Any
 
 import numpy as np
 
-from rlreplay.compat.nnabla_rl._checks import PositionError, PositionKeyError, ZeroCapacityError
+from rlreplay.compat.nnabla_rl._checks import (
+    ExperienceRangeError,
+    PositionError,
+    PositionKeyError,
+    ZeroCapacityError,
+)
 from rlreplay.compat.nnabla_rl._codec import Row
 from rlreplay.compat.nnabla_rl.replay_buffer import (
     Experience,
@@ -30,8 +35,6 @@ from rlreplay.compat.nnabla_rl.replay_buffer import (
     ReplayBuffer,
     as_indices,
     check_capacity,
-    check_count,
-    distinct_draw,
 )
 
 __all__ = ["Trajectory", "TrajectoryReplayBuffer"]
@@ -224,6 +227,38 @@ class TrajectoryReplayBuffer(ReplayBuffer):
                 self._core.dequeue(m)
                 self._core_changed()
 
+    # ------------------------------------------------------------------ experiences
+    def __getitem__(self, item: int) -> Experience:
+        pos = self._positions(np.array([operator.index(item)], np.int64))
+        return self._experiences(self._first_id() + pos)[0]
+
+    def _positions(self, pos: Array) -> Array:
+        """Experience positions as nnabla-rl's ``_get_experience`` resolves them.
+
+        nnabla-rl walks the trajectories' cumulative lengths: a position past the end raises
+        ``ValueError``; a negative one falls in the first trajectory and indexes it from its
+        end (``trajectory[index]``: ``IndexError`` below ``-len(first trajectory)``).
+        """
+        n = len(self)
+        first = self._lengths[0] if self._lengths else 0
+        out = np.where(pos < 0, pos + first, pos)
+        bad = (out < 0) | (out >= n)
+        if bad.any():
+            j = int(np.flatnonzero(bad)[0])  # nnabla-rl stops at the first bad one, in order
+            p = int(pos[j])
+            if not self._lengths:
+                error: type[Exception] = PositionKeyError if self._bounded() else PositionError
+                raise error(f"index {p} is out of range: the buffer holds no trajectory")
+            if p >= 0:
+                raise ExperienceRangeError(
+                    f"index {p} is out of range (the buffer holds {n} experiences)"
+                )
+            raise PositionError(
+                f"index {p} is out of range for the first trajectory ({first} experiences): "
+                "a negative index counts from its end, as in nnabla-rl"
+            )
+        return out
+
     # ------------------------------------------------------------------ trajectories
     def _starts(self) -> Array:
         """Core id of the first step of every stored trajectory."""
@@ -276,23 +311,33 @@ class TrajectoryReplayBuffer(ReplayBuffer):
     ) -> tuple[Trajectory | tuple[Trajectory, ...], dict[str, Any]]:
         """Randomly sample num_samples distinct trajectories from the replay buffer.
 
+        nnabla-rl 0.16.0's steps: ``num_samples > trajectory_num`` raises, then
+        :meth:`_random_trajectory_indices` draws and :meth:`sample_indices_trajectory` reads.
+
         Returns:
             ``(trajectories, info)``: one trajectory when ``num_samples == 1``, else a tuple
             of them; ``info["weights"]`` is ``np.ones((num_samples, 1))``.
 
         Raises:
-            ValueError: num_samples exceeds the maximum possible trajectories or is 0 or
-                negative.
+            ValueError: num_samples exceeds the maximum possible trajectories, is 0
+                ("Indices are empty") or negative (NumPy's draw).
+            TypeError: A num_samples NumPy's draw does not take as a size.
         """
-        num_samples = check_count("num_samples", num_samples)
-        if num_samples > self.trajectory_num:
+        max_index = self.trajectory_num
+        if num_samples > max_index:
             raise ValueError(
                 f"num_samples: {num_samples} is greater than the number of trajectories saved "
-                f"in buffer: {self.trajectory_num}"
+                f"in buffer: {max_index}"
             )
-        return self.sample_indices_trajectory(
-            distinct_draw(self.trajectory_num, num_samples, self._rng)
-        )
+        indices = self._random_trajectory_indices(num_samples=num_samples, max_index=max_index)
+        return self.sample_indices_trajectory(indices)
+
+    def _random_trajectory_indices(self, num_samples: int, max_index: int | None = None) -> Array:
+        """nnabla-rl's ``drng.choice(max_index, size=num_samples, replace=False)``."""
+        if max_index is None:
+            max_index = self.trajectory_num
+        out: Array = self._rng.choice(max_index, size=num_samples, replace=False)
+        return out
 
     def sample_indices_trajectory(
         self, indices: Indices
@@ -308,48 +353,43 @@ class TrajectoryReplayBuffer(ReplayBuffer):
         weights = np.ones((idx.shape[0], 1))
         return (runs[0] if len(runs) == 1 else tuple(runs)), {"weights": weights}
 
-    def _episodes_of(self, ids: Array) -> tuple[Array, Array]:
-        """``(first id, length)`` of the stored trajectory holding each (visible) id."""
-        lengths = np.fromiter(self._lengths, np.int64, self.trajectory_num)
-        ends = np.cumsum(lengths)
-        k = np.searchsorted(ends, ids - self._first_id(), side="right")
-        return self._first_id() + ends[k] - lengths[k], lengths[k]
-
     def sample_trajectories_portion(
         self, num_samples: int = 1, portion_length: int = 1
     ) -> tuple[tuple[Trajectory, ...], dict[str, Any]]:
         """Randomly sample num_samples trajectories with length portion_length.
 
-        First, a trajectory is sampled with probability proportional to its length (it is
-        the trajectory of an experience drawn uniformly). Then, a random initial index between
-        0 and ``len(trajectory) - portion_length`` is drawn uniformly, and the
-        ``portion_length`` experiences from it are returned.
+        First, a trajectory is sampled with probability proportional to its length (with
+        replacement, so ``num_samples`` may exceed ``trajectory_num``). Then, a random initial
+        index ``i`` between 0 and ``len(trajectory) - portion_length`` is drawn uniformly, and
+        ``trajectory[i : i + portion_length]`` is returned. Both draws are nnabla-rl 0.16.0's,
+        in its order, so the results are its results for any arguments it accepts:
+        ``num_samples == 0`` gives ``()``; ``portion_length == 0`` gives empty portions, and a
+        negative one Python's slice ``trajectory[i : i + portion_length]``.
 
         Returns:
-            ``(trajectories, info)``: a tuple of ``num_samples`` portions (tuples of
-            experiences); ``info["weights"]`` is ``np.ones((num_samples, 1))``.
+            ``(trajectories, info)``: a tuple of ``num_samples`` portions (slices of the
+            trajectories); ``info["weights"]`` is ``np.ones((num_samples, 1))``.
 
         Raises:
-            ValueError: num_samples or portion_length is 0 or negative.
+            ValueError: A negative num_samples, or sampling from an empty buffer (NumPy's draw).
             RuntimeError: Trajectory's length is below portion_length.
         """
-        num_samples = check_count("num_samples", num_samples)
-        portion_length = check_count("portion_length", portion_length)
-        # nnabla-rl 0.16.0's draws: trajectories with replacement, p = length / total (so any
-        # num_samples), then per trajectory in order drng.choice(len - portion_length + 1)
         rng, lengths = self._rng, self._lengths_array()
         p = lengths / np.sum(lengths)
         chosen = rng.choice(self.trajectory_num, size=num_samples, replace=True, p=p)
-        offsets = []
-        for length in lengths[chosen].tolist():
+        owners: list[int] = []
+        offsets: list[int] = []
+        for k in np.asarray(chosen).tolist():
+            length = int(lengths[k])
             max_index = length - portion_length
             if max_index < 0:
                 raise RuntimeError(
                     f"Trajectory length is shorter than portion length: {portion_length} "
                     f"(a trajectory of {length} experiences was drawn)"
                 )
+            owners.append(k)
             offsets.append(int(rng.choice(max_index + 1, replace=False)))
-        return self._portions(self._starts()[chosen] + np.array(offsets, np.int64), portion_length)
+        return self._portions(owners, offsets, portion_length)
 
     def sample_indices_portion(
         self, indices: Indices, portion_length: int = 1
@@ -358,7 +398,9 @@ class TrajectoryReplayBuffer(ReplayBuffer):
 
         The portion of index ``i`` holds the experiences ``i .. i + portion_length - 1`` of the
         trajectory holding experience ``i``; if that runs past the trajectory's end, the
-        portion is its last ``portion_length`` experiences instead.
+        portion is its last ``portion_length`` experiences instead. As in nnabla-rl, a
+        negative index belongs to the first trajectory and slices it from that (negative)
+        offset: ``trajectory[i : i + portion_length]``.
 
         Raises:
             ValueError: If indices are empty or portion_length is 0 or negative.
@@ -366,28 +408,47 @@ class TrajectoryReplayBuffer(ReplayBuffer):
             RuntimeError: Trajectory's length is below portion_length.
         """
         idx = as_indices(indices)
-        portion_length = check_count("portion_length", portion_length)
-        ids = self._first_id() + self._check_range(idx, 1)
-        start, length = self._episodes_of(ids)
-        if (length < portion_length).any():
-            raise RuntimeError(
-                f"Trajectory length is shorter than portion length: {portion_length}"
-            )
-        return self._portions(np.minimum(ids, start + length - portion_length), portion_length)
+        if portion_length < 1:
+            raise ValueError(f"portion_length: {portion_length} should be greater than 0!")
+        lengths = self._lengths_array()
+        ends = np.cumsum(lengths)
+        owners: list[int] = []
+        offsets: list[int] = []
+        for index in idx.tolist():  # nnabla-rl's order of checks, index by index
+            k = int(np.searchsorted(ends, index, side="right"))  # first trajectory ending after
+            if k >= lengths.shape[0]:
+                raise PositionError(
+                    f"index {index} is out of range for a buffer of {len(self)} experiences"
+                )
+            length = int(lengths[k])
+            if length < portion_length:
+                raise RuntimeError(
+                    f"Trajectory length is shorter than portion length: {portion_length}"
+                )
+            offset = index - int(ends[k - 1]) if k > 0 else index
+            owners.append(k)
+            offsets.append(min(offset, length - portion_length))
+        return self._portions(owners, offsets, portion_length)
 
     def _portions(
-        self, starts: Array, portion_length: int
+        self, owners: list[int], offsets: list[int], portion_length: int
     ) -> tuple[tuple[Trajectory, ...], dict[str, Any]]:
-        ends = np.cumsum(np.fromiter(self._lengths, np.int64, self.trajectory_num))
-        owner = np.searchsorted(ends, starts - self._first_id(), side="right")
-        as_list = [self._as_list[k] for k in owner.tolist()]  # a slice of a list is a list
-        runs = self._runs(starts, np.full(starts.shape[0], portion_length, np.int64), as_list)
-        offsets = starts - self._first_id() - (ends[owner] - self._lengths_array()[owner])
-        for j, (k, a) in enumerate(zip(owner.tolist(), offsets.tolist(), strict=True)):
+        """``trajectory[a : a + portion_length]`` of trajectory ``k`` for each ``(k, a)``."""
+        lengths = self._lengths_array()
+        starts = self._starts()
+        run_starts: list[int] = []
+        run_lengths: list[int] = []
+        for k, a in zip(owners, offsets, strict=True):
+            r = range(int(lengths[k]))[a : a + portion_length]  # Python's slice of the positions
+            run_starts.append(int(starts[k]) + r.start)
+            run_lengths.append(len(r))
+        as_list = [self._as_list[k] for k in owners]  # a slice of a list is a list
+        runs = self._runs(np.array(run_starts, np.int64), np.array(run_lengths, np.int64), as_list)
+        for j, (k, a) in enumerate(zip(owners, offsets, strict=True)):
             original = self._originals[k]
             if original is not None:  # nnabla-rl slices the appended object
                 runs[j] = original[a : a + portion_length]
-        return tuple(runs), {"weights": np.ones((starts.shape[0], 1))}
+        return tuple(runs), {"weights": np.ones((len(owners), 1))}
 
     def _lengths_array(self) -> Array:
         return np.fromiter(self._lengths, np.int64, self.trajectory_num)

@@ -22,22 +22,29 @@ Example:
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any, Generic, TypeVar
 
 import numpy as np
 
 __all__ = [
+    "DataHolder",
     "RingBuffer",
     "add_axis_if_single_dim",
     "add_batch_dimension",
+    "compute_std_ndarray",
+    "convert_to_list_if_not_list",
+    "is_array_like",
     "list_of_dict_to_dict_of_list",
     "marshal_dict_experiences",
     "marshal_experiences",
+    "normalize_ndarray",
+    "unnormalize_ndarray",
     "unzip",
 ]
 
 Array = np.ndarray[Any, Any]
+T = TypeVar("T")
 _logger = logging.getLogger("nnabla_rl")
 
 
@@ -53,20 +60,23 @@ def add_axis_if_single_dim(data: Array) -> Array:
     return data
 
 
-def list_of_dict_to_dict_of_list(list_of_dict: Sequence[Mapping[str, Any]]) -> dict[str, list[Any]]:
-    """``{key: [d[key] for d in list_of_dict]}`` for the keys of the first dict.
+def list_of_dict_to_dict_of_list(list_of_dict: Sequence[Mapping[Any, Any]]) -> dict[Any, list[Any]]:
+    """``{key: [d.get(key, None) for d in list_of_dict]}`` for the keys of the first dict.
 
-    Raises:
-        KeyError: A later dict lacks a key of the first one (as in nnabla-rl).
+    A later dict that lacks a key of the first one gives None there, as in nnabla-rl; keys
+    only later dicts have are left out.
     """
-    return {key: [d[key] for d in list_of_dict] for key in list_of_dict[0]}
+    return {key: [d.get(key, None) for d in list_of_dict] for key in list_of_dict[0]}
 
 
 def marshal_dict_experiences(dict_experiences: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
-    """A dict of batch arrays from a list of dicts (nested dicts marshalled recursively).
+    """A dict of batch arrays from a list of dicts (nested dicts and tuples marshalled).
 
-    A key whose values do not stack into one array (ragged shapes: ``np.asarray`` raises
-    ``ValueError``) is left out, with a warning on the ``nnabla_rl`` logger, as nnabla-rl does.
+    Values that are dicts are marshalled key by key again, tuples element by element (as
+    :func:`marshal_experiences`), anything else stacked with ``np.asarray`` (a trailing axis
+    added to 1-D results). A key whose values do not stack into one array (ragged shapes:
+    ``np.asarray`` raises ``ValueError``, also inside a nested dict or tuple) is left out, with
+    a warning on the ``nnabla_rl`` logger, as nnabla-rl does.
     """
     dict_of_list = list_of_dict_to_dict_of_list(dict_experiences)
     marshaled: dict[str, Any] = {}
@@ -74,6 +84,8 @@ def marshal_dict_experiences(dict_experiences: Sequence[Mapping[str, Any]]) -> d
         try:
             if isinstance(data[0], dict):
                 marshaled[key] = marshal_dict_experiences(data)
+            elif isinstance(data[0], tuple):
+                marshaled[key] = marshal_experiences(data)
             else:
                 marshaled[key] = add_axis_if_single_dim(np.asarray(data))
         except ValueError as e:
@@ -107,13 +119,88 @@ def marshal_experiences(experiences: Sequence[Sequence[Any]]) -> tuple[Any, ...]
 
 
 def add_batch_dimension(data: Any) -> Any:
-    """``data`` with a leading batch axis of 1 (each element of a tuple for tuple data)."""
-    if isinstance(data, tuple):
-        return tuple(np.expand_dims(d, axis=0) for d in data)
-    return np.expand_dims(data, axis=0)
+    """``data`` with a leading batch axis of 1.
+
+    An ``np.ndarray`` gets the axis; anything else is iterated (a tuple of arrays, as
+    nnabla-rl expects) and a tuple of its elements, each with the axis, is returned.
+    """
+    if isinstance(data, np.ndarray):
+        return np.expand_dims(data, axis=0)
+    return tuple(np.expand_dims(d, axis=0) for d in data)
 
 
-class RingBuffer:
+def is_array_like(x: Any) -> bool:
+    """Whether ``x`` has a ``__len__`` (nnabla-rl's test)."""
+    return hasattr(x, "__len__")
+
+
+def convert_to_list_if_not_list(value: Any) -> list[Any]:
+    """``list(value)`` for an iterable, else ``[value]``."""
+    if isinstance(value, Iterable):
+        return list(value)
+    return [value]
+
+
+def normalize_ndarray(
+    ndarray: Array, mean: Array, std: Array, value_clip: tuple[float, float] | None = None
+) -> Array:
+    """``(ndarray - mean) / std``, clipped to ``value_clip`` (low, high) when given."""
+    normalized: Array = (ndarray - mean) / std
+    if value_clip is not None:
+        normalized = np.clip(normalized, a_min=value_clip[0], a_max=value_clip[1])
+    return normalized
+
+
+def unnormalize_ndarray(
+    ndarray: Array, mean: Array, std: Array, value_clip: tuple[float, float] | None = None
+) -> Array:
+    """``ndarray * std + mean``, clipped to ``value_clip`` (low, high) when given."""
+    unnormalized: Array = ndarray * std + mean
+    if value_clip is not None:
+        unnormalized = np.clip(unnormalized, a_min=value_clip[0], a_max=value_clip[1])
+    return unnormalized
+
+
+def compute_std_ndarray(var: Array, epsilon: float, mode_for_floating_point_error: str) -> Array:
+    """Standard deviation from a variance, kept away from 0.
+
+    ``mode_for_floating_point_error`` ``"add"``: ``(var + epsilon) ** 0.5``; ``"max"``:
+    ``max(var ** 0.5, epsilon)`` elementwise.
+
+    Raises:
+        ValueError: Another mode (nnabla-rl raises a bare ``ValueError``; here it names it).
+    """
+    if mode_for_floating_point_error == "add":
+        std: Array = (var + epsilon) ** 0.5
+    elif mode_for_floating_point_error == "max":
+        std = np.maximum(var**0.5, epsilon)
+    else:
+        raise ValueError(
+            "mode_for_floating_point_error: expected 'add' or 'max', "
+            f"got {mode_for_floating_point_error!r}"
+        )
+    return std
+
+
+class DataHolder(Generic[T]):
+    """nnabla-rl's FIFO data container interface (:class:`RingBuffer` implements it)."""
+
+    def __len__(self) -> int:
+        raise NotImplementedError
+
+    def __getitem__(self, index: int) -> Any:
+        raise NotImplementedError
+
+    def append(self, data: T) -> None:
+        """Append new data, dropping the oldest item when the holder is full."""
+        raise NotImplementedError
+
+    def append_with_removed_item_check(self, data: T) -> T | None:
+        """As :meth:`append`; returns the dropped item, or None."""
+        raise NotImplementedError
+
+
+class RingBuffer(DataHolder[Any]):
     """nnabla-rl's ring of at most ``maxlen`` items: index 0 is the oldest kept item.
 
     Appending to a full ring drops the oldest item. ``ring[i]`` raises ``KeyError`` for an
