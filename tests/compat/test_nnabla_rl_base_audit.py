@@ -21,6 +21,7 @@ import pytest
 from rlreplay.compat.nnabla_rl.replay_buffer import ReplayBuffer
 from rlreplay.compat.nnabla_rl.replay_buffers import (
     DecorableReplayBuffer,
+    HindsightReplayBuffer,
     ReplacementSamplingReplayBuffer,
     TrajectoryReplayBuffer,
 )
@@ -222,3 +223,39 @@ def test_trajectory_portion_golden_edges() -> None:
     assert buffer[-1][5]["t"] == 3  # the first trajectory, from its end
     with pytest.raises(ValueError, match="out of range"):
         buffer[4]
+
+
+def goal_experience(t: int, end: bool) -> tuple[Any, ...]:
+    s = (np.full(3, t, np.float32), np.full(2, 9, np.float32), np.full(2, t, np.float32))
+    s_next = (np.full(3, t + 1, np.float32), s[1], np.full(2, t + 1, np.float32))
+    return (s, np.zeros(1, np.float32), 0.0, 0.0 if end else 1.0, s_next, {})
+
+
+def test_hindsight_info_keys_as_nnabla_rl() -> None:
+    """nnabla-rl shares one ``np.array([end])`` per episode and notes ``future_index``."""
+
+    def reward(achieved: Any, goal: Any, info: Any) -> float:
+        return -float(np.linalg.norm(achieved - goal))
+
+    buffer = HindsightReplayBuffer(reward, hindsight_prob=1.0, capacity=20, seed=0)
+    infos = []
+    for t in range(7):
+        e = goal_experience(t, end=t == 3)
+        infos.append(e[5])
+        buffer.append(e)
+    ends = [info["episode_end_index"] for info in infos]
+    assert all(isinstance(x, np.ndarray) and x.shape == (1,) for x in ends)
+    assert ends[0] is ends[3] and ends[4] is ends[6] and ends[0] is not ends[4]
+    assert ends[0].tolist() == [3] and ends[4].tolist() == [2]  # running: its newest so far
+    experiences, _ = buffer.sample_indices([1, 5])
+    for position, e in zip([1, 5], experiences, strict=True):
+        future = e[5]["future_index"]
+        assert isinstance(future, np.integer)
+        first = 0 if position < 4 else 4
+        assert position <= future <= first + int(e[5]["episode_end_index"][0])
+        assert e[0][1].tolist() == buffer[int(future)][4][2].tolist()  # the goal it names
+    # nnabla-rl's order: n-step is refused first; num_steps <= 0 reads one step
+    with pytest.raises(NotImplementedError):
+        buffer.sample_indices([], num_steps=2)
+    experiences, info = buffer.sample_indices([0, 2], num_steps=0)
+    assert len(experiences) == 2 and info["weights"].shape == (2, 1)

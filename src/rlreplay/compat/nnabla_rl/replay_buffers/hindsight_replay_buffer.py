@@ -34,7 +34,6 @@ from rlreplay.compat.nnabla_rl.replay_buffer import (
     Indices,
     ReplayBuffer,
     as_indices,
-    check_count,
 )
 
 __all__ = ["HindsightReplayBuffer"]
@@ -129,7 +128,7 @@ class HindsightReplayBuffer(ReplayBuffer):
         >>> all(e[0][1][0] > e[0][2][0] for e in experiences)  # goals from the future
         True
         >>> buffer[1][5]
-        {'index_in_episode': 1, 'episode_end_index': 4}
+        {'index_in_episode': 1, 'episode_end_index': array([4])}
     """
 
     def __init__(
@@ -145,7 +144,7 @@ class HindsightReplayBuffer(ReplayBuffer):
         self._hindsight_prob = hindsight_prob
         self._episodes = _EpisodeIds(self._capacity)
         self._episode_start = 0  # id of the running episode's first experience
-        self._running_infos: list[dict[str, Any]] = []  # its info dicts, oldest first
+        self._end_index = np.array([0])  # the running episode's shared episode_end_index
 
     def append(self, experience: Experience) -> None:
         """Add new experience to the replay buffer.
@@ -172,30 +171,15 @@ class HindsightReplayBuffer(ReplayBuffer):
             raise ValueError(f"info: expected a dict, got {type(info).__name__}")
         i = self._next_id
         index_in_episode = i - self._episode_start
-        info.update({"index_in_episode": index_in_episode, "episode_end_index": index_in_episode})
+        # nnabla-rl shares one np.array([end]) among an episode's infos, updated in place
+        self._end_index[0] = index_in_episode
+        info.update({"index_in_episode": index_in_episode, "episode_end_index": self._end_index})
         super().append(experience)  # raises before any bookkeeping if nothing is stored
         self._episodes.put(i, self._episode_start)
-        self._running_infos.append(info)
-        if self._capacity is not None and len(self._running_infos) > 2 * self._capacity:
-            del self._running_infos[: -self._capacity]  # dropped experiences: never read again
         if non_terminal == 0 or is_timelimit(info):
             self._episodes.close(self._episode_start, i)
-            for running in self._running_infos:
-                running["episode_end_index"] = index_in_episode
-            self._running_infos = []
+            self._end_index = np.array([0])
             self._episode_start = i + 1
-
-    def _raw_experiences(self, ids: Array) -> list[Experience]:
-        """As the base buffer's; the running episode's ``info`` get its current end."""
-        out = super()._raw_experiences(ids)
-        running = ids >= self._episode_start
-        if running.any():
-            end = self._next_id - 1 - self._episode_start
-            for j in np.flatnonzero(running).tolist():
-                info = out[j][-1]
-                if isinstance(info, dict):
-                    info["episode_end_index"] = end
-        return out
 
     def sample_indices(
         self, indices: Indices, num_steps: int = 1
@@ -203,15 +187,16 @@ class HindsightReplayBuffer(ReplayBuffer):
         """Sample experiences for given indices, each relabelled with ``hindsight_prob``.
 
         Raises:
-            ValueError: If indices are empty or num_steps is 0 or negative.
+            ValueError: If indices are empty (``num_steps <= 0`` reads one step, as nnabla-rl).
             NotImplementedError: ``num_steps > 1`` (n-step learning is not supported, as in
                 nnabla-rl).
             KeyError: Bounded buffer: an index outside ``[0, len)``.
             IndexError: Unbounded buffer: an index outside ``[-len, len)``.
         """
-        idx = as_indices(indices)
-        if check_count("num_steps", num_steps) > 1:
+        # nnabla-rl's order: n-step first, then empty indices; num_steps <= 0 reads one step
+        if num_steps > 1:
             raise NotImplementedError("HindsightReplayBuffer: n-step learning is not supported")
+        idx = as_indices(indices)
         ids = self._first_id() + self._positions(idx)
         experiences = self._experiences(ids)
         # nnabla-rl's draws, per index in order: drng.random(), then (relabelled when it is
@@ -226,8 +211,12 @@ class HindsightReplayBuffer(ReplayBuffer):
                 future.append(int(rng.integers(t, end + 1)))
         if relabelled:
             goals = self._experiences(np.array(future, np.int64))
-            for j, g in zip(relabelled, goals, strict=True):
+            first = self._first_id()
+            for j, g, f in zip(relabelled, goals, future, strict=True):
                 experiences[j] = self._hindsight(experiences[j], g[4][2])
+                info = experiences[j][-1]
+                if isinstance(info, dict):  # nnabla-rl notes the goal's position ("for test")
+                    info["future_index"] = np.int64(f - first)
         return experiences, {"weights": np.ones((idx.shape[0], 1))}
 
     def _hindsight(self, experience: Experience, goal: Any) -> Experience:
