@@ -2,8 +2,8 @@
 
 Every step ``t`` of these trajectories carries a frame whose value is ``t + 1`` (0 is a slot
 not written yet), so a sampled row names its transition by the last frame of ``S``. The exact
-comparison with keras-gym 0.2.17's own code (ported) is in ``test_keras_gym_reference``;
-keras-gym's own tests are in ``keras_gym_upstream``.
+comparison with the seed's keras-gym code (ported) is in ``test_keras_gym_reference``;
+keras-gym 0.2.17's own tests are in ``keras_gym_upstream``.
 """
 
 from __future__ import annotations
@@ -76,45 +76,42 @@ class Trajectory:
             buf.add(state(t, k), t % 3, float(t + 1), done, eid)
 
     def expected(self, n: int, k: int, gamma: float) -> dict[int, dict[str, Any]]:
-        """keras-gym 0.2.17's valid transitions (no overwriting), keyed by the frame ``t + 1``.
+        """keras-gym's valid transitions (no overwriting), keyed by the frame value ``t + 1``.
 
-        keras-gym draws the stack's last slot ``t`` from ``k - 1 .. len - 2`` (``len = T -
-        n``) and keeps it unless an earlier frame of the stack has a larger episode id, or
-        (no ``done`` in the window ``t .. t+n-1``) a frame of the stack at ``t + n`` has
-        another id. The front-end also rejects a window that meets another id before its
-        ``done`` (fix 3). An episode starts at the first step, after a done step and at a
-        change of id; stacks repeat its first frame. After a ``done``, ``S_next`` is keras-
-        gym's raw stack at ``t + n`` (unpadded, the next episode's), masked by ``In = 0``.
+        An episode starts at the first step, after a done step, and at a change of
+        episode_id; a step that is not done and is followed by another episode is a cut. A
+        transition is valid when its window ``t .. t+m-1`` ends at a done step (``m <= n``)
+        or spans ``n`` steps of which none is a cut and whose bootstrap step ``t + n`` exists.
         """
         T = len(self.steps)
-        ids = [eid for _, eid in self.steps]
         start = [0] * T
         for t in range(1, T):
-            new = self.steps[t - 1][0] or ids[t - 1] != ids[t]
+            new = self.steps[t - 1][0] or self.steps[t - 1][1] != self.steps[t][1]
             start[t] = t if new else start[t - 1]
+        cut = [not self.steps[t][0] and t + 1 < T and start[t + 1] == t + 1 for t in range(T)]
 
         def frames(u: int, s0: int) -> list[float]:
             return [max(v, s0) + 1.0 for v in range(u - k + 1, u + 1)]
 
         rows: dict[int, dict[str, Any]] = {}
-        for t in range(k - 1, T - n - 1):
-            ep = ids[t]
-            if any(ids[u] > ep for u in range(t - k + 1, t)):
-                continue
+        for t in range(T):
             rn, done, ok = 0.0, False, True
             for j in range(n):
-                if ids[t + j] != ep:
+                if t + j >= T or cut[t + j]:
                     ok = False
                     break
                 rn += gamma**j * (t + j + 1)
                 if self.steps[t + j][0]:
                     done = True
                     break
-            if not ok or (not done and any(ids[u] != ep for u in range(t + n - k + 1, t + n + 1))):
+            if not ok or (not done and t + n >= T):
                 continue
             row: dict[str, Any] = {"S": frames(t, start[t]), "A": t % 3, "Rn": rn, "done": done}
-            nxt = frames(t + n, 0) if done else frames(t + n, start[t])
+            # keras-gym reads the state and action at t + n even after a done (the next
+            # episode's; a slot not written yet reads zeros here): In = 0 masks them
+            nxt = [v if v <= T else 0.0 for v in frames(t + n, start[t])]
             row.update(In=0.0 if done else gamma**n, S_next=nxt, A_next=(t + n) % 3)
+            row.update(A_next_written=t + n < T)
             rows[t + 1] = row
         return rows
 
@@ -137,7 +134,8 @@ def check_rows(
         assert In[b] == row["In"]
         nxt = S_next[b].reshape(-1) if k > 1 else S_next[b].reshape(1)
         assert nxt.tolist() == row["S_next"]
-        np.testing.assert_array_equal(A_next[b], one_hot(row["A_next"]))
+        a_next = one_hot(row["A_next"]) if row["A_next_written"] else np.zeros(3)
+        np.testing.assert_array_equal(A_next[b], a_next)
     return seen
 
 
@@ -302,9 +300,10 @@ def test_other_stacks_are_stored_whole_as_keras_gym_does() -> None:
 
 
 def test_discrete_actions_are_one_hot_encoded_as_keras_gym_does() -> None:
-    """keras-gym 0.2.17's _one_hot_encode_discrete: a 1-d array of num_actions entries is
-    stored as given; anything else must be an int scalar (AssertionError) in range
-    (ValueError from one_hot); a list fails at ``a.size`` (AttributeError)."""
+    """keras-gym's _one_hot_encode_discrete (0.2.17's, where the seed's mixins are not
+    printed): a 1-d array of num_actions entries is stored as given; anything else must be an
+    int scalar (AssertionError) in range (ValueError from one_hot); a list fails at
+    ``a.size`` (AttributeError)."""
     buf = ExperienceReplayBuffer(discrete(3), 100, batch_size=4, random_seed=0)
     actions: list[Any] = [np.int64(1), True, np.array([0.0, 0.0, 1.0]), np.uint8(0), 2, 1]
     for t, a in enumerate(actions):
@@ -318,11 +317,15 @@ def test_discrete_actions_are_one_hot_encoded_as_keras_gym_does() -> None:
         with pytest.raises(error):
             buf.add(np.zeros(1), a, 0.0, False, 0)
     assert len(buf) == 5
-    expected = {1: 1, 2: 1, 3: 2, 4: 0}  # True is action 1; steps 0..3 are drawn (len - 2)
+    # True is action 1; the seed's keras-gym draws any stored step (the last one is done)
+    expected = {1: 1, 2: 1, 3: 2, 4: 0, 5: 2, 6: 1}
+    seen = set()
     for _ in range(5):
         S, A, *_ = buf.sample()
         for b in range(4):
             np.testing.assert_array_equal(A[b], one_hot(expected[int(S[b, 0])]))
+            seen.add(int(S[b, 0]))
+    assert seen == set(expected)
 
 
 def test_added_arrays_are_copied() -> None:
@@ -353,8 +356,7 @@ def test_states_are_cast_as_numpy_assignment_casts() -> None:
     for t, s in enumerate(values):
         buf.add(s, 0, 1.0, t == 4, 0)  # float64 zeros, a list, a scalar (broadcast), a tuple
     rows = {tuple(r) for out in sample_until(buf, 10) for r in out[0].tolist()}
-    # keras-gym 0.2.17 draws steps 0 .. len - 2 = 2
-    want = {tuple(keras_gym_assign(s, (3,), np.uint8).tolist()) for s in values[:3]}
+    want = {tuple(keras_gym_assign(s, (3,), np.uint8).tolist()) for s in values}
     assert rows == want and buf.sample()[0].dtype == np.uint8
 
 
@@ -397,7 +399,8 @@ def test_nstep_golden_table() -> None:
     | 3 | 4     | 4 5 (done)        | 4 + 2.5 = 6.5          | 0     | -      | -      |
     | 4 | 5     | 5 (done)          | 5                      | 0     | -      | -      |
     | 5 | 6     | 6 7 8             | 6 + 3.5 + 2 = 11.5     | 0.125 | 9      | a_8    |
-    keras-gym 0.2.17 draws t from 0 .. len - 2 = 5 (len = 10 - 3).
+    | 6 | 7     | 7 8 9             | 7 + 4 + 2.25 = 13.25   | 0.125 | 10     | a_9    |
+    steps 7..9 have no complete window yet.
     """
     buf = ExperienceReplayBuffer(discrete(), 100, batch_size=7, bootstrap_n=3, gamma=G)
     buf.random_seed = 3  # keras-gym's RandomStateMixin: a new RandomState
@@ -411,6 +414,7 @@ def test_nstep_golden_table() -> None:
         4: (6.5, 0.0, 7.0, 0),
         5: (5.0, 0.0, 8.0, 1),
         6: (11.5, 0.125, 9.0, 2),
+        7: (13.25, 0.125, 10.0, 0),
     }
     seen = set()
     for _ in range(20):
@@ -430,15 +434,14 @@ def test_nstep_golden_table() -> None:
 def test_new_episode_id_cuts_the_previous_episode() -> None:
     """Episode 0 (steps 0..5) is never done; episode 1 starts at step 6 (n = 2, k = 2).
 
-    Windows of steps 4 and 5 reach the cut (keras-gym has no state to bootstrap from), step
-    6's stack repeats its own first frame instead of episode 0's last one, and keras-gym
-    0.2.17 never draws step 0 (the stack's last slot is drawn from k - 1 .. len - 2).
+    Windows of steps 4 and 5 reach the cut (keras-gym has no state to bootstrap from), and
+    step 6's stack repeats its own first frame instead of episode 0's last one.
     """
     traj = Trajectory([(False, 0)] * 6 + [(False, 1)] * 6)
     buf = ExperienceReplayBuffer(discrete(num_frames=2), 100, batch_size=8, bootstrap_n=2)
     traj.feed(buf, 2)
     expected = traj.expected(2, 2, buf.gamma)
-    assert sorted(expected) == [2, 3, 4, 7, 8, 9]
+    assert sorted(expected) == [1, 2, 3, 4, 7, 8, 9, 10]
     assert expected[7]["S"] == [7.0, 7.0]
     seen = set()
     for out in sample_until(buf, 10):
@@ -473,7 +476,7 @@ def test_a_window_past_a_cut_into_a_done_is_never_sampled() -> None:
     buf = ExperienceReplayBuffer(discrete(), 100, batch_size=4, bootstrap_n=3, gamma=G,
                                  random_seed=0)  # fmt: skip
     steps = [(False, 1), (False, 1), (True, 2), (False, 3), (False, 3), (False, 3), (True, 3)]
-    traj = Trajectory(steps + [(False, 4)] * 4)
+    traj = Trajectory(steps)
     traj.feed(buf, 1)
     expected = traj.expected(3, 1, G)
     assert sorted(expected) == [3, 4, 5, 6, 7]  # steps 0 and 1 reach the cut after step 1
@@ -491,7 +494,6 @@ def test_a_rejected_add_changes_nothing() -> None:
         buf.add(np.array([1.0, 2.0]), 0, 1.0, False, 1)  # new id, but a bad state
     assert len(buf) == 1
     buf.add(np.array([3.0]), 2, 1.0, False, 0)  # the episode goes on: no cut was stored
-    buf.add(np.array([4.0]), 0, 1.0, False, 0)
     seen = {float(buf.sample()[0][0, 0]) for _ in range(30)}
     assert seen == {1.0, 2.0}
 
@@ -543,23 +545,19 @@ def test_len_bool_and_capacity_count_like_keras_gym() -> None:
 
 @pytest.mark.parametrize(("n", "k"), [(1, 1), (2, 1), (2, 3), (3, 4)])
 def test_full_buffer_samples_exactly_capacity_recent_transitions(n: int, k: int) -> None:
-    """After wrap-around keras-gym 0.2.17 draws the stack's last slot ``p`` from ``k - 1 ..
-    capacity - 2`` of its ring, whatever the write cursor: the add slot ``p`` holds, unless
-    its window is not written yet (fix 1), with its true stack (fix 2)."""
     capacity = 5
     buf = ExperienceReplayBuffer(
         discrete(num_frames=k), capacity, batch_size=5, bootstrap_n=n, gamma=G, random_seed=0
     )
-    T, M = 50, capacity + n
+    T = 50
     Trajectory([(False, 0)] * T).feed(buf, k)
-    expected = Trajectory([(False, 0)] * (T + 10)).expected(n, k, G)  # one running episode
-    held = [p + M * ((T - 1 - p) // M) for p in range(k - 1, capacity - 1)]
-    reachable = {t + 1: expected[t + 1] for t in held if t + n <= T - 1}
-    assert reachable
+    # the newest `capacity` transitions whose window is complete: t = T-n-capacity .. T-n-1
+    expected = Trajectory([(False, 0)] * T).expected(n, k, G)
+    recent = {key: expected[key] for key in range(T - n - capacity + 1, T - n + 1)}
     seen = set()
     for out in sample_until(buf, 40):
-        seen |= check_rows(out, reachable, k)  # never a window or stack over the overwrite edge
-    assert seen == set(reachable)
+        seen |= check_rows(out, recent, k)  # never a window or stack over the overwrite edge
+    assert seen == set(recent)
 
 
 def test_clear_empties_and_restarts_the_episode() -> None:
@@ -570,12 +568,12 @@ def test_clear_empties_and_restarts_the_episode() -> None:
     assert len(buf) == 0 and not buf
     with pytest.raises(InsufficientCacheError):
         buf.sample()
-    for t in range(10, 16):  # the same episode id goes on after the clear
+    for t in range(10, 14):  # the same episode id goes on after the clear
         buf.add(state(t, 2), t % 3, float(t + 1), False, 0)
-    assert len(buf) == 5
+    assert len(buf) == 3
     S = np.concatenate([buf.sample()[0] for _ in range(10)])
-    # nothing from before the clear (keras-gym 0.2.17 draws the last frames 12 .. 14)
-    assert {tuple(row) for row in S[:, 0, 0].tolist()} == {(11, 12), (12, 13), (13, 14)}
+    # nothing from before the clear; the first kept frame pads the first stack
+    assert {tuple(row) for row in S[:, 0, 0].tolist()} == {(11, 11), (11, 12), (12, 13)}
 
 
 # ---------------------------------------------------------------------- errors
@@ -598,7 +596,7 @@ def test_episode_id_is_stored_as_int32_like_keras_gym() -> None:
     for t, eid in enumerate([1.5, 1.9, np.float32(1.0), np.int64(1), "1"]):  # all id 1
         buf.add(np.array([t + 1.0]), 0, 1.0, False, eid)
     S = np.concatenate([buf.sample()[0] for _ in range(20)])
-    assert set(S[:, 0].tolist()) == {1.0, 2.0, 3.0}  # one episode: no cut (t <= len - 2)
+    assert set(S[:, 0].tolist()) == {1.0, 2.0, 3.0, 4.0}  # one episode: no cut
     with pytest.raises(OverflowError):  # Python int beyond int32, as NumPy raises
         buf.add(np.zeros(1), 0, 0.0, False, 2**31)
     with pytest.raises(ValueError):
@@ -748,10 +746,9 @@ def test_capacity_zero_stores_as_keras_gyms_one_slot_ring() -> None:
 
 
 def test_bootstrap_n_zero_as_keras_gym() -> None:
-    """keras-gym 0.2.17: with bootstrap_n=0, ls is empty so Rn = 0 and In = gamma**0 = 1,
-    ks = js so S_next/A_next are S/A, and len() counts every stored slot. The last frame is
-    ring slot 1 or 2 (``randint(len - num_frames) + 1``): adds 5 and 2 after 6 adds; the
-    stack of slot 2 is the true one (keras-gym's holds slot 1's newer frame: fix 2)."""
+    """keras-gym (seed 002, sample): with bootstrap_n=0, ls is empty so Rn = 0 and
+    In = gamma**0 = 1, ks = js so S_next/A_next are S/A, and len() counts every stored
+    slot (num_transitions - 0), the newest step of a running episode included."""
     buf = ExperienceReplayBuffer(discrete(num_frames=2), 4, batch_size=4, bootstrap_n=0,
                                  random_seed=0)  # fmt: skip
     for t in range(6):
@@ -766,7 +763,7 @@ def test_bootstrap_n_zero_as_keras_gym() -> None:
     np.testing.assert_array_equal(In, np.ones(64))
     np.testing.assert_array_equal(S_next, S)
     np.testing.assert_array_equal(A_next, A)
-    assert set(S[:, 0, 0, -1].tolist()) == {3.0, 6.0}  # the newest add, 6, too
+    assert set(S[:, 0, 0, -1].tolist()) == {3.0, 4.0, 5.0, 6.0}  # the newest add, 6, too
     np.testing.assert_array_equal(S[:, 0, 0, 0], S[:, 0, 0, -1] - 1)  # the previous frame
     np.testing.assert_array_equal(A.argmax(axis=1), (S[:, 0, 0, -1].astype(int) - 1) % 2)
 
@@ -783,13 +780,10 @@ def test_num_frames_zero_and_negative_as_keras_gym() -> None:
         buf.add(np.zeros((2, 2, 0)), 0, 1.0, False, 0)
     for t in range(5):
         buf.add(np.zeros((2, 0)), 1, 2.0, t == 4, 0)
-    state_before = buf.random.get_state()
-    with pytest.raises(IndexError):  # keras-gym draws, then reads js[-1] of an empty stack
-        buf.sample()
-    expected = np.random.RandomState()
-    expected.set_state(state_before)
-    expected.randint(len(buf))
-    assert buf.random.randint(2**30) == expected.randint(2**30)
+    S, A, Rn, In, S_next, A_next = buf.sample()
+    assert S.shape == S_next.shape == (3, 2, 0, 0) and A.shape == A_next.shape == (0, 3)
+    np.testing.assert_array_equal(Rn, np.full(3, 2.0))
+    assert set(In.tolist()) <= {0.0, 0.99}
     negative = ExperienceReplayBuffer(discrete(num_frames=-1), 10)
     with pytest.raises(NumpyArrayCheckError):
         negative.add(np.zeros((2, 1)), 0, 1.0, False, 0)

@@ -1,7 +1,10 @@
 # ruff: noqa  (upstream test code kept as written)
-# Ported from keras-gym 0.2.17 (keras_gym/caching/test_experience_replay.py). Only the imports
-# changed: `import gym` -> gymnasium (gym is not installed; Discrete is the same space), and
-# the buffer comes from rlreplay.compat.keras_gym. The test reads keras-gym's private ring
+# Ported from keras-gym 0.2.17 (keras_gym/caching/test_experience_replay.py). The front-end
+# follows the seed's version of experience_replay.py, whose sample draws j =
+# randint(num_transitions): the expected rows of test_sample and test_shape are that version's
+# draws (each adaptation commented). Otherwise only the imports changed: `import gym` ->
+# gymnasium (gym is not installed; Discrete is the same space), and the buffer comes from
+# rlreplay.compat.keras_gym. The test reads keras-gym's private ring
 # arrays (_a, _d, _e), which the front-end exposes as read-only copies in keras-gym's layout.
 #
 # MIT License
@@ -135,23 +138,28 @@ class TestExperienceReplayBuffer:
             ],
         )
 
+        # rlreplay: seed version draws j = randint(num_transitions) (0.2.17 draws
+        # js = randint(len - num_frames) + arange(num_frames)), so the batch of random_seed=13
+        # is the seed version's. Two done rows (marked) have S_next at steps not added yet: the
+        # seed version reads the stale slots there ([305, 306, 102], [306, 103, 103]), the
+        # front-end zeros (a kept fix; In = 0 masks them).
         transitions = [
-            [[102, 103, 104], 0.9801, [104, 105, 106]],  # bootstrap
-            [[203, 204, 205], 0.0000, [205, 206, 300]],
-            [[200, 200, 201], 0.9801, [201, 202, 203]],  # bootstrap
-            [[102, 103, 104], 0.9801, [104, 105, 106]],  # bootstrap
+            [[302, 303, 304], 0.9801, [304, 305, 306]],  # bootstrap
+            [[300, 301, 302], 0.9801, [302, 303, 304]],  # bootstrap
+            [[201, 202, 203], 0.9801, [203, 204, 205]],  # bootstrap
+            [[300, 301, 302], 0.9801, [302, 303, 304]],  # bootstrap
             [[104, 105, 106], 0.0000, [106, 200, 201]],
-            [[202, 203, 204], 0.9801, [204, 205, 206]],  # bootstrap
+            [[203, 204, 205], 0.0000, [205, 206, 300]],
             [[300, 300, 300], 0.9801, [300, 301, 302]],  # bootstrap
-            [[203, 204, 205], 0.0000, [205, 206, 300]],
             [[103, 104, 105], 0.0000, [105, 106, 200]],
-            [[203, 204, 205], 0.0000, [205, 206, 300]],
-            [[104, 105, 106], 0.0000, [106, 200, 201]],
-            [[102, 103, 104], 0.9801, [104, 105, 106]],  # bootstrap
-            [[200, 200, 201], 0.9801, [201, 202, 203]],  # bootstrap
-            [[200, 200, 200], 0.9801, [200, 201, 202]],  # bootstrap
-            [[300, 300, 301], 0.9801, [301, 302, 303]],  # bootstrap
-            [[203, 204, 205], 0.0000, [205, 206, 300]],
+            [[204, 205, 206], 0.0000, [206, 300, 301]],
+            [[201, 202, 203], 0.9801, [203, 204, 205]],  # bootstrap
+            [[200, 201, 202], 0.9801, [202, 203, 204]],  # bootstrap
+            [[202, 203, 204], 0.9801, [204, 205, 206]],  # bootstrap
+            [[303, 304, 305], 0.0000, [305, 306, 0]],  # rlreplay: seed [305, 306, 102]
+            [[202, 203, 204], 0.9801, [204, 205, 206]],  # bootstrap
+            [[202, 203, 204], 0.9801, [204, 205, 206]],  # bootstrap
+            [[304, 305, 306], 0.0000, [306, 0, 0]],  # rlreplay: seed [306, 103, 103]
         ]
 
         S, A, Rn, In, S_next, A_next = buffer.sample()
@@ -184,11 +192,14 @@ class TestExperienceReplayBuffer:
         # check if all frames come from the same episode
         np.testing.assert_array_equal(
             S[:, 0, 0, :],  # look at upper-left pixel only
+            # rlreplay: seed version draws j = randint(num_transitions), so random_seed=13
+            # gives the seed version's rows (0.2.17's were [304, 305, 306], [203, 204, 205],
+            # [304, 305, 306], [200, 200, 201] (first frame repeated), [104, 105, 106])
             [
-                [304, 305, 306],
-                [203, 204, 205],
-                [304, 305, 306],
-                [200, 200, 201],  # note: first frame is repeated
+                [300, 301, 302],
+                [201, 202, 203],
+                [300, 301, 302],
                 [104, 105, 106],
+                [304, 305, 306],
             ],
         )

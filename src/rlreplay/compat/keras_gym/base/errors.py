@@ -18,7 +18,6 @@ __all__ = [
     "InsufficientCacheError",
     "KerasGymError",
     "NumpyArrayCheckError",
-    "SampleAssertionError",
     "SampleConstructionError",
     "SpaceError",
 ]
@@ -49,14 +48,6 @@ class SampleConstructionError(ReplayError, RuntimeError):
 
     keras-gym raises a plain ``RuntimeError("couldn't construct valid sample")`` there; this
     class is a ``RuntimeError`` so ``except RuntimeError`` keeps working.
-    """
-
-
-class SampleAssertionError(ReplayError, AssertionError):
-    """``sample()`` with ``len(buffer) <= num_frames``: keras-gym's ``assert J > 0`` fails.
-
-    keras-gym 0.2.17 raises a plain ``AssertionError("please insert more transitions before
-    sampling")`` there; this class is an ``AssertionError``.
     """
 
 

@@ -21,16 +21,17 @@ Every value is converted as keras-gym's ``self._s[self._i] = s`` converts it: Nu
 into an array of the stored shape and dtype (unsafe casts, broadcasting), raising what NumPy
 raises there, so the core only ever gets values of its fields' dtypes.
 
-Sampling follows keras-gym 0.2.17's loop (checked against its source): each attempt draws
-``r = random.randint(len(self) - num_frames)`` with the same ``RandomState``, reads keras-gym's
-ring slots ``r .. r + num_frames - 1`` (the stack), the n-step window after it and the stack
-``bootstrap_n`` slots later (each slot mapped to the core step it holds), and keeps it under
-keras-gym's rules; attempts are drawn in vectors of exactly as many as are still needed, which
-consumes the generator as keras-gym's one-by-one draws do. The same ``random_seed`` and adds
-give keras-gym's samples and generator state, except where keras-gym would read data that is
-not there (the fixes in ``docs/migrating/keras_gym.md``): such a draw is rejected, or its
-stack is built from the right frames. The ring itself is readable as keras-gym's private
-``_s``, ``_a``, ``_r``, ``_d``, ``_e`` and ``_i`` (copies), which keras-gym's own tests read.
+Sampling follows the seed's keras-gym loop (``shared/seeds/002``, the version rlreplay
+targets): each attempt draws ``j = random.randint(num_transitions)`` (a slot of keras-gym's
+``capacity + bootstrap_n`` ring, mapped to the core step it holds) with the same
+``RandomState``, and keeps it under keras-gym's rules; attempts are drawn in vectors of exactly
+as many as are still needed, which consumes the generator as keras-gym's one-by-one draws do.
+The same ``random_seed`` and adds give keras-gym's samples, except where keras-gym would read
+data that is not there (the fixes in ``docs/migrating/keras_gym.md``): such a draw is
+rejected, or its stack is built from the right frames. (keras-gym 0.2.17, the last PyPI
+release, draws differently: ``js = randint(len - num_frames) + arange(num_frames)``.) The
+ring itself is readable as keras-gym's private ``_s``, ``_a``, ``_r``, ``_d``, ``_e`` and
+``_i`` (copies), which keras-gym's own tests read.
 """
 
 from __future__ import annotations
@@ -43,7 +44,6 @@ from rlreplay.buffer import ReplayBuffer
 from rlreplay.compat.keras_gym.base.errors import (
     InsufficientCacheError,
     NumpyArrayCheckError,
-    SampleAssertionError,
     SampleConstructionError,
 )
 from rlreplay.compat.keras_gym.base.mixins import ActionSpaceMixin, RandomStateMixin, get_env_attr
@@ -89,8 +89,7 @@ class ExperienceReplayBuffer(RandomStateMixin, ActionSpaceMixin):
         random_seed: Seed of the ``RandomState`` that draws the samples, or None.
         n: Later keras-gym releases' name for ``bootstrap_n`` (keyword only).
 
-    ``bootstrap_n=0`` works as in keras-gym (see :meth:`sample`); with ``num_frames=0``
-    :meth:`sample` raises keras-gym's ``IndexError``.
+    ``bootstrap_n=0`` and ``num_frames=0`` work as in keras-gym (see :meth:`sample`).
 
     Raises:
         ConfigError: A negative ``bootstrap_n`` (a ``ValueError``; see the migration page).
@@ -327,14 +326,12 @@ class ExperienceReplayBuffer(RandomStateMixin, ActionSpaceMixin):
             to minimise ``(Rn + In * sum_a P(a|S_next) Q(S_next, a) - Q(S, A))^2``.
 
         With ``bootstrap_n=0`` keras-gym's window is empty: ``Rn = 0``, ``In = gamma**0 = 1``,
-        ``S_next = S`` and ``A_next = A``.
+        ``S_next = S`` and ``A_next = A`` (any stored step may be drawn, the newest included).
+        With ``num_frames=0`` keras-gym's stack indices are empty: ``S``/``S_next`` have shape
+        ``(B, *s.shape, 0)`` and ``A``/``A_next`` shape ``(0, *a_shape)``.
 
         Raises:
             InsufficientCacheError: Fewer than ``batch_size`` transitions (``len(self)``).
-            ValueError: ``batch_size < 1`` (keras-gym's ``np.stack`` of nothing).
-            SampleAssertionError: ``len(self) <= num_frames`` (keras-gym's ``assert J > 0``;
-                an ``AssertionError``).
-            IndexError: ``num_frames == 0`` (keras-gym's ``js[-1]`` of an empty stack).
             SampleConstructionError: No valid batch in ``10 * batch_size`` draws (a
                 ``RuntimeError``, as keras-gym raises).
         """
@@ -347,31 +344,36 @@ class ExperienceReplayBuffer(RandomStateMixin, ActionSpaceMixin):
         if B < 1:  # keras-gym's np.stack of an empty list
             raise ValueError("need at least one array to stack")
         core = self._core
-        J = len(self) - self.num_frames
-        if J <= 0:  # keras-gym: assert J > 0, "please insert more transitions ..."
-            raise SampleAssertionError(
-                f"please insert more transitions before sampling: len(buffer)={len(self)} "
-                f"must exceed num_frames={self.num_frames}"
-            )
-        if self.num_frames == 0:
-            self.random.randint(J)  # keras-gym draws, then fails at js[-1] of an empty stack
-            raise IndexError("index -1 is out of bounds for axis 0 with size 0")
-        t, done, rn, raw_next = self._draw(core, B, J)
-        self._last_ids = t
+        ids, steps, done = self._draw(core, B)
+        self._last_ids = ids
+        Rn = self._returns(core, ids, steps)
         In = np.where(done, 0.0, np.power([self.gamma], self.bootstrap_n))
-        S = self._stacks(core, t)
-        A = core.get_field("action", t)
-        # S_next/A_next: step t + bootstrap_n of the same episode; after a done keras-gym
-        # reads its slots as they are (unpadded, masked by In = 0), and so does this
-        S_next = self._stacks(core, t + np.where(done, 0, self.bootstrap_n))
-        A_next = core.get_field("action", t + np.where(done, 0, self.bootstrap_n))
+        if self.num_frames < 1:
+            # keras-gym: js = j - np.arange(num_frames - 1, -1, -1) is empty, so every state
+            # is an empty stack and A = self._a[js[~0:]] has no rows.
+            S = np.zeros((B, *self._s_shape, 0), self._s_dtype)
+            A = np.zeros((0, *self._a_shape), self._a_dtype)
+            return S, A, Rn, In, S.copy(), A.copy()
+        if self.bootstrap_n == 0:
+            # keras-gym: ks = js + 0, so S_next and A_next are S and A (copies, as its fancy
+            # indexing makes); the newest step has no successor, so the core's transitions
+            # are not used.
+            obs = self._stacks(core, ids)
+            action = core.get_field("action", ids)
+            return self._states(obs), action, Rn, In, self._states(obs), action.copy()
+        batch = core.get_transitions(ids)
+        S_next, A_next = batch.next_obs, batch.next_action
         if done.any():
-            k = self.num_frames
-            frames = core.get_field("obs", raw_next[done].reshape(-1))
-            frames = frames.reshape(raw_next[done].shape + frames.shape[1:])
-            S_next[done] = frames if k > 1 else frames[:, 0]
-            A_next[done] = core.get_field("action", raw_next[done][:, -1])
-        return self._states(S), A, rn, In, self._states(S_next), A_next
+            S_next, A_next = S_next.copy(), A_next.copy()
+            S_next[done], A_next[done] = self._after_done(core, ids[done])
+        return (
+            self._states(batch.obs),
+            batch.action,
+            Rn,
+            In,
+            self._states(S_next),
+            A_next,
+        )
 
     def _stacks(self, core: ReplayBuffer, ids: Array) -> Array:
         """Frame stacks of ``ids`` (core layout), padded with the episode's first frame."""
@@ -385,58 +387,45 @@ class ExperienceReplayBuffer(RandomStateMixin, ActionSpaceMixin):
     def _slot_ids(self, slots: Array) -> Array:
         """Core ids of the adds keras-gym's ring ``slots`` hold (the newest add per slot).
 
-        Slot ``p`` holds add ``i = p + M * floor((adds - 1 - p) / M)`` (``M`` slots); keras-gym
-        0.2.17 only reads slots written since the last ``clear``, whose adds the core keeps.
+        Slot ``p`` holds add ``i = p + M * floor((adds - 1 - p) / M)`` (``M`` slots); only
+        slots written since the last ``clear`` are mapped (their adds the core keeps).
         """
         M = self._slots()
         out: Array = self._first_id + slots + M * ((self._adds - 1 - slots) // M)
         return out
 
-    def _draw(self, core: ReplayBuffer, B: int, J: int) -> tuple[Array, Array, Array, Array]:
-        """keras-gym 0.2.17's draws, ``B`` kept: core ids, dones, ``Rn`` and the raw ``ks`` ids.
+    def _draw(self, core: ReplayBuffer, B: int) -> tuple[Array, Array, Array]:
+        """The seed's keras-gym draws: core ids, window lengths and done flags of ``B`` kept.
 
-        Each attempt draws ``r = random.randint(J)`` (``J = len - num_frames``): the stack is
-        ring slots ``js = r + arange(num_frames)``, the window ``ls = js[-1] + arange(n)``,
-        the next stack ``ks = js + n`` (no slot index reaches ``M``, so nothing wraps). An
-        attempt is kept under keras-gym's rules (R1: no earlier frame of the stack has a
-        larger episode id; R2: unless the window hits a ``done``, every ``ks`` slot has the
-        episode's id) and the front-end's fixes (a window that reads slots not yet
-        re-written, or crosses into another episode id before its ``done``, is rejected).
+        Each attempt draws ``j = random.randint(num_transitions)`` (a ring slot, the newest
+        frame of the stack) and is kept under the seed's rules (``_e[js[:-1]] > ep`` and,
+        unless the window hits a ``done``, ``_e[ks] > ep`` reject it) and the front-end's
+        fixes (a window not stored yet, or one running past a cut, is rejected).
         """
-        n, k, last = self.bootstrap_n, self.num_frames, self._last_id
-        kept: list[tuple[Array, ...]] = []
+        M, n, k = self._slots(), self.bootstrap_n, max(self.num_frames, 1)
+        adds, last = self._adds, self._last_id
+        kept: list[tuple[Array, Array, Array]] = []
         got = drawn = 0
         budget = _ATTEMPTS_PER_ITEM * B
         while got < B and drawn < budget:
             need = min(B - got, budget - drawn)
-            r = self.random.randint(J, size=need)
+            j = self.random.randint(self._num_transitions, size=need)
             drawn += need
-            js = self._slot_ids(r[:, None] + np.arange(k))  # core ids of the stack's slots
-            e_js = core.get_field("episode_id", js.reshape(-1)).reshape(js.shape)
-            ep = e_js[:, -1]
-            t = js[:, -1]
-            ls = self._slot_ids(r[:, None] + (k - 1) + np.arange(n))
-            e_ls = core.get_field("episode_id", ls.reshape(-1)).reshape(ls.shape)
-            d_ls = core.get_field("terminated", ls.reshape(-1)).reshape(ls.shape)
-            done: Array = np.any(d_ls, axis=1)
-            first_done = np.argmax(d_ls, axis=1) if n else np.zeros(need, np.intp)
-            steps = np.where(done, first_done + 1, n)  # slots keras-gym's loop reads
-            ks = self._slot_ids(r[:, None] + n + np.arange(k))
-            e_ks = core.get_field("episode_id", ks.reshape(-1)).reshape(ks.shape)
-            r1 = (e_js[:, :-1] > ep[:, None]).any(axis=1)  # keras-gym's first `continue`
-            r2 = ~done & (e_ks != ep[:, None]).any(axis=1)  # keras-gym's second `continue`
-            read = np.arange(n) < steps[:, None]
-            # fix 1: the window (or, unless done, ks) reaches slots past the write cursor,
-            # which still hold older adds: step t + u exists only if t + u <= last
-            unwritten = np.where(done, t + steps - 1 > last, t + n > last)
-            # fix 3: the window crosses into another episode id before its done (a cut)
-            crosses = (read & (e_ls != ep[:, None])).any(axis=1)
-            ok = ~(r1 | r2 | unwritten | crosses)
-            rewards = core.get_field("reward", ls.reshape(-1)).reshape(ls.shape)
-            rn = np.zeros(need)
-            for u in range(n):  # keras-gym's order: rn += gamma**t * r[l], stopping at done
-                rn += np.where(read[:, u], pow(self.gamma, u) * rewards[:, u], 0.0)
-            kept.append((t[ok], done[ok], rn[ok], ks[ok]))
+            i = j + M * ((adds - 1 - j) // M)  # the add keras-gym's slot j holds
+            t = self._first_id + i
+            to_end = core.steps_to_episode_end(t)  # -1 while the episode runs
+            in_window = (to_end >= 0) & (to_end < n)
+            done = in_window & core.get_field("terminated", t + np.where(in_window, to_end, 0))
+            # the window is stored: it ends its episode, or step t + n exists
+            known = in_window | (t + n <= last)
+            # keras-gym: "if not done and np.any(self._e[ks] > ep): continue" (a cut episode)
+            cut = in_window & ~done
+            # keras-gym: "if np.any(self._e[js[:-1]] > ep): continue": the stack reaches slots
+            # overwritten by newer adds, and the newest of those is in a later episode
+            stale = (i - (k - 1) < adds - M) & (to_end >= 0) & (t + to_end < last)
+            ok = known & ~cut & ~stale
+            steps = np.where(in_window, to_end + 1, n)
+            kept.append((t[ok], steps[ok], done[ok]))
             got += int(ok.sum())
         if got < B:
             raise SampleConstructionError(
@@ -444,8 +433,37 @@ class ExperienceReplayBuffer(RandomStateMixin, ActionSpaceMixin):
                 "stored windows reach the end of an episode that was cut (a new episode_id "
                 "without done), which leaves nothing to bootstrap from"
             )
-        t, done, rn, ks = (np.concatenate(parts) for parts in zip(*kept, strict=True))
-        return t, done, rn, ks
+        ids, steps, done = (np.concatenate(parts) for parts in zip(*kept, strict=True))
+        return ids, steps, done
+
+    def _returns(self, core: ReplayBuffer, ids: Array, steps: Array) -> Array:
+        """``Rn``, summed in keras-gym's order with ``self.gamma`` (read now, as keras-gym does)."""
+        n = self.bootstrap_n
+        window = np.minimum(ids[:, None] + np.arange(n), self._last_id)
+        rewards = core.get_field("reward", window.reshape(-1)).reshape(window.shape)
+        rn = np.zeros(ids.shape[0])
+        for u in range(n):  # over the window, vectorised over the batch
+            rn += np.where(u < steps, pow(self.gamma, u) * rewards[:, u], 0.0)
+        return rn
+
+    def _after_done(self, core: ReplayBuffer, ids: Array) -> tuple[Array, Array]:
+        """keras-gym's ``S_next``/``A_next`` rows of done windows (core layout), masked by In=0.
+
+        keras-gym reads the stack and action at ``t + bootstrap_n`` whatever episode they are
+        in: the next episode's steps. Frames before the episode of ``t`` repeat its first frame
+        (keras-gym's padding); a step not added yet reads zeros (keras-gym reads a slot not
+        written yet, or stale data).
+        """
+        k, last = self.num_frames, self._last_id
+        target = ids + self.bootstrap_n
+        pos = target[:, None] - np.arange(k - 1, -1, -1)
+        pos = np.maximum(pos, core.episode_begin(ids)[:, None])
+        frames = core.get_field("obs", np.minimum(pos, last).reshape(-1))
+        frames = frames.reshape(pos.shape + frames.shape[1:])
+        frames[pos > last] = 0
+        actions = core.get_field("action", np.minimum(target, last))
+        actions[target > last] = 0
+        return (frames if k > 1 else frames[:, 0]), actions
 
     def _states(self, obs: Array) -> Array:
         if self.num_frames == 1:
