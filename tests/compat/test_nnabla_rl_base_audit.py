@@ -22,6 +22,7 @@ from rlreplay.compat.nnabla_rl.replay_buffer import ReplayBuffer
 from rlreplay.compat.nnabla_rl.replay_buffers import (
     DecorableReplayBuffer,
     HindsightReplayBuffer,
+    MemoryEfficientAtariTrajectoryBuffer,
     ReplacementSamplingReplayBuffer,
     TrajectoryReplayBuffer,
 )
@@ -259,3 +260,21 @@ def test_hindsight_info_keys_as_nnabla_rl() -> None:
         buffer.sample_indices([], num_steps=2)
     experiences, info = buffer.sample_indices([0, 2], num_steps=0)
     assert len(experiences) == 2 and info["weights"].shape == (2, 1)
+
+
+def test_atari_trajectory_portions_as_nnabla_rl_lazy_slices() -> None:
+    """nnabla-rl slices an Atari trajectory with ``range(key.stop)[key]``, into a list."""
+    frames = np.random.default_rng(0).random((12, 84, 84)).astype(np.float32)
+
+    def step(t: int) -> tuple[Any, ...]:
+        return (frames[t : t + 4], t, 1.0, 1.0, frames[t + 1 : t + 5], {})
+
+    buffer = MemoryEfficientAtariTrajectoryBuffer(seed=1)
+    buffer.append_trajectory(tuple(step(t) for t in range(5)))
+    portions, _ = buffer.sample_trajectories_portion(num_samples=40, portion_length=-2)
+    assert portions == tuple([] for _ in range(40))  # range(i - 2)[i : i - 2] is empty
+    portions, _ = buffer.sample_trajectories_portion(num_samples=3, portion_length=2)
+    assert all(isinstance(p, list) and len(p) == 2 for p in portions)
+    # a negative index: slice(-1, 1) of range(1) is the first experience
+    (portion,), _ = buffer.sample_indices_portion([-1], portion_length=2)
+    assert isinstance(portion, list) and [e[1] for e in portion] == [0]

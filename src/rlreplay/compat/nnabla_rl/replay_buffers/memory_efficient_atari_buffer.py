@@ -216,10 +216,19 @@ class MemoryEfficientAtariTrajectoryBuffer(_AtariObjects, TrajectoryReplayBuffer
     """
 
     _keep_originals = False  # states come back quantised, never as the objects appended
+    _portions_are_lists = True  # nnabla-rl's _LazyAtariTrajectory slices into a list
 
     def __init__(self, num_trajectories: int | None = None, *, seed: int | None = None) -> None:
         super().__init__(num_trajectories, seed=seed)
         self._frame_stack = 4  # nnabla-rl builds MemoryEfficientAtariBuffer(len(trajectory))
+
+    def _portion_range(self, length: int, start: int, portion_length: int) -> range:
+        """nnabla-rl's ``_LazyAtariTrajectory`` slice: ``range(key.stop)[key]``.
+
+        Equal to Python's slice for the usual portions; an empty portion for a negative
+        ``portion_length``, and from the first experience on for a negative start.
+        """
+        return range(start + portion_length)[start : start + portion_length]
 
 
 class ProportionalPrioritizedAtariBuffer(_AtariObjects, ProportionalPrioritizedReplayBuffer):

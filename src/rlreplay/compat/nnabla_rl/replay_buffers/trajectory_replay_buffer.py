@@ -84,6 +84,8 @@ class TrajectoryReplayBuffer(ReplayBuffer):
 
     #: Whether a trajectory in the object store comes back as the very object appended.
     _keep_originals = True
+    #: Whether portions are lists whatever the trajectory's type (the Atari buffer's).
+    _portions_are_lists = False
 
     def __init__(self, num_trajectories: int | None = None, *, seed: int | None = None) -> None:
         super().__init__(capacity=None, seed=seed)
@@ -439,16 +441,21 @@ class TrajectoryReplayBuffer(ReplayBuffer):
         run_starts: list[int] = []
         run_lengths: list[int] = []
         for k, a in zip(owners, offsets, strict=True):
-            r = range(int(lengths[k]))[a : a + portion_length]  # Python's slice of the positions
+            r = self._portion_range(int(lengths[k]), a, portion_length)
             run_starts.append(int(starts[k]) + r.start)
             run_lengths.append(len(r))
-        as_list = [self._as_list[k] for k in owners]  # a slice of a list is a list
+        # a slice of a list is a list (nnabla-rl's lazy Atari trajectory: always a list)
+        as_list = [self._portions_are_lists or self._as_list[k] for k in owners]
         runs = self._runs(np.array(run_starts, np.int64), np.array(run_lengths, np.int64), as_list)
         for j, (k, a) in enumerate(zip(owners, offsets, strict=True)):
             original = self._originals[k]
             if original is not None:  # nnabla-rl slices the appended object
                 runs[j] = original[a : a + portion_length]
         return tuple(runs), {"weights": np.ones((len(owners), 1))}
+
+    def _portion_range(self, length: int, start: int, portion_length: int) -> range:
+        """Positions of ``trajectory[start : start + portion_length]`` (Python's slice)."""
+        return range(length)[start : start + portion_length]
 
     def _lengths_array(self) -> Array:
         return np.fromiter(self._lengths, np.int64, self.trajectory_num)
