@@ -11,8 +11,8 @@ the default run derandomized: the examples depend only on each test's source, so
 reproducible and a random example can't make a submission flaky. Exploration with fresh random
 examples is what local runs and the ``slow`` profile are for.
 
-The suite runs in parallel (pytest-xdist, ``-n auto --dist loadgroup`` in pyproject's ``addopts``);
-the Ray tests form one group, so one worker runs them all in one local Ray session.
+The suite runs in parallel (pytest-xdist, ``-n auto --dist loadfile`` in pyproject's ``addopts``):
+each test file runs whole on one worker, so its module fixtures are built once.
 """
 
 from __future__ import annotations
@@ -47,11 +47,3 @@ def pytest_configure(config: pytest.Config) -> None:
         settings.load_profile("slow")
     elif os.environ.get("CI"):
         settings.load_profile("ci")
-
-
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Keep the Ray tests on one pytest-xdist worker: they share one local Ray session."""
-    ray_dir = os.path.join("tests", "distributed") + os.sep
-    for item in items:
-        if ray_dir in str(item.path):
-            item.add_marker(pytest.mark.xdist_group("ray"))
