@@ -14,10 +14,10 @@
 # limitations under the License.
 # Ported from nnabla-rl 0.9.0 (tests/replay_buffers/test_prioritized_replay_buffer.py) to rlreplay's front-end
 # ``rlreplay.compat.nnabla_rl``: the imports are changed; the lines marked "0.16:" are adapted
-# where nnabla-rl 0.16.0 (the version the front-end follows) changed the API: 0.9.0's
-# ``SumTree`` was a buffer of experiences, 0.16.0's is a tree of numbers (its tests are in
-# tests/compat/test_nnabla_rl_prioritized.py), and the private helpers these tests read
-# (``_latest_indices``, ``_get_priority``, ``_weights_from_priorities``) are gone.
+# where nnabla-rl 0.16.0 (the version the front-end follows) changed the API. Left out: 0.9.0's
+# ``TestSumTree`` (its ``SumTree`` was a buffer of experiences, 0.16.0's is a tree of numbers,
+# tested in tests/compat/test_nnabla_rl_prioritized.py against 0.16.0's code) and
+# ``test_random_indices`` (``_random_indices`` is a private helper of 0.16.0's base buffer).
 # The upstream code is kept as written: no lint or formatting of rlreplay's applies.
 # ruff: noqa
 # fmt: off
@@ -25,142 +25,9 @@
 import numpy as np
 import pytest
 
-from rlreplay.compat.nnabla_rl.replay_buffers.prioritized_replay_buffer import PrioritizedReplayBuffer, SumTree
+from rlreplay.compat.nnabla_rl.replay_buffers.prioritized_replay_buffer import PrioritizedReplayBuffer
 
 np.random.seed(0)  # rlreplay: the parametrize ids below draw from it; xdist workers must agree
-
-
-@pytest.mark.skip(reason="0.16: SumTree is a tree of numbers, no longer a buffer of experiences")
-class TestSumTree(object):
-    def setup_method(self, method):
-        np.random.seed(0)
-
-    def test_finite_capacity(self):
-        requested_capacity = 100
-        buffer = SumTree(capacity=requested_capacity)
-        assert buffer._capacity == requested_capacity
-
-    def test_append_with_capacity(self):
-        capacity = 50
-        append_num = 100
-        init_max_p = 1.0
-        buffer = SumTree(capacity=capacity, init_max_p=init_max_p)
-        for i in range(append_num):
-            experience = self._generate_experience_mock()
-            buffer.append(experience)
-            if i < capacity:
-                assert len(buffer) == i + 1
-            else:
-                assert len(buffer) == capacity
-        assert len(buffer) == capacity
-        assert buffer._min_p == init_max_p
-        assert buffer.total == init_max_p * capacity
-
-    @pytest.mark.parametrize(
-        "index, priority",
-        [(np.random.randint(100), np.random.uniform(low=0.1, high=5.0))
-         for _ in range(1, 10)])
-    def test_update(self, index, priority):
-        buffer = self._generate_buffer_with_experiences(experience_num=100)
-        assert buffer.total == 100.0
-        tree_index = index + buffer._capacity - 1
-        prev_priority = buffer._tree[tree_index].value
-        buffer.update(index=index, p=priority)
-        assert buffer._tree[tree_index].value == priority
-        assert buffer.total == 100.0 + (priority - prev_priority)
-
-    @pytest.mark.parametrize(
-        "beta, priority",
-        [(np.random.randint(low=0.0, high=1.0),
-          np.random.uniform(low=0.1, high=5.0))
-         for _ in range(1, 10)])
-    def test_weights_from_priorities(self, beta, priority):
-        buffer = self._generate_buffer_with_experiences(experience_num=100)
-        min_p = buffer._min_p
-        weights = buffer._weights_from_priorities(
-            priorities=np.array([priority]),
-            beta=beta)
-        assert weights == ((priority / min_p) ** (-beta))
-
-    @pytest.mark.parametrize(
-        "beta",
-        [np.random.randint(low=0.0, high=1.0) for _ in range(1, 10)])
-    def test_sample_one_experience(self, beta):
-        buffer = self._generate_buffer_with_experiences(experience_num=100)
-        experience, weights = buffer.sample(beta=beta)
-        lastest_index = buffer._latest_indices
-        assert len(experience) == 1
-        assert len(weights) == 1
-        assert len(lastest_index) == 1
-
-        for weight, index in zip(weights, lastest_index):
-            priority = buffer._get_priority(index)
-            assert weight == buffer._weights_from_priorities(priority, beta)
-
-    @pytest.mark.parametrize(
-        "beta",
-        [np.random.randint(low=0.0, high=1.0) for _ in range(1, 10)])
-    def test_sample_multiple_experiences(self, beta):
-        buffer = self._generate_buffer_with_experiences(experience_num=100)
-        experience, weights = buffer.sample(num_samples=10, beta=beta)
-        lastest_index = buffer._latest_indices
-        assert len(experience) == 10
-        assert len(weights) == 10
-        assert len(lastest_index) == 10
-        for weight, index in zip(weights, lastest_index):
-            priority = buffer._get_priority(index)
-            assert weight == buffer._weights_from_priorities(priority, beta)
-
-    @pytest.mark.parametrize(
-        "beta",
-        [np.random.randint(low=0.0, high=1.0) for _ in range(1, 10)])
-    def test_sample_indices(self, beta):
-        buffer = self._generate_buffer_with_experiences(experience_num=100)
-        indices = [1, 67, 50, 4, 99]
-        experiences, weights = buffer.sample_indices(indices, beta=beta)
-
-        assert len(experiences) == len(indices)
-        assert len(weights) == len(indices)
-        for experience, weight, index in zip(experiences, weights, indices):
-            priority = buffer._get_priority(index)
-            assert experience == buffer[index]
-            assert weight == buffer._weights_from_priorities(priority, beta)
-
-    def test_sample_without_update(self):
-        beta = 0.5
-        buffer = self._generate_buffer_with_experiences(experience_num=100)
-        indices = [1, 67, 50, 4, 99]
-        _, weights = buffer.sample_indices(indices, beta=beta)
-
-        # update the priority and check that following sampling succeeds
-        errors = np.random.sample([len(weights), 1])
-        buffer.update_latest_priorities(errors)
-
-        _, _ = buffer.sample_indices(indices, beta=beta)
-
-        # sample without priority update
-        with pytest.raises(RuntimeError):
-            buffer.sample_indices(indices, beta=beta)
-
-    def _generate_experience_mock(self):
-        state_shape = (5, )
-        action_shape = (10, )
-
-        state = np.empty(shape=state_shape)
-        action = np.empty(shape=action_shape)
-        reward = np.random.normal()
-        non_terminal = 0.0 if np.random.choice([True, False], 1) else 1.0
-        next_state = np.empty(shape=state_shape)
-        next_action = np.empty(shape=action_shape)
-
-        return (state, action, reward, non_terminal, next_state, next_action)
-
-    def _generate_buffer_with_experiences(self, experience_num):
-        buffer = SumTree(capacity=experience_num, init_max_p=1.0)
-        for _ in range(experience_num):
-            experience = self._generate_experience_mock()
-            buffer.append(experience)
-        return buffer
 
 
 class TestPrioritizedReplayBuffer(object):
@@ -269,21 +136,6 @@ class TestPrioritizedReplayBuffer(object):
         indices = [-99, 100, 101]
         with pytest.raises(IndexError):
             buffer.sample_indices(indices)
-
-    @pytest.mark.skip(reason="0.16: _random_indices is a private helper of the base ReplayBuffer")
-    def test_random_indices(self):
-        buffer = PrioritizedReplayBuffer(capacity=100)
-        for _ in range(100):
-            experience = self._generate_experience_mock()
-            buffer.append(experience)
-
-        indices = buffer._random_indices(num_samples=10)
-        indices = np.array(indices, dtype=np.int32)
-        assert len(indices) == 10
-        assert np.alltrue(0 <= indices) and np.alltrue(indices <= 100)
-
-        # check no duplicates
-        assert len(np.unique(indices)) == len(indices)
 
     def test_buffer_len(self):
         buffer = PrioritizedReplayBuffer(capacity=100)
