@@ -28,7 +28,7 @@ import numba
 import numpy as np
 
 from rlreplay.episodes import FINAL_FID, EpisodeIndex
-from rlreplay.prefetch import prefetch_address
+from rlreplay.prefetch import prefetch_slot
 from rlreplay.storage.columns import Columns
 
 __all__ = ["Window", "assemble_transitions", "nstep_window", "stack_frames", "stack_pair"]
@@ -116,12 +116,7 @@ def _window_kernel(
     overlap, here and in the gathers that follow.
     """
     for i in range(t.shape[0]):
-        s = env_ids[i] * C + t[i] % C
-        for c in range(warm.shape[0]):
-            # Every line of rows s and s + 1 (the next step's, but at the end of a ring).
-            first = warm[c, 0] + s * warm[c, 1]
-            for line in range(first >> 6, ((first + 2 * warm[c, 1] - 1) >> 6) + 1):
-                prefetch_address(line << 6)
+        prefetch_slot(warm, env_ids[i] * C + t[i] % C)
     E = slot_meta.shape[0] // C
     for i in range(t.shape[0]):
         e = env_ids[i]

@@ -9,17 +9,21 @@ first, so that its cache misses overlap instead of only those the out-of-order w
   number of dimensions; for a 1-D array, item ``i``).
 * ``prefetch_address(address)``: the line holding byte ``address`` (an int64, e.g. a column's
   ``ctypes.data`` plus a row offset), for kernels that warm several columns at once.
+* ``prefetch_slot(warm, s)``: every line of rows ``s`` and ``s + 1`` (the next step's, but at
+  the end of a ring) of each column of a prefetch table
+  (:meth:`rlreplay.storage.Columns.prefetch_table`: rows ``(base address, row bytes)``).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+import numba
 from llvmlite import ir
 from numba.core import cgutils, types
 from numba.core.extending import intrinsic
 
-__all__ = ["prefetch_address", "prefetch_row"]
+__all__ = ["prefetch_address", "prefetch_row", "prefetch_slot"]
 
 
 def _emit(builder: Any, pointer: Any) -> None:
@@ -63,3 +67,12 @@ def _prefetch_address(typingctx: Any, address: Any) -> tuple[Any, Any]:
 
 prefetch_row: Any = intrinsic(_prefetch_row)
 prefetch_address: Any = intrinsic(_prefetch_address)
+
+
+@numba.njit(inline="always")
+def prefetch_slot(warm: Any, s: int) -> None:  # pragma: no cover - compiled
+    """Prefetch rows ``s`` and ``s + 1`` of every column of the prefetch table ``warm``."""
+    for c in range(warm.shape[0]):
+        first = warm[c, 0] + s * warm[c, 1]
+        for line in range(first >> 6, ((first + 2 * warm[c, 1] - 1) >> 6) + 1):
+            prefetch_address(line << 6)

@@ -15,7 +15,7 @@ import numba
 import numpy as np
 from numba import literal_unroll
 
-from rlreplay.prefetch import prefetch_address
+from rlreplay.prefetch import prefetch_slot
 from rlreplay.sampling.tree_kernels import _LANE, _SHIFT, _descend_all
 
 __all__ = ["_fill_powers", "_prio_kernel", "_sample_kernel"]
@@ -288,11 +288,7 @@ def _sample_kernel(
         scratch[1, i] = tm
         env_ids[i] = e
         ids[i] = t * E + e
-        s = e * C + tm
-        for c in range(warm.shape[0]):
-            first = warm[c, 0] + s * warm[c, 1]
-            for line in range(first >> 6, ((first + 2 * warm[c, 1] - 1) >> 6) + 1):
-                prefetch_address(line << 6)
+        prefetch_slot(warm, e * C + tm)
     _fill_rows(
         B, E, scratch, slot_meta, rew, te_col, tr_col, C, F, n, powers, k, zero_pad, plain,
         pairs, stacked, nexts, env_ids, ids, steps, reward, discount, weights, terminated,
@@ -372,10 +368,7 @@ def _prio_kernel(
         scratch[1, i] = t % C
         probabilities[i] = m / total
         weights[i] = (min_mass / m) ** beta
-        for c in range(warm.shape[0]):
-            first = warm[c, 0] + (e * C + t % C) * warm[c, 1]
-            for line in range(first >> 6, ((first + 2 * warm[c, 1] - 1) >> 6) + 1):
-                prefetch_address(line << 6)
+        prefetch_slot(warm, e * C + t % C)
     _fill_rows(
         B, E, scratch, slot_meta, rew, te_col, tr_col, C, F, n, powers, k, zero_pad, plain,
         pairs, stacked, nexts, env_ids, ids, steps, reward, discount, weights, terminated,
