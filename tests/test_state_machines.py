@@ -23,7 +23,6 @@ from typing import Any
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import (
     RuleBasedStateMachine,
@@ -31,11 +30,10 @@ from hypothesis.stateful import (
     invariant,
     precondition,
     rule,
-    run_state_machine_as_test,
 )
 
 import rlreplay as rr
-from tests.conftest import SLOW_EXAMPLES
+from tests.machines import run_machine, run_machine_long
 from tests.reference import RefBuffer, assert_batch_matches
 
 FIELDS = {"obs": rr.Field((2,), np.float32), "action": rr.Field((), np.int64)}
@@ -209,23 +207,14 @@ class MemmapMachine(BufferMachine):
 
 
 MACHINES = {"memory": BufferMachine, "memmap": MemmapMachine}
-SETTINGS = {
-    "deadline": None,
-    "suppress_health_check": [HealthCheck.too_slow, HealthCheck.filter_too_much],
-}
 
 
 @pytest.mark.parametrize("storage", list(MACHINES))
 def test_buffer_state_machine(storage: str) -> None:
-    run_state_machine_as_test(
-        MACHINES[storage], settings=settings(max_examples=40, stateful_step_count=30, **SETTINGS)
-    )
+    run_machine(MACHINES[storage], examples=40, steps=30)
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("storage", list(MACHINES))
 def test_buffer_state_machine_long(storage: str) -> None:
-    run_state_machine_as_test(
-        MACHINES[storage],
-        settings=settings(max_examples=SLOW_EXAMPLES, stateful_step_count=50, **SETTINGS),
-    )
+    run_machine_long(MACHINES[storage], steps=50)

@@ -28,18 +28,16 @@ from typing import Any
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import (
     initialize,
     invariant,
     precondition,
     rule,
-    run_state_machine_as_test,
 )
 
 import rlreplay as rr
-from tests.conftest import SLOW_EXAMPLES
+from tests.machines import run_machine, run_machine_long
 from tests.reference import RefBuffer, assert_batch_matches
 from tests.test_sequences import assert_rows_match, ref_run_length, ref_valid_starts
 from tests.test_state_machines import FIELDS, BufferMachine
@@ -210,23 +208,14 @@ MACHINES = {
     "prioritized-rank_based": RankBasedMachine,
     "sequences": SequenceMachine,
 }
-SETTINGS = {
-    "deadline": None,
-    "suppress_health_check": [HealthCheck.too_slow, HealthCheck.filter_too_much],
-}
 
 
 @pytest.mark.parametrize("kind", list(MACHINES))
 def test_state_machine(kind: str) -> None:
-    run_state_machine_as_test(
-        MACHINES[kind], settings=settings(max_examples=15, stateful_step_count=25, **SETTINGS)
-    )
+    run_machine(MACHINES[kind], examples=15, steps=25)
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("kind", list(MACHINES))
 def test_state_machine_long(kind: str) -> None:
-    run_state_machine_as_test(
-        MACHINES[kind],
-        settings=settings(max_examples=SLOW_EXAMPLES, stateful_step_count=50, **SETTINGS),
-    )
+    run_machine_long(MACHINES[kind], steps=50)
