@@ -162,6 +162,11 @@ def intact(tmp_path_factory: pytest.TempPathFactory) -> tuple[bytes, int]:
     """The valid checkpoint's bytes and the peak traced memory of loading it."""
     path = tmp_path_factory.mktemp("fuzz") / "ok"
     make_checkpoint(path)
+    return bytes_and_load_peak(path)
+
+
+def bytes_and_load_peak(path: Path) -> tuple[bytes, int]:
+    """The checkpoint's bytes and the peak traced memory of a second load of it."""
     rr.load(path)  # warm: code generation and compiled kernels are not counted below
     tracemalloc.start()
     try:
@@ -442,16 +447,7 @@ def ranked(tmp_path_factory: pytest.TempPathFactory) -> tuple[bytes, int]:
     """A rank-based checkpoint with frame stacks (rank and snapshot arrays, cut episodes)."""
     path = tmp_path_factory.mktemp("fuzz") / "ranked"
     make_checkpoint(path, variant="rank_based", sort_interval=1, frame_stack=2)
-    rr.load(path)
-    tracemalloc.start()
-    try:
-        tracemalloc.reset_peak()
-        base = tracemalloc.get_traced_memory()[0]
-        rr.load(path)
-        peak = tracemalloc.get_traced_memory()[1] - base
-    finally:
-        tracemalloc.stop()
-    return path.read_bytes(), peak
+    return bytes_and_load_peak(path)
 
 
 class TestDataMutants:
