@@ -59,7 +59,7 @@ from rlreplay.storage.shared_writer import (
     SharedWriter,
     attach,
     begins_fenced,
-    change_keys,
+    changed_envs,
 )
 
 __all__ = ["SharedHandle", "SharedState", "SharedWriter", "attach", "share_buffer"]
@@ -116,11 +116,9 @@ class SharedState:
     def fold(self, buf: BufferHost) -> None:
         """Account for every step the writers published since the last fold."""
         # Only envs whose writer published, began or ended something since the last fold.
-        key = change_keys(self.header)
-        envs = np.flatnonzero(self.mask & (key != self._seen))
+        envs = changed_envs(self.header, self.mask, self._seen)
         if not envs.size:
             return
-        self._seen[envs] = key[envs]  # values read before the fold: a later change differs
         index = buf._index
         before = index.bounds() if buf._tracks_sampleable else None
         rows: list[tuple[int, int, int]] = []

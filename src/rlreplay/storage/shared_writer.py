@@ -73,12 +73,30 @@ def begins_fenced(hdr: Array) -> Array:  # pragma: no cover - compiled
 
 
 @numba.njit(cache=True)
-def change_keys(hdr: Array) -> Array:  # pragma: no cover - compiled
-    """``PUB``, ``BEGIN`` and ``ENDS`` of every env (each env's three as one key), then fence."""
-    out = hdr[:, PUB] * 0
-    for e in range(hdr.shape[0]):
-        out[e] = hdr[e, PUB] * 1000003 + hdr[e, BEGIN] * 7919 + hdr[e, ENDS]
+def changed_envs(hdr: Array, mask: Array, seen: Array) -> Array:  # pragma: no cover - compiled
+    """The envs of ``mask`` whose ``PUB``, ``BEGIN`` or ``ENDS`` changed since ``seen``, then
+    fence; their new keys are stored in ``seen``.
+
+    An env's key is ``PUB * 1000003 + BEGIN * 7919 + ENDS``: the three only grow, so the key
+    grows strictly whenever one of them moves (no two states share a key). One kernel call, so
+    a fold with nothing new (every ``update_priorities``/``sample`` of a quiet buffer) costs
+    about a microsecond.
+    """
+    E = hdr.shape[0]
+    keys = np.empty(E, np.int64)
+    n = 0
+    for e in range(E):
+        keys[e] = hdr[e, PUB] * 1000003 + hdr[e, BEGIN] * 7919 + hdr[e, ENDS]
+        if mask[e] and keys[e] != seen[e]:
+            n += 1
     fence()
+    out = np.empty(n, np.int64)
+    n = 0
+    for e in range(E):
+        if mask[e] and keys[e] != seen[e]:
+            out[n] = e
+            seen[e] = keys[e]  # read before the fold: a later change differs
+            n += 1
     return out
 
 
