@@ -211,8 +211,10 @@ def test_tensor_spec_shape_dtype_and_helpers() -> None:
     assert TensorSpec((2,), "int64") == TensorSpec((2,), np.int64) == TensorSpec((2,), torch.int64)
     assert TensorSpec.from_tensor(torch.zeros(5, 2), from_dim=1) == TensorSpec((2,))
     assert TensorSpec.from_array(np.zeros((5, 2), np.int32), 1) == TensorSpec((2,), torch.int32)
-    with pytest.raises(rr.ConfigError, match="NumPy counterpart"):
-        TensorSpec((), torch.bfloat16)
+    bf16 = TensorSpec((), torch.bfloat16)  # no NumPy counterpart: stored as float32
+    assert bf16.dtype == torch.bfloat16 and bf16.numpy_dtype == np.float32
+    with pytest.raises(rr.ConfigError, match="numeric"):
+        TensorSpec((), torch.quint8)
     with pytest.raises(rr.ConfigError):
         TensorSpec((-1,))
 

@@ -19,6 +19,7 @@ from rlreplay.compat.alf.segment_tree import as_numpy
 from rlreplay.compat.alf.tensor_specs import (
     Path,
     TensorSpec,
+    carrier,
     get_path,
     is_namedtuple,
     pack,
@@ -32,6 +33,7 @@ if TYPE_CHECKING:
 __all__ = [
     "AssignDTypeError",
     "AssignShapeError",
+    "as_spec",
     "broadcast_ids",
     "broadcast_leaf",
     "env_array",
@@ -40,6 +42,7 @@ __all__ = [
     "int_array",
     "leaf_values",
     "map_names",
+    "narrowed",
     "pack_rows",
     "step_values",
     "to_tensor",
@@ -151,12 +154,44 @@ def broadcast_leaf(name: str, value: Any, shape: tuple[int, ...]) -> Any:
 def leaf_values(
     batch: Any, leaves: list[tuple[Path, TensorSpec]], names: dict[Path, str]
 ) -> dict[str, Any]:
-    """Core field name -> the batch's value of that leaf (tensors as NumPy arrays)."""
+    """Core field name -> the batch's value of that leaf (tensors as NumPy arrays).
+
+    A leaf whose dtype NumPy lacks (``bfloat16``) gets its value rounded to that dtype, as
+    ALF's indexed write stores it, then widened exactly to the stored dtype (:func:`narrowed`).
+    """
     values: dict[str, Any] = {}
-    for path, _ in leaves:
+    for path, spec in leaves:
         value = get_path(batch, path)
+        if carrier(spec.dtype) != spec.dtype:
+            value = narrowed(names[path], value, spec.dtype)
         values[names[path]] = as_numpy(value) if isinstance(value, torch.Tensor) else value
     return values
+
+
+def narrowed(name: str, value: Any, dtype: torch.dtype) -> Any:
+    """``value`` rounded to ``dtype`` and widened back to :func:`carrier` ``(dtype)``.
+
+    Non-numeric values are returned as they are (the core refuses them as for any leaf).
+
+    Raises:
+        AssignDTypeError: A kind NumPy's ``same_kind`` rule does not cast to the stored dtype
+            (complex into ``bfloat16``), as the front-end refuses it for any other leaf.
+    """
+    wide = carrier(dtype)
+    tensor = value if isinstance(value, torch.Tensor) else None
+    if tensor is None:
+        arr = np.asarray(value)
+        if arr.dtype.kind not in "biufc":
+            return value
+        tensor = torch.from_numpy(np.ascontiguousarray(arr)).reshape(arr.shape)
+    source = torch.empty(0, dtype=carrier(tensor.dtype)).numpy().dtype
+    target = torch.empty(0, dtype=wide).numpy().dtype
+    if not np.can_cast(source, target, casting="same_kind"):
+        raise AssignDTypeError(
+            f"{name}: cannot store {tensor.dtype} values in a {dtype} leaf (only casts of the "
+            f"same kind, such as float32 into {dtype}, are made)"
+        )
+    return tensor.detach().cpu().to(dtype).to(wide)
 
 
 def flag(values: dict[str, Any], name: str, rows: int) -> Array:
@@ -192,9 +227,21 @@ def pack_rows(
 
     def leaf(path: Path) -> torch.Tensor:
         arr = data[names[path]]
-        return to_tensor(arr if length is None else arr[:, :length], device)
+        return as_spec(to_tensor(arr if length is None else arr[:, :length], device), spec, path)
 
     return pack(spec, leaf)
+
+
+def as_spec(tensor: torch.Tensor, spec: Any, path: Path) -> torch.Tensor:
+    """``tensor`` (a leaf at ``path`` of the nest ``spec``) in the leaf's dtype.
+
+    Only a dtype NumPy lacks differs from the stored one (``bfloat16`` is stored as float32,
+    which holds its values exactly).
+    """
+    leaf = get_path(spec, path)
+    if isinstance(leaf, TensorSpec) and tensor.dtype != leaf.dtype:
+        return tensor.to(leaf.dtype)
+    return tensor
 
 
 def field_tensors(
@@ -218,7 +265,7 @@ def field_tensors(
             raise FieldError(f"get_field: expected dotted field names, got {name!r}")
         path = split_path(name)
         sub = get_path(spec, path)
-        return pack(sub, lambda rel: to_tensor(get(names[path + rel]), device))
+        return pack(sub, lambda rel: as_spec(to_tensor(get(names[path + rel]), device), sub, rel))
 
     return map_names(field_name, one)
 

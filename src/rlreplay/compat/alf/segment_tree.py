@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from rlreplay.compat.alf.tensor_specs import carrier
 from rlreplay.errors import ConfigError, DTypeError, InvalidIdError, PriorityError
 from rlreplay.sampling.trees import MaxTree, MinTree, SumTree
 
@@ -70,9 +71,13 @@ def check_device(device: Any, what: str) -> torch.device:
 
 
 def as_numpy(value: Any) -> Array:
-    """A NumPy array from a torch tensor (any device), an array or an array-like."""
+    """A NumPy array from a torch tensor (any device), an array or an array-like.
+
+    A tensor of a dtype NumPy lacks (``bfloat16``) comes as its exact wider dtype (float32).
+    """
     if isinstance(value, torch.Tensor):
-        out: Array = value.detach().cpu().numpy()
+        tensor = value.detach().cpu()
+        out: Array = tensor.to(carrier(tensor.dtype)).numpy()
         return out
     return np.asarray(value)
 
@@ -270,7 +275,7 @@ class SegmentTree(torch.nn.Module):
         """
         idx = self._indices(indices)
         if isinstance(values, torch.Tensor):
-            vals = values.detach().to(self._dtype).cpu().numpy().astype(np.float64)
+            vals = values.detach().to(self._dtype).double().cpu().numpy()
         else:
             vals = torch.as_tensor(np.asarray(values, np.float64)).to(self._dtype).double().numpy()
         old = self._tree.get(idx)  # validates the indices before anything is written

@@ -32,6 +32,30 @@ Path = tuple[str, ...]
 _BUILTIN = frozenset({"reward", "terminated", "truncated", "obs"})
 
 
+#: Torch dtypes without a NumPy counterpart -> the torch dtype whose NumPy one holds every value
+#: exactly (bfloat16 and the float8 formats have fewer exponent and mantissa bits than float32;
+#: complex32 is two float16).
+_WIDER: dict[torch.dtype, torch.dtype] = {
+    dt: wide
+    for name, wide in (
+        ("bfloat16", torch.float32),
+        ("float8_e4m3fn", torch.float32),
+        ("float8_e4m3fnuz", torch.float32),
+        ("float8_e5m2", torch.float32),
+        ("float8_e5m2fnuz", torch.float32),
+        ("float8_e8m0fnu", torch.float32),
+        ("complex32", torch.complex64),
+    )
+    if isinstance(dt := getattr(torch, name, None), torch.dtype)
+}
+
+
+def carrier(dtype: torch.dtype) -> torch.dtype:
+    """The torch dtype a tensor of ``dtype`` is stored as: ``dtype`` itself if NumPy has it,
+    else a wider one that holds its every value exactly (``bfloat16`` -> ``float32``)."""
+    return _WIDER.get(dtype, dtype)
+
+
 def _torch_dtype(dtype: Any) -> torch.dtype:
     """A torch dtype from a torch dtype, a NumPy dtype (or type) or a name such as ``"int64"``."""
     if isinstance(dtype, torch.dtype):
@@ -50,8 +74,10 @@ class TensorSpec:
 
     Args:
         shape: The shape (``()`` for a scalar); an int ``n`` means ``(n,)``.
-        dtype: A torch dtype (default ``torch.float32``), a NumPy dtype or a dtype name. It
-            must have a NumPy counterpart (``bfloat16`` has none).
+        dtype: A torch dtype (default ``torch.float32``), a NumPy dtype or a dtype name. A
+            torch dtype without a NumPy counterpart (``bfloat16``, the float8 formats,
+            ``complex32``) is stored losslessly in a wider NumPy dtype (:attr:`numpy_dtype`);
+            tensors handed back are of ``dtype``.
 
     Example:
         >>> import torch
@@ -72,10 +98,12 @@ class TensorSpec:
         self._shape = torch.Size(int(d) for d in dims)
         self._dtype = _torch_dtype(dtype)
         try:
-            self._np_dtype = torch.empty(0, dtype=self._dtype).numpy().dtype
-        except TypeError:
+            if str(self._dtype).startswith(("torch.qint", "torch.quint")):
+                raise TypeError("quantized")  # (making one warns that they are deprecated)
+            self._np_dtype = torch.empty(0, dtype=carrier(self._dtype)).numpy().dtype
+        except TypeError:  # quantized dtypes: a buffer of them cannot be written by index
             raise ConfigError(
-                f"TensorSpec dtype: {self._dtype} has no NumPy counterpart; store it as float32"
+                f"TensorSpec dtype: expected a numeric torch dtype, got {self._dtype}"
             ) from None
 
     @classmethod
@@ -101,7 +129,7 @@ class TensorSpec:
 
     @property
     def numpy_dtype(self) -> np.dtype[Any]:
-        """The NumPy dtype the replay buffer stores this tensor in."""
+        """The NumPy dtype the replay buffer stores this tensor in (float32 for bfloat16)."""
         return self._np_dtype
 
     @property
