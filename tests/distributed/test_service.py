@@ -165,6 +165,10 @@ def test_priority_updates_route_and_skip_stale_ids(ray_local):
         svc.update_priorities(np.array([-1]), np.ones(1))
     with pytest.raises(rr.ShapeError):
         svc.update_priorities(fresh, np.ones(3))
+    with pytest.raises(rr.PriorityError):  # checked before the float64 packing, as the core does
+        svc.update_priorities(fresh, np.ones(8, bool))
+    with pytest.raises(rr.PriorityError):
+        svc.update_priorities(fresh, np.full(8, np.nan))
     # wait=False: queued, sent before the next draw (later updates win), errors come later.
     assert svc.update_priorities(fresh, np.full(8, 1e-6), wait=False) is None
     svc.update_priorities(fresh[:1], np.full(1, 1e6), wait=False)

@@ -7,14 +7,18 @@ import sys
 
 import numpy as np
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 import rlreplay as rr
 from rlreplay.distributed.split import (
     encode_env_ids,
     encode_ids,
+    pack_updates,
     route_env_ids,
     route_ids,
     split_batch_size,
+    unpack_updates,
 )
 
 
@@ -29,6 +33,21 @@ def test_ids_round_trip_through_their_shard():
         route_ids(np.array([1.5]), 4)
     with pytest.raises(rr.InvalidIdError):
         route_ids(np.array([-3]), 4)
+
+
+@given(
+    st.lists(
+        st.tuples(st.integers(0, 2**62), st.floats(allow_nan=True, allow_infinity=True)),
+        max_size=40,
+    )
+)
+def test_packed_updates_round_trip(pairs: list[tuple[int, float]]) -> None:
+    ids = np.array([i for i, _ in pairs], np.int64)
+    p = np.array([q for _, q in pairs], np.float64)
+    back_ids, back_p = unpack_updates(pack_updates(ids, p))
+    assert back_ids.dtype == np.int64 and back_p.dtype == np.float64
+    np.testing.assert_array_equal(back_ids, ids)
+    np.testing.assert_array_equal(back_p, p)  # NaN where NaN: the shard's core rejects it
 
 
 def test_split_is_multinomial_over_masses():

@@ -33,12 +33,19 @@ from rlreplay.distributed.shard import Shard
 from rlreplay.distributed.split import (
     encode_env_ids,
     merge_draws,
+    pack_updates,
     route_ids,
     split_batch_size,
 )
 from rlreplay.distributed.updates import UpdateQueue
 from rlreplay.distributed.writer import Writer, call, retried
-from rlreplay.errors import CheckpointError, ConfigError, ReplayClosed, ShapeError
+from rlreplay.errors import (
+    CheckpointError,
+    ConfigError,
+    PriorityError,
+    ReplayClosed,
+    ShapeError,
+)
 from rlreplay.limits import RateLimiter
 from rlreplay.spec import Field, Schema, positive_int
 
@@ -383,17 +390,23 @@ class ReplayService:
             raise ShapeError(
                 f"priorities: expected one per id, shape {np.shape(ids)}, got shape {p.shape}"
             )
+        if p.dtype.kind not in "iuf":  # the core's check, before the cast to float64
+            raise PriorityError(f"priorities: expected real numbers, got dtype {p.dtype}")
         shard, local = route_ids(ids, self.num_shards)
         p = p.reshape(-1)
-        args = {
-            k: (local[shard == k], p[shard == k])
-            for k in range(self.num_shards)
-            if (shard == k).any()
-        }
+        if self.num_shards == 1:
+            args = {0: (local, p)} if local.shape[0] else {}
+        else:
+            args = {}
+            for k in range(self.num_shards):
+                mine = shard == k
+                if mine.any():
+                    args[k] = (local[mine], p[mine])
         self._updates.harvest(_ray(), timeout)
         if wait:
             self._updates.send()  # earlier queued updates first
-            return int(sum(self._ask("update_priorities", timeout, args)))
+            packed = {k: (pack_updates(i, q),) for k, (i, q) in args.items()}
+            return int(sum(self._ask("update_priorities", timeout, packed)))
         self._updates.put(args)
         return None
 

@@ -33,6 +33,7 @@ import numpy as np
 
 from rlreplay.batch import Batch
 from rlreplay.buffer import ReplayBuffer, load
+from rlreplay.distributed.split import unpack_updates
 from rlreplay.errors import CheckpointError, ConfigError
 from rlreplay.prioritized import PrioritizedReplayBuffer
 from rlreplay.spec import Field
@@ -243,11 +244,13 @@ class Shard:
             return batch, total, smallest
         return batch, float(buf.num_sampleable), 1.0
 
-    def update_priorities(self, ids: Array, priorities: Array) -> int:
-        """The core's ``update_priorities`` (stale ids ignored)."""
+    def update_priorities(self, packed: bytes) -> int:
+        """The core's ``update_priorities`` (stale ids ignored) of local ids and priorities
+        packed by :func:`~rlreplay.distributed.split.pack_updates` (one cheap Ray argument)."""
         buf = self.buffer
         if not isinstance(buf, PrioritizedReplayBuffer):
             raise ConfigError("update_priorities: the service is not prioritized")
+        ids, priorities = unpack_updates(packed)
         return buf.update_priorities(ids, priorities)
 
     def sizes(self) -> tuple[int, int]:

@@ -31,9 +31,11 @@ __all__ = [
     "encode_ids",
     "merge_batches",
     "merge_draws",
+    "pack_updates",
     "route_env_ids",
     "route_ids",
     "split_batch_size",
+    "unpack_updates",
 ]
 
 Array = np.ndarray[Any, Any]
@@ -86,6 +88,27 @@ def route_ids(ids: Any, num_shards: int) -> tuple[Array, Array]:
     if flat.shape[0] and flat.min() < 0:
         raise InvalidIdError(f"ids: {flat[flat < 0][:5].tolist()} were never issued (negative)")
     return flat % num_shards, flat // num_shards
+
+
+def pack_updates(local_ids: Array, priorities: Array) -> bytes:
+    """``n`` local ids (int64) then their ``n`` priorities (float64) as one ``bytes``.
+
+    A Ray call pickles each NumPy argument on its own (~0.15 ms apiece here); one ``bytes``
+    argument goes through Ray's fast path, so a priority update is one cheap argument.
+    ``priorities`` must already be real numbers (the core's check), as float64 is what the
+    core converts them to anyway.
+    """
+    ids = np.ascontiguousarray(local_ids, np.int64).reshape(-1)
+    p = np.ascontiguousarray(priorities, np.float64).reshape(-1)
+    return ids.tobytes() + p.tobytes()
+
+
+def unpack_updates(data: bytes) -> tuple[Array, Array]:
+    """``(local ids, priorities)`` of :func:`pack_updates`' bytes (views of ``data``)."""
+    n = len(data) // 16
+    ids: Array = np.frombuffer(data, np.int64, n)
+    p: Array = np.frombuffer(data, np.float64, n, offset=8 * n)
+    return ids, p
 
 
 def merge_batches(

@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from rlreplay.distributed.split import pack_updates
 from rlreplay.distributed.writer import call
 
 __all__ = ["UpdateQueue"]
@@ -57,7 +58,8 @@ class UpdateQueue:
             for k, parts in self._queued.items():
                 ids = np.concatenate([i for i, _ in parts])
                 p = np.concatenate([q for _, q in parts])
-                self._sent.append(self._shards[k].update_priorities.remote(ids, p))
+                packed = pack_updates(ids, p)
+                self._sent.append(self._shards[k].update_priorities.remote(packed))
             self._queued, self._queued_ids = {}, 0
 
     def harvest(self, ray: Any, timeout: float | None) -> None:
