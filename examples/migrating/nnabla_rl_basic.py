@@ -43,10 +43,12 @@ def main():
     assert np.array_equal(s_next, experiences[50][4])
     assert s.dtype == np.float32 and a.dtype == np.int64 and isinstance(r, float)
     assert non_terminal == experiences[50][3]
+    assert buffer[0] == experiences[50] and experiences[51] == buffer[1]  # tuples of arrays
 
     batch, info = buffer.sample(num_samples=32)
     assert len(batch) == 32 and info["weights"].shape == (32, 1)
     assert len({e[5]["step"] for e in batch}) == 32  # distinct experiences
+    assert all(e == buffer[e[5]["step"] - 50] for e in batch)  # a sample is the stored one
     s_batch = np.stack([e[0] for e in batch])
     a_batch = np.stack([e[1] for e in batch])
     r_batch = np.array([[e[2]] for e in batch])

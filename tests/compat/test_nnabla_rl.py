@@ -18,6 +18,7 @@ from scipy.stats import chisquare
 import rlreplay as rr
 import rlreplay.compat.nnabla_rl as rl
 import rlreplay.compat.nnabla_rl.replay_buffer as rb_module
+from rlreplay.compat.nnabla_rl._stored import StoredTuple
 from rlreplay.compat.nnabla_rl.replay_buffer import ReplayBuffer
 from rlreplay.compat.nnabla_rl.replay_buffers import (
     DecorableReplayBuffer,
@@ -54,11 +55,19 @@ def episode(
     return out
 
 
+def _kind(x: Any) -> type:
+    return tuple if type(x) is StoredTuple else type(x)
+
+
 def same(got: Any, want: Any) -> bool:
-    """Exact equality, kinds included (arrays: dtype, shape and bytes; dicts: identity)."""
+    """Exact equality, kinds included (arrays: dtype, shape and bytes; dicts: identity).
+
+    A tuple may come back as the columnar store's ``StoredTuple`` (a tuple that compares as
+    the appended one; tests/compat/test_nnabla_rl_stored.py).
+    """
     if isinstance(want, tuple | list):
         return (
-            type(got) is type(want)
+            _kind(got) is _kind(want)
             and len(got) == len(want)
             and all(same(g, w) for g, w in zip(got, want, strict=True))
         )

@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from rlreplay.compat.nnabla_rl._stored import StoredTuple
 from rlreplay.compat.nnabla_rl.replay_buffer import ReplayBuffer
 from rlreplay.compat.nnabla_rl.replay_buffers import (
     DecorableReplayBuffer,
@@ -37,9 +38,13 @@ def experience(t: int) -> tuple[Any, ...]:
 
 
 def plain(x: Any) -> Any:
-    """Comparable form: arrays as (dtype, shape, values); lists and tuples keep their type."""
+    """Comparable form: arrays as (dtype, shape, values); lists and tuples keep their type.
+
+    The columnar store's ``StoredTuple`` (a tuple comparing as the appended one) is a tuple.
+    """
     if isinstance(x, list | tuple):
-        return (type(x).__name__, [plain(y) for y in x])
+        kind = "tuple" if type(x) is StoredTuple else type(x).__name__
+        return (kind, [plain(y) for y in x])
     if isinstance(x, np.ndarray):
         return ("ndarray", x.dtype.str, x.shape, x.tolist())
     if isinstance(x, dict):

@@ -62,7 +62,6 @@ class TestPrioritizedReplayBuffer(object):
                 assert len(buffer) == capacity
         assert len(buffer) == capacity
 
-    @pytest.mark.xfail(strict=True, reason="rlreplay difference (docs/migrating/nnabla_rl.md): tuples of arrays are stored in columns and rebuilt, so buffer[i] is a new, equal tuple, and == on tuples of arrays needs the same array objects")
     @pytest.mark.parametrize(
         "beta",
         [np.random.randint(low=0.0, high=1.0) for _ in range(1, 10)])
@@ -70,7 +69,8 @@ class TestPrioritizedReplayBuffer(object):
         buffer = self._generate_buffer_with_experiences(experience_num=100,
                                                         beta=beta)
         experiences, info = buffer.sample()
-        indices = [next(i for i in range(len(buffer)) if buffer[i] is e) for e in experiences]  # 0.16: no _latest_indices
+        # rlreplay: == (not `is`): the columnar store hands out equal copies, not the stored objects
+        indices = [next(i for i in range(len(buffer)) if buffer[i] == e) for e in experiences]  # 0.16: no _latest_indices
         assert len(experiences) == 1
         assert "weights" in info
         assert len(info["weights"]) == 1
@@ -81,7 +81,6 @@ class TestPrioritizedReplayBuffer(object):
             assert experience == buffer[index]
             assert weight == (priority / 1.0) ** (-beta)  # 0.16: no _weights_from_priorities
 
-    @pytest.mark.xfail(strict=True, reason="rlreplay difference (docs/migrating/nnabla_rl.md): tuples of arrays are stored in columns and rebuilt, so buffer[i] is a new, equal tuple, and == on tuples of arrays needs the same array objects")
     @pytest.mark.parametrize(
         "beta",
         [np.random.randint(low=0.0, high=1.0) for _ in range(1, 10)])
@@ -90,7 +89,8 @@ class TestPrioritizedReplayBuffer(object):
                                                         beta=beta)
         num_samples = 10
         experiences, info = buffer.sample(num_samples=num_samples)
-        indices = [next(i for i in range(len(buffer)) if buffer[i] is e) for e in experiences]  # 0.16: no _latest_indices
+        # rlreplay: == (not `is`): the columnar store hands out equal copies, not the stored objects
+        indices = [next(i for i in range(len(buffer)) if buffer[i] == e) for e in experiences]  # 0.16: no _latest_indices
         assert len(experiences) == num_samples
         assert "weights" in info
         assert len(info["weights"]) == num_samples
@@ -106,7 +106,6 @@ class TestPrioritizedReplayBuffer(object):
         with pytest.raises(ValueError):
             buffer.sample(num_samples=100)
 
-    @pytest.mark.xfail(strict=True, reason="rlreplay difference (docs/migrating/nnabla_rl.md): tuples of arrays are stored in columns and rebuilt, so buffer[i] is a new, equal tuple, and == on tuples of arrays needs the same array objects")
     @pytest.mark.parametrize(
         "beta",
         [np.random.randint(low=0.0, high=1.0) for _ in range(1, 10)])

@@ -24,6 +24,7 @@ from typing import Any
 
 import numpy as np
 
+from rlreplay.compat.nnabla_rl._stored import StoredTuple
 from rlreplay.spec import Field
 
 __all__ = [
@@ -44,6 +45,9 @@ Array = np.ndarray[Any, Any]
 #: The ``info`` key nnabla-rl's environment wrappers set on a time-limit truncation.
 TIMELIMIT_KEY = "TimeLimit.truncated"
 _INT64 = np.iinfo(np.int64)
+#: Types of tuples that fit: ``tuple``, and the tuples the store hands out (appended again,
+#: they come back as such a tuple, which is what they were).
+_TUPLES = (tuple, StoredTuple)
 
 
 class Unfit(Exception):
@@ -128,7 +132,7 @@ class Slot:
 
     @classmethod
     def infer(cls, base: str, value: Any, *, observation: bool) -> Slot:
-        if type(value) is tuple:
+        if type(value) in _TUPLES:
             if not value:
                 raise Unfit(f"{base}: an empty tuple")
             parts = [
@@ -143,7 +147,7 @@ class Slot:
         With ``cast``, an element of another dtype is cast to its part's (:meth:`Part.coerce`).
         """
         if self.is_tuple:
-            if type(value) is not tuple or len(value) != len(self.parts):
+            if type(value) not in _TUPLES or len(value) != len(self.parts):
                 raise Unfit(f"{what}: not a tuple of {len(self.parts)} values")
             values: tuple[Any, ...] = value
         else:
@@ -157,7 +161,7 @@ class Slot:
 
     def join(self, cols: list[list[Any]]) -> list[Any]:
         if self.is_tuple:
-            return [tuple(vals) for vals in zip(*cols, strict=True)]
+            return [StoredTuple(vals) for vals in zip(*cols, strict=True)]
         return cols[0]
 
 
@@ -207,9 +211,10 @@ def is_timelimit(info: Any) -> bool:
 
 def check_shape(experience: Any) -> tuple[Any, ...]:
     """The experience if it is a tuple of at least six elements (:class:`Unfit` otherwise)."""
-    if type(experience) is not tuple or len(experience) < 6:
+    if type(experience) not in _TUPLES or len(experience) < 6:
         raise Unfit("not a tuple (s, a, r, non_terminal, s_next, info, ...)")
-    return experience
+    out: tuple[Any, ...] = experience
+    return out
 
 
 class Codec:
@@ -330,10 +335,10 @@ class Codec:
         s_next = self.decode_state(batch, "next_")
         a = self.action.join([p.decode(batch[p.name]) for p in self.action.parts])
         r = self.reward.decode(batch["reward"])
-        out = []
+        out: list[tuple[Any, ...]] = []
         for si, ai, ri, sni, side in zip(s, a, r, s_next, sides, strict=True):
             if len(side) == 2:  # (non_terminal, info): the usual experience
-                out.append((si, ai, ri, side[0], sni, side[1]))
+                out.append(StoredTuple((si, ai, ri, side[0], sni, side[1])))
             else:
-                out.append((si, ai, ri, side[0], sni, *side[1:]))
+                out.append(StoredTuple((si, ai, ri, side[0], sni, *side[1:])))
         return out
