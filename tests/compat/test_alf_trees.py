@@ -131,10 +131,20 @@ def test_segment_trees_agree_with_core_trees_and_brute_force(
 
 # =========================================================================== any value, as ALF
 def alf_find_sum_bound(values: torch.Tensor, capacity: int, threshold: float) -> int:
-    """ALF's sum-tree descent over its node array (the reference): left while the threshold is
-    below the left child, else right with the left child subtracted; the leaf's index."""
+    """ALF's ``find_sum_bound`` over its node array (the slow reference), from seed 001.
+
+    The layout ("values[1] is the root. values[capacity: 2*capacity] are the leaves. The two
+    children of an internal node values[i] are values[2*i] and values[2*i+1]") makes the
+    search a descent in the tree's dtype: left while the threshold is below the left child,
+    else right with the left child subtracted. Then the docstring's guarantees: "values[
+    result[i]] will never be 0" (a descent that rounding sent onto a zero leaf ends on the
+    non-zero leaf before it, where a descent that never enters a zero subtree ends) and "if
+    thresholds[i] == root, result[i] will be the index of the non-zero value with the largest
+    index". Where no non-zero leaf qualifies (an all-zero tree, a negative threshold before the
+    first non-zero leaf) the descent's leaf stays.
+    """
     node = 1
-    th = torch.tensor(threshold, dtype=values.dtype)
+    th = torch.tensor(threshold, dtype=torch.float64).to(values.dtype)
     while node < capacity:
         left = values[2 * node]
         if th >= left:
@@ -142,7 +152,17 @@ def alf_find_sum_bound(values: torch.Tensor, capacity: int, threshold: float) ->
             node = 2 * node + 1
         else:
             node = 2 * node
-    return [leaf_node(i, capacity) for i in range(capacity)].index(node)
+    order = [leaf_node(i, capacity) for i in range(capacity)]
+    leaf = order.index(node)
+    leaves = [values[n].item() for n in order]
+    if threshold == values[1].item():
+        bound = capacity
+    elif leaves[leaf] == 0:
+        bound = leaf
+    else:
+        return leaf
+    below = [i for i in range(bound) if leaves[i] != 0]
+    return below[-1] if below else leaf
 
 
 @settings(max_examples=40, deadline=None)
@@ -248,3 +268,79 @@ def test_sum_tree_summary_is_alfs_root_bit_for_bit(
     if any(x > 0 for x in leaves):
         want = max(i for i, x in enumerate(leaves) if x > 0)
         assert tree.find_sum_bound(tree.summary().reshape(1)).tolist() == [want]
+
+
+def boundary_thresholds(values: torch.Tensor, capacity: int) -> list[float]:
+    """Thresholds on and next to every prefix-sum boundary, in float32: the exact prefix sum,
+    the sums ALF's float32 nodes give, and one and two ulps on each side, within
+    ``[0, summary()]``."""
+    leaves = np.array([values[leaf_node(i, capacity)].item() for i in range(capacity)])
+    root = values[1].item()
+    out: set[float] = {0.0, root}
+    exact = np.cumsum(leaves)
+    rounded = np.cumsum(leaves.astype(np.float32), dtype=np.float32)
+    for x in np.concatenate([exact.astype(np.float32), rounded]):
+        y = np.float32(x)
+        for _ in range(2):
+            y = np.nextafter(y, np.float32(-np.inf))
+        for _ in range(5):
+            if 0 <= y <= root:
+                out.add(float(y))
+            y = np.nextafter(y, np.float32(np.inf))
+    return sorted(out)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    capacity=st.integers(1, 24),
+    writes=st.lists(
+        st.tuples(st.integers(0, 23), st.sampled_from([0.0, 0.1, 0.3, 1.0, 1e-3, 7.7, 1e6, 3e-8])),
+        min_size=1,
+        max_size=30,
+    ),
+)
+# 0.4 - 0.1 rounds to 0.3 in float32: ALF's descent lands on leaf 3, exact sums on leaf 2.
+@example(capacity=4, writes=[(1, 0.1), (2, 0.3), (3, 0.3)])
+def test_find_sum_bound_descends_in_float32_as_alf(
+    capacity: int, writes: list[tuple[int, float]]
+) -> None:
+    """Every threshold on or next to a prefix-sum boundary lands where ALF's float32 descent
+    (the transcription above) lands, which exact float64 prefix sums do not always give."""
+    tree = SumSegmentTree(capacity)
+    values, set_, _ = alf_tree(capacity, torch.add, torch.float32)
+    for i, v in writes:
+        tree[torch.tensor([i % capacity])] = torch.tensor([v])
+        set_(i % capacity, v)
+    ths = boundary_thresholds(values, capacity)
+    got = tree.find_sum_bound(torch.tensor(ths, dtype=torch.float32)).tolist()
+    assert got == [alf_find_sum_bound(values, capacity, th) for th in ths]
+    if values[1].item() > 0:
+        leaves = [values[leaf_node(i, capacity)].item() for i in range(capacity)]
+        assert all(leaves[k] != 0 for k in got)  # "values[result[i]] will never be 0"
+
+
+@pytest.mark.parametrize(
+    ("leaves", "threshold", "alf", "exact"),
+    [
+        # float32: node 2 = 0.1; 0.4 - 0.1 rounds to 0.3 = leaf 2, so the descent goes right.
+        ([0.0, 0.1, 0.3, 0.3], 0.4, 3, 2),
+        # float32: node 2 = 1 + 3e-8 rounds to 1; 1 - 1 = 0 < leaf 2, so the descent ends on
+        # leaf 2, while the exact prefix sum 1 + 3e-8 > 1 already at leaf 1.
+        ([1.0, 3e-8, 2.0**-25, 0.7], 1.0, 2, 1),
+    ],
+)
+def test_find_sum_bound_at_a_rounding_boundary_is_alfs_float32_descent(
+    leaves: list[float], threshold: float, alf: int, exact: int
+) -> None:
+    """Golden cases where ALF's float32 descent and exact prefix sums part: the front-end
+    gives ALF's leaf (the core's float64 tree, which it used to descend, gives the other)."""
+    tree = SumSegmentTree(4)
+    tree[torch.arange(4)] = torch.tensor(leaves)
+    values, set_, _ = alf_tree(4, torch.add, torch.float32)
+    for i, v in enumerate(leaves):
+        set_(i, v)
+    th = torch.tensor([threshold])  # float32, as ALF's rand * summary()
+    assert tree.find_sum_bound(th).tolist() == [alf_find_sum_bound(values, 4, th.item())] == [alf]
+    core = rr.SumTree(4)
+    core.set(np.arange(4), np.array(leaves, np.float32).astype(np.float64))
+    assert core.find_prefix_sum(th.double().numpy()).tolist() == [exact]

@@ -91,8 +91,9 @@ def odd_starts(
     Returns ``None`` when no possible start holds an odd priority (the core then draws).
     Otherwise ``(env, pos, nnz / summary())`` of ``n`` draws by ALF's algorithm (a row's
     importance weight is its priority times the last). A descent
-    that ends on a leaf that is not a possible start (negative leaves make ALF's prefix sums
-    non-monotonic) is drawn again: ALF would read a sequence past the env's newest step.
+    that ends on a leaf that is not a possible start (only a NaN threshold, ``0 * inf``, does:
+    the descent ends on a non-zero leaf otherwise) is drawn again: ALF would read a sequence
+    past the env's newest step.
 
     Raises:
         AssertionError: ``summary() > 0`` fails (NaN, or a sum that is not positive): ALF's

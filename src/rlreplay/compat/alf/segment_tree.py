@@ -2,13 +2,14 @@
 
 ALF keeps a segment tree in one torch tensor of ``2 * capacity`` nodes in ``dtype``. Here the
 tree is rlreplay's float64 Numba tree (:class:`rlreplay.SumTree`, :class:`rlreplay.MinTree`,
-:class:`rlreplay.MaxTree`): the same leaves, the same summaries and the same
-:meth:`SumSegmentTree.find_sum_bound`, with the torch API on top. Values are rounded to
-``dtype`` when they are set, so every leaf equals ALF's. A sum tree's ``summary()`` is ALF's
-own root, bit for bit: a float64 sum rounded to ``dtype`` can differ from ALF's sum in
-``dtype`` in its last bit, so the sum tree also keeps ALF's node array in ``dtype`` (ALF's
-update cost, O(log capacity) per leaf set), which gives the root. Min and max summaries are
-exact in any order. Tensors handed back are of ``dtype`` on ``device``.
+:class:`rlreplay.MaxTree`): the same leaves and the same summaries, with the torch API on
+top. Values are rounded to ``dtype`` when they are set, so every leaf equals ALF's. A sum
+tree also keeps ALF's node array in ``dtype`` (ALF's update cost, O(log capacity) per leaf
+set): its root is ``summary()``, bit for bit ALF's (a float64 sum rounded to ``dtype`` can
+differ from ALF's sum in ``dtype`` in its last bit), and
+:meth:`SumSegmentTree.find_sum_bound` descends it in ``dtype`` as ALF does (``_descent``).
+Min and max summaries are exact in any order. Tensors handed back are of ``dtype`` on
+``device``.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from rlreplay.compat.alf._descent import find_sum_bound, leaf_nodes
 from rlreplay.compat.alf.tensor_specs import carrier
 from rlreplay.errors import ConfigError, DTypeError, InvalidIdError, PriorityError
 from rlreplay.sampling.trees import MaxTree, MinTree, SumTree
@@ -82,29 +84,6 @@ def as_numpy(value: Any) -> Array:
     return np.asarray(value)
 
 
-def leaf_nodes(idx: Array, capacity: int) -> Array:
-    """The nodes of leaves ``idx`` in ALF's layout: in-order, so that prefix sums run by index.
-
-    Seed: "``values[1]`` is the root. ``values[capacity: 2*capacity]`` are the leaves", and
-    ``find_sum_bound`` gives "the minimum idx such that thresholds[i] < values[0] + ... +
-    values[idx]", so a descent from the root meets the leaves in index order. With ``capacity``
-    not a power of two the leaves lie on two levels; in-order, the deeper ones (nodes
-    ``leftmost .. 2 * capacity - 1``, ``leftmost`` the smallest power of two ``>= capacity``)
-    come first, then nodes ``capacity .. leftmost - 1``.
-    """
-    leftmost = 1 << max(0, int(capacity - 1).bit_length())
-    node = idx + leftmost
-    out: Array = np.where(node >= 2 * capacity, node - capacity, node)
-    return out
-
-
-def node_leaves(node: Array, capacity: int) -> Array:
-    """The leaf index of each leaf node (the inverse of :func:`leaf_nodes`)."""
-    leftmost = 1 << max(0, int(capacity - 1).bit_length())
-    out: Array = np.where(node < leftmost, node + capacity, node) - leftmost
-    return out
-
-
 class _OpTree:
     """ALF's own tree for an ``op`` or values that rlreplay's kernels do not compute.
 
@@ -159,22 +138,9 @@ class _OpTree:
         return float(self._values[1])
 
     def find_sum_bound(self, thresholds: Array) -> Array:
-        """ALF's descent of a sum tree, in ``dtype``: left while ``threshold < left child``,
-        else right with the left child subtracted."""
-        values = self._values
-        th = torch.as_tensor(thresholds).to(values.dtype).reshape(-1).clone()
-        node = torch.ones(th.shape, dtype=torch.int64)
-        while True:
-            inner = node < self.capacity
-            if not bool(inner.any()):
-                break
-            left = 2 * node[inner]
-            lv = values[left]
-            right = th[inner] >= lv
-            th[inner] = torch.where(right, th[inner] - lv, th[inner])
-            node[inner] = left + right.to(torch.int64)
-        out: Array = node_leaves(node.numpy(), self.capacity).reshape(np.shape(thresholds))
-        return out
+        """ALF's ``find_sum_bound`` on this node array, in ``dtype`` (see ``_descent``)."""
+        out: Array = find_sum_bound(self._values, self.capacity, thresholds)
+        return out.reshape(np.shape(thresholds))
 
     def state_dict(self) -> dict[str, Any]:
         return {"values": self._values.clone()}
@@ -385,12 +351,13 @@ class SumSegmentTree(SegmentTree):
     def find_sum_bound(self, thresholds: Any) -> torch.Tensor:
         """For each threshold, the smallest ``idx`` with ``threshold < sum(values[: idx + 1])``.
 
-        ``values[result[i]]`` is never 0. A threshold equal to :meth:`summary` (no index
-        qualifies) gives the largest index of a non-zero value. Outside ALF's documented range
-        the answer is that of ALF's descent from the root (left while ``threshold < left
-        child``): a negative or NaN threshold gives 0, and on an all-zero tree a threshold of
-        0 gives ``capacity - 1``; with a negative, infinite or NaN leaf the whole search is
-        ALF's descent.
+        ALF's descent over its node array in ``dtype`` (left while ``threshold < left
+        child``, else right with the left child subtracted), so a threshold at a rounding
+        boundary lands where ALF's does; then the seed's guarantees: ``values[result[i]]`` is
+        never 0 (a descent that rounding sent onto a zero leaf moves back to the non-zero leaf
+        before it), and a threshold equal to :meth:`summary` gives the largest index of a
+        non-zero value. Outside ALF's documented range the descent answers: a negative or NaN
+        threshold gives 0, and on an all-zero tree a threshold of 0 gives ``capacity - 1``.
 
         Args:
             thresholds: 1-D tensor of thresholds, documented in ``[0, summary()]``.
@@ -406,27 +373,15 @@ class SumSegmentTree(SegmentTree):
         if th.dtype.kind not in "iuf":
             raise DTypeError(f"thresholds: expected real numbers, got dtype {th.dtype}")
         th = th.astype(np.float64)
-        # summary() is ALF's root in dtype (the error's bound, as in ALF); the core's descent
-        # runs on its float64 total, which can differ from it in the last bit: a threshold
-        # equal to the summary is "== root" there.
-        shown = self._total()
+        shown = self._total()  # ALF's root in dtype: the error's bound, as in ALF
         if (th > shown).any():
             bad = float(th[th > shown].reshape(-1)[0])
             raise PriorityError(
                 f"find_sum_bound: thresholds must not exceed summary() = {shown!r}, got {bad!r}"
             )
-        tree = self._tree
-        if isinstance(tree, _OpTree):  # a negative, infinite or NaN leaf: ALF's descent
-            return torch.from_numpy(tree.find_sum_bound(th)).to(self._device)
-        if not isinstance(tree, SumTree):  # pragma: no cover - the constructor fixes the op
+        if self._alf_sums is None:  # pragma: no cover - the constructor fixes the op
             raise TypeError("find_sum_bound needs a sum tree")
-        total = tree.total
-        th = np.where(th >= shown, total, np.minimum(th, total))
-        below = ~(th >= 0)  # negative or NaN: ALF's descent goes left all the way, to leaf 0
-        if total > 0:
-            out = np.where(below, 0, tree.find_prefix_sum(np.where(below, 0.0, th)))
-        else:  # every leaf 0: the descent goes right all the way (th >= 0 = every left child)
-            out = np.where(below, 0, self._capacity - 1)
+        out = self._alf_sums.find_sum_bound(th)
         return torch.from_numpy(np.asarray(out, np.int64)).to(self._device)
 
 
