@@ -41,69 +41,117 @@ Array = np.ndarray[Any, Any]
 
 
 # ------------------------------------------------------------------------------------ trees
+# nnabla-rl's nodes hold Python floats or NumPy scalars and combine them with NumPy 2's scalar
+# rules (NEP 50): a Python float is "weak" (cast to the other operand's type first), two NumPy
+# scalars promote. ``kinds[i]`` records the type of node ``i``: KIND_PY (a Python float),
+# KIND_F32 (np.float32) or KIND_F64 (np.float64), ordered so that the type of an operation is
+# the larger kind. A float32 operation is the float64 one rounded to float32 (operands that
+# are Python floats rounded first): the same result, since float64 carries more than twice
+# float32's precision (double rounding is innocuous for +, - and comparisons).
+KIND_PY = 0
+KIND_F32 = 1
+KIND_F64 = 2
+
+
+@numba.njit(cache=True, inline="always")
+def _in_kind(value: float, kind: int) -> float:  # pragma: no cover
+    """``value`` as an operand of an operation of type ``kind`` (float32: rounded)."""
+    if kind == KIND_F32:
+        return float(np.float32(value))
+    return value
+
+
 @numba.njit(cache=True)
-def sum_tree_update(tree: Array, capacity: int, absolute_index: int, value: float) -> None:
+def sum_tree_update(
+    tree: Array, kinds: Array, capacity: int, absolute_index: int, value: float, kind: int
+) -> None:
     """nnabla-rl's ``SumTree.update``: set a leaf, then every ancestor to ``left + right``."""
     i = absolute_index + capacity - 1
     tree[i] = value
+    kinds[i] = kind
     while i > 0:
         i = (i - 1) // 2
-        tree[i] = tree[2 * i + 1] + tree[2 * i + 2]
+        kl = kinds[2 * i + 1]
+        kr = kinds[2 * i + 2]
+        k = kl if kl > kr else kr
+        tree[i] = _in_kind(_in_kind(tree[2 * i + 1], k) + _in_kind(tree[2 * i + 2], k), k)
+        kinds[i] = k
 
 
 @numba.njit(cache=True)
-def min_tree_update(tree: Array, capacity: int, absolute_index: int, value: float) -> None:
+def min_tree_update(
+    tree: Array, kinds: Array, capacity: int, absolute_index: int, value: float, kind: int
+) -> None:
     """nnabla-rl's ``MinTree.update``: ancestors become Python's ``min(left, right)``.
 
-    ``min(l, r)`` is ``l`` unless ``r < l``, which decides where a NaN goes.
+    ``min(l, r)`` is ``l`` (the object, with its type) unless ``r < l``, which decides where a
+    NaN goes.
     """
     i = absolute_index + capacity - 1
     tree[i] = value
+    kinds[i] = kind
     while i > 0:
         i = (i - 1) // 2
+        kl = kinds[2 * i + 1]
+        kr = kinds[2 * i + 2]
+        k = kl if kl > kr else kr
         left = tree[2 * i + 1]
         right = tree[2 * i + 2]
-        tree[i] = right if right < left else left
+        if _in_kind(right, k) < _in_kind(left, k):
+            tree[i] = right
+            kinds[i] = kr
+        else:
+            tree[i] = left
+            kinds[i] = kl
 
 
 @numba.njit(cache=True)
 def tree_update_many(
-    tree: Array, capacity: int, absolute: Array, values: Array, is_min: bool
-) -> None:
+    tree: Array, kinds: Array, capacity: int, absolute: Array, values: Array, kind: int,
+    is_min: bool,
+) -> None:  # fmt: skip
     """:func:`sum_tree_update` (or :func:`min_tree_update`) for each pair, in order."""
     for j in range(absolute.shape[0]):
         if is_min:
-            min_tree_update(tree, capacity, absolute[j], values[j])
+            min_tree_update(tree, kinds, capacity, absolute[j], values[j], kind)
         else:
-            sum_tree_update(tree, capacity, absolute[j], values[j])
+            sum_tree_update(tree, kinds, capacity, absolute[j], values[j], kind)
 
 
 @numba.njit(cache=True)
-def sum_tree_query(tree: Array, capacity: int, query: float) -> int:
+def sum_tree_query(tree: Array, kinds: Array, capacity: int, query: float, qkind: int) -> int:
     """nnabla-rl's ``SumTree.get_absolute_index_from_query`` (-1 for a query out of range).
 
     From the root: go left while ``query < left``, else go right with ``query - left``. So a
-    query of 0 in an all-zero tree always goes right.
+    query of 0 in an all-zero tree always goes right. ``query`` has the type ``qkind`` (a
+    Python float from ``drng.uniform``); ``query - left`` takes the type of the operation.
     """
-    if query < 0 or query > tree[0]:
+    k = qkind if qkind > kinds[0] else kinds[0]
+    if query < 0 or _in_kind(query, k) > _in_kind(tree[0], k):
         return -1
     i = 0
     while i < capacity - 1:  # node i has children while i < capacity - 1
         left = tree[2 * i + 1]
-        if query < left:
+        kl = kinds[2 * i + 1]
+        k = qkind if qkind > kl else kl
+        if _in_kind(query, k) < _in_kind(left, k):
             i = 2 * i + 1
         else:
-            query -= left
+            query = _in_kind(_in_kind(query, k) - _in_kind(left, k), k)
+            qkind = k
             i = 2 * i + 2
     return i - (capacity - 1)
 
 
 @numba.njit(cache=True)
-def sum_tree_query_many(tree: Array, capacity: int, queries: Array, out: Array) -> bool:
-    """:func:`sum_tree_query` for each query into ``out``; False if one was out of range."""
+def sum_tree_query_many(
+    tree: Array, kinds: Array, capacity: int, queries: Array, out: Array
+) -> bool:
+    """:func:`sum_tree_query` for each (Python float) query into ``out``; False if one was out
+    of range."""
     ok = True
     for j in range(queries.shape[0]):
-        out[j] = sum_tree_query(tree, capacity, queries[j])
+        out[j] = sum_tree_query(tree, kinds, capacity, queries[j], KIND_PY)
         if out[j] < 0:
             ok = False
     return ok

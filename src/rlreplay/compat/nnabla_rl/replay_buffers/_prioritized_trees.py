@@ -11,10 +11,14 @@ in the same places). nnabla-rl's index naming:
 * *tree index*: 0 is the root, ``absolute + capacity - 1`` a leaf;
 * *heap index*: 0 holds the largest priority; an item's rank is its heap index + 1.
 
-Differences: values are held as float64 (nnabla-rl keeps whatever object was passed, e.g. a
-NumPy float32 or a one-element array, and adds them with NumPy's scalar promotion), so
-``tree[i]`` and ``heap[i]`` give Python floats; an index out of range raises ``IndexError``
-where nnabla-rl's list would wrap a negative one.
+Values are held in float64 arrays. nnabla-rl's tree nodes keep the objects passed (Python
+floats or NumPy scalars) and combine them with NumPy 2's scalar rules, so a tree of float32
+priorities sums (and compares) in float32; the trees record each node's type (Python float,
+``np.float32`` or ``np.float64``, see :mod:`._kernels`), compute in it, and hand values back
+in it (``tree[i]``, ``sum()``, ``min()``, the holders' priorities). Differences: a priority
+of another NumPy type (``float16``, ``longdouble``, an integer) is held and summed as
+``np.float64``, a one-element array as its number; ``heap[i]`` gives a Python float; an index
+out of range raises ``IndexError`` where nnabla-rl's list would wrap a negative one.
 """
 
 from __future__ import annotations
@@ -37,6 +41,8 @@ __all__ = [
     "SumTree",
     "SumTreeDataHolder",
     "as_float",
+    "kind_of",
+    "typed",
 ]
 
 Array = np.ndarray[Any, Any]
@@ -58,6 +64,27 @@ def as_float(value: Any) -> float:
     return float(a.reshape(-1)[0])
 
 
+def kind_of(value: Any) -> int:
+    """The node type of a priority as nnabla-rl would hold it (see :mod:`._kernels`)."""
+    if isinstance(value, np.ndarray | np.generic):
+        return K.KIND_F32 if value.dtype == np.float32 else K.KIND_F64
+    return K.KIND_PY
+
+
+def kind_of_dtype(dtype: np.dtype[Any]) -> int:
+    """The node type of the elements of an array of ``dtype``."""
+    return K.KIND_F32 if dtype == np.float32 else K.KIND_F64
+
+
+def typed(value: float, kind: int) -> Any:
+    """``value`` as the object nnabla-rl's node would hold: ``float`` or a NumPy scalar."""
+    if kind == K.KIND_F32:
+        return np.float32(value)
+    if kind == K.KIND_F64:
+        return np.float64(value)
+    return float(value)
+
+
 class BinaryTree:
     """nnabla-rl's ``BinaryTree``: a ring of ``capacity`` values in a binary tree.
 
@@ -76,13 +103,16 @@ class BinaryTree:
         self._init_node_value = init_node_value
         self._tail_index = 0
         self._length = 0
-        self._tree: Array = np.full(max(2 * self._capacity - 1, 0), init_node_value, np.float64)
+        n = max(2 * self._capacity - 1, 0)
+        self._tree: Array = np.full(n, init_node_value, np.float64)
+        self._kinds: Array = np.full(n, kind_of(init_node_value), np.int8)
 
     def __len__(self) -> int:
         return self._length
 
-    def __getitem__(self, tree_index: int) -> float:
-        return float(self._tree[operator.index(tree_index)])
+    def __getitem__(self, tree_index: int) -> Any:
+        i = operator.index(tree_index)
+        return typed(self._tree[i], int(self._kinds[i]))
 
     def append(self, value: float) -> None:
         """Write ``value`` at the tail, then move the tail (wrapping)."""
@@ -96,21 +126,40 @@ class BinaryTree:
         a = operator.index(absolute_index)
         if not 0 <= a < self._capacity:
             raise IndexError(f"absolute index {a} is out of range [0, {self._capacity})")
-        v = as_float(value)
+        v, k = as_float(value), kind_of(value)
         if self._is_min:
-            K.min_tree_update(self._tree, self._capacity, a, v)
+            K.min_tree_update(self._tree, self._kinds, self._capacity, a, v, k)
         else:
-            K.sum_tree_update(self._tree, self._capacity, a, v)
+            K.sum_tree_update(self._tree, self._kinds, self._capacity, a, v, k)
 
     def update_many(self, absolute_indices: Array, values: Array) -> None:
-        """:meth:`update` for each pair in order (checked indices; an rlreplay addition)."""
+        """:meth:`update` for each pair in order (checked indices; an rlreplay addition).
+
+        Each value is an element of ``values`` (a NumPy scalar of its dtype), as nnabla-rl's
+        buffer passes the elements of its array of masses.
+        """
         a = np.ascontiguousarray(absolute_indices, np.int64)
+        values = np.asarray(values)
+        k = kind_of_dtype(values.dtype)
         v = np.ascontiguousarray(values, np.float64)
-        K.tree_update_many(self._tree, self._capacity, a, v, self._is_min)
+        K.tree_update_many(self._tree, self._kinds, self._capacity, a, v, k, self._is_min)
 
     def values(self, absolute_indices: Array) -> Array:
         """The leaf values at ``absolute_indices`` (float64; an rlreplay addition)."""
         return self._tree[np.asarray(absolute_indices, np.int64) + (self._capacity - 1)]
+
+    def leaves(self, absolute_indices: Array) -> Array:
+        """``np.asarray`` of the leaf objects at ``absolute_indices``, as nnabla-rl builds it
+        (float32 when every one is an ``np.float32``, else float64; an rlreplay addition)."""
+        nodes = np.asarray(absolute_indices, np.int64) + (self._capacity - 1)
+        values = self._tree[nodes]
+        if nodes.size and (self._kinds[nodes] == K.KIND_F32).all():
+            return values.astype(np.float32)
+        return values
+
+    def root(self) -> Any:
+        """The root node's value, of its type (the sum or the minimum)."""
+        return typed(self._tree[0], int(self._kinds[0]))
 
     def tree_to_absolute_index(self, tree_index: int) -> int:
         return tree_index - (self._capacity - 1)
@@ -134,8 +183,9 @@ class MinTree(BinaryTree):
     def __init__(self, capacity: int) -> None:
         super().__init__(capacity, init_node_value=math.inf)
 
-    def min(self) -> float:
-        return float(self._tree[0])
+    def min(self) -> Any:
+        """The smallest value, of its type (``float``, ``np.float32`` or ``np.float64``)."""
+        return self.root()
 
 
 class SumTree(BinaryTree):
@@ -160,7 +210,8 @@ class SumTree(BinaryTree):
         Raises:
             ValueError: ``query`` below 0 or above :meth:`sum`.
         """
-        index = K.sum_tree_query(self._tree, self._capacity, float(query))
+        q, k = as_float(query), kind_of(query)
+        index = K.sum_tree_query(self._tree, self._kinds, self._capacity, q, k)
         if index < 0:
             raise ValueError(f"You must use value between [0, {self.sum()}] as query")
         return int(index)
@@ -169,10 +220,12 @@ class SumTree(BinaryTree):
         """The descent for each query (int64), or None if one is out of range (rlreplay)."""
         q = np.ascontiguousarray(queries, np.float64)
         out = np.empty(q.shape[0], np.int64)
-        return out if K.sum_tree_query_many(self._tree, self._capacity, q, out) else None
+        ok = K.sum_tree_query_many(self._tree, self._kinds, self._capacity, q, out)
+        return out if ok else None
 
-    def sum(self) -> float:
-        return float(self._tree[0])
+    def sum(self) -> Any:
+        """The total, of its type (``float``, ``np.float32`` or ``np.float64``)."""
+        return self.root()
 
 
 class MaxHeap:
@@ -333,14 +386,14 @@ class SumTreeDataHolder(PrioritizedDataHolder):
             self._min_tree.append(self._max_priority)
         return removed
 
-    def get_priority(self, relative_index: int) -> float:
+    def get_priority(self, relative_index: int) -> Any:
         absolute_index = self._relative_to_absolute_index(relative_index)
         return self._sum_tree[self._sum_tree.absolute_to_tree_index(absolute_index)]
 
-    def sum_priority(self) -> float:
+    def sum_priority(self) -> Any:
         return self._sum_tree.sum()
 
-    def min_priority(self) -> float:
+    def min_priority(self) -> Any:
         return self._min_tree.min()
 
     def update_priority(self, relative_index: int, priority: float) -> None:

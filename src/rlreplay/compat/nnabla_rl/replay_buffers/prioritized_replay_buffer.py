@@ -169,8 +169,9 @@ class _PrioritizedReplayBuffer(ReplayBuffer):
         ``num_steps < 1`` the experiences are an empty tuple.
 
         Returns:
-            ``(experiences, info)`` as the base buffer's, ``info["weights"]`` float64
-            ``(len(indices), 1)``.
+            ``(experiences, info)`` as the base buffer's, ``info["weights"]`` of shape
+            ``(len(indices), 1)`` and nnabla-rl's dtype (proportional: float32 when every
+            sampled mass and the normalising one are ``np.float32``s, else float64).
 
         Raises:
             ValueError: If indices are empty.
@@ -310,7 +311,8 @@ class ProportionalPrioritizedReplayBuffer(_PrioritizedReplayBuffer):
         interval = self._sum_tree.sum() / num_samples
         rng, head = self._rng, self._head()
         state = rng.bit_generator.state
-        strata = interval * np.arange(num_samples + 1)  # interval * i, as Python multiplies
+        # interval * i in interval's type (a float32 total gives float32 bounds, as there)
+        strata = np.arange(num_samples + 1).astype(np.result_type(interval)) * interval
         queries = rng.uniform(strata[:-1], strata[1:])
         absolute = self._sum_tree.query_many(queries)
         if absolute is not None:
@@ -363,7 +365,8 @@ class ProportionalPrioritizedReplayBuffer(_PrioritizedReplayBuffer):
             )
 
     def _get_weights(self, slots: Array) -> Array:
-        priorities = self._sum_tree.values(slots)[:, np.newaxis]
+        # nnabla-rl's np.asarray of the leaf objects: float32 when all are np.float32
+        priorities = self._sum_tree.leaves(slots)[:, np.newaxis]
         if self._normalization_method == "batch_max":
             min_priority = priorities.min()
         else:
@@ -386,13 +389,14 @@ class ProportionalPrioritizedReplayBuffer(_PrioritizedReplayBuffer):
         slots = self._pending()
         masses = ((self._preprocess_errors(errors) + self._epsilon) ** self._alpha).flatten()
         k = min(slots.shape[0], masses.shape[0])
-        slots, values = slots[:k], masses[:k].astype(np.float64)
+        slots, values = slots[:k], masses[:k]
         live = slots >= 0
-        self._sum_tree.update_many(slots[live], values[live])
+        values = values[live]  # in the masses' dtype: the trees keep each node's type
+        self._sum_tree.update_many(slots[live], values)
         if self._keep_min:
-            self._min_tree.update_many(slots[live], values[live])
+            self._min_tree.update_many(slots[live], values)
         top = self._max_priority
-        for v in values[live][values[live] > top].tolist():  # Python's max: a NaN never wins
+        for v in values[values > top]:  # Python's max of the objects: a NaN never wins
             top = max(top, v)
         self._max_priority = top
         self._last_sampled = None
