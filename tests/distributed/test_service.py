@@ -93,11 +93,13 @@ def test_uniform_sampling_is_one_buffers(ray_local):
         want = ref.get_transitions(ref_ids)
         for name in ("obs", "action", "reward", "next_obs", "discount", "steps", "env_ids"):
             np.testing.assert_array_equal(got[name], want[name], err_msg=name)
-        counts = draw_counts(svc, ref_ids, 120, 256)
-        expected = np.full(ref_ids.shape[0], counts.sum() / ref_ids.shape[0])
-        assert stats.chisquare(counts, expected).pvalue > 1e-3
-        batch = svc.sample(64)
-        assert (batch.weights == 1).all() and set(service_to_ref(batch.ids)) <= set(ref_ids)
+        for one_trip_bytes in (svc.one_trip_bytes, 0):  # one round trip; masses, then draws
+            svc.one_trip_bytes = one_trip_bytes
+            counts = draw_counts(svc, ref_ids, 24, 1024, per_call=6)
+            expected = np.full(ref_ids.shape[0], counts.sum() / ref_ids.shape[0])
+            assert stats.chisquare(counts, expected).pvalue > 1e-3
+            batch = svc.sample(64)
+            assert (batch.weights == 1).all() and set(service_to_ref(batch.ids)) <= set(ref_ids)
 
 
 def test_prioritized_sampling_and_weights_are_one_buffers(ray_local):
@@ -116,23 +118,27 @@ def test_prioritized_sampling_and_weights_are_one_buffers(ray_local):
     assert svc.update_priorities(ref_to_service(ref_ids), p) == 0
     mass = (p + ref.eps) ** alpha
     law = mass / mass.sum()
-    counts = draw_counts(svc, ref_ids, 120, 256, per_call=3)  # 3 batches per round trip
-    assert stats.chisquare(counts, law * counts.sum()).pvalue > 1e-3
-    # Probabilities and weights: those of the single buffer for the same transitions.
-    batch = svc.sample(512)
     want = ref.sample(4096)
     by_id = {
         int(i): (pr, w) for i, pr, w in zip(want.ids, want.probabilities, want.weights, strict=True)
     }
-    mapped = service_to_ref(batch.ids)
-    hits = [j for j, i in enumerate(mapped) if int(i) in by_id]
-    assert len(hits) > 400
-    np.testing.assert_allclose(batch.probabilities[hits], [by_id[int(mapped[j])][0] for j in hits])
-    np.testing.assert_allclose(batch.weights[hits], [by_id[int(mapped[j])][1] for j in hits])
     position = {int(i): j for j, i in enumerate(ref_ids)}
-    exact = law[[position[int(i)] for i in mapped]]
-    np.testing.assert_allclose(batch.probabilities, exact, rtol=1e-12)
-    np.testing.assert_allclose(batch.weights, (law.min() / exact) ** beta, rtol=1e-6)
+    for one_trip_bytes in (svc.one_trip_bytes, 0):  # one round trip; masses, then draws
+        svc.one_trip_bytes = one_trip_bytes
+        counts = draw_counts(svc, ref_ids, 24, 1024, per_call=6)  # 6 batches per request
+        assert stats.chisquare(counts, law * counts.sum()).pvalue > 1e-3
+        # Probabilities and weights: those of the single buffer for the same transitions.
+        batch = svc.sample(512)
+        mapped = service_to_ref(batch.ids)
+        hits = [j for j, i in enumerate(mapped) if int(i) in by_id]
+        assert len(hits) > 400
+        np.testing.assert_allclose(
+            batch.probabilities[hits], [by_id[int(mapped[j])][0] for j in hits]
+        )
+        np.testing.assert_allclose(batch.weights[hits], [by_id[int(mapped[j])][1] for j in hits])
+        exact = law[[position[int(i)] for i in mapped]]
+        np.testing.assert_allclose(batch.probabilities, exact, rtol=1e-12)
+        np.testing.assert_allclose(batch.weights, (law.min() / exact) ** beta, rtol=1e-6)
     svc.close()
 
 

@@ -7,7 +7,6 @@ import os
 import shutil
 import tempfile
 import threading
-import time
 from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
@@ -16,6 +15,7 @@ from typing import Any, Literal, overload
 import numpy as np
 
 from rlreplay.batch import Batch
+from rlreplay.distributed.draws import draw_in_one_trip, draw_in_two_trips
 from rlreplay.distributed.limiter import LimiterHost
 from rlreplay.distributed.manifest import (
     MANIFEST,
@@ -30,13 +30,7 @@ from rlreplay.distributed.manifest import (
     write_manifest,
 )
 from rlreplay.distributed.shard import Shard
-from rlreplay.distributed.split import (
-    encode_env_ids,
-    merge_draws,
-    pack_updates,
-    route_ids,
-    split_batch_size,
-)
+from rlreplay.distributed.split import encode_env_ids, pack_updates, route_ids
 from rlreplay.distributed.updates import UpdateQueue
 from rlreplay.distributed.writer import Writer, call, retried
 from rlreplay.errors import (
@@ -207,6 +201,15 @@ class ReplayService:
             )
             for k in range(S)
         ]
+        # Bytes of one sampled row (ids, weights, ... included), for one_trip_bytes.
+        stack = int(buffer_options.get("frame_stack", 1))
+        fs = self.schema.fields.values()
+        obs = sum(f.nbytes for f in fs if f.observation)
+        self._row_bytes = sum(f.nbytes for f in fs if not f.observation) + obs * 2 * stack + 40
+        #: Largest surplus (bytes drawn and sent beyond the batch) for one-round-trip sampling:
+        #: every shard draws the whole request, so ``S - 1`` shards' worth is extra. Above it,
+        #: samples read the masses first, then draw only each shard's share (two round trips).
+        self.one_trip_bytes = 1 << 20
         self._samples = 0  # service-wide sample calls, for beta
         self._updates = UpdateQueue(self._shards)  # update_priorities(..., wait=False)
         self._closed = False
@@ -279,39 +282,15 @@ class ReplayService:
         timeout: float | None,
     ) -> list[Batch]:
         """One batch per ``(beta, generator)`` of ``draws``, all from one reading of the
-        shards' masses: one round trip for the masses and one for every batch's draws (each
-        shard draws the sum of its shares i.i.d.; consecutive slices are the batches')."""
+        shards' masses (see :mod:`rlreplay.distributed.draws` for the two ways)."""
         ray = _ray()
+        n = batch_size * len(draws)
         if self._limiter is not None:
-            n = batch_size * len(draws)
             call(ray, self._limiter.await_sample.remote(n, timeout), None, "sample")
         self._updates.send()  # this caller's queued priority updates land before the draw
-
-        def attempt(left: float | None) -> tuple[Any, Array, Array, list[Any]]:
-            # Masses and draws again if a shard restarts in between (its contents changed).
-            t0 = time.monotonic()
-            infos = call(ray, [s.info.remote() for s in self._shards], left, "sample")
-            masses = np.asarray([m for _, m, _ in infos])
-            counts = np.stack(
-                [split_batch_size(batch_size, masses.tolist(), rng) for _, rng in draws]
-            )
-            totals = counts.sum(axis=0)
-            refs = [
-                self._shards[k].sample.remote(int(totals[k]))
-                for k in range(self.num_shards)
-                if totals[k]
-            ]
-            left = None if left is None else max(0.0, left - (time.monotonic() - t0))
-            return infos, masses, counts, list(call(ray, refs, left, "sample"))
-
-        infos, masses, counts, got = retried(attempt, timeout, "sample")
-        drawing = [k for k in range(self.num_shards) if counts[:, k].sum()]
-        answers = dict(zip(drawing, got, strict=True))
-        lows = [low for _, _, low in infos] + [low for _, _, low in answers.values()]
-        return merge_draws(
-            answers, counts, draws, self.num_shards, prioritized=self.prioritized,
-            total_mass=float(masses.sum()), smallest_mass=min(lows),
-        )  # fmt: skip
+        one_trip = self._row_bytes * n * (self.num_shards - 1) <= self.one_trip_bytes
+        fetch = draw_in_one_trip if one_trip else draw_in_two_trips
+        return fetch(ray, self._shards, batch_size, draws, timeout, self.prioritized)
 
     def iterate(
         self,

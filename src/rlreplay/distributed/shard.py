@@ -244,6 +244,15 @@ class Shard:
             return batch, total, smallest
         return batch, float(buf.num_sampleable), 1.0
 
+    def draw(self, batch_size: int) -> tuple[Batch | None, float, float]:
+        """:meth:`sample` of ``batch_size`` if the shard has mass (else no batch), with its
+        masses at the draw: the service's one-round-trip sampling, which splits the batch
+        with these masses and keeps the first ``n_k`` rows of shard ``k``'s i.i.d. draws."""
+        _, mass, smallest = self.info()
+        if not mass > 0.0:
+            return None, mass, smallest
+        return self.sample(batch_size)
+
     def update_priorities(self, packed: bytes) -> int:
         """The core's ``update_priorities`` (stale ids ignored) of local ids and priorities
         packed by :func:`~rlreplay.distributed.split.pack_updates` (one cheap Ray argument)."""
