@@ -49,7 +49,7 @@ def test_negative_nan_and_infinite_priorities_are_stored_not_refused() -> None:
     pos = torch.arange(6)
     prio = torch.tensor([2.0, -1.0, math.nan, math.inf, 1.0, 1.0])
     d.rb.update_priority(torch.zeros(6, dtype=torch.int64), pos, prio)  # ALF: no check
-    assert d.rb.initial_priority.item() == math.inf  # ALF's max tree holds inf
+    assert math.isnan(d.rb.initial_priority.item())  # ALF's max tree: max(inf, NaN) is NaN
     with pytest.raises(AssertionError, match="valid priority"):  # NaN > 0 is False
         d.rb.get_batch(4, 1)
 
@@ -139,3 +139,35 @@ def test_after_an_infinite_priority_new_steps_get_it_too() -> None:
     )  # fmt: skip
     # ALF's arithmetic: priority * nnz / summary() with summary() = inf
     assert np.isnan(w[inf_rows]).all() and (w[~inf_rows] == 0).all()
+
+
+def test_a_nan_priority_becomes_every_new_steps_priority_as_in_alf() -> None:
+    """Seed: a new step gets "the maximum of this value and the current maximum priority of
+    all experiences", ALF's max segment tree, whose ``torch.max`` propagates NaN. So while a
+    stored step holds a NaN priority, new steps get NaN too, and ``get_batch`` fails ALF's
+    ``summary() > 0`` assertion; it recovers once no stored step holds NaN (loudly failing
+    all along, so the front-end follows ALF here)."""
+    torch.manual_seed(7)
+    d = prioritized(num_envs=1, max_length=8, enable_checkpoint=True)
+    d.run(3)
+    env1 = torch.zeros(1, dtype=torch.int64)
+    d.rb.update_priority(env1, torch.tensor([1]), torch.tensor([math.nan]))
+    assert math.isnan(d.rb.initial_priority.item())
+    d.add()  # position 3 gets NaN, as ALF's max tree gives it
+    with pytest.raises(AssertionError, match="valid priority"):
+        d.rb.get_batch(4, 1)
+    copy = prioritized(num_envs=1, max_length=8, enable_checkpoint=True)
+    copy.rb.load_state_dict(d.rb.state_dict())
+    assert math.isnan(copy.rb.initial_priority.item())  # kept by a checkpoint
+    d.rb.update_priority(env1, torch.tensor([1]), torch.tensor([2.0]))
+    assert math.isnan(d.rb.initial_priority.item())  # position 3 still holds NaN
+    d.rb.update_priority(env1, torch.tensor([3]), torch.tensor([0.5]))
+    assert d.rb.initial_priority.item() == 2.0  # max(1.0, 2.0): no NaN left
+    _, info = d.rb.get_batch(20, 1)
+    assert np.isfinite(info.importance_weights.numpy()).all()
+    d.rb.update_priority(env1, torch.tensor([0]), torch.tensor([math.nan]))
+    d.rb.dequeue(n=1)  # the NaN step leaves the buffer: it is no experience any more
+    assert d.rb.initial_priority.item() == 2.0
+    d.rb.update_priority(env1, torch.tensor([2]), torch.tensor([math.nan]))
+    d.rb.clear()
+    assert d.rb.initial_priority.item() == 1.0

@@ -50,23 +50,47 @@ class OddPriorities:
     """The stored steps whose priority is negative, NaN or infinite, and those priorities.
 
     Invariants: ``mask[slot]`` is True only while the step written at ``slot`` holds such a
-    priority (cleared when a new step is written there, or a regular priority is set).
+    priority (cleared when a new step is written there, or a regular priority is set);
+    ``nan[slot]`` is True only while that priority is NaN, and ``nan_count`` counts them (ALF's
+    max tree propagates a NaN: see :attr:`has_nan`).
     """
 
     def __init__(self, num_envs: int, max_length: int) -> None:
         self.max_length = max_length
         self.mask = np.zeros(num_envs * max_length, np.bool_)
         self.value = np.zeros(num_envs * max_length, np.float32)
+        self.nan = np.zeros(num_envs * max_length, np.bool_)
+        self.nan_count = 0
+
+    @property
+    def has_nan(self) -> bool:
+        """Whether a stored step holds a NaN priority (ALF's max tree summary is then NaN)."""
+        return self.nan_count > 0
 
     def written(self, slots: Array) -> None:
-        """New steps were written to ``slots`` (with a regular priority)."""
+        """New steps were written to ``slots`` (with a regular priority), or were removed."""
         self.mask[slots] = False
+        self._recount(slots)
 
     def set(self, slots: Array, values: Array) -> None:
         """Priorities ``values`` were given to the steps at ``slots`` (last one wins)."""
         odd = is_odd(values)
         self.mask[slots] = odd
         self.value[slots] = np.where(odd, values, 0).astype(np.float32)
+        self._recount(slots)
+
+    def clear(self) -> None:
+        """Every step was removed."""
+        self.mask[...] = False
+        self.nan[...] = False
+        self.nan_count = 0
+
+    def _recount(self, slots: Array) -> None:
+        """Bring ``nan`` and ``nan_count`` up to date at ``slots``, O(len(slots))."""
+        u = np.unique(slots)
+        now = self.mask[u] & np.isnan(self.value[u])
+        self.nan_count += int(np.count_nonzero(now)) - int(np.count_nonzero(self.nan[u]))
+        self.nan[u] = now
 
     def state_dict(self) -> dict[str, Array]:
         """Copies of the arrays, as ``odd_mask`` and ``odd_priority``."""
@@ -76,6 +100,8 @@ class OddPriorities:
         """Restore :meth:`state_dict` (absent in older states: none)."""
         self.mask[...] = state.get("odd_mask", False)
         self.value[...] = state.get("odd_priority", 0)
+        self.nan[...] = self.mask & np.isnan(self.value)
+        self.nan_count = int(np.count_nonzero(self.nan))
 
 
 def odd_starts(

@@ -183,7 +183,7 @@ class EpisodicQueries:
                 if self._max_prio is not None:
                     self._max_prio.set(np.arange(self._max_prio.capacity), -math.inf)
                 if self._odd is not None:
-                    self._odd.mask[...] = False
+                    self._odd.clear()
                 return
             envs = env_array(env_ids, self._all_envs)
             heads, counts = self._bounds()

@@ -299,6 +299,9 @@ class ReplayBuffer(EpisodicQueries, torch.nn.Module):
             return torch.tensor(self._new_priority(), dtype=torch.float32, device=self._device)
 
     def _new_priority(self) -> float:
+        # ALF's max tree propagates NaN (torch.max): one stored NaN priority makes it NaN.
+        if self._odd is not None and self._odd.has_nan:
+            return math.nan
         top = self._max_prio.max if self._max_prio is not None else -math.inf
         return max(self._initial_priority, top)
 
@@ -406,9 +409,9 @@ class ReplayBuffer(EpisodicQueries, torch.nn.Module):
             self._cuts.written(slots)
         if self._pcore is not None and self._max_prio is not None:
             # ALF's rule, not the core's: max(initial, current largest priority).
-            p0 = np.full(B, self._new_priority())  # inf after an infinite priority
+            p0 = np.full(B, self._new_priority())  # inf or NaN after such a priority
             self._pcore.update_priorities(ids, np.where(is_odd(p0), 0.0, p0))
-            self._max_prio.set(slots, p0)
+            self._max_prio.set(slots, np.where(np.isnan(p0), -math.inf, p0))  # NaN: in _odd
             if self._odd is not None:
                 self._odd.set(slots, p0)
         if self._max_length == 1:  # ALF's one slot per env: the new step replaced the old
