@@ -111,15 +111,13 @@ def extras(extra: Sequence[Any] | None, reserved: set[str]) -> list[Element]:
     return out
 
 
-def seed(value: int | None) -> int:
-    """The sampler's seed: ``value``, or for ``None`` one drawn from NumPy's global state."""
-    if value is None:
-        # Draw the seed from NumPy's global state: np.random.seed() then repeats samples,
-        # as ReAgent users expect from seeding their process.
-        value = int(np.random.randint(0, 2**31 - 1))  # noqa: NPY002
-    elif isinstance(value, bool) or not isinstance(value, int | np.integer) or value < 0:
+def seed(value: int | None) -> int | None:
+    """The sampler's seed: ``value`` checked (``None``: draw as reagent 0.1, see ``_draws``)."""
+    if value is not None and (
+        isinstance(value, bool) or not isinstance(value, int | np.integer) or value < 0
+    ):
         raise ConfigError(f"seed: expected a non-negative int or None, got {value!r}")
-    return int(value)
+    return None if value is None else int(value)
 
 
 def space_shape_dtype(name: str, space: Any) -> tuple[tuple[int, ...], np.dtype[Any]]:

@@ -45,6 +45,7 @@ class _Batch(NamedTuple):
     slots: Array
     ids: Array
     core: Batch
+    given: Array | None = None  # the indices as the caller gave them (int64), if given
 
 
 def core_name(name: str) -> str:
@@ -73,7 +74,8 @@ def transition_arrays(buf: ReplayBuffer, batch: _Batch) -> dict[str, Any]:
         "next_action": tb.next_action,
         "next_reward": next_reward,
         "terminal": ended,
-        "indices": batch.slots,
+        # 0.1 returns the indices as given (a negative one too); drawn ones are the slots.
+        "indices": batch.slots if batch.given is None else batch.given,
         "step": m.astype(np.int64, copy=False),
     }
     for x in extras:
@@ -93,7 +95,15 @@ def transition_arrays(buf: ReplayBuffer, batch: _Batch) -> dict[str, Any]:
     if ended.any():
         after_terminal(buf, batch.slots[ended] + m[ended], ended, out, stack_all, extras)
     if buf._return_as_timeline_format:
+        plain = {x: out[x] for x in out if x.startswith("next_")}
         out.update(timeline(buf._core, k, buf._update_horizon, batch, stack_all, extras))
+        if k > 0:
+            # After a terminal the last next value is undefined (the seed); it is the value
+            # the plain format returns there, read from the slot after the window as 0.1 does.
+            for x, values in plain.items():
+                for i in np.flatnonzero(ended).tolist():
+                    row = out[x][i] = out[x][i].copy()
+                    row[-1] = values[i].reshape(row.shape[1:])
     return out
 
 

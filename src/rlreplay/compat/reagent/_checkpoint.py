@@ -24,7 +24,7 @@ import numpy as np
 from rlreplay.compat.reagent import _elements
 from rlreplay.compat.reagent._errors import NotFoundError
 from rlreplay.compat.reagent._pickled import RestrictedUnpickler
-from rlreplay.compat.reagent._ranges import slot_rows
+from rlreplay.compat.reagent._ranges import store
 from rlreplay.compat.reagent._slots import write_padding, write_step
 from rlreplay.errors import CheckpointError
 
@@ -169,11 +169,9 @@ def load_files(
 
 def store_arrays(buf: ReplayBuffer) -> dict[str, Array | bytes]:
     """Attribute name -> array, in Dopamine's layout (store arrays per slot, scalars)."""
-    cap = buf._replay_capacity
     arrays: dict[str, Array | bytes] = {}
-    slots = np.arange(cap)
-    for e in buf.get_storage_signature():
-        arrays[STORE_FILENAME_PREFIX + e.name] = slot_rows(buf._core, buf._slot_id, e, slots)
+    for name, rows in store(buf).items():
+        arrays[STORE_FILENAME_PREFIX + name] = rows
     arrays["add_count"] = np.array(buf._add_count, np.int64)
     arrays["invalid_range"] = buf.invalid_range
     arrays["_is_valid"] = buf._is_valid.copy()
@@ -195,9 +193,10 @@ def check_rows(
             raise CheckpointError(
                 f"{e.name}: expected shape {(cap, *e.shape)}, the checkpoint has {arr.shape}"
             )
-        if e.name == "terminal":
-            rows[e.name] = arr != 0
-        elif np.can_cast(arr.dtype, e.type, "same_kind"):
+        if e.name == "terminal":  # 0.1 loads the flags as they are (any non-zero ends)
+            rows[e.name] = arr.astype(e.type)
+        elif arr.dtype.kind in "biuf" and np.dtype(e.type).kind in "biuf":
+            # 0.1 loads the array as it is and casts on sampling (astype): the same values.
             rows[e.name] = arr.astype(e.type, copy=False)
         else:
             raise CheckpointError(f"{e.name}: cannot read dtype {arr.dtype} as {e.type}")

@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     from rlreplay.buffer import ReplayBuffer as CoreReplayBuffer
     from rlreplay.compat.reagent.circular_replay_buffer import shape_type
 
-__all__ = ["RangeReaders", "slot_rows"]
+__all__ = ["RangeReaders", "slot_rows", "store"]
 
 Array = np.ndarray[Any, Any]
 
@@ -37,12 +37,30 @@ def slot_rows(core: CoreReplayBuffer, slot_id: Array, element: shape_type, slots
     return out
 
 
+def store(buf: RangeReaders) -> dict[str, Array]:
+    """reagent 0.1's ``_store``: element name -> ``(replay_capacity, *shape)`` rows by slot.
+
+    Each slot holds the row 0.1 wrote there last: a step's values, zeros for a padding row,
+    and zeros for a slot never written (0.1: ``np.empty`` memory). ``terminal`` holds the flag
+    as 0.1's row of ``terminal_dtype`` stored it.
+    """
+    slots = np.arange(buf._replay_capacity)
+    out = {}
+    for e in buf.get_storage_signature():
+        if e.name == "terminal":
+            out[e.name] = buf._terminal_rows.copy()
+        else:
+            out[e.name] = slot_rows(buf._core, buf._slot_id, e, slots)
+    return out
+
+
 class RangeReaders:
-    """``get_range``, ``get_observation_stack`` and ``get_terminal_stack`` of reagent 0.1."""
+    """reagent 0.1's raw slot readers: ``get_range``, the stacks, ``_store``."""
 
     _replay_capacity: int
     _stack_size: int
     _slot_id: Array
+    _terminal_rows: Array
     _core: CoreReplayBuffer
 
     # Provided by the ring (SlotRing) and the buffer, which combine this class.
@@ -102,6 +120,18 @@ class RangeReaders:
 
     def get_terminal_stack(self, index: int) -> Array:
         """The terminal flags of slots ``index - stack_size + 1 .. index`` (stored dtype)."""
-        return slot_rows(
-            self._core, self._slot_id, self._element("terminal"), self._slot_range(index)
-        )
+        out: Array = self._terminal_rows[self._slot_range(index)]
+        return out
+
+    @property
+    def _store(self) -> dict[str, Array]:
+        """reagent 0.1's private ``_store`` (Dopamine's): name -> rows indexed by slot.
+
+        ``_store[name]`` has shape ``(replay_capacity, *shape)`` and row ``s`` is what slot
+        ``s`` (``add_count % replay_capacity`` when written) holds, as in 0.1 after the same
+        adds or ``load``: padding rows and slots never written read zeros (0.1: ``np.empty``
+        memory there). Built on each access from the core, ``O(replay_capacity)``: a copy,
+        so writing into it does not change the buffer. Empty before an inferring buffer's
+        first add.
+        """
+        return store(self)

@@ -32,6 +32,7 @@ class SlotRing:
     _replay_capacity: int
     _stack_size: int
     _update_horizon: int
+    _terminal_dtype: np.dtype[Any]
 
     def _reset_ring(self) -> None:
         """Fresh bookkeeping: nothing written, no slot valid, the next add starts an episode."""
@@ -40,6 +41,8 @@ class SlotRing:
         self._slot_id = np.full(cap, -1, np.int64)  # core id held by each slot
         self._id_slot = np.full(cap, -1, np.int64)  # slot of core id i, at i % cap
         self._is_valid = np.zeros(cap, np.bool_)
+        # The terminal flag of each slot as 0.1's uint8 row holds it (the core keeps a bool).
+        self._terminal_rows = np.zeros(cap, self._terminal_dtype)
         self._num_valid_indices = 0
         self._num_transitions_in_current_episode = 0
         self._episode_ended = True  # the next add starts an episode (with padding rows)
@@ -82,16 +85,18 @@ class SlotRing:
         return (self.cursor() - n + np.arange(self._stack_size + n)) % cap
 
     # ------------------------------------------------------------------ validity
-    def is_valid_transition(self, index: int) -> bool:
-        """Whether slot ``index`` is valid (sampleable).
+    def is_valid_transition(self, index: int) -> np.bool_:
+        """Whether slot ``index`` is valid (sampleable): a ``np.bool_``, as in reagent 0.1.
 
-        ``index`` reads ReAgent's validity tensor as ``tensor[index]`` does: an int, NumPy
-        integer or one-element integer tensor; negative values count from the end.
+        0.1 returns ``self._is_index_valid[index]``, an element of its NumPy bool array.
+        ``index`` reads that array as ``array[index]`` does: an int, NumPy integer or
+        one-element integer tensor; negative values count from the end.
 
         Raises:
             IndexError: Not an integer, or outside ``[-replay_capacity, replay_capacity)``.
         """
-        return bool(self._is_valid[_slots.slot_index(index, self._replay_capacity)])
+        out: np.bool_ = self._is_valid[_slots.slot_index(index, self._replay_capacity)]
+        return out
 
     def set_index_valid_status(self, idx: int, is_valid: bool) -> None:
         """Mark slot ``idx`` valid or not (for conditional sampling); keeps :attr:`size` right.

@@ -46,6 +46,7 @@ def write_padding(buf: ReplayBuffer) -> None:
     cur = buf.cursor()
     buf._release(cur)
     buf._slot_id[cur] = -1
+    buf._terminal_rows[cur] = 0
     buf.set_index_valid_status(cur, False)
     buf._add_count += 1
 
@@ -62,6 +63,7 @@ def write_step(buf: ReplayBuffer, step: dict[str, Any], values: Sequence[Any]) -
         buf.set_index_valid_status((cur - n) % cap, True)
     buf._release(cur)
     buf._slot_id[cur] = new_id
+    buf._terminal_rows[cur] = values[3]  # as 0.1's _store["terminal"][cursor] = terminal
     buf._id_slot[new_id % cap] = cur
     buf._on_step_written(new_id, values)
     buf._add_count += 1
@@ -126,7 +128,7 @@ def leaf_count(cap: int) -> int:
     return 1 << (cap - 1).bit_length()
 
 
-def batch_slots(indices: Any, cap: int) -> Array:
+def batch_slots(indices: Any, cap: int) -> tuple[Array, Array]:
     """The slots of ``sample_transition_batch(indices=...)``, read as ReAgent reads them.
 
     ReAgent converts the indices with ``.type(torch.int64)`` (floats are truncated) and reads
@@ -145,7 +147,7 @@ def batch_slots(indices: Any, cap: int) -> Array:
             f"(indices: expected slots in [-{cap}, {cap}), as ReAgent reads _store[name][indices])"
         )
     out: Array = raw % cap
-    return out
+    return out, raw
 
 
 class SlotRangeError(InvalidIdError, IndexError):
@@ -187,10 +189,14 @@ def gather(core: CoreReplayBuffer, slot_id: Array, slots: Array) -> _Batch:
 
 # ---------------------------------------------------------------------- sampling
 def sample_slots(buf: ReplayBuffer, batch_size: int) -> Array:
-    """``batch_size`` valid slots: core draws, redrawn where the slot is not valid here.
+    """``batch_size`` valid slots.
 
-    After ``max_sample_attempts`` rejected draws the rest come from ``buf._sample_exhausted``.
+    Built without ``seed=``: reagent 0.1's draws (``buf._global_draw``, see ``_draws``).
+    With a seed: core draws, redrawn where the slot is not valid here; after
+    ``max_sample_attempts`` rejected draws the rest come from ``buf._sample_exhausted``.
     """
+    if buf._seed is None:  # reagent 0.1's draws, on the generators it uses
+        return buf._global_draw(batch_size)
     if buf._num_valid_indices == 0:
         raise RuntimeError(f"Cannot sample {batch_size} since there are no valid indices so far.")
     out = np.empty(batch_size, np.int64)
@@ -212,16 +218,23 @@ def sample_slots(buf: ReplayBuffer, batch_size: int) -> Array:
     return out
 
 
-def choose_slots(buf: ReplayBuffer, batch_size: int | None, indices: Any) -> Array:
-    """The slots of a transition batch: ``indices`` checked, or sampled (``batch_size``)."""
+def choose_slots(
+    buf: ReplayBuffer, batch_size: int | None, indices: Any
+) -> tuple[Array, Array | None]:
+    """The slots of a transition batch: ``indices`` checked, or sampled (``batch_size``).
+
+    Returns:
+        The slots (in ``[0, replay_capacity)``) and the given indices as int64 (``None`` when
+        sampled): 0.1 echoes those, a negative one as it is, in the ``indices`` element.
+    """
     if indices is None:
         b = buf._batch_size if batch_size is None else positive_int("batch_size", batch_size, 0)
-        return sample_slots(buf, b)
-    slots = batch_slots(indices, buf._replay_capacity)
+        return sample_slots(buf, b), None
+    slots, given = batch_slots(indices, buf._replay_capacity)
     if batch_size is not None and batch_size != slots.size:
         # ReAgent: assert len(indices) == batch_size
         raise IndexAssertionError(f"batch_size={batch_size} but {slots.size} indices were given")
-    return slots
+    return slots, given
 
 
 def drawable_slots(core: CoreReplayBuffer, slot_id: Array, is_valid: Array) -> Array:

@@ -52,12 +52,13 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import numpy as np
 
 from rlreplay.buffer import ReplayBuffer as CoreReplayBuffer
-from rlreplay.compat.reagent import _args, _assembly, _checkpoint, _elements, _slots
+from rlreplay.compat.reagent import _args, _assembly, _checkpoint, _draws, _elements, _slots
 from rlreplay.compat.reagent._assembly import EXTRA, _Batch
 from rlreplay.compat.reagent._checkpoint import CHECKPOINT_DURATION, STORE_FILENAME_PREFIX
 from rlreplay.compat.reagent._errors import NotFoundError
 from rlreplay.compat.reagent._ranges import RangeReaders
 from rlreplay.compat.reagent._ring import SlotRing
+from rlreplay.compat.reagent._slots import SlotRangeError
 from rlreplay.errors import ConfigError
 from rlreplay.spec import Field
 
@@ -143,8 +144,9 @@ class ReplayBuffer(SlotRing, RangeReaders):
         terminal_dtype: reagent 0.1's dtype of the stored terminal flags (default ``np.uint8``;
             keyword only, as the seed's version has no such argument). Sampled ``terminal``
             stays a bool tensor.
-        seed: rlreplay extension: seed of the sampler. ``None`` draws one from NumPy's global
-            random state, so ``np.random.seed`` before construction makes sampling repeatable.
+        seed: rlreplay extension: seed of the buffer's own NumPy ``Generator``. ``None`` (as in
+            ReAgent): reagent 0.1's draws on its generators, NumPy's global one (uniform) or
+            Python's ``random`` (prioritized), so the same seeds and adds give 0.1's batches.
 
     Raises:
         AssertionError: ``observation_shape`` is not a tuple (also :class:`rlreplay.ConfigError`).
@@ -211,7 +213,7 @@ class ReplayBuffer(SlotRing, RangeReaders):
         self._stack_size = _args.positive_int("stack_size", stack_size, 0)
         self._replay_capacity = _args.positive_int("replay_capacity", replay_capacity)
         self._batch_size = _args.positive_int("batch_size", batch_size, 0)
-        self._update_horizon = _args.positive_int("update_horizon", update_horizon)
+        self._update_horizon = _args.positive_int("update_horizon", update_horizon, 0)
         self._max_sample_attempts = _args.positive_int(
             "max_sample_attempts", max_sample_attempts, 0
         )
@@ -316,11 +318,13 @@ class ReplayBuffer(SlotRing, RangeReaders):
 
     def _core_args(self) -> dict[str, Any]:
         return {
-            "n_step": self._update_horizon,
+            "n_step": max(self._update_horizon, 1),  # 0: built, but sampling raises (0.1)
             "gamma": self._gamma,
             "frame_stack": max(self._stack_size, 1),  # 0: stacks emptied on return
             "stack_pad": "zero",
-            "seed": self._seed,
+            # Without seed= the draws come from NumPy's / Python's global generators (_draws),
+            # not from the core's, which then needs no seed of its own.
+            "seed": 0 if self._seed is None else self._seed,
             "next_fields": ("action", *(EXTRA + e.name for e in self._extra_storage_types)),
         }
 
@@ -328,7 +332,8 @@ class ReplayBuffer(SlotRing, RangeReaders):
         """Empty the buffer: a fresh core (same seed) and fresh slot bookkeeping."""
         if self._initialized:
             self._core = self._make_core()
-        self._rng = np.random.default_rng([self._seed, 1])  # the exact fallback draw only
+        seed = 0 if self._seed is None else self._seed
+        self._rng = np.random.default_rng([seed, 1])  # the exact fallback draw only
         self._reset_ring()
 
     # ------------------------------------------------------------------ signatures
@@ -447,6 +452,7 @@ class ReplayBuffer(SlotRing, RangeReaders):
         elements, inferred = _elements.infer(self, values, kwargs)
         _elements.setup(self, elements, inferred, final=True)
         self._core = self._make_core()
+        self._terminal_rows = np.zeros(self._replay_capacity, self._terminal_dtype)
 
     def _add_kwargs(self, kwargs: dict[str, Any]) -> dict[str, Any]:
         """Hook: the keyword arguments of an add as the signature takes them."""
@@ -488,6 +494,10 @@ class ReplayBuffer(SlotRing, RangeReaders):
             _slots.sample_slots(self, _args.positive_int("batch_size", batch_size, 0))
         )
 
+    def _global_draw(self, batch_size: int) -> Array:
+        """Slots drawn as reagent 0.1 draws them (a buffer built without ``seed=``)."""
+        return _draws.uniform(self, batch_size)
+
     def _sample_exhausted(self, count: int, batch_size: int) -> Array:
         """Draw ``count`` slots exactly among the valid slots the core can assemble.
 
@@ -525,8 +535,15 @@ class ReplayBuffer(SlotRing, RangeReaders):
                 differs from ``len(indices)``.
             RuntimeError: No valid index to sample (``indices=None``).
         """
-        slots = _slots.choose_slots(self, batch_size, indices)
-        batch = _slots.gather(self._core, self._slot_id, slots)
+        slots, given = _slots.choose_slots(self, batch_size, indices)
+        if self._update_horizon == 0:
+            # 0.1 builds the buffer, then its traj_lengths read terminals[:, -1] of an empty
+            # (B, 0) window: IndexError, whatever the indices.
+            raise SlotRangeError(
+                "index -1 is out of bounds for axis 1 with size 0 (update_horizon=0: the "
+                "n-step window of every transition is empty, as in reagent 0.1)"
+            )
+        batch = _slots.gather(self._core, self._slot_id, slots)._replace(given=given)
         arrays = self._transition_arrays(batch)
         return self._batch_type(
             *(_assembly.to_torch(arrays[e.name]) for e in self._transition_specs(slots.size))

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, cast
 
 import numpy as np
 
+from rlreplay.compat.reagent import _draws
 from rlreplay.compat.reagent._assembly import _Batch
 from rlreplay.compat.reagent._errors import IndexAssertionError
 from rlreplay.compat.reagent._pickled import dumps_sum_tree, read_sum_tree_file
@@ -233,6 +234,7 @@ class PrioritizedReplayBuffer(ReplayBuffer):
         self._loose_priority[slots[~held]] = p[~held]
         if held.any():
             self._prio_core.update_priorities(ids[held], p[held])
+        self._slot_tree._set_many(slots, p)
         if p.size:
             self._max_recorded_priority = max(self._max_recorded_priority, float(p.max()))
 
@@ -251,14 +253,19 @@ class PrioritizedReplayBuffer(ReplayBuffer):
     def _on_step_written(self, new_id: int, values: Sequence[Any]) -> None:
         p = self._priority_of(values)
         self._prio_core.update_priorities(np.array([new_id]), np.array([p]))
+        self._slot_tree._set_many(np.array([self.cursor()]), np.array([p]))
         self._max_recorded_priority = max(self._max_recorded_priority, p)
 
     def _reset(self) -> None:
         super()._reset()
         self._loose_priority = np.zeros(self._replay_capacity, np.float64)
+        # The slot priorities in slot order, as reagent 0.1's sum tree holds them: the draws
+        # without seed= walk it with 0.1's query values (the core's tree is in id order).
+        self._slot_tree = SumTree(self._replay_capacity)
 
     def _release(self, slot: int) -> None:
         self._loose_priority[slot] = 0.0  # a padding row or a new step takes the slot
+        self._slot_tree._set_many(np.array([slot]), np.zeros(1))
         old = int(self._slot_id[slot])
         if old >= 0:
             # The core may still hold the step; it must never be drawn for this slot again.
@@ -281,6 +288,10 @@ class PrioritizedReplayBuffer(ReplayBuffer):
         """
         return super().sample_index_batch(batch_size)
 
+    def _global_draw(self, batch_size: int) -> Array:
+        """Slots drawn as reagent 0.1 draws them: stratified, redraws (Python's ``random``)."""
+        return _draws.prioritized(self, self._slot_tree, batch_size)
+
     def _sample_exhausted(self, count: int, batch_size: int) -> Array:
         raise RuntimeError(
             f"Max sample attempts: Tried {self._max_sample_attempts} times but only sampled "
@@ -290,7 +301,10 @@ class PrioritizedReplayBuffer(ReplayBuffer):
 
     def _transition_arrays(self, batch: _Batch) -> dict[str, Any]:
         out = super()._transition_arrays(batch)
-        out["sampling_probabilities"] = self.get_priority(batch.slots)
+        # 0.1: get_priority(transition.indices), the indices as given (a negative one reads
+        # the tree's leaf level from its end).
+        given = batch.slots if batch.given is None else batch.given
+        out["sampling_probabilities"] = self.get_priority(given)
         return out
 
     # ------------------------------------------------------------------ checkpoints
@@ -346,6 +360,7 @@ class PrioritizedReplayBuffer(ReplayBuffer):
         self._loose_priority[loose] = data["sum_tree"][loose]
         if "max_recorded_priority" in data:  # ReAgent's tree restores it as it was saved
             self._max_recorded_priority = float(data["max_recorded_priority"])
+        self._slot_tree._set_many(np.arange(self._replay_capacity), self._slot_priorities())
 
     def _loaded_value(
         self, rows: dict[str, Array], data: dict[str, Array], name: str, slot: int

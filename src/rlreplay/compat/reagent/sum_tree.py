@@ -219,6 +219,13 @@ class SumTree:
         self._tree.set(np.array([operator.index(node_index)]), np.array([value]))
         self.max_recorded_priority = max(value, self.max_recorded_priority)
 
+    def _set_many(self, indices: Array, values: Array) -> None:
+        """Set leaves ``indices`` to ``values`` (checked by the caller); the last duplicate wins.
+
+        Unlike :meth:`set` it leaves ``max_recorded_priority`` alone (the buffer keeps its own).
+        """
+        self._tree.set(np.asarray(indices, np.int64), np.asarray(values, np.float64))
+
     def _check_not_empty(self) -> float:
         total = self._tree.total
         if not total > 0.0 or not math.isfinite(total):

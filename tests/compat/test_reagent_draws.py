@@ -1,0 +1,130 @@
+"""ReAgent front-end draws as reagent 0.1 makes them (issue 13), when built without ``seed=``.
+
+reagent 0.1 (``reagent/replay_memory/circular_replay_buffer.py``) draws uniform indices with
+``np.random.choice(a=replay_capacity, size=batch_size, replace=True, p=is_valid / num_valid)``
+from NumPy's global generator; its prioritized buffer (``prioritized_replay_buffer.py``) takes
+``sum_tree.stratified_sample(batch_size)`` (one ``random.uniform`` per stratum) and redraws an
+invalid slot with ``sum_tree.sample()`` (``random.random()``) until ``max_sample_attempts``.
+The batches below were transcribed from running reagent 0.1's own code (``/tmp/orig``, NumPy
+2 with ``np.bool = np.bool_``) on the same adds and seeds, side by side with this front-end
+(a scratch driver that compared 480 random batches, uniform and prioritized, with redraws and
+"Max sample attempts" errors, all equal).
+"""
+
+from __future__ import annotations
+
+import random
+
+import numpy as np
+import pytest
+
+from rlreplay.compat.reagent import PrioritizedReplayBuffer, ReplayBuffer, _draws, _slots
+
+
+def uniform_buffer(**kw: object) -> ReplayBuffer:
+    buf = ReplayBuffer((2,), 2, 12, 6, update_horizon=2, observation_dtype=np.float32, **kw)  # type: ignore[arg-type]
+    t = 0
+    for length in (4, 5, 3):  # the ring wraps: the first episode is partly overwritten
+        for j in range(length):
+            buf.add(np.full(2, t, np.float32), t % 3, float(t), j == length - 1)
+            t += 1
+    return buf
+
+
+def prioritized_buffer() -> PrioritizedReplayBuffer:
+    buf = PrioritizedReplayBuffer((2,), 1, 10, 4, update_horizon=3, observation_dtype=np.float32)
+    for t, p in enumerate([1.0, 2.0, 0.5, 3.0, 1.0, 2.0, 4.0]):
+        buf.add(np.full(2, t, np.float32), t % 3, float(t), False, p)
+    return buf
+
+
+@pytest.fixture
+def global_generators() -> object:
+    np_state, py_state = np.random.get_state(), random.getstate()  # noqa: NPY002
+    yield None
+    np.random.set_state(np_state)  # noqa: NPY002
+    random.setstate(py_state)
+
+
+@pytest.mark.usefixtures("global_generators")
+def test_uniform_batches_are_reagent_0_1s() -> None:
+    buf = uniform_buffer()
+    assert np.flatnonzero(buf._is_valid).tolist() == [0, 1, 2, 4, 6, 7, 8, 9, 10]  # as 0.1's
+    np.random.seed(0)  # noqa: NPY002 - what 0.1 draws from
+    batch = buf.sample_transition_batch()
+    # reagent 0.1, np.random.seed(0): sample_index_batch(6) == [6, 8, 7, 6, 4, 7]
+    assert batch.indices.reshape(-1).tolist() == [6, 8, 7, 6, 4, 7]
+    assert batch.reward.reshape(-1).tolist() == pytest.approx([8.95, 12.93, 10.94, 8.95, 3, 10.94])
+    assert batch.state[:, 0, :].tolist() == [[0, 4], [5, 6], [4, 5], [0, 4], [2, 3], [4, 5]]
+    np.random.seed(1)  # noqa: NPY002
+    # reagent 0.1, np.random.seed(1): [4, 8, 0, 2, 1, 0]; slot 0 holds step 9 (wrapped)
+    batch = buf.sample_transition_batch()
+    assert batch.indices.reshape(-1).tolist() == [4, 8, 0, 2, 1, 0]
+    assert batch.state[:, 0, :].tolist() == [[2, 3], [5, 6], [0, 9], [10, 11], [9, 10], [0, 9]]
+    np.random.seed(0)  # noqa: NPY002 - two draws in a row continue NumPy's stream as in 0.1
+    assert buf.sample_index_batch(6).tolist() == [6, 8, 7, 6, 4, 7]
+    assert buf.sample_index_batch(6).tolist() == [4, 10, 10, 4, 9, 6]
+
+
+@pytest.mark.usefixtures("global_generators")
+def test_prioritized_batches_are_reagent_0_1s_with_redraws() -> None:
+    buf = prioritized_buffer()  # slots 0..3 valid; 4..6 have priorities but no known window
+    # reagent 0.1 (random.seed(s)): stratified_sample(4) then redraws of invalid slots
+    expected = {
+        0: ([1, 3, 3, 3], [2.0, 3.0, 3.0, 3.0]),  # strata [1, 3, 5, 6]: two redraws
+        1: ([0, 3, 3, 1], [1.0, 3.0, 3.0, 2.0]),  # strata [0, 3, 5, 6]
+        2: ([2, 3, 1, 3], [0.5, 3.0, 2.0, 3.0]),  # strata [2, 4, 4, 6]: three redraws
+    }
+    for seed, (indices, priorities) in expected.items():
+        random.seed(seed)
+        batch = buf.sample_transition_batch()
+        assert batch.indices.reshape(-1).tolist() == indices
+        assert batch.sampling_probabilities.reshape(-1).tolist() == priorities
+
+
+@pytest.mark.usefixtures("global_generators")
+def test_prioritized_max_sample_attempts_as_reagent_0_1() -> None:
+    buf = prioritized_buffer()
+    buf._max_sample_attempts = 0  # 0.1: the first invalid draw raises at once
+    random.seed(0)
+    with pytest.raises(RuntimeError, match="Max sample attempts"):
+        buf.sample_index_batch(4)
+
+
+def test_numpy_seed_repeats_and_seed_keyword_keeps_its_own_generator() -> None:
+    a, b = uniform_buffer(seed=3), uniform_buffer(seed=3)
+    state = np.random.get_state()  # noqa: NPY002
+    try:
+        np.random.seed(0)  # noqa: NPY002 - ignored by a seeded buffer
+        first = a.sample_index_batch(32).tolist()
+        assert np.random.get_state()[2] == np.random.RandomState(0).get_state()[2]  # noqa: NPY002
+    finally:
+        np.random.set_state(state)  # noqa: NPY002
+    assert first == b.sample_index_batch(32).tolist()
+
+
+def test_a_valid_slot_holding_nothing_is_redrawn() -> None:
+    """Difference 3: 0.1 would return the slot set valid by hand (never written)."""
+    buf = uniform_buffer()
+    buf.set_index_valid_status(11, True)  # the cursor slot: no step written there yet
+    assert buf.size == 10
+    drawn = {int(i) for s in range(20) for i in _seeded(buf, s)}
+    assert 11 not in drawn and drawn <= {0, 1, 2, 4, 6, 7, 8, 9, 10}
+
+
+def _seeded(buf: ReplayBuffer, seed: int) -> list[int]:
+    state = np.random.get_state()  # noqa: NPY002
+    try:
+        np.random.seed(seed)  # noqa: NPY002
+        return buf.sample_index_batch(16).tolist()
+    finally:
+        np.random.set_state(state)  # noqa: NPY002
+
+
+def test_assemblable_agrees_with_the_core() -> None:
+    for buf in (uniform_buffer(), prioritized_buffer()):
+        for s in range(buf._replay_capacity):
+            buf.set_index_valid_status(s, True)
+        slots = np.arange(buf._replay_capacity)
+        expected = np.isin(slots, _slots.drawable_slots(buf._core, buf._slot_id, buf._is_valid))
+        assert _draws.assemblable(buf, slots).tolist() == expected.tolist()
