@@ -17,7 +17,9 @@ Anchors (issue 14; one Reverb 0.14 server on loopback, one Python client, this m
 5x each with Ray, 20x with shared memory.
 
 Usage: ``python benchmarks/distributed.py [--secs 2] [--out docs]``; prints a Markdown table and
-writes ``OUT/distributed_bench.json`` and ``OUT/distributed_bench.md``. About 6-7 minutes.
+writes ``OUT/distributed_bench.json``, ``OUT/distributed_bench.md`` and the chart
+``OUT/distributed_bench.png`` (matplotlib). About 6-7 minutes. ``--from-json FILE`` redraws the
+table and the chart of an earlier run without measuring.
 """
 
 from __future__ import annotations
@@ -243,6 +245,94 @@ def markdown(rows: list[dict[str, Any]], meta: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
+KINDS = (  # chart panels: (measure, anchor key, title)
+    ("inserts", "insert", "inserts/s (one step per add)"),
+    ("sampled, uniform", "uniform", "sampled transitions/s, uniform B=256"),
+    ("sampled, PER", "per", "sampled transitions/s, PER B=256 + update"),
+    ("update_priorities", "update_calls", "update_priorities calls/s (256 ids)"),
+)
+
+
+def short_label(r: dict[str, Any]) -> str:
+    """A bar's label: backend and shards, then what varies within a panel."""
+    m = r["metric"]
+    where = "shm" if r["backend"] == "shared" else f"ray {r['shards']}"
+    if m.startswith("inserts"):
+        writers = m.split(" writer")[0].split()[-1]
+        how = "ext64" if "extend" in m else ("fe256" if "flush_every=256" in m else "")
+        if r["backend"] == "ray" and not how:
+            how = "fe64"
+        return f"{where} {writers}w {how}".strip()
+    if "waited" in m:
+        return f"{where} waited"
+    if "wait=False" in m:
+        return f"{where} no wait"
+    if "no prefetch" in m:
+        return f"{where} sample"
+    if "iterate" in m:
+        return f"{where} iterate"
+    return where
+
+
+def chart(rows: list[dict[str, Any]], meta: dict[str, Any], path: Path) -> None:
+    """Bars per measure (one panel each), grouped by backend/shards, with the Reverb anchor
+    (dashed) and the 5x (Ray) and 20x (shared memory) targets (dotted) marked."""
+    import matplotlib  # lazily: only the chart needs it
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig = plt.figure(figsize=(15, 10))
+    grid = fig.add_gridspec(2, 3)  # inserts (many bars) across the top, the rest below
+    axes = [fig.add_subplot(grid[0, :])] + [fig.add_subplot(grid[1, i]) for i in range(3)]
+    colors = {"shared": "#4c72b0", 1: "#dd8452", 2: "#55a868", 4: "#c44e52"}
+    for ax, (prefix, key, title) in zip(axes, KINDS, strict=True):
+        mine = [r for r in rows if r["metric"].startswith(prefix)]
+        if not mine:
+            ax.set_visible(False)
+            continue
+        x = np.arange(len(mine))
+        shade = [colors.get(r["shards"] if r["backend"] == "ray" else "shared", "grey")
+                 for r in mine]  # fmt: skip
+        hatch = ["" if r["anchor"] else "//" for r in mine]  # not the anchor's call
+        bars = ax.bar(x, [r["value"] for r in mine], color=shade, hatch=hatch, edgecolor="k")
+        for b, r in zip(bars, mine, strict=True):
+            text = f"{r['value'] / 1e3:.1f}k"
+            if r["ratio"] is not None:
+                text += f"\n{r['ratio']:.1f}x"
+            ax.annotate(text, (b.get_x() + b.get_width() / 2, b.get_height()), ha="center",
+                        va="bottom", fontsize=7)  # fmt: skip
+        anchor = ANCHORS[key]
+        ax.axhline(anchor, color="k", ls="--", lw=1, label=f"Reverb anchor {anchor / 1e3:.2f}k")
+        for backend, style in (("ray", ":"), ("shared", "-.")):
+            goal = anchor * TARGETS[backend]
+            label = f"{TARGETS[backend]:.0f}x target ({backend}) {goal / 1e3:.1f}k"
+            ax.axhline(goal, color="k", ls=style, lw=1, label=label)
+        ax.set_yscale("log")
+        ax.set_xticks(x, [short_label(r) for r in mine], rotation=60, ha="right", fontsize=8)
+        ax.set_title(title, fontsize=10)
+        ax.legend(fontsize=7, loc="lower left")
+    fig.suptitle(
+        f"rlreplay scale-out vs Reverb 0.14 anchors: {meta['date']}, {meta['cpus']} cores, "
+        f"load {meta['load_before']} / {meta.get('load_after', '?')} (hatched: not the anchor's "
+        "call)",
+        fontsize=10,
+    )
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+
+
+def write_report(rows: list[dict[str, Any]], meta: dict[str, Any], out: Path) -> None:
+    """Print the table; write the JSON, the Markdown table and the chart into ``out``."""
+    report = markdown(rows, meta)
+    print(report)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "distributed_bench.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))
+    (out / "distributed_bench.md").write_text(report)
+    chart(rows, meta, out / "distributed_bench.png")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--secs", type=float, default=2.0, help="seconds per cell")
@@ -250,7 +340,12 @@ def main() -> None:
     ap.add_argument("--shards", type=int, nargs="+", default=[1, 2, 4])
     ap.add_argument("--writers", type=int, nargs="+", default=[1, 2, 4])
     ap.add_argument("--flush-every", type=int, nargs="+", default=[64, 256])
+    ap.add_argument("--from-json", help="redraw the table and chart of this earlier run's JSON")
     args = ap.parse_args()
+    if args.from_json:
+        run = json.loads(Path(args.from_json).read_text())
+        write_report(run["rows"], run["meta"], Path(args.out))
+        return
     secs = args.secs
     meta = {
         "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "cpus": os.cpu_count(),
@@ -319,12 +414,7 @@ def main() -> None:
                 s["per_no_prefetch"], "-"))  # fmt: skip
     ray.shutdown()
     meta["load_after"] = round(os.getloadavg()[0], 1)
-    report = markdown(rows, meta)
-    print(report)
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "distributed_bench.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))
-    (out / "distributed_bench.md").write_text(report)
+    write_report(rows, meta, Path(args.out))
 
 
 if __name__ == "__main__":
