@@ -319,3 +319,41 @@ def test_newest_frames_never_enter_the_oldest_stacks(
         for x, y in zip(got[1:4], expected[1:4], strict=True):
             np.testing.assert_array_equal(x, y)
     assert seen_wrong > 0  # keras-gym did draw an early slot and stacked a future frame
+
+
+@pytest.mark.parametrize(
+    "sizes",
+    [
+        # keras-gym applies int() to capacity, batch_size and bootstrap_n and float() to gamma
+        # (seed: "self.capacity = int(capacity)" ...): NumPy scalars and floats go through.
+        {"capacity": np.int64(19), "batch_size": np.int32(3), "bootstrap_n": np.int64(2)},
+        {"capacity": 19.0, "batch_size": 3.0, "bootstrap_n": 2.7, "gamma": np.float32(0.9)},
+        {"capacity": np.float64(19.9), "batch_size": np.uint8(3), "random_seed": np.int64(5)},
+    ],
+)
+def test_numpy_and_float_sizes_do_what_keras_gym_does(sizes: dict[str, Any]) -> None:
+    kw = {"random_seed": 11, **sizes}
+    ours = ExperienceReplayBuffer(Env(2), **kw)
+    ref = KerasGymReference(Env(2), **kw)
+    assert (ours.capacity, ours.batch_size, ours.bootstrap_n, ours.gamma) == (
+        ref.capacity, ref.batch_size, ref.bootstrap_n, ref.gamma,
+    )  # fmt: skip
+    adds = feed([ours, ref], [(4, True), (5, True), (3, True)], 2)
+    assert len(ours) == max(0, min(adds, ref.capacity + ref.bootstrap_n) - ref.bootstrap_n)
+    for _ in range(3):  # no wrap-around, last episode done: keras-gym reads written data
+        assert_same(ours.sample(), ref.sample(), exact=False)
+
+
+def test_a_float_num_frames_is_accepted_where_keras_gym_fails_to_sample() -> None:
+    """An env whose ``num_frames`` is a float (``2.0``): keras-gym stores it as it is and its
+    ``add`` works, but its ``sample`` indexes with ``arange(2.0 - 1, -1, -1)``, floats, and
+    raises ``IndexError``. The front-end takes ``int(num_frames)`` and samples as keras-gym does
+    with ``num_frames=2`` (accepting more than keras-gym)."""
+    ours = ExperienceReplayBuffer(Env(2.0), capacity=9, batch_size=3, random_seed=3)  # type: ignore[arg-type]
+    ref = KerasGymReference(Env(2.0), capacity=9, batch_size=3, random_seed=3)  # type: ignore[arg-type]
+    same = KerasGymReference(Env(2), capacity=9, batch_size=3, random_seed=3)
+    feed([ours, ref, same], [(4, True), (5, True)], 2)
+    with pytest.raises(IndexError):
+        ref.sample()
+    assert ours.num_frames == 2
+    assert_same(ours.sample(), same.sample(), exact=True)
