@@ -38,7 +38,8 @@ Bookkeeping kept here: discount-0 segments (:meth:`get_disc_0_begin_position`), 
 ``FIRST`` cut and episodes joined after a ``LAST`` (``_episodic``), the priorities the core
 refuses (``_odd``) and a max tree of the current priorities (ALF gives a new step
 ``max(initial_priority, current largest priority)``). The rest lives in the core, under its
-lock. Modules: ``_setup`` (options, the core), ``_nest`` (nests and tensors), ``_draws``
+lock. Modules: ``_setup`` (options, the core), ``_nest`` (nests and tensors), ``_types``
+(``StepType``, ``BatchInfo``), ``_sampling`` (``get_batch``, ``update_priority``), ``_draws``
 (starts, returns), ``_episodic``, ``_odd``, ``_queries`` (position queries, checkpoint
 state) and ``_blocking`` (blocking calls that ``stop`` ends).
 """
@@ -46,8 +47,7 @@ state) and ``_blocking`` (blocking calls that ``stop`` ends).
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
-from typing import Any, NamedTuple
+from typing import Any
 
 import numpy as np
 import torch
@@ -57,9 +57,7 @@ from rlreplay.buffer import ReplayBuffer as CoreBuffer
 from rlreplay.compat.alf._blocking import deadline_of, wait_for_empty, wait_unless_stopped
 from rlreplay.compat.alf._draws import (
     ReplayAssertionError,
-    draw_starts,
     gathered_returns,
-    sequence_returns,
 )
 from rlreplay.compat.alf._episodic import (
     Continuations,
@@ -72,12 +70,11 @@ from rlreplay.compat.alf._episodic import (
 from rlreplay.compat.alf._nest import (
     AssignDTypeError,
     env_array,
-    pack_rows,
     step_values,
     to_tensor,
 )
 from rlreplay.compat.alf._odd import OddPriorities, is_odd
-from rlreplay.compat.alf._queries import EpisodicQueries
+from rlreplay.compat.alf._sampling import Sampling
 from rlreplay.compat.alf._setup import (
     check_options,
     keep_newest,
@@ -87,8 +84,9 @@ from rlreplay.compat.alf._setup import (
     positive,
     spec_layout,
 )
-from rlreplay.compat.alf.segment_tree import as_numpy, check_device
-from rlreplay.errors import DTypeError, EmptyBufferError, ShapeError
+from rlreplay.compat.alf._types import BatchInfo, StepType
+from rlreplay.compat.alf.segment_tree import check_device
+from rlreplay.errors import DTypeError, EmptyBufferError
 from rlreplay.sampling.trees import MaxTree
 
 __all__ = ["BatchInfo", "ReplayAssertionError", "ReplayBuffer", "StepType"]
@@ -96,34 +94,7 @@ __all__ = ["BatchInfo", "ReplayAssertionError", "ReplayBuffer", "StepType"]
 Array = np.ndarray[Any, Any]
 
 
-class StepType:
-    """ALF's step types (``alf.data_structures.StepType``)."""
-
-    FIRST = 0
-    MID = 1
-    LAST = 2
-
-
-class BatchInfo(NamedTuple):
-    """Information about a batch; a field that does not apply is ``()``, as in ALF.
-
-    Attributes:
-        env_ids: int64 ``[B]``: the env of each sequence.
-        positions: int64 ``[B]``: the position of each sequence's first step.
-        importance_weights: float32 ``[B]`` with prioritized sampling: priority divided by the
-            average of the non-zero priorities among the possible starts (``N * P(i)``).
-        replay_buffer: The buffer the batch came from.
-        discounted_return: float32 ``[B, T]`` with ``record_episodic_return``.
-    """
-
-    env_ids: Any = ()
-    positions: Any = ()
-    importance_weights: Any = ()
-    replay_buffer: Any = ()
-    discounted_return: Any = ()
-
-
-class ReplayBuffer(EpisodicQueries, torch.nn.Module):
+class ReplayBuffer(Sampling, torch.nn.Module):
     """ALF's multi-env replay buffer of raw time steps, on rlreplay's core buffer.
 
     Terminology (ALF's): ``pos`` is the always increasing position of a step in the infinitely
@@ -315,12 +286,6 @@ class ReplayBuffer(EpisodicQueries, torch.nn.Module):
             f"name={self._name!r}, num_environments={self._num_envs}, "
             f"max_length={self._max_length}, prioritized_sampling={self._prioritized}"
         )
-
-    # ------------------------------------------------------------------ helpers
-    def _nest(
-        self, data: Mapping[str, Array], device: torch.device, length: int | None = None
-    ) -> Any:
-        return pack_rows(self._spec, self._names, data, device, length)
 
     # ------------------------------------------------------------------ writing
     def add_batch(
@@ -527,82 +492,3 @@ class ReplayBuffer(EpisodicQueries, torch.nn.Module):
             discounted_return=returns,
         )
         return self._nest(data, device), info
-
-    # ------------------------------------------------------------------ sampling
-    def get_batch(self, batch_size: int, batch_length: int) -> tuple[Any, BatchInfo]:
-        """Randomly get ``batch_size`` sequences of ``batch_length`` consecutive steps.
-
-        A sequence never crosses an env's newest step (it may cross episode boundaries, as in
-        ALF: ``step_type`` shows them). Rows come ordered by env.
-
-        Uniform sampling (``prioritized_sampling=False``): env ``e`` gets ``B // E`` sequences
-        and ``B % E`` distinct random envs one more; each start is uniform over the env's
-        starts ``[earliest + num_earliest_frames_ignored, current_pos - L]``, without
-        duplicates unless ``with_replacement``. Prioritized: starts are drawn over all envs
-        with probability ``priority / sum``; ``importance_weights = N * P(i)``, ``N`` the
-        number of possible starts with a non-zero priority (every row gets it, the recent ones
-        too). The recent part (see ``recent_data_ratio``) is uniform over each env's newest
-        ``recent_data_steps`` starts.
-
-        Returns:
-            ``(nest [B, L, ...], BatchInfo)`` on torch's (ALF's) default device.
-
-        Raises:
-            ReplayAssertionError: Uniform draws and an env holds fewer than ``batch_length +
-                num_earliest_frames_ignored`` steps; or, prioritized, no possible start has a
-                non-zero priority.
-        """
-        B = positive("batch_size", batch_size)
-        L = positive("batch_length", batch_length)
-        with self._atomic():
-            env, t, weights = draw_starts(
-                self._core.rng, self._pcore, *self._bounds(), B, L,
-                ignored=self._ignored, recent_ratio=self._recent_ratio,
-                recent_steps=self._recent_steps, replacement=self._with_replacement,
-                odd=self._odd,
-            )  # fmt: skip
-            order = np.argsort(env, kind="stable")
-            env, t = env[order], t[order]
-            ids = t * self._num_envs + env
-            seq = self._core.get_sequences(ids, L + int(self._record), within_episode=False)
-            tails = self._tails(env[:, None], t[:, None] + np.arange(L))
-        device = torch.get_default_device()
-        returns: Any = ()
-        if self._record:
-            g = sequence_returns(seq, cut_of(self._cuts, env, t, L + 1), L, self._default_return)
-            returns = to_tensor((g + tails).astype(np.float32), device)
-        info = BatchInfo(
-            env_ids=to_tensor(env, device),
-            positions=to_tensor(t, device),
-            importance_weights=() if weights is None else to_tensor(weights[order], device),
-            replay_buffer=self,
-            discounted_return=returns,
-        )
-        return self._nest(seq, device, L), info
-
-    def update_priority(self, env_ids: Any, positions: Any, priorities: Any) -> None:
-        """Set the priorities of the steps ``(env_ids, positions)`` (from a :class:`BatchInfo`).
-
-        Overwritten steps are ignored. With duplicates the last priority wins. Any float is
-        stored, as in ALF: while a negative, NaN or infinite priority is a possible start,
-        :meth:`get_batch` draws with ALF's sum-tree algorithm (see ``_odd``).
-
-        Raises:
-            ReplayAssertionError: ``prioritized_sampling`` is False.
-            rlreplay.InvalidIdError: A position never added.
-        """
-        if self._pcore is None or self._max_prio is None or self._odd is None:
-            raise ReplayAssertionError("update_priority: needs prioritized_sampling=True")
-        env, pos, ids = self._ids(env_ids, positions)
-        prio = as_numpy(priorities)
-        if prio.shape != ids.shape:
-            raise ShapeError(f"priorities: expected shape {ids.shape}, got {prio.shape}")
-        with self._atomic():
-            prio = prio.astype(np.float64)  # odd ones (the core refuses them): 0 in the core
-            self._pcore.update_priorities(ids, np.where(is_odd(prio), 0.0, prio))
-            heads, _ = self._bounds()
-            live = pos >= heads[env]
-            slots = env * self._max_length + pos % self._max_length
-            self._odd.set(slots[live], prio[live])
-            top = np.where(np.isnan(prio), -math.inf, prio)  # the max tree refuses NaN
-            self._max_prio.set(slots[live], top[live])
