@@ -20,7 +20,9 @@ seed's ``PrioritizedReplayBuffer``, which builds one of them by ``variant``:
 Both advance ``beta`` by ``(1 - beta) / betasteps`` (up to 1) in every ``sample_indices``
 (which ``sample`` calls), and require ``update_priorities`` between two samples.
 
-The structures are this package's :mod:`._prioritized_trees` (nnabla-rl's classes over
+Modules: the shared protocol and errors are in :mod:`._prioritized_base`, the rank-based
+buffer in :mod:`._rank_based` (both importable from here, as in nnabla-rl). The structures are
+this package's :mod:`._prioritized_trees` (nnabla-rl's classes over
 Numba kernels, see :mod:`._kernels`); the random numbers are drawn as nnabla-rl draws them
 (vectorised where that gives the same stream), so a buffer seeded as nnabla-rl's gives the
 same draws. Experiences are stored by the front-end's
@@ -38,7 +40,6 @@ one-leaf ``SumTree`` raises ``UnboundLocalError``).
 
 from __future__ import annotations
 
-import math
 import operator
 from collections.abc import Sequence
 from typing import Any
@@ -46,6 +47,13 @@ from typing import Any
 import numpy as np
 
 from rlreplay.compat.nnabla_rl.replay_buffer import Indices, ReplayBuffer
+from rlreplay.compat.nnabla_rl.replay_buffers._prioritized_base import (
+    EndlessDrawError,
+    NormalizationMethodError,
+    NoSamplesError,
+    SegmentError,
+    _PrioritizedReplayBuffer,
+)
 from rlreplay.compat.nnabla_rl.replay_buffers._prioritized_trees import (
     MaxHeap,
     MaxHeapDataHolder,
@@ -53,171 +61,31 @@ from rlreplay.compat.nnabla_rl.replay_buffers._prioritized_trees import (
     SumTree,
     SumTreeDataHolder,
 )
-from rlreplay.errors import ConfigError, ReplayError
+from rlreplay.compat.nnabla_rl.replay_buffers._rank_based import RankBasedPrioritizedReplayBuffer
+from rlreplay.errors import ConfigError
 
 __all__ = [
+    "EndlessDrawError",
     "MaxHeap",
     "MaxHeapDataHolder",
     "MinTree",
+    "NoSamplesError",
+    "NormalizationMethodError",
     "PrioritizedReplayBuffer",
     "ProportionalPrioritizedReplayBuffer",
     "RankBasedPrioritizedReplayBuffer",
+    "SegmentError",
     "SumTree",
     "SumTreeDataHolder",
 ]
 
 Array = np.ndarray[Any, Any]
 
+# nnabla-rl's module path (repr, pickles): the class is defined in ._rank_based
+RankBasedPrioritizedReplayBuffer.__module__ = __name__
+
 #: Failed redraws of one draw before checking whether it can succeed at all.
 _TRIES_BEFORE_CHECK = 1000
-
-
-class NormalizationMethodError(ConfigError, AssertionError):
-    """nnabla-rl's ``assert normalization_method in ("batch_max", "buffer_max")``."""
-
-
-class SegmentError(ReplayError, AssertionError):
-    """nnabla-rl's ``assert len(boundaries) == k`` in the rank-based segment computation."""
-
-
-class NoSamplesError(ReplayError, ValueError, ZeroDivisionError):
-    """``num_samples=0``: nnabla-rl divides by it (``ZeroDivisionError``) or, once the total
-    priority is a NumPy float, samples nothing (``ValueError: Indices are empty``)."""
-
-
-class EndlessDrawError(ReplayError, RuntimeError):
-    """A draw nnabla-rl would repeat for ever (no reachable experience fits ``num_steps``)."""
-
-
-class _PrioritizedReplayBuffer(ReplayBuffer):
-    """nnabla-rl's ``_PrioritizedReplayBuffer``: the protocol both prioritized buffers share.
-
-    Each :meth:`sample` or :meth:`sample_indices` must be followed by
-    :meth:`update_priorities` with the TD errors of the returned experiences before the next
-    one (``RuntimeError`` otherwise).
-    """
-
-    def __init__(
-        self,
-        capacity: int,
-        alpha: float,
-        beta: float,
-        betasteps: int,
-        error_clip: tuple[float, float] | None,
-        seed: int | None,
-    ) -> None:
-        if capacity is None or capacity <= 0:
-            raise ConfigError("buffer size must be greater than 0")
-        super().__init__(capacity=operator.index(capacity), seed=seed)
-        self._slots = operator.index(capacity)
-        self._alpha = alpha
-        self._beta = beta
-        self._beta_diff = (1.0 - beta) / betasteps  # betasteps=0: ZeroDivisionError, as there
-        self._error_clip = error_clip
-        self._appended = 0  # experiences appended so far: the t-th is in slot t % capacity
-        self._last_sampled: Array | None = None  # append numbers awaiting update_priorities
-
-    # ------------------------------------------------------------------ writing
-    def append(self, experience: Any) -> None:
-        """Add new experience to the replay buffer, with the top priority.
-
-        Notes:
-            If the replay buffer size is full, the oldest (head of the buffer) experience will
-            be dropped off and the given experience will be added to the tail of the buffer.
-        """
-        super().append(experience)
-        self._appended += 1
-        self._on_append()
-
-    def append_all(self, experiences: Sequence[Any]) -> None:
-        """Add list of experiences to the replay buffer (each as :meth:`append`)."""
-        for experience in experiences:
-            self.append(experience)
-
-    def _on_append(self) -> None:
-        raise NotImplementedError
-
-    # ------------------------------------------------------------------ sampling
-    def _first(self) -> int:
-        """Append number of position 0 (the oldest stored experience)."""
-        return self._appended - len(self)
-
-    def _head(self) -> int:
-        """Ring slot of position 0 (nnabla-rl's ``RingBuffer._head``)."""
-        return self._first() % self._slots
-
-    def _check_updated(self) -> None:
-        if self._last_sampled is not None:
-            raise RuntimeError(
-                "Trying to sample data from buffer without updating priority. "
-                "Check that the algorithm supports prioritized replay buffer."
-            )
-
-    def _check_sizes(self, num_samples: int, num_steps: int) -> int:
-        n = len(self)
-        if num_samples > n:
-            raise ValueError(f"num_samples: {num_samples} is greater than the size of buffer: {n}")
-        if n - num_steps < 0:
-            raise RuntimeError(f"Insufficient buffer length. buffer: {n} < steps: {num_steps}")
-        self._check_updated()
-        return n
-
-    def sample_indices(self, indices: Indices, num_steps: int = 1) -> tuple[Any, dict[str, Any]]:
-        """Sample experiences for given indices, with their importance weights.
-
-        As nnabla-rl: the weights use the current ``beta``, which then advances; with
-        ``num_steps < 1`` the experiences are an empty tuple.
-
-        Returns:
-            ``(experiences, info)`` as the base buffer's, ``info["weights"]`` of shape
-            ``(len(indices), 1)`` and nnabla-rl's dtype (proportional: float32 when every
-            sampled mass and the normalising one are ``np.float32``s, else float64).
-
-        Raises:
-            ValueError: If indices are empty.
-            RuntimeError: The previous sample's priorities were not updated.
-            KeyError: A position outside ``[0, len)``.
-        """
-        if len(indices) == 0:
-            raise ValueError("Indices are empty")
-        self._check_updated()
-        num_steps = operator.index(num_steps)
-        positions = np.asarray(indices).astype(np.int64).reshape(-1)
-        experiences: Any = ()
-        if num_steps >= 1:
-            experiences, _ = ReplayBuffer.sample_indices(self, positions, num_steps=num_steps)
-        weights = self._get_weights((positions + self._head()) % self._slots)
-        self._beta = min(self._beta + self._beta_diff, 1.0)
-        self._last_sampled = self._first() + positions
-        return experiences, {"weights": weights}
-
-    def _get_weights(self, slots: Array) -> Array:
-        raise NotImplementedError
-
-    # ------------------------------------------------------------------ priorities
-    def _preprocess_errors(self, errors: Any) -> Array:
-        if self._error_clip is not None:
-            errors = np.clip(errors, self._error_clip[0], self._error_clip[1])
-        out: Array = np.abs(errors)
-        return out
-
-    def _pending(self) -> Array:
-        """Slots of the last sampled experiences (-1: overwritten since), then forgotten.
-
-        Raises:
-            TypeError: Nothing was sampled since the last update (nnabla-rl zips None).
-        """
-        last = self._last_sampled
-        if last is None:
-            raise TypeError(
-                "update_priorities: no sampled experiences await new priorities (nnabla-rl "
-                "zips the errors with None here); call sample or sample_indices first"
-            )
-        slots: Array = np.where(last < self._first(), -1, last % self._slots)
-        return slots
-
-    def update_priorities(self, errors: Any) -> None:
-        raise NotImplementedError
 
 
 class ProportionalPrioritizedReplayBuffer(_PrioritizedReplayBuffer):
@@ -416,183 +284,6 @@ def _in_order_leaves(capacity: int) -> Array:
             out.append(i - (capacity - 1))
         i = 2 * i + 2 if i < capacity - 1 else 2 * capacity - 1
     return np.array(out, np.int64)
-
-
-class RankBasedPrioritizedReplayBuffer(_PrioritizedReplayBuffer):
-    """nnabla-rl's rank-based prioritized replay: ``P(rank) ∝ rank ** -alpha`` over heap ranks.
-
-    The rank of an experience is its position in a max-heap of ``|clip(error)|`` plus one
-    (new experiences enter with ``inf``); the heap is sorted (ranks exact) every
-    ``sort_interval`` appends. Draws: one uniform heap position per segment of equal rank
-    mass, the segments computed for the buffer's length when ``num_samples`` or
-    ``num_steps`` change, when ``len % reset_segment_interval == 0`` (below capacity) or at the
-    first sample, and kept otherwise (positions past the length they were computed for are
-    then not drawn, as in nnabla-rl).
-
-    Args:
-        capacity: Most experiences kept (``>= 1``).
-        alpha: Exponent of the rank law.
-        beta: Importance-sampling exponent at the first sample, annealed to 1.
-        betasteps: Samples over which ``beta`` reaches 1 (``0`` raises ``ZeroDivisionError``).
-        error_clip: ``(lo, hi)`` applied to the TD errors, or None.
-        reset_segment_interval: Buffer lengths (multiples of it) at which segments are redone.
-        sort_interval: Appends between two sorts of the heap.
-        seed: Seed of a random generator of the buffer's own (an rlreplay addition); without
-            it the buffer draws from nnabla-rl's global ``random.drng``, as nnabla-rl does.
-
-    Cost: append O(log N) (O(N log N) when it sorts); sample O(k) plus O(N) when the
-    segments are redone; update O(k log N).
-
-    Example:
-        >>> import numpy as np
-        >>> buffer = RankBasedPrioritizedReplayBuffer(capacity=10, seed=0)
-        >>> buffer.append_all([(np.zeros(1), 0, 0.0, 1.0, np.zeros(1), {})] * 4)
-        >>> _, info = buffer.sample(num_samples=2)
-        >>> info["weights"].shape
-        (2, 1)
-        >>> buffer.update_priorities([0.1, 0.2])
-    """
-
-    def __init__(
-        self,
-        capacity: int,
-        alpha: float = 0.7,
-        beta: float = 0.5,
-        betasteps: int = 10000,
-        error_clip: tuple[float, float] | None = (-1, 1),
-        reset_segment_interval: int = 1000,
-        sort_interval: int = 1000000,
-        *,
-        seed: int | None = None,
-    ) -> None:
-        super().__init__(capacity, alpha, beta, betasteps, error_clip, seed)
-        self._max_heap = MaxHeap(self._slots)
-        self._reset_segment_interval = reset_segment_interval
-        self._sort_interval = sort_interval
-        self._boundaries: Array = np.zeros(0, np.int64)
-        self._prev_num_samples = 0
-        self._prev_num_steps = 0
-        self._appends_since_prev_sort = 0
-        # Python's float power, as nnabla-rl computes it (NumPy's can differ in the last bit)
-        powers = ((1 / (i + 1)) ** alpha for i in range(self._slots))
-        self._ps_cumsum: Array = np.cumsum(np.fromiter(powers, np.float64, self._slots))
-
-    def _on_append(self) -> None:
-        self._max_heap.append(math.inf)
-        self._appends_since_prev_sort += 1
-        if self._appends_since_prev_sort % self._sort_interval == 0:
-            self._max_heap.sort_data()
-            self._appends_since_prev_sort = 0
-
-    def sample(self, num_samples: int = 1, num_steps: int = 1) -> tuple[Any, dict[str, Any]]:
-        """Sample ``num_samples`` experiences, one per rank segment.
-
-        Returns:
-            ``(experiences, info)``: as :meth:`sample_indices` for the drawn positions.
-
-        Raises:
-            ValueError: num_samples exceeds the buffer's length.
-            RuntimeError: The buffer holds fewer than num_steps experiences, or the previous
-                sample's priorities were not updated.
-            ZeroDivisionError: num_samples is 0 (as nnabla-rl's segment computation).
-            AssertionError: The segments cannot be split as asked (nnabla-rl's assert).
-        """
-        num_samples, num_steps = operator.index(num_samples), operator.index(num_steps)
-        n = self._check_sizes(num_samples, num_steps)
-        if (
-            (num_samples != self._prev_num_samples)
-            or (num_steps != self._prev_num_steps)
-            or (n % self._reset_segment_interval == 0 and n != self._slots)
-            or (len(self._boundaries) == 0)
-        ):
-            self._boundaries = self._compute_segment_boundaries(N=n, k=num_samples)
-            self._prev_num_samples = num_samples
-            self._prev_num_steps = num_steps
-        limit, rng, b = n - num_steps + 1, self._rng, self._boundaries
-        if b.shape[0] == 0:
-            return self.sample_indices([], num_steps)
-        lows = np.concatenate(([0], b[:-1]))
-        positions = self._positions_at(rng.integers(low=lows, high=b))
-        indices = positions[positions < limit].tolist()
-        while len(indices) < num_samples:
-            # nnabla-rl: only when num_steps > 1 and draws were too new; one random segment.
-            # This ends: the segments reach the N0 >= num_steps heap positions of the length
-            # N0 they were computed for, at most num_steps - 1 experiences are too new.
-            boundary_index = int(rng.choice(len(b)))
-            low = int(b[boundary_index - 1]) if boundary_index != 0 else 0
-            heap_index = rng.integers(low=low, high=int(b[boundary_index]))
-            index = int(self._positions_at(np.array([heap_index]))[0])
-            if index < limit:
-                indices.append(index)
-        return self.sample_indices(indices, num_steps)
-
-    def _positions_at(self, heap_indices: Array) -> Array:
-        """Relative positions of the experiences at ``heap_indices``."""
-        absolute = self._max_heap.absolute_indices(heap_indices)
-        return (absolute - self._head()) % self._slots
-
-    def _compute_segment_boundaries(self, N: int, k: int) -> Array:
-        """nnabla-rl's boundaries: heap index ``i + 1`` closes a segment when the next of
-        the thresholds ``j / k`` is ``<= cumsum[i] / cumsum[N - 1]``, at most one per ``i``.
-
-        Vectorised: with ``c_i`` the number of thresholds ``<= r_i`` (non-decreasing), the
-        count after ``i`` is ``b_i = min(b_{i-1} + 1, c_i)``, i.e. ``i + min(1, min_{m <= i}
-        (c_m - m))``; a boundary closes wherever the count grows.
-        """
-        if k > N:
-            raise ValueError(f"Batch size {k} is greater than buffer size {N}")
-        idx = np.arange(N)
-        if k > 0:
-            ratios = self._ps_cumsum[:N] / self._ps_cumsum[N - 1]
-            thresholds = np.arange(1, k + 1) / k  # (len(boundaries) + 1) / k, as Python divides
-            c = np.searchsorted(thresholds, ratios, side="right")
-            counts = idx + np.minimum(1, np.minimum.accumulate(c - idx)) if N else idx
-            boundaries = np.flatnonzero(np.diff(counts, prepend=0)) + 1
-        elif N == 0:
-            boundaries = idx
-        elif k == 0:
-            raise ZeroDivisionError("division by zero: num_samples=0 segments")
-        else:  # a negative k: every threshold passes, one boundary per heap index
-            boundaries = idx + 1
-        if len(boundaries) != k:
-            raise SegmentError(
-                f"segment boundaries: expected {k} segments of {N} ranks, got "
-                f"{len(boundaries)} (nnabla-rl's assert len(boundaries) == k)"
-            )
-        return boundaries.astype(np.int64)
-
-    def _get_weights(self, slots: Array) -> Array:
-        heap_indices = self._max_heap.heap_indices(slots).tolist()
-        alpha = self._alpha
-        priorities = np.asarray([(1 / (h + 1)) ** alpha for h in heap_indices])[:, np.newaxis]
-        min_priority = (1 / len(self._max_heap)) ** alpha
-        weights: Array = (priorities / min_priority) ** (-self._beta)
-        return weights
-
-    def update_priorities(self, errors: Any) -> None:
-        """Set the heap priorities of the last sampled experiences to ``|clip(error)|``.
-
-        Paired with the sampled experiences in order (``zip``; an experience overwritten
-        since the sample is skipped), one error per row: shape ``(k,)`` or ``(k, 1)``.
-
-        Raises:
-            TypeError: Nothing was sampled since the last update, or ``errors`` is a scalar.
-            ValueError: A row holds several numbers.
-        """
-        slots = self._pending()
-        e = self._preprocess_errors(errors)
-        if e.ndim == 0:
-            raise TypeError("iteration over a 0-d array")
-        k = min(slots.shape[0], e.shape[0])
-        rows = e[:k].reshape(k, -1).astype(np.float64)
-        if rows.shape[1] != 1:
-            raise ValueError(
-                f"update_priorities: expected one error per sampled experience, got rows of "
-                f"shape {e.shape[1:]} (the truth value of an array with more than one element "
-                "is ambiguous)"
-            )
-        self._max_heap.update_many(slots[:k], rows[:, 0])
-        self._last_sampled = None
 
 
 class PrioritizedReplayBuffer(ReplayBuffer):
