@@ -25,6 +25,7 @@ data_spec = dict(
     discount=TensorSpec(()),
     observation=dict(pos=TensorSpec((2,)), image=TensorSpec((3, 3), torch.uint8)),
     action=TensorSpec((), torch.int64),
+    logits=TensorSpec((2,), torch.bfloat16),  # a policy run in bfloat16 (mixed precision)
 )
 
 
@@ -49,6 +50,7 @@ class ToyEnvs:
                 image=(10 * self.t[:, None, None]).expand(-1, 3, 3).to(torch.uint8),
             ),
             action=action,
+            logits=torch.stack([self.t / 3, -self.t / 3], 1).to(torch.bfloat16),
         )
         self.t = (self.t + 1) % EPISODE
         return exp
@@ -64,6 +66,9 @@ def check_sequences(batch, info, batch_size, batch_length):
     pos = batch["observation"]["pos"]
     assert pos.shape == (batch_size, batch_length, 2)
     assert batch["observation"]["image"].dtype == torch.uint8
+    # bfloat16 leaves come back as stored: bfloat16, the values the policy produced.
+    assert batch["logits"].dtype == torch.bfloat16
+    assert torch.equal(batch["logits"][:, :, 0], (pos[:, :, 0] / 3).to(torch.bfloat16))
     assert info.env_ids.shape == info.positions.shape == (batch_size,)
     # "The environments where the samples are from are ordered in the returned batch."
     assert torch.all(info.env_ids[1:] >= info.env_ids[:-1])
