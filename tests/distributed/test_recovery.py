@@ -217,6 +217,7 @@ def test_killed_shard_restarts_and_reloads_its_checkpoint(ray_local: Any, tmp_pa
 
 # ---------------------------------------------------------------------- writer processes
 def test_four_writer_processes_and_a_killed_one(ray_local: Any) -> None:
+    """Writers pickled into Ray tasks (4 at once, plus one killed mid-run)."""
     ray = ray_local
     S, E, T, FOREVER = 2, 10, 60, 20_000
     svc = ReplayService(S, S * 5 * (FOREVER + 8), FIELDS, seed=2, num_envs=E)
@@ -227,9 +228,15 @@ def test_four_writer_processes_and_a_killed_one(ray_local: Any) -> None:
         w.close()
         return int(w.sent)
 
+    @ray.remote(num_cpus=0, max_retries=0)
+    def trickle(w: Any) -> None:  # the victim: writes until killed, leaving the CPU to others
+        for t in range(FOREVER):
+            write_steps(w, t, 1)
+            time.sleep(0.002)
+
     try:
         writers = [svc.writer([2 * i, 2 * i + 1], flush_every=8 + 6 * i) for i in range(4)]
-        victim = collect.remote(svc.writer([8, 9], flush_every=8), FOREVER)
+        victim = trickle.remote(svc.writer([8, 9], flush_every=8))
         sent = ray.get([collect.remote(w, T) for w in writers], timeout=WAIT)
         assert sent == [2 * T] * 4
         for _ in range(2000):  # until the victim has written something (bounded)
@@ -251,6 +258,13 @@ def test_four_writer_processes_and_a_killed_one(ray_local: Any) -> None:
         for env, m in zip((8, 9), victim_steps, strict=True):
             got = svc.get_transitions(service_ids(env, range(m - 1), S, E))
             np.testing.assert_array_equal(got.obs[:, 1], np.arange(m - 1))
+        # A sample reads what the tasks wrote; their episode ends are not bootstrapped.
+        batch = svc.sample(256, timeout=WAIT)
+        np.testing.assert_array_equal(svc.get_transitions(batch.ids).obs, batch.obs)
+        np.testing.assert_array_equal(batch.obs[:, 0], batch.env_ids)
+        last = np.concatenate([service_ids(e, range(T - 1, T), S, E) for e in range(8)])
+        ends = svc.get_transitions(last)
+        assert ends.terminated.all() and (ends.discount == 0).all()
         # Another writer takes the dead one's envs over.
         w = svc.writer([8, 9], flush_every=4)
         write_steps(w, FOREVER, 4)

@@ -190,35 +190,6 @@ def test_priority_updates_route_and_skip_stale_ids(ray_local):
         svc.sample(1)
 
 
-def test_writers_inside_ray_tasks(ray_local):
-    ray = ray_local
-    svc = ReplayService(2, 400, FIELDS, seed=1, num_envs=4)
-
-    @ray.remote(num_cpus=0)
-    def collect(w: Any, steps: int) -> int:
-        for t in range(steps):
-            n = len(w.env_ids)
-            w.add(
-                obs=np.full((n, 2), t, np.float32), action=np.zeros(n, np.int64),
-                reward=np.ones(n), terminated=np.full(n, t == steps - 1),
-                truncated=np.zeros(n, bool), next_obs=np.zeros((n, 2), np.float32),
-            )  # fmt: skip
-        w.close()
-        return int(w.sent)
-
-    sent = ray.get([collect.remote(svc.writer([0, 1]), 30), collect.remote(svc.writer([2, 3]), 25)])
-    assert sent == [60, 50]
-    st = svc.stats()
-    assert st["stored"] == 110 and st["sampleable"] == 110
-    batch = svc.sample(200)
-    assert set(batch.env_ids) == {0, 1, 2, 3}
-    # Env e's steps t are stored in order in one shard: obs[1]... holds t for env's step.
-    got = svc.get_transitions(batch.ids)
-    np.testing.assert_array_equal(got.obs, batch.obs)
-    assert (batch.discount[batch.terminated] == 0).all()
-    svc.close()
-
-
 def test_rate_limiter_blocks_samples_and_times_out(ray_local):
     lim = rr.SampleToInsertRatio(samples_per_insert=2.0, min_size_to_sample=10, error_buffer=40.0)
     svc = ReplayService(2, 200, FIELDS, seed=0, num_envs=2, rate_limiter=lim)
