@@ -67,8 +67,11 @@ class ReplayService:
     draws its share by its own law, and importance weights use the global probability and
     the global smallest one (see :mod:`rlreplay.distributed.split`). Draws within a shard
     are independent (``stratified=False``), so a batch is i.i.d. as a single buffer's with
-    ``stratified=False``. The masses are read just before the draw: writes that land between
-    the two calls shift the split by their share of the mass.
+    ``stratified=False``. A request is fetched in one round trip (every shard draws it all
+    and returns its masses at the draw; the split keeps each shard's first rows) while the
+    surplus rows stay under :attr:`one_trip_bytes`, else in two (masses, then each shard's
+    share; writes landing in between shift the split by their share of the mass); see
+    :mod:`rlreplay.distributed.draws`.
 
     Args:
         num_shards: Number of shard actors.
