@@ -162,9 +162,13 @@ def merge_draws(
 ) -> list[Batch]:
     """Batches ``j = 0, 1, ...`` from shards that drew every batch's share in one call.
 
+    Batch ``j`` is :func:`merge_batches` of its rows of each shard (in shard order), permuted
+    by its generator; the rows every batch uses are joined once per field and each batch is
+    one gather from them (the same values, a quarter of the copies with 4 batches).
+
     Args:
-        answers: Per shard that drew, ``(batch of sum_j counts[j, k] i.i.d. draws, mass,
-            smallest mass)``; batch ``j`` takes rows ``sum_{i<j} counts[i, k]`` onwards.
+        answers: Per shard that drew, ``(batch of at least sum_j counts[j, k]`` i.i.d. draws,
+            mass, smallest mass)``; batch ``j`` takes rows ``sum_{i<j} counts[i, k]`` onwards.
         counts: ``counts[j, k]``, batch ``j``'s share of shard ``k``.
         draws: ``(beta, generator)`` per batch (the generator draws its permutation).
         num_shards: ``S``.
@@ -172,23 +176,49 @@ def merge_draws(
         total_mass: ``M`` the splits used.
         smallest_mass: Smallest positive mass over every shard.
     """
+    ks = [k for k in answers if counts[:, k].sum()]
+    used = [int(counts[:, k].sum()) for k in ks]
+    first = answers[ks[0]][0]
+    # Every field, the shards' used rows one after the other (shard k's from base[k]).
+    joined: dict[str, Array] = {}
+    for name in first:
+        if name not in ("ids", "env_ids", "weights"):
+            joined[name] = np.concatenate(
+                [np.asarray(answers[k][0][name])[:n] for k, n in zip(ks, used, strict=True)]
+            )
+    joined["ids"] = np.concatenate(
+        [encode_ids(np.asarray(answers[k][0]["ids"])[:n], k, num_shards) for k, n in
+         zip(ks, used, strict=True)]
+    )  # fmt: skip
+    joined["env_ids"] = np.concatenate(
+        [encode_env_ids(np.asarray(answers[k][0]["env_ids"])[:n], k, num_shards) for k, n in
+         zip(ks, used, strict=True)]
+    )  # fmt: skip
+    mass = None
+    if prioritized:
+        mass = np.concatenate(
+            [np.asarray(answers[k][0]["probabilities"])[:n] * answers[k][1]
+             for k, n in zip(ks, used, strict=True)]
+        )  # fmt: skip
+        joined["probabilities"] = mass / total_mass
+    base = np.concatenate([[0], np.cumsum(used)[:-1]]).astype(np.int64)
     starts = np.concatenate([np.zeros((1, counts.shape[1]), np.int64), counts.cumsum(axis=0)])
     out = []
     for j, (beta, rng) in enumerate(draws):
-        parts = []
-        for k, (b, m, low) in answers.items():
-            if counts[j, k]:
-                rows = slice(int(starts[j, k]), int(starts[j + 1, k]))
-                parts.append((k, Batch({n: np.asarray(v)[rows] for n, v in b.items()}), m, low))
-        out.append(
-            merge_batches(
-                parts,
-                num_shards,
-                rng,
-                prioritized=prioritized,
-                total_mass=total_mass,
-                smallest_mass=smallest_mass,
-                beta=beta,
-            )
+        rows = np.concatenate(
+            [base[i] + np.arange(starts[j, k], starts[j + 1, k]) for i, k in enumerate(ks)]
         )
+        rows = rows[rng.permutation(rows.shape[0])]
+        data = {name: v[rows] for name, v in joined.items()}
+        if mass is not None:
+            data["weights"] = ((smallest_mass / mass[rows]) ** beta).astype(np.float32)
+        else:
+            data["weights"] = np.ones(rows.shape[0], np.float32)
+        out.append(Batch({name: data[name] for name in _order(first, data)}))
     return out
+
+
+def _order(first: Batch, data: Mapping[str, Array]) -> list[str]:
+    """:func:`merge_batches`' key order: the shard's fields, then what the merge adds."""
+    keys = list(first.keys())
+    return keys + [name for name in data if name not in keys]
