@@ -45,6 +45,7 @@ Array = np.ndarray[Any, Any]
 #: The ``info`` key nnabla-rl's environment wrappers set on a time-limit truncation.
 TIMELIMIT_KEY = "TimeLimit.truncated"
 _INT64 = np.iinfo(np.int64)
+_INT64_MIN, _INT64_MAX = int(_INT64.min), int(_INT64.max)  # iinfo's properties are slow
 #: Types of tuples that fit: ``tuple``, and the tuples the store hands out (appended again,
 #: they come back as such a tuple, which is what they were).
 _TUPLES = (tuple, StoredTuple)
@@ -74,7 +75,7 @@ class Part:
         if self.kind == "numpy":
             return isinstance(value, np.generic) and value.dtype == self.field.dtype
         if self.pytype is int:
-            return type(value) is int and bool(_INT64.min <= value <= _INT64.max)
+            return type(value) is int and _INT64_MIN <= value <= _INT64_MAX
         return type(value) is self.pytype
 
     def coerce(self, what: str, value: Any) -> Any:

@@ -33,8 +33,10 @@ episodes end: at ``non_terminal == 0`` (terminated), at a true ``info["TimeLimit
 (nnabla-rl's environment wrappers set it; truncated), and when an appended experience's ``s``
 differs (byte for byte) from the newest experience's ``s_next``: the newest step's episode is
 then cut with the core's :meth:`rlreplay.ReplayBuffer.end_episode`, ``s_next`` becoming its
-final observation. Every experience is in the core as soon as it is appended; the adapter
-caches the newest one's row while its episode runs (its ``s_next`` is known nowhere else).
+final observation. The adapter caches the newest step's row while its episode runs (its
+``s_next`` is known nowhere else). A bounded buffer stages the usual experiences (checked and
+copied at ``append``) and writes them in one core ``extend`` before anything reads it
+(:mod:`~rlreplay.compat.nnabla_rl._staging`); other experiences go to the core one by one.
 
 Capacity. ``capacity=None`` is unbounded: the core starts with room for
 ``_INITIAL_CAPACITY`` steps and, when full, is rebuilt with twice the room and every stored
@@ -70,6 +72,7 @@ from rlreplay.compat.nnabla_rl._checks import (
     distinct_draw,
 )
 from rlreplay.compat.nnabla_rl._codec import TIMELIMIT_KEY, Codec, Row, Unfit, same
+from rlreplay.compat.nnabla_rl._staging import Staging, staging_for, write_staged
 from rlreplay.compat.nnabla_rl._store import ObjectStore
 from rlreplay.errors import ShapeError
 from rlreplay.spec import Field
@@ -175,6 +178,7 @@ class ReplayBuffer:
         self._next_id = 0  # the id of the next appended experience
         self._newest: Row | None = None  # the core's newest step while its episode runs
         self._objects: ObjectStore | None = None  # the object store, once active
+        self._staging: Staging | None = None  # usual experiences awaiting the core (_staging)
 
     @property
     def _rng(self) -> np.random.Generator:
@@ -203,7 +207,11 @@ class ReplayBuffer:
         The core's ``len`` takes its lock and sums its env table (a few microseconds); the
         adapter knows the count after each of its own writes (one step per ``add``, the oldest
         overwritten when full) and asks the core only after other changes (``_core_changed``).
+        Staged experiences are written first: every read of the buffer comes through here.
         """
+        st = self._staging
+        if st is not None and st.n:
+            write_staged(self, st)
         if self._core is None:
             return 0
         if self._core_len is None:
@@ -278,6 +286,7 @@ class ReplayBuffer:
                 self._core = self._new_core(self._core_capacity())
                 self._core_changed()
                 self._extras = [None] * self._core.capacity
+                self._staging = self._make_staging()
                 return row
             return self._codec.encode(experience)
         except Unfit as exc:
@@ -301,11 +310,26 @@ class ReplayBuffer:
             If the replay buffer size is full, the oldest (head of the buffer) experience will
             be dropped off and the given experience will be added to the tail of the buffer.
         """
+        st = self._staging
+        if st is not None:
+            side = st.push(experience)
+            if side is not None:  # staged (checked, copied): ids and side ring advance now
+                assert self._core is not None
+                self._extras[self._next_id % self._core.capacity] = side
+                self._next_id += 1
+                if st.n == st.rows:
+                    write_staged(self, st)
+                return
+            write_staged(self, st)  # an unusual experience: the one-by-one path, in order
         row = self._encode(experience)
         if row is None:
             self._append_object(experience)
         else:
             self._append_row(row)
+
+    def _make_staging(self) -> Staging | None:
+        """Staging rows for this buffer's appends, or None (see :func:`staging_for`)."""
+        return staging_for(self, ReplayBuffer)
 
     def _append_row(self, row: Row) -> None:
         """Store a row after the newest step, cutting the running episode if ``s`` changed."""
@@ -402,6 +426,7 @@ class ReplayBuffer:
         ids = self._first_id() + np.arange(n, dtype=np.int64)
         kept = self._raw_experiences(ids) if n else []
         self._objects = ObjectStore(self._object_capacity(), kept)
+        self._staging = None
         if self._core is not None:
             self._core.close()
         self._core, self._codec, self._extras, self._newest = None, None, [], None

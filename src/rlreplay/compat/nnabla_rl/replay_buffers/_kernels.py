@@ -27,6 +27,7 @@ import numba
 import numpy as np
 
 __all__ = [
+    "heap_append_many",
     "heap_push",
     "heap_update",
     "heap_update_many",
@@ -230,3 +231,22 @@ def heap_update_many(
     for j in range(absolute.shape[0]):
         if absolute[j] >= 0:
             heap_update(vals, h2a, a2h, length, absolute[j], values[j])
+
+
+@numba.njit(cache=True)
+def heap_append_many(
+    vals: Array, h2a: Array, a2h: Array, state: Array, capacity: int, value: float, n: int
+) -> None:
+    """nnabla-rl's ``MaxHeap.append(value)`` ``n`` times; ``state`` is ``(tail, oldest,
+    length)``, updated in place: push at the tail while not full, else update the oldest."""
+    tail, oldest, length = state[0], state[1], state[2]
+    for _ in range(n):
+        if length == capacity:
+            heap_update(vals, h2a, a2h, length, oldest, value)
+            oldest = (oldest + 1) % capacity
+        else:
+            heap_push(vals, h2a, a2h, tail, tail, value)
+            if tail < capacity - 1:
+                tail += 1
+            length += 1
+    state[0], state[1], state[2] = tail, oldest, length

@@ -132,15 +132,16 @@ class BinaryTree:
         else:
             K.sum_tree_update(self._tree, self._kinds, self._capacity, a, v, k)
 
-    def update_many(self, absolute_indices: Array, values: Array) -> None:
+    def update_many(self, absolute_indices: Array, values: Array, kind: int | None = None) -> None:
         """:meth:`update` for each pair in order (checked indices; an rlreplay addition).
 
         Each value is an element of ``values`` (a NumPy scalar of its dtype), as nnabla-rl's
-        buffer passes the elements of its array of masses.
+        buffer passes the elements of its array of masses; or, given ``kind``, a value of
+        that node type (:func:`kind_of`).
         """
         a = np.ascontiguousarray(absolute_indices, np.int64)
         values = np.asarray(values)
-        k = kind_of_dtype(values.dtype)
+        k = kind_of_dtype(values.dtype) if kind is None else kind
         v = np.ascontiguousarray(values, np.float64)
         K.tree_update_many(self._tree, self._kinds, self._capacity, a, v, k, self._is_min)
 
@@ -275,6 +276,16 @@ class MaxHeap:
             if self._tail_index < self._capacity - 1:
                 self._tail_index += 1
             self._length += 1
+
+    def append_many(self, value: float, n: int) -> None:
+        """:meth:`append` of ``value`` ``n`` times, in one kernel call (an rlreplay addition)."""
+        if n <= 0:
+            return
+        state = np.array([self._tail_index, self._oldest_index, self._length], np.int64)
+        K.heap_append_many(
+            self._vals, self._h2a, self._a2h, state, self._capacity, as_float(value), n
+        )
+        self._tail_index, self._oldest_index, self._length = (int(x) for x in state)
 
     def sort_data(self) -> None:
         """Sort by decreasing value; ties (and the empty positions, last) keep heap order."""

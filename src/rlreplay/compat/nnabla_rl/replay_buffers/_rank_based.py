@@ -72,7 +72,8 @@ class RankBasedPrioritizedReplayBuffer(_PrioritizedReplayBuffer):
         seed: int | None = None,
     ) -> None:
         super().__init__(capacity, alpha, beta, betasteps, error_clip, seed)
-        self._max_heap = MaxHeap(self._slots)
+        self._heap = MaxHeap(self._slots)
+        self._heap_pending = 0  # appends (priority inf) not yet pushed: one kernel call later
         self._reset_segment_interval = reset_segment_interval
         self._sort_interval = sort_interval
         self._boundaries: Array = np.zeros(0, np.int64)
@@ -83,8 +84,16 @@ class RankBasedPrioritizedReplayBuffer(_PrioritizedReplayBuffer):
         powers = ((1 / (i + 1)) ** alpha for i in range(self._slots))
         self._ps_cumsum: Array = np.cumsum(np.fromiter(powers, np.float64, self._slots))
 
+    @property
+    def _max_heap(self) -> MaxHeap:
+        """The heap, with every append pushed (pushes are batched: appends stay cheap)."""
+        if self._heap_pending:
+            self._heap.append_many(math.inf, self._heap_pending)
+            self._heap_pending = 0
+        return self._heap
+
     def _on_append(self) -> None:
-        self._max_heap.append(math.inf)
+        self._heap_pending += 1  # self._max_heap.append(math.inf), deferred
         self._appends_since_prev_sort += 1
         if self._appends_since_prev_sort % self._sort_interval == 0:
             self._max_heap.sort_data()

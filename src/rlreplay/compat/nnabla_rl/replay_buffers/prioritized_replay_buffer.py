@@ -60,6 +60,8 @@ from rlreplay.compat.nnabla_rl.replay_buffers._prioritized_trees import (
     MinTree,
     SumTree,
     SumTreeDataHolder,
+    as_float,
+    kind_of,
 )
 from rlreplay.compat.nnabla_rl.replay_buffers._rank_based import RankBasedPrioritizedReplayBuffer
 from rlreplay.errors import ConfigError
@@ -145,17 +147,42 @@ class ProportionalPrioritizedReplayBuffer(_PrioritizedReplayBuffer):
             )
         self._normalization_method = normalization_method
         self._keep_min = normalization_method == "buffer_max"
-        self._sum_tree = SumTree(self._slots)
-        self._min_tree = MinTree(self._slots if self._keep_min else 1)
+        self._sum = SumTree(self._slots)
+        self._min = MinTree(self._slots if self._keep_min else 1)
+        self._tree_pending = 0  # newest appends whose leaves await _max_priority (batched)
         self._max_priority = init_max_error
         self._epsilon = epsilon
         self._leaf_order: Array | None = None  # the descent's leaf order, once needed
 
     def _on_append(self) -> None:
-        slot = (self._appended - 1) % self._slots
-        self._sum_tree.update(slot, self._max_priority)
-        if self._keep_min:
-            self._min_tree.update(slot, self._max_priority)
+        # nnabla-rl sets the new leaf to the top mass now; the leaves of a run of appends are
+        # set in one kernel call before the trees are next read (the top mass cannot change
+        # in between: only update_priorities changes it, and it reads the trees first)
+        self._tree_pending += 1
+
+    def _sync_trees(self) -> None:
+        n = self._tree_pending
+        if n:
+            self._tree_pending = 0
+            first = self._appended - min(n, self._slots)
+            slots = (first + np.arange(min(n, self._slots))) % self._slots
+            kind = kind_of(self._max_priority)
+            values = np.full(slots.shape[0], as_float(self._max_priority))
+            self._sum.update_many(slots, values, kind)
+            if self._keep_min:
+                self._min.update_many(slots, values, kind)
+
+    @property
+    def _sum_tree(self) -> SumTree:
+        """The sum tree, every append's leaf set."""
+        self._sync_trees()
+        return self._sum
+
+    @property
+    def _min_tree(self) -> MinTree:
+        """The min tree, every append's leaf set."""
+        self._sync_trees()
+        return self._min
 
     def sample(self, num_samples: int = 1, num_steps: int = 1) -> tuple[Any, dict[str, Any]]:
         """Sample ``num_samples`` experiences by priority, one per equal slice of the mass.

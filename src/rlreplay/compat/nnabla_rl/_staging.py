@@ -1,0 +1,243 @@
+"""Staged appends: the usual experiences go to the core in one ``extend`` per batch.
+
+One :meth:`rlreplay.ReplayBuffer.add` per experience costs the nnabla-rl front-end more than
+nnabla-rl's whole ``append`` (a list insert). For the usual experience (one array ``s`` and
+``s_next``, one action, a reward, of the first experience's kinds, dtypes and shapes) the
+front-end instead checks it and *copies* its values into preallocated staging rows (deliberate
+difference 1 holds: an environment that rewrites its observation array in place after the
+append cannot reach the stored copy), and :func:`write_staged` hands the staged rows to the
+core in one ``extend`` before anything reads the buffer (or when the rows are full).
+
+Episode boundaries are those of the one-by-one path (see
+:mod:`rlreplay.compat.nnabla_rl.replay_buffer`), found for the whole batch at once: a step
+ends its episode at ``non_terminal == 0`` (terminated) or a true
+``info["TimeLimit.truncated"]`` (truncated), and a step whose ``s`` differs byte for byte
+from the previous, unended step's ``s_next`` starts a new one (the previous one cut with the
+core's ``end_episode``, its ``s_next`` as the final observation).
+"""
+
+from __future__ import annotations
+
+import itertools
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from rlreplay.compat.nnabla_rl._codec import (
+    TIMELIMIT_KEY,
+    Codec,
+    Row,
+    is_terminal,
+    is_timelimit,
+)
+from rlreplay.compat.nnabla_rl._stored import StoredTuple
+
+if TYPE_CHECKING:
+    from rlreplay.compat.nnabla_rl.replay_buffer import ReplayBuffer
+
+__all__ = ["Staging", "staging_for", "write_staged"]
+
+Array = np.ndarray[Any, Any]
+_TUPLES = (tuple, StoredTuple)
+
+
+class Staging:
+    """Up to ``rows`` checked, copied experiences awaiting one core ``extend``.
+
+    Arrays are copied as their bytes (``tobytes``: the cheapest copy NumPy makes), numbers
+    (immutable) kept as they are; :meth:`gather` turns them into the batch arrays.
+    """
+
+    def __init__(self, codec: Codec, rows: int) -> None:
+        self.obs_part = codec.state.parts[0]
+        self.action_part = codec.action.parts[0]
+        self.reward_part = codec.reward
+        self.obs_name = codec.obs_names[0]
+        self.action_name = self.action_part.name
+        self.rows = rows
+        f_obs, f_act = self.obs_part.field, self.action_part.field
+        # the usual kinds, checked inline by push
+        self.obs_dtype, self.obs_shape = f_obs.dtype, f_obs.shape
+        self.action_is_array = self.action_part.kind == "array"
+        self.action_dtype, self.action_shape = f_act.dtype, f_act.shape
+        self.reward_is_float = codec.reward.kind == "python" and codec.reward.pytype is float
+        self.reward_is_array = codec.reward.kind == "array"
+        self.n = 0
+        self.obs_b: list[bytes] = []
+        self.next_b: list[bytes] = []
+        self.actions: list[Any] = []  # bytes (array actions) or numbers
+        self.rewards: list[Any] = []  # bytes (array rewards) or numbers
+        self.ends: list[tuple[bool, bool]] = []  # (terminated, truncated)
+        self.sides: list[tuple[Any, ...]] = []
+        # the batch of the last gather
+        self.obs: Array = np.empty((0, *f_obs.shape), f_obs.dtype)
+        self.next_obs: Array = self.obs
+        self.action: Array = np.empty((0, *f_act.shape), f_act.dtype)
+        self.reward: Array = np.empty(0, codec.reward.field.dtype)
+        self.terminated: Array = np.zeros(0, bool)
+        self.truncated: Array = np.zeros(0, bool)
+
+    def push(self, experience: Any) -> tuple[Any, ...] | None:
+        """Stage a usual experience; its side ``(non_terminal, info, ...)``, or None if it
+        is not one (nothing staged; the caller takes the one-by-one path).
+
+        The checks are :meth:`Part.fits` and the codec's, written out for the usual kinds
+        (this runs once per append).
+        """
+        if type(experience) not in _TUPLES or len(experience) < 6:
+            return None
+        s, a, r, non_terminal, s_next = experience[:5]
+        dt, shape = self.obs_dtype, self.obs_shape
+        if not (
+            type(s) is np.ndarray
+            and type(s_next) is np.ndarray
+            and (s.dtype is dt or s.dtype == dt)
+            and (s_next.dtype is dt or s_next.dtype == dt)
+            and s.shape == shape
+            and s_next.shape == shape
+        ):
+            return None
+        if self.action_is_array:
+            if not (
+                type(a) is np.ndarray
+                and (a.dtype is self.action_dtype or a.dtype == self.action_dtype)
+                and a.shape == self.action_shape
+            ):
+                return None
+            a = a.tobytes()  # a copy
+        elif not self.action_part.fits(a):
+            return None
+        if self.reward_is_float:
+            if type(r) is not float:
+                return None
+        elif not self.reward_part.fits(r):
+            return None
+        elif self.reward_is_array:
+            r = r.tobytes()
+        if type(non_terminal) is float:
+            terminal = non_terminal == 0
+        elif type(non_terminal) in (int, bool) or (
+            isinstance(non_terminal, np.generic) and non_terminal.dtype.kind in "biuf"
+        ):
+            terminal = is_terminal(non_terminal)
+        else:
+            return None
+        info = experience[5]
+        if type(info) is dict:
+            truncated = TIMELIMIT_KEY in info and is_timelimit(info)
+        else:
+            truncated = is_timelimit(info)
+        self.obs_b.append(s.tobytes())  # copies (deliberate difference 1)
+        self.next_b.append(s_next.tobytes())
+        self.actions.append(a)
+        self.rewards.append(r)
+        self.ends.append((terminal, truncated))
+        side = (non_terminal, info) if len(experience) == 6 else (non_terminal, *experience[5:])
+        self.sides.append(side)
+        self.n += 1
+        return side
+
+    def gather(self) -> None:
+        """The staged steps as batch arrays (``obs``, ``next_obs``, ...), oldest first."""
+        n = self.n
+
+        def stacked(chunks: list[Any], dtype: np.dtype[Any], shape: tuple[int, ...]) -> Array:
+            flat = np.frombuffer(b"".join(chunks), dtype)
+            return flat.reshape(n, *shape)
+
+        self.obs = stacked(self.obs_b, self.obs_dtype, self.obs_shape)
+        self.next_obs = stacked(self.next_b, self.obs_dtype, self.obs_shape)
+        if self.action_is_array:
+            self.action = stacked(self.actions, self.action_dtype, self.action_shape)
+        else:
+            self.action = np.array(self.actions, self.action_dtype).reshape(n, *self.action_shape)
+        f_r = self.reward_part.field
+        if self.reward_is_array:
+            self.reward = stacked(self.rewards, f_r.dtype, f_r.shape)
+        else:
+            self.reward = np.array(self.rewards, f_r.dtype).reshape(n, *f_r.shape)
+        ends = np.array(self.ends, bool).reshape(n, 2)
+        self.terminated, self.truncated = ends[:, 0].copy(), ends[:, 1].copy()
+        self.obs_b, self.next_b, self.actions, self.rewards, self.ends = [], [], [], [], []
+
+    def row(self, j: int) -> Row:
+        """Gathered step ``j`` as the :class:`Row` the one-by-one path would have cached."""
+        return Row(
+            (self.obs[j].copy(),),
+            (self.next_obs[j].copy(),),
+            (self.action_part.decode(self.action[j : j + 1])[0],),
+            self.reward_part.decode(self.reward[j : j + 1])[0],
+            bool(self.terminated[j]),
+            bool(self.truncated[j]),
+            self.sides[j],
+        )
+
+
+def staging_for(buffer: ReplayBuffer, base: type) -> Staging | None:
+    """Staging rows for a bounded, columnar buffer whose appends are ``base``'s own.
+
+    None (every append one by one) for an unbounded buffer (it grows its core), a
+    columnar-only one (Atari, hindsight: they cast or transform), a frame stack, an
+    experience other than one array ``s``, or a class that overrides a write hook.
+    """
+    codec, core = buffer._codec, buffer._core
+    assert codec is not None and core is not None
+    hooks = ("_on_written", "_on_cut", "_continues", "_write", "_cut", "_append_row")
+    if (
+        buffer.capacity is None
+        or buffer._columnar_only()
+        or buffer._frame_stack != 1
+        or not codec._single
+        or codec.state.parts[0].kind != "array"
+        or any(getattr(type(buffer), h) is not getattr(base, h) for h in hooks)
+    ):
+        return None
+    return Staging(codec, min(1024, core.capacity))
+
+
+def _byte_rows(a: Array) -> Array:
+    return np.ascontiguousarray(a).view(np.uint8).reshape(a.shape[0], -1)
+
+
+def write_staged(buffer: ReplayBuffer, st: Staging) -> None:
+    """Store the staged steps in ``buffer``'s core, cutting episodes where ``s`` changed.
+
+    The buffer's ids, side ring and ``_next_id`` were advanced at staging; this writes the
+    steps, keeps the core size the adapter caches and the newest unended step's row.
+    """
+    n = st.n
+    if n == 0:
+        return
+    st.gather()
+    core = buffer._core
+    assert core is not None
+    ended = st.terminated[:n] | st.truncated[:n]
+    # step j continues step j - 1 unless j - 1 ended or s_j differs from s_next_{j-1}
+    cut = np.zeros(n, bool)
+    if n > 1:
+        same = (_byte_rows(st.obs[1:n]) == _byte_rows(st.next_obs[: n - 1])).all(axis=1)
+        cut[1:] = ~ended[:-1] & ~same
+    st.n = 0  # the buffer's size may be asked while writing (nothing staged any more)
+    newest = buffer._newest
+    if newest is not None and newest.next_obs[0].tobytes() != st.obs[0].tobytes():
+        buffer._cut()
+    stored = buffer._core_size()
+    starts = [0, *np.flatnonzero(cut).tolist(), n]
+    for a, b in itertools.pairwise(starts):
+        if a > 0 and cut[a]:
+            core.end_episode(0, **{"next_" + st.obs_name: st.next_obs[a - 1]})
+            buffer._core_changed()
+            stored = buffer._core_size()
+        values: dict[str, Any] = {
+            st.obs_name: st.obs[a:b],
+            st.action_name: st.action[a:b],
+            "reward": st.reward[a:b],
+            "terminated": st.terminated[a:b],
+            "truncated": st.truncated[a:b],
+            "next_" + st.obs_name: st.next_obs[a:b],  # the finals of the steps that end
+        }
+        core.extend(**values)
+        stored = min(stored + (b - a), core.capacity)
+        buffer._core_len = stored
+    buffer._newest = None if ended[n - 1] else st.row(n - 1)
+    st.sides = []
