@@ -62,13 +62,10 @@ class Staging:
         self.action_dtype, self.action_shape = f_act.dtype, f_act.shape
         self.reward_is_float = codec.reward.kind == "python" and codec.reward.pytype is float
         self.reward_is_array = codec.reward.kind == "array"
-        self.n = 0
-        self.obs_b: list[bytes] = []
-        self.next_b: list[bytes] = []
-        self.actions: list[Any] = []  # bytes (array actions) or numbers
-        self.rewards: list[Any] = []  # bytes (array rewards) or numbers
-        self.ends: list[tuple[bool, bool]] = []  # (terminated, truncated)
-        self.sides: list[tuple[Any, ...]] = []
+        # per staged step: (s bytes, s_next bytes, action, reward, terminated, truncated,
+        # side); an action or reward is its bytes if it is an array, else the number
+        self.steps: list[tuple[Any, ...]] = []
+        self.sides: tuple[tuple[Any, ...], ...] = ()  # those of the last gather
         # the batch of the last gather
         self.obs: Array = np.empty((0, *f_obs.shape), f_obs.dtype)
         self.next_obs: Array = self.obs
@@ -127,38 +124,39 @@ class Staging:
             truncated = TIMELIMIT_KEY in info and is_timelimit(info)
         else:
             truncated = is_timelimit(info)
-        self.obs_b.append(s.tobytes())  # copies (deliberate difference 1)
-        self.next_b.append(s_next.tobytes())
-        self.actions.append(a)
-        self.rewards.append(r)
-        self.ends.append((terminal, truncated))
         side = (non_terminal, info) if len(experience) == 6 else (non_terminal, *experience[5:])
-        self.sides.append(side)
-        self.n += 1
+        # tobytes: the copies (deliberate difference 1)
+        self.steps.append((s.tobytes(), s_next.tobytes(), a, r, terminal, truncated, side))
         return side
+
+    @property
+    def n(self) -> int:
+        """Steps staged."""
+        return len(self.steps)
 
     def gather(self) -> None:
         """The staged steps as batch arrays (``obs``, ``next_obs``, ...), oldest first."""
-        n = self.n
+        n = len(self.steps)
+        obs_b, next_b, actions, rewards, terms, truncs, sides = zip(*self.steps, strict=True)
+        self.steps = []
 
-        def stacked(chunks: list[Any], dtype: np.dtype[Any], shape: tuple[int, ...]) -> Array:
-            flat = np.frombuffer(b"".join(chunks), dtype)
-            return flat.reshape(n, *shape)
+        def stacked(chunks: tuple[Any, ...], dtype: np.dtype[Any], shape: Any) -> Array:
+            return np.frombuffer(b"".join(chunks), dtype).reshape(n, *shape)
 
-        self.obs = stacked(self.obs_b, self.obs_dtype, self.obs_shape)
-        self.next_obs = stacked(self.next_b, self.obs_dtype, self.obs_shape)
+        self.obs = stacked(obs_b, self.obs_dtype, self.obs_shape)
+        self.next_obs = stacked(next_b, self.obs_dtype, self.obs_shape)
         if self.action_is_array:
-            self.action = stacked(self.actions, self.action_dtype, self.action_shape)
+            self.action = stacked(actions, self.action_dtype, self.action_shape)
         else:
-            self.action = np.array(self.actions, self.action_dtype).reshape(n, *self.action_shape)
+            self.action = np.array(actions, self.action_dtype).reshape(n, *self.action_shape)
         f_r = self.reward_part.field
         if self.reward_is_array:
-            self.reward = stacked(self.rewards, f_r.dtype, f_r.shape)
+            self.reward = stacked(rewards, f_r.dtype, f_r.shape)
         else:
-            self.reward = np.array(self.rewards, f_r.dtype).reshape(n, *f_r.shape)
-        ends = np.array(self.ends, bool).reshape(n, 2)
-        self.terminated, self.truncated = ends[:, 0].copy(), ends[:, 1].copy()
-        self.obs_b, self.next_b, self.actions, self.rewards, self.ends = [], [], [], [], []
+            self.reward = np.array(rewards, f_r.dtype).reshape(n, *f_r.shape)
+        self.terminated = np.array(terms, bool)
+        self.truncated = np.array(truncs, bool)
+        self.sides = sides
 
     def row(self, j: int) -> Row:
         """Gathered step ``j`` as the :class:`Row` the one-by-one path would have cached."""
@@ -208,7 +206,7 @@ def write_staged(buffer: ReplayBuffer, st: Staging) -> None:
     n = st.n
     if n == 0:
         return
-    st.gather()
+    st.gather()  # nothing staged from here on: the buffer's size may be asked while writing
     core = buffer._core
     assert core is not None
     ended = st.terminated[:n] | st.truncated[:n]
@@ -217,7 +215,6 @@ def write_staged(buffer: ReplayBuffer, st: Staging) -> None:
     if n > 1:
         same = (_byte_rows(st.obs[1:n]) == _byte_rows(st.next_obs[: n - 1])).all(axis=1)
         cut[1:] = ~ended[:-1] & ~same
-    st.n = 0  # the buffer's size may be asked while writing (nothing staged any more)
     newest = buffer._newest
     if newest is not None and newest.next_obs[0].tobytes() != st.obs[0].tobytes():
         buffer._cut()
@@ -240,4 +237,4 @@ def write_staged(buffer: ReplayBuffer, st: Staging) -> None:
         stored = min(stored + (b - a), core.capacity)
         buffer._core_len = stored
     buffer._newest = None if ended[n - 1] else st.row(n - 1)
-    st.sides = []
+    st.sides = ()

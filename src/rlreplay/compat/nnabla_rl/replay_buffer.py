@@ -210,7 +210,7 @@ class ReplayBuffer:
         Staged experiences are written first: every read of the buffer comes through here.
         """
         st = self._staging
-        if st is not None and st.n:
+        if st is not None and st.steps:
             write_staged(self, st)
         if self._core is None:
             return 0
@@ -314,10 +314,10 @@ class ReplayBuffer:
         if st is not None:
             side = st.push(experience)
             if side is not None:  # staged (checked, copied): ids and side ring advance now
-                assert self._core is not None
-                self._extras[self._next_id % self._core.capacity] = side
+                extras = self._extras  # one slot per core step
+                extras[self._next_id % len(extras)] = side
                 self._next_id += 1
-                if st.n == st.rows:
+                if len(st.steps) == st.rows:
                     write_staged(self, st)
                 return
             write_staged(self, st)  # an unusual experience: the one-by-one path, in order
