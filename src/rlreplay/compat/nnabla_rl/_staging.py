@@ -81,9 +81,14 @@ class Staging:
         The checks are :meth:`Part.fits` and the codec's, written out for the usual kinds
         (this runs once per append).
         """
-        if type(experience) not in _TUPLES or len(experience) < 6:
+        if type(experience) not in _TUPLES:
             return None
-        s, a, r, non_terminal, s_next = experience[:5]
+        if len(experience) == 6:  # the usual experience: one unpacking
+            s, a, r, non_terminal, s_next, info = experience
+        elif len(experience) > 6:
+            s, a, r, non_terminal, s_next, info = experience[:6]
+        else:
+            return None
         dt, shape = self.obs_dtype, self.obs_shape
         if not (
             type(s) is np.ndarray
@@ -119,7 +124,6 @@ class Staging:
             terminal = is_terminal(non_terminal)
         else:
             return None
-        info = experience[5]
         if type(info) is dict:
             truncated = TIMELIMIT_KEY in info and is_timelimit(info)
         else:
