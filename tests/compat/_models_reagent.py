@@ -28,11 +28,10 @@ import numpy as np
 Array = np.ndarray[Any, Any]
 OBS_DIM = 2
 # reagent 0.1 writes a padding row with _add, which leaves the slot's validity alone: a slot
-# set valid with set_index_valid_status stays valid (and counted in size) under a padding row.
-# rlreplay's write_padding marks the slot invalid. The model follows rlreplay on this point
-# while tests/compat/test_state_machines_reagent.py::test_padding_row_keeps_validity is an
-# xfail; when that passes, set this to False.
-PADDING_CLEARS_VALIDITY = True
+# set valid with set_index_valid_status stays valid (and counted in size) under a padding row,
+# and so does rlreplay (tests/compat/test_state_machines_reagent.py::
+# test_padding_row_keeps_validity).
+PADDING_CLEARS_VALIDITY = False
 
 
 def step_values(g: int, reward: float) -> tuple[Array, int, float, float]:

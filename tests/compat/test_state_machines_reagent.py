@@ -249,11 +249,6 @@ class PrioritizedReAgentMachine(ReAgentMachine):
         assert self.buf.sum_tree.max_recorded_priority == m.max_recorded
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="rlreplay.compat.reagent._slots.write_padding marks a padding row's slot invalid; "
-    "reagent 0.1's _add_zero_transition leaves its validity alone",
-)
 @pytest.mark.parametrize("cls", [ReplayBuffer, PrioritizedReplayBuffer])
 def test_padding_row_keeps_validity(cls: Any) -> None:
     """A slot set valid keeps its mark when a padding row is written there (ReAgent's ``_add``)."""

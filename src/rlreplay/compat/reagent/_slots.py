@@ -42,12 +42,17 @@ Array = np.ndarray[Any, Any]
 
 # ---------------------------------------------------------------------- writing
 def write_padding(buf: ReplayBuffer) -> None:
-    """Write one zero padding row: counted in add_count, stored nowhere."""
+    """Write one zero padding row: counted in add_count, stored nowhere.
+
+    The slot's validity is left as it is: reagent 0.1 writes the row with ``_add`` (from
+    ``_add_zero_transition``), which marks nothing, so a slot set valid with
+    ``set_index_valid_status`` stays valid and counted in ``size``. Such a slot holds no
+    transition, so it is never drawn (docs/migrating/reagent.md, difference 3).
+    """
     cur = buf.cursor()
     buf._release(cur)
     buf._slot_id[cur] = -1
     buf._terminal_rows[cur] = 0
-    buf.set_index_valid_status(cur, False)
     buf._add_count += 1
 
 
