@@ -163,12 +163,10 @@ def ids_of(buf: rr.ReplayBuffer) -> np.ndarray:
     return np.concatenate([np.arange(env[e, 3], env[e, 4]) * E + e for e in range(E)])
 
 
-@pytest.mark.parametrize(
-    ("rounds", "chunks"), [(3, False), (3, True), pytest.param(15, True, marks=pytest.mark.slow)]
-)
-def test_sigkill_of_writers_never_shows_a_torn_step_and_envs_reattach(
-    rounds: int, chunks: bool
-) -> None:
+@pytest.mark.parametrize("rounds", [4, pytest.param(15, marks=pytest.mark.slow)])
+def test_sigkill_of_writers_never_shows_a_torn_step_and_envs_reattach(rounds: int) -> None:
+    """Writers killed at random instants, one calling ``add`` and one ``extend`` (they swap
+    every round, so each env's writer dies in both kinds of call)."""
     rng = np.random.default_rng(14)
     E, C = 2, 64
     buf = rr.ReplayBuffer(E * C, FIELDS, num_envs=E, seed=0, storage="shared")
@@ -176,7 +174,9 @@ def test_sigkill_of_writers_never_shows_a_torn_step_and_envs_reattach(
     counters = [CTX.Value("q", 0, lock=False) for _ in range(E)]  # SIGKILL: no lock
     for _round in range(rounds):
         procs = [
-            CTX.Process(target=write_forever, args=(handles[e], e, counters[e], chunks))
+            CTX.Process(
+                target=write_forever, args=(handles[e], e, counters[e], (e + _round) % 2 == 1)
+            )
             for e in range(E)
         ]
         before = [c.value for c in counters]
