@@ -209,6 +209,14 @@ def ray_sampling(svc_uni: Any, svc_per: Any, secs: float) -> dict[str, float]:
         svc_per.update_priorities, secs / 2,
     )  # fmt: skip
     res.update({f"{k}_no_prefetch": v for k, v in plain.items()})
+    # The floor of any waited call: one bare round trip to every shard (no arguments).
+    import ray
+
+    trips, t0 = 0, time.perf_counter()
+    while time.perf_counter() - t0 < secs / 2:
+        ray.get([shard.sizes.remote() for shard in svc_per._shards])
+        trips += 1
+    res["round_trips"] = trips / (time.perf_counter() - t0)
     for it in its.values():
         it.close()
     return res
@@ -408,6 +416,8 @@ def main() -> None:
                 "update_calls"))  # fmt: skip
         log(row("ray", S, "update_priorities calls (256 ids, waited)",
                 s["update_calls_no_prefetch"], "update_calls"))  # fmt: skip
+        log(row("ray", S, "bare round trips to every shard (no arguments)", s["round_trips"],
+                "-"))  # fmt: skip
         log(row("ray", S, "sampled, uniform B=256 (sample, no prefetch)",
                 s["uniform_no_prefetch"], "-"))  # fmt: skip
         log(row("ray", S, "sampled, PER B=256 + waited update (no prefetch)",
