@@ -104,22 +104,11 @@ class ReAgentModel:
         return o, a, r, term, x
 
     def loaded(self) -> None:
-        """A checkpoint was loaded: which padding rows become indistinguishable from steps.
+        """A checkpoint was loaded: the buffer holds exactly what it held.
 
-        A checkpoint holds rows, not which of them are padding. When the ring has wrapped, the
-        rows before its oldest terminal are read back as steps of one cut episode, so a padding
-        row among them (zeros, never valid unless set so) is held as a zero step afterwards
-        (``test_loaded_padding_row_is_not_a_transition``, an xfail: difference 3 says such a
-        slot raises ``ValueError``). The machine neither requires nor compares those rows.
+        Its ``_is_padding`` file names the padding rows, so none comes back as a zero step
+        (``test_loaded_padding_row_is_not_a_transition``); ``ambiguous`` stays all False.
         """
-        if self.add_count <= self.cap:
-            return
-        for j in range(self.cap):
-            r = (self.cursor() + j) % self.cap
-            if self.terminal[r]:
-                return
-            if not self.real(r):
-                self.ambiguous[r] = True
 
     def invalid_range(self) -> Array:
         if self.add_count == 0:

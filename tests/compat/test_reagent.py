@@ -493,7 +493,9 @@ def test_create_from_env() -> None:
 # ---------------------------------------------------------------------- checkpoints
 def ckpt_names(buf: Any, it: int) -> set[str]:
     names = {f"$store$_{e.name}_ckpt.{it}.gz" for e in buf.get_storage_signature()}
-    names |= {f"{n}_ckpt.{it}.gz" for n in ("add_count", "invalid_range", "_is_valid")}
+    names |= {
+        f"{n}_ckpt.{it}.gz" for n in ("add_count", "invalid_range", "_is_valid", "_is_padding")
+    }
     return names
 
 

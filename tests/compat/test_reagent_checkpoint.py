@@ -306,9 +306,10 @@ def test_saved_checkpoint_is_what_reagent_reads_back(tmp_path: Any, reagent_modu
     drive_both(ref, buf, [6, 5, 9])
     buf.save(tmp_path, 4)
     # Dopamine's load: one file per public attribute, `$store$` arrays without pickle, the rest
-    # (here the sum tree) with pickle.load. The extra `_is_valid` file is ignored by ReAgent.
+    # (here the sum tree) with pickle.load. The extra `_is_valid` and `_is_padding` files are
+    # ignored by ReAgent.
     want = {"$store$_" + n for n in ("observation", "action", "reward", "terminal", "log_prob")}
-    want |= {"add_count", "invalid_range", "sum_tree", "_is_valid"}
+    want |= {"add_count", "invalid_range", "sum_tree", "_is_valid", "_is_padding"}
     assert {f.split("_ckpt.")[0] for f in os.listdir(tmp_path)} == want
     arrays = {}
     for name in want - {"sum_tree"}:

@@ -264,12 +264,6 @@ def test_padding_row_keeps_validity(cls: Any) -> None:
     assert buf.size == 2  # rlreplay: slot 2 invalid too, size 1
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="_checkpoint.replay_rows reads the rows of a wrapped ring before its first terminal "
-    "as steps, so a padding row still there comes back as a zero step after load "
-    "(docs/migrating/reagent.md, difference 3: a slot holding no transition raises ValueError)",
-)
 def test_loaded_padding_row_is_not_a_transition(tmp_path: Any) -> None:
     """A padding row of a wrapped ring is still no transition after save and load."""
     kw: dict[str, Any] = dict(
@@ -284,7 +278,7 @@ def test_loaded_padding_row_is_not_a_transition(tmp_path: Any) -> None:
     buf.save(tmp_path, 0)
     loaded = ReplayBuffer(**kw, seed=0)
     loaded.load(tmp_path, 0)
-    with pytest.raises(ValueError):  # rlreplay: a zero transition
+    with pytest.raises(ValueError):
         loaded.sample_transition_batch(indices=[1])
 
 

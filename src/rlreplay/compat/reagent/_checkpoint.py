@@ -2,10 +2,10 @@
 
 A checkpoint of iteration ``N`` is one gzipped ``.npy`` file per attribute,
 ``<name>_ckpt.N.gz``: ``$store$_<element>`` per storage element (one row per slot),
-``add_count``, ``invalid_range`` and ``_is_valid`` (and the prioritized buffer's ``sum_tree``,
-pickled as ReAgent pickles it: :mod:`._pickled`). Every other file is a plain array, written
-and read without pickle. Loading replays the rows into a fresh core in ring order
-(:func:`replay_rows`). Public attributes a user attached to the buffer are saved and
+``add_count``, ``invalid_range``, ``_is_valid`` and ``_is_padding`` (and the prioritized
+buffer's ``sum_tree``, pickled as ReAgent pickles it: :mod:`._pickled`). Every other file is a
+plain array, written and read without pickle. Loading replays the rows into a fresh core in
+ring order (:func:`replay_rows`). Public attributes a user attached to the buffer are saved and
 restored as ReAgent does (:func:`attribute_files`, :func:`read_attributes`).
 """
 
@@ -33,13 +33,16 @@ if TYPE_CHECKING:
 
 __all__ = [
     "CHECKPOINT_DURATION",
+    "PADDING_FILE",
     "STORE_FILENAME_PREFIX",
     "attribute_files",
     "check_rows",
     "filename",
     "initialize_from_files",
+    "leading_padding",
     "load_files",
     "read_array",
+    "padding_slots",
     "read_attributes",
     "stored_elements",
     "replay_rows",
@@ -53,6 +56,8 @@ Array = np.ndarray[Any, Any]
 STORE_FILENAME_PREFIX = "$store$_"
 #: A checkpoint file is deleted when one this many iterations newer is written.
 CHECKPOINT_DURATION = 4
+#: The front-end's file of padding slots (ReAgent writes none: see :func:`leading_padding`).
+PADDING_FILE = "_is_padding"
 
 
 def filename(checkpoint_dir: str | os.PathLike[str], name: str, suffix: Any) -> str:
@@ -161,6 +166,9 @@ def load_files(
         data.update(buf._read_file(name, path))
     valid_path = filename(checkpoint_dir, "_is_valid", suffix)
     valid = read_array(valid_path) if os.path.exists(valid_path) else None
+    padding_path = filename(checkpoint_dir, PADDING_FILE, suffix)
+    if os.path.exists(padding_path):
+        data[PADDING_FILE] = _check_mask(PADDING_FILE, read_array(padding_path), buf)
     rows, add_count = buf._check_loaded(data, valid)
     buf._reset()
     buf._replay_rows(rows, add_count, data)
@@ -175,7 +183,23 @@ def store_arrays(buf: ReplayBuffer) -> dict[str, Array | bytes]:
     arrays["add_count"] = np.array(buf._add_count, np.int64)
     arrays["invalid_range"] = buf.invalid_range
     arrays["_is_valid"] = buf._is_valid.copy()
+    arrays[PADDING_FILE] = padding_slots(buf)
     return arrays
+
+
+def padding_slots(buf: ReplayBuffer) -> Array:
+    """The slots holding a padding row: written (``add_count`` reached them), holding no step."""
+    cap = buf._replay_capacity
+    written = np.arange(cap) < buf._add_count
+    out: Array = written & (buf._slot_id < 0)
+    return out
+
+
+def _check_mask(name: str, mask: Array, buf: ReplayBuffer) -> Array:
+    cap = buf._replay_capacity
+    if mask.shape != (cap,) or mask.dtype != np.bool_:
+        raise CheckpointError(f"{name}: expected ({cap},) bool, got {mask.dtype}{mask.shape}")
+    return mask
 
 
 def check_rows(
@@ -211,17 +235,23 @@ def check_rows(
 def replay_rows(
     buf: ReplayBuffer, rows: dict[str, Array], add_count: int, data: dict[str, Array]
 ) -> None:
-    """Rebuild the core and the slot bookkeeping from per-slot rows, oldest first."""
+    """Rebuild the core and the slot bookkeeping from per-slot rows, oldest first.
+
+    Which rows are padding: the ``stack_size - 1`` rows after each terminal (before a later
+    row) and at the very start, as ``add`` writes them; in a wrapped ring also the first rows
+    of the oldest, cut episode (:func:`leading_padding`).
+
+    Raises:
+        rlreplay.CheckpointError: The checkpoint's ``_is_padding`` mask is not one that
+            ``add`` can write for these rows.
+    """
     cap, k = buf._replay_capacity, buf._stack_size
     if add_count <= cap:
         order = np.arange(add_count)
         pad = k - 1  # the first add of all wrote padding rows
     else:
-        # Wrapped: the oldest rows start at the cursor. Rows before its first terminal are
-        # taken as steps of one (cut) episode; its padding rows, if still there, are zero
-        # and among the oldest stack_size - 1 slots, which are never valid.
-        order = (np.arange(cap) + add_count) % cap
-        pad = 0
+        order = (np.arange(cap) + add_count) % cap  # wrapped: the oldest row is at the cursor
+        pad = leading_padding(buf, rows, data, order)
     buf._add_count = add_count - order.size
     signature = buf.get_add_args_signature()
     for slot in order.tolist():
@@ -233,6 +263,48 @@ def replay_rows(
         write_step(buf, buf._convert_step(values), values)
         if values[3]:
             pad = k - 1
+    saved = data.get(PADDING_FILE)
+    if saved is not None and not np.array_equal(saved, padding_slots(buf)):
+        raise CheckpointError(
+            f"{PADDING_FILE}: expected the padding slots add writes for these rows, "
+            f"{np.flatnonzero(padding_slots(buf)).tolist()}; the checkpoint has "
+            f"{np.flatnonzero(saved).tolist()}"
+        )
+
+
+def leading_padding(
+    buf: ReplayBuffer, rows: dict[str, Array], data: dict[str, Array], order: Array
+) -> int:
+    """How many of a wrapped ring's oldest rows are padding rows.
+
+    The rows before the ring's first terminal are one episode cut by the wrap: the last
+    ``j <= stack_size - 1`` of its padding rows, then its steps. Every row after them is
+    told apart by the terminals; these ``j`` are not: a padding row is all zeros, and so may
+    be a step. The front-end's checkpoints name them (the ``_is_padding`` file). For a
+    checkpoint without it (ReAgent's), the oldest rows whose every added value is zero
+    (priority included), at most ``stack_size - 1`` of them, are taken as padding: exact
+    unless a step whose values are all zero comes first after the cut.
+    """
+    k = buf._stack_size
+    saved = data.get(PADDING_FILE)
+    j = 0
+    if saved is not None:
+        while j < order.size and saved[order[j]]:
+            j += 1
+        if j > k - 1:
+            raise CheckpointError(
+                f"{PADDING_FILE}: expected at most stack_size - 1 = {k - 1} padding rows "
+                f"before the oldest step, the checkpoint has {j}"
+            )
+        return j
+    signature = buf.get_add_args_signature()
+    while j < min(k - 1, order.size):
+        slot = int(order[j])
+        values = (buf._loaded_value(rows, data, e.name, slot) for e in signature)
+        if any(np.any(np.asarray(v) != 0) for v in values):
+            break
+        j += 1
+    return j
 
 
 def attribute_files(buf: ReplayBuffer) -> dict[str, Array | bytes]:

@@ -55,7 +55,8 @@ class CheckpointFiles:
 
         Files, for iteration ``N``: ``$store$_<element>_ckpt.N.gz`` per storage element (one
         row per slot, padding rows zero), ``add_count_ckpt.N.gz``, ``invalid_range_ckpt.N.gz``
-        and ``_is_valid_ckpt.N.gz`` (the validity mask, which ReAgent does not save). Arrays
+        ``_is_valid_ckpt.N.gz`` (the validity mask, which ReAgent does not save) and
+        ``_is_padding_ckpt.N.gz`` (the slots holding padding rows, ditto). Arrays
         only, written with ``allow_pickle=False``; each file is written to a temporary name
         and renamed. Public attributes a user attached (``buffer.x = ...``) are saved as
         ReAgent saves them, ``x_ckpt.N.gz``: an array without pickle, anything else pickled.
@@ -76,6 +77,9 @@ class CheckpointFiles:
 
         The rows are replayed into a fresh core in ring order: the rows after a terminal (and
         at the very start) are padding, and validity is marked as :meth:`add` marks it. The
+        oldest rows of a wrapped ring are padding as the ``_is_padding`` file says (without
+        it, as ReAgent's checkpoints are: the leading all-zero rows, at most
+        ``stack_size - 1``). The
         optional ``_is_valid`` file then restores validity exactly (a ReAgent checkpoint has
         none). Sampling restarts from the buffer's seed. A buffer that infers its elements
         and has had no add yet takes them from the checkpoint's ``$store$_<name>`` files.
