@@ -116,8 +116,7 @@ class _PrioritizedReplayBuffer(ReplayBuffer):
             raise ValueError(f"num_samples: {num_samples} is greater than the size of buffer: {n}")
         if n - num_steps < 0:
             raise RuntimeError(f"Insufficient buffer length. buffer: {n} < steps: {num_steps}")
-        self._check_updated()
-        return n
+        return n  # a pending sample is refused by sample_indices, after the draws (as there)
 
     def sample_indices(self, indices: Indices, num_steps: int = 1) -> tuple[Any, dict[str, Any]]:
         """Sample experiences for given indices, with their importance weights.

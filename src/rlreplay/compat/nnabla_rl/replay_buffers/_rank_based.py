@@ -178,6 +178,11 @@ class RankBasedPrioritizedReplayBuffer(_PrioritizedReplayBuffer):
 
     def _get_weights(self, slots: Array) -> Array:
         heap_indices = self._max_heap.heap_indices(slots).tolist()
+        if min(heap_indices, default=0) < 0:  # a slot never filled: nnabla-rl's map holds None
+            raise TypeError(
+                "sample_indices: a position holds no experience yet (nnabla-rl computes "
+                "None + 1 for its rank: unsupported operand type(s) for +: 'NoneType' and 'int')"
+            )
         alpha = self._alpha
         priorities = np.asarray([(1 / (h + 1)) ** alpha for h in heap_indices])[:, np.newaxis]
         min_priority = (1 / len(self._max_heap)) ** alpha
@@ -187,24 +192,29 @@ class RankBasedPrioritizedReplayBuffer(_PrioritizedReplayBuffer):
     def update_priorities(self, errors: Any) -> None:
         """Set the heap priorities of the last sampled experiences to ``|clip(error)|``.
 
-        Paired with the sampled experiences in order (``zip``; an experience overwritten
-        since the sample is skipped), one error per row: shape ``(k,)`` or ``(k, 1)``.
+        Paired with the sampled experiences in order, as nnabla-rl's ``zip`` pairs them:
+        extra errors or extra experiences are left out (so no errors, e.g. shape ``(0,)`` or
+        ``(0, 1)``, update nothing) and the pending sample ends; an experience overwritten
+        since the sample is skipped. One error per row: shape ``(k,)`` or ``(k, 1)``.
 
         Raises:
             TypeError: Nothing was sampled since the last update, or ``errors`` is a scalar.
-            ValueError: A row holds several numbers.
+            ValueError: A paired row holds several numbers, or none (nnabla-rl stores such an
+                array as a priority and fails at its first comparison: with one experience,
+                at the next append). The pending sample is kept, as there.
         """
+        e = self._preprocess_errors(errors)  # first, as nnabla-rl (its errors come first)
         slots = self._pending()
-        e = self._preprocess_errors(errors)
         if e.ndim == 0:
             raise TypeError("iteration over a 0-d array")
         k = min(slots.shape[0], e.shape[0])
-        rows = e[:k].reshape(k, -1).astype(np.float64)
+        rows = e[:k].reshape(k, -1 if k else 1).astype(np.float64)
         if rows.shape[1] != 1:
             raise ValueError(
                 f"update_priorities: expected one error per sampled experience, got rows of "
                 f"shape {e.shape[1:]} (the truth value of an array with more than one element "
                 "is ambiguous)"
             )
-        self._max_heap.update_many(slots[:k], rows[:, 0])
+        if k:
+            self._max_heap.update_many(slots[:k], rows[:, 0])
         self._last_sampled = None

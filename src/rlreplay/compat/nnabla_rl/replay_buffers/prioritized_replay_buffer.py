@@ -281,8 +281,8 @@ class ProportionalPrioritizedReplayBuffer(_PrioritizedReplayBuffer):
         Raises:
             TypeError: Nothing was sampled since the last update.
         """
-        slots = self._pending()
         masses = ((self._preprocess_errors(errors) + self._epsilon) ** self._alpha).flatten()
+        slots = self._pending()  # after the masses, as nnabla-rl (its errors come first)
         k = min(slots.shape[0], masses.shape[0])
         slots, values = slots[:k], masses[:k]
         live = slots >= 0
