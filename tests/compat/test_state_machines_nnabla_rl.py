@@ -365,27 +365,15 @@ class TrajectoryMachine(RuleBasedStateMachine):
             assert len(self.buf) == len(self.m)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="rank-based update_priorities reshapes the errors to (k, -1), which raises "
-    "ValueError for 0 errors; nnabla-rl 0.16.0 zips them with the sampled indices (no update) "
-    "and clears the pending sample",
-)
 def test_rank_based_update_with_no_errors() -> None:
     """An update with no errors updates nothing and ends the pending sample, as nnabla-rl's."""
     buf = PrioritizedReplayBuffer(4, variant="rank_based", seed=0)
     buf.append(experience(1))
     buf.sample(1)
-    buf.update_priorities(np.zeros((0, 1)))  # rlreplay: ValueError (cannot reshape)
+    buf.update_priorities(np.zeros((0, 1)))  # zip: nothing to update
     buf.sample(1)  # nnabla-rl: the update ended the pending sample
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="TrajectoryReplayBuffer._positions raises KeyError/IndexError when no trajectory is "
-    "stored; nnabla-rl 0.16.0's _get_experience finds no cumulative count above the index "
-    "(its list starts as [0]) and raises ValueError, as past the end of a filled buffer",
-)
 @pytest.mark.parametrize("bound", [None, 3])
 def test_empty_trajectory_buffer_position(bound: int | None) -> None:
     """``buffer[0]`` of an empty trajectory buffer is past the end: ``ValueError``."""

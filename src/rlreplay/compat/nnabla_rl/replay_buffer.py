@@ -489,10 +489,12 @@ class ReplayBuffer:
         """Experiences at kept ids, as stored (not decorated), in order."""
         if self._objects is not None:
             return self._objects.get((ids - self._first_id()).tolist())
+        if not ids.size:
+            return []  # e.g. an empty trajectory, possibly before any store exists
         codec = self._codec
         assert codec is not None
         if self._newest is None or not (ids == self._next_id - 1).any():
-            return self._decode_batch(self._transitions(ids)) if ids.size else []
+            return self._decode_batch(self._transitions(ids))
         cached = ids == self._next_id - 1
         out: list[Experience] = [None] * ids.shape[0]
         stored = np.flatnonzero(~cached)

@@ -237,9 +237,12 @@ class TrajectoryReplayBuffer(ReplayBuffer):
     def _positions(self, pos: Array) -> Array:
         """Experience positions as nnabla-rl's ``_get_experience`` resolves them.
 
-        nnabla-rl walks the trajectories' cumulative lengths: a position past the end raises
-        ``ValueError``; a negative one falls in the first trajectory and indexes it from its
-        end (``trajectory[index]``: ``IndexError`` below ``-len(first trajectory)``).
+        nnabla-rl walks the trajectories' cumulative lengths (``[0]`` before the first
+        trajectory): a position past the end raises ``ValueError``, also when no trajectory is
+        stored; a negative one falls in the first trajectory and indexes it from its end
+        (``trajectory[index]``: ``IndexError`` below ``-len(first trajectory)``), or, with no
+        trajectory stored, reads trajectory 0 (``KeyError`` of the ring, ``IndexError`` of the
+        deque).
         """
         n = len(self)
         first = self._lengths[0] if self._lengths else 0
@@ -248,9 +251,9 @@ class TrajectoryReplayBuffer(ReplayBuffer):
         if bad.any():
             j = int(np.flatnonzero(bad)[0])  # nnabla-rl stops at the first bad one, in order
             p = int(pos[j])
-            if not self._lengths:
+            if not self._lengths and p < 0:
                 error: type[Exception] = PositionKeyError if self._bounded() else PositionError
-                raise error(f"index {p} is out of range: the buffer holds no trajectory")
+                raise error(f"trajectory index 0 is out of range for 0 trajectories (index {p})")
             if p >= 0:
                 raise ExperienceRangeError(
                     f"index {p} is out of range (the buffer holds {n} experiences)"
