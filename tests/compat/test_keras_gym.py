@@ -787,3 +787,29 @@ def test_num_frames_zero_and_negative_as_keras_gym() -> None:
     negative = ExperienceReplayBuffer(discrete(num_frames=-1), 10)
     with pytest.raises(NumpyArrayCheckError):
         negative.add(np.zeros((2, 1)), 0, 1.0, False, 0)
+
+
+def test_num_frames_none_builds_and_adds_but_never_samples() -> None:
+    """Seed 002 (keras-gym 0.2.17): ``self.num_frames = get_env_attr(env, 'num_frames', 1)``
+    keeps ``None``; ``add`` runs ``check_numpy_array(s, axis_size=None, axis=-1)``, which
+    checks only that ``s`` is an array, then takes the last frame of a 3-d/4-d ``s``; every
+    ``sample()`` past the size check fails at ``np.arange(self.num_frames - 1, -1, -1)``
+    with ``TypeError``."""
+    env = FakeEnv(gymnasium.spaces.Discrete(3))
+    env.num_frames = None  # type: ignore[assignment]
+    buf = ExperienceReplayBuffer(env, 10, batch_size=2)
+    assert buf.num_frames is None
+    with pytest.raises(InsufficientCacheError):
+        buf.sample()
+    with pytest.raises(NumpyArrayCheckError):  # not a NumPy array
+        buf.add([1.0, 2.0], 0, 1.0, False, 0)
+    for t in range(4):
+        buf.add(np.full((2, 2, 5), float(t)), t % 3, 1.0, t == 3, 0)  # any last-axis size
+    assert len(buf) == 3
+    with pytest.raises(TypeError, match="num_frames"):
+        buf.sample()
+    with pytest.raises(rr.ConfigError):
+        buf.sample()
+    buf.batch_size = 0  # keras-gym: no draw, then np.stack of an empty list
+    with pytest.raises(ValueError, match="need at least one array"):
+        buf.sample()

@@ -9,12 +9,13 @@ no valid sample can be built) the front-end raises a class that is that built-in
 
 from __future__ import annotations
 
-from rlreplay.errors import EmptyBufferError, ReplayError, ShapeError
+from rlreplay.errors import ConfigError, EmptyBufferError, ReplayError, ShapeError
 
 __all__ = [
     "ActionAssertionError",
     "ActionSpaceError",
     "ActionValueError",
+    "FrameCountError",
     "InsufficientCacheError",
     "KerasGymError",
     "NumpyArrayCheckError",
@@ -48,6 +49,14 @@ class SampleConstructionError(ReplayError, RuntimeError):
 
     keras-gym raises a plain ``RuntimeError("couldn't construct valid sample")`` there; this
     class is a ``RuntimeError`` so ``except RuntimeError`` keeps working.
+    """
+
+
+class FrameCountError(ConfigError, TypeError):
+    """``sample()`` of a buffer whose env has ``num_frames=None``.
+
+    keras-gym builds such a buffer and adds to it, and every ``sample()`` fails with the
+    ``TypeError`` of ``np.arange(None - 1, -1, -1)``; this class is that ``TypeError``.
     """
 
 

@@ -42,6 +42,7 @@ import numpy as np
 
 from rlreplay.buffer import ReplayBuffer
 from rlreplay.compat.keras_gym.base.errors import (
+    FrameCountError,
     InsufficientCacheError,
     NumpyArrayCheckError,
     SampleConstructionError,
@@ -121,7 +122,10 @@ class ExperienceReplayBuffer(RandomStateMixin, ActionSpaceMixin):
         self.env = env
         self.capacity = int(capacity)
         self.batch_size = int(batch_size)
-        self.num_frames = int(get_env_attr(env, "num_frames", 1))
+        frames = get_env_attr(env, "num_frames", 1)
+        # keras-gym keeps an env's num_frames=None as it is: add works, every sample() fails.
+        self.num_frames: int | None = None if frames is None else int(frames)
+        self._frames = 1 if self.num_frames is None else self.num_frames  # the core's stack
         self.bootstrap_n = int(bootstrap_n if n is None else n)
         self.gamma = float(gamma)
         self.random_seed = random_seed
@@ -270,7 +274,7 @@ class ExperienceReplayBuffer(RandomStateMixin, ActionSpaceMixin):
             raise IndexError("index 0 is out of bounds for axis 0 with size 0")
         # The core needs an n-step window of at least one step and room for it; with
         # bootstrap_n=0 the windows are empty and sample() reads no successor (S_next = S).
-        n_core, k = max(self.bootstrap_n, 1), max(self.num_frames, 1)
+        n_core, k = max(self.bootstrap_n, 1), max(self._frames, 1)
         fields = {
             "obs": Field(self._s_shape, self._s_dtype, observation=True),
             "action": Field(self._a_shape, self._a_dtype),
@@ -300,7 +304,8 @@ class ExperienceReplayBuffer(RandomStateMixin, ActionSpaceMixin):
                 f"expected input to be a numpy array, got type: {type(s)} (with num_frames="
                 f"{self.num_frames} a state is a frame stack)"
             )
-        if s.shape[-1] != self.num_frames:  # a 0-d array: IndexError, as in keras-gym
+        # num_frames=None: check_numpy_array(s, axis_size=None) checks no axis size
+        if self.num_frames is not None and s.shape[-1] != self.num_frames:  # 0-d: IndexError
             raise NumpyArrayCheckError(
                 f"expected input with size(s) {self.num_frames} along axis -1, got shape: "
                 f"{s.shape} (the frames are stacked on the last axis)"
@@ -343,12 +348,18 @@ class ExperienceReplayBuffer(RandomStateMixin, ActionSpaceMixin):
         B = self.batch_size
         if B < 1:  # keras-gym's np.stack of an empty list
             raise ValueError("need at least one array to stack")
+        if self.num_frames is None:  # keras-gym: np.arange(self.num_frames - 1, -1, -1)
+            raise FrameCountError(
+                "num_frames: expected the env's int frame count to sample stacks, got None "
+                "(keras-gym: unsupported operand type(s) for -: 'NoneType' and 'int'); "
+                "set env.num_frames"
+            )
         core = self._core
         ids, steps, done = self._draw(core, B)
         self._last_ids = ids
         Rn = self._returns(core, ids, steps)
         In = np.where(done, 0.0, np.power([self.gamma], self.bootstrap_n))
-        if self.num_frames < 1:
+        if self._frames < 1:
             # keras-gym: js = j - np.arange(num_frames - 1, -1, -1) is empty, so every state
             # is an empty stack and A = self._a[js[~0:]] has no rows.
             S = np.zeros((B, *self._s_shape, 0), self._s_dtype)
@@ -377,7 +388,7 @@ class ExperienceReplayBuffer(RandomStateMixin, ActionSpaceMixin):
 
     def _stacks(self, core: ReplayBuffer, ids: Array) -> Array:
         """Frame stacks of ``ids`` (core layout), padded with the episode's first frame."""
-        k = self.num_frames
+        k = self._frames
         pos = ids[:, None] - np.arange(k - 1, -1, -1)
         pos = np.maximum(pos, core.episode_begin(ids)[:, None])
         frames = core.get_field("obs", pos.reshape(-1))
@@ -402,7 +413,7 @@ class ExperienceReplayBuffer(RandomStateMixin, ActionSpaceMixin):
         unless the window hits a ``done``, ``_e[ks] > ep`` reject it) and the front-end's
         fixes (a window not stored yet, or one running past a cut, is rejected).
         """
-        M, n, k = self._slots(), self.bootstrap_n, max(self.num_frames, 1)
+        M, n, k = self._slots(), self.bootstrap_n, max(self._frames, 1)
         adds, last = self._adds, self._last_id
         kept: list[tuple[Array, Array, Array]] = []
         got = drawn = 0
@@ -454,7 +465,7 @@ class ExperienceReplayBuffer(RandomStateMixin, ActionSpaceMixin):
         (keras-gym's padding); a step not added yet reads zeros (keras-gym reads a slot not
         written yet, or stale data).
         """
-        k, last = self.num_frames, self._last_id
+        k, last = self._frames, self._last_id
         target = ids + self.bootstrap_n
         pos = target[:, None] - np.arange(k - 1, -1, -1)
         pos = np.maximum(pos, core.episode_begin(ids)[:, None])
