@@ -40,7 +40,8 @@ copied at ``append``) and writes them in one core ``extend`` before anything rea
 
 Capacity. ``capacity=None`` is unbounded: the core starts with room for
 ``_INITIAL_CAPACITY`` steps and, when full, is rebuilt with twice the room and every stored
-step re-added (amortised O(1) per append; nothing is ever dropped). A bounded buffer keeps the
+step re-added (:mod:`~rlreplay.compat.nnabla_rl._growth`; amortised O(1) per append;
+nothing is ever dropped). A bounded buffer keeps the
 newest ``capacity`` experiences, as nnabla-rl's ring does.
 
 Random numbers. As in nnabla-rl, buffers draw from the global generator
@@ -72,6 +73,7 @@ from rlreplay.compat.nnabla_rl._checks import (
     distinct_draw,
 )
 from rlreplay.compat.nnabla_rl._codec import TIMELIMIT_KEY, Codec, Row, Unfit, same
+from rlreplay.compat.nnabla_rl._growth import grow_core
 from rlreplay.compat.nnabla_rl._staging import Staging, staging_for, write_staged
 from rlreplay.compat.nnabla_rl._store import ObjectStore
 from rlreplay.errors import ShapeError
@@ -365,7 +367,7 @@ class ReplayBuffer:
         """Add one step to the core (``end``: None, ``"terminated"`` or ``"truncated"``)."""
         assert self._codec is not None and self._core is not None
         if self._capacity is None and self._core_size() == self._core.capacity:
-            self._grow()
+            grow_core(self)  # unbounded: twice the room (_growth)
         core = self._core
         stored = self._core_size()
         values = self._codec.step_values(row)
@@ -385,24 +387,6 @@ class ReplayBuffer:
 
     def _on_cut(self) -> None:
         """Hook after :meth:`_cut` ended the running episode."""
-
-    def _grow(self) -> None:
-        """Rebuild the core with twice the room and re-add every stored step, in order."""
-        old = self._core
-        assert old is not None and self._codec is not None
-        new = self._new_core(2 * old.capacity)
-        n = len(old)
-        first = self._next_id - n
-        if n:
-            data = old.gather_all()  # (1, n, ...) raw steps, finals as next_<obs> at ends
-            names = list(old.schema.fields) + ["next_" + o for o in self._codec.obs_names]
-            new.extend(**{name: data[name][0] for name in names})
-        extras: list[tuple[Any, ...] | None] = [None] * new.capacity
-        for j in range(n):
-            extras[j] = self._extras[(first + j) % old.capacity]
-        old.close()
-        self._core, self._extras, self._next_id = new, extras, n
-        self._core_changed()
 
     # ------------------------------------------------------------------ the object store
     def _object_capacity(self) -> int | None:
