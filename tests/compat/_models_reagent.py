@@ -27,11 +27,6 @@ import numpy as np
 
 Array = np.ndarray[Any, Any]
 OBS_DIM = 2
-# reagent 0.1 writes a padding row with _add, which leaves the slot's validity alone: a slot
-# set valid with set_index_valid_status stays valid (and counted in size) under a padding row,
-# and so does rlreplay (tests/compat/test_state_machines_reagent.py::
-# test_padding_row_keeps_validity).
-PADDING_CLEARS_VALIDITY = False
 
 
 def step_values(g: int, reward: float) -> tuple[Array, int, float, float]:
@@ -54,8 +49,6 @@ class ReAgentModel:
         self.step_of = np.full(cap, -1, np.int64)  # global step number held, -1: no step
         self.t_of = np.full(cap, -1, np.int64)  # the step's position in its episode
         self.valid = np.zeros(cap, bool)
-        # Rows a load cannot tell from steps (see loaded()): zero rows the buffer may hold as steps.
-        self.ambiguous = np.zeros(cap, bool)
         self.leaves = np.zeros(1 << (cap - 1).bit_length(), np.float64)
         self.max_recorded = 1.0
         self.add_count = 0
@@ -69,11 +62,8 @@ class ReAgentModel:
     def _write(self, o: Any, a: int, r: float, term: bool, x: float, g: int, p: float) -> None:
         """One row at the cursor: step ``g`` (``-1``: a padding row) with leaf priority ``p``."""
         c = self.cursor()
-        if g < 0 and PADDING_CLEARS_VALIDITY:
-            self.valid[c] = False
         self.obs[c], self.action[c], self.reward[c] = o, a, r
         self.terminal[c], self.extra[c] = term, x
-        self.ambiguous[c] = False
         self.step_of[c], self.t_of[c] = g, (self.in_episode if g >= 0 else -1)
         if self.prioritized:
             self.leaves[c] = p
@@ -102,13 +92,6 @@ class ReAgentModel:
             for i in range(min(self.n, self.in_episode)):
                 self.valid[(cur - i) % self.cap] = True
         return o, a, r, term, x
-
-    def loaded(self) -> None:
-        """A checkpoint was loaded: the buffer holds exactly what it held.
-
-        Its ``_is_padding`` file names the padding rows, so none comes back as a zero step
-        (``test_loaded_padding_row_is_not_a_transition``); ``ambiguous`` stays all False.
-        """
 
     def invalid_range(self) -> Array:
         if self.add_count == 0:

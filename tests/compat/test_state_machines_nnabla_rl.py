@@ -201,7 +201,9 @@ class PrioritizedMachine(ReplayMachine):
                 self.buf.sample(k, steps)
             return
         if self.pending():
-            with pytest.raises(RuntimeError, match="without updating priority"):
+            # nnabla-rl draws before sample_indices finds the update missing; a proportional
+            # draw that can never fit num_steps raises first (prioritized difference 2).
+            with pytest.raises(RuntimeError, match=r"without updating priority|nnabla-rl would"):
                 self.buf.sample(k, steps)
             return
         try:
@@ -242,11 +244,11 @@ class PrioritizedMachine(ReplayMachine):
             return
         assert self.m.last is not None
         count = len(self.m.last) + data.draw(st.integers(-1, 1))  # zip drops the surplus
-        if self.m.kind == "rank":
-            count = max(count, 1)  # no rows: see test_rank_based_update_with_no_errors
-        errors = np.array(
-            [data.draw(st.sampled_from([0.0, 0.1, 0.5, -0.7, 2.0, -3.0])) for _ in range(count)]
-        )
+        # No error 0 for the proportional buffer: its mass epsilon = 1e-8 on the only
+        # experience old enough for num_steps makes nnabla-rl's draw loop (and this one, which
+        # raises only when the draw is impossible) spin ~10^8 times: a hang in practice.
+        values = [0.1, 0.5, -0.7, 2.0, -3.0] + ([0.0] if self.m.kind == "rank" else [])
+        errors = np.array([data.draw(st.sampled_from(values)) for _ in range(count)])
         if self.m.kind == "rank":
             errors = errors[:, np.newaxis]  # rank-based iterates rows
         self.buf.update_priorities(errors)

@@ -124,11 +124,7 @@ class ReAgentMachine(RuleBasedStateMachine):
         m = self.m
         real = self.valid_real()
         drawable = [s for s in real if not self.prioritized or m.leaves[s] > 0]
-        # After a load, a zero row the buffer holds as a step may be drawn too (not compared).
-        loaded_zeros = [s for s in range(m.cap) if m.valid[s] and m.ambiguous[s]]
-        if self.prioritized:
-            loaded_zeros = [s for s in loaded_zeros if m.leaves[s] > 0]
-        if not drawable and not loaded_zeros:
+        if not drawable:
             # Unseeded prioritized draws are 0.1's: an all-zero sum tree raises its own error
             # (an Exception in 0.1; rr.EmptyBufferError here) before any redraw.
             expected = RuntimeError if self.seeded else (RuntimeError, rr.EmptyBufferError)
@@ -145,7 +141,7 @@ class ReAgentMachine(RuleBasedStateMachine):
         slots = batch.indices.reshape(-1).tolist()
         assert len(slots) == b
         for row, s in enumerate(slots):
-            assert s in drawable or s in loaded_zeros, (s, drawable, loaded_zeros)
+            assert s in drawable, (s, drawable)
             self.check_row(batch, row, s)
         if self.prioritized:
             np.testing.assert_array_equal(
@@ -171,7 +167,7 @@ class ReAgentMachine(RuleBasedStateMachine):
             assert batch.indices.reshape(-1).tolist() == asked  # echoed as given, as in 0.1
             for row, s in enumerate(slots):
                 self.check_row(batch, row, s)
-        empty = [s for s in range(m.cap) if not m.real(s) and not m.ambiguous[s]]
+        empty = [s for s in range(m.cap) if not m.real(s)]
         if empty:
             s = data.draw(st.sampled_from(empty))
             with pytest.raises(ValueError):
@@ -194,7 +190,6 @@ class ReAgentMachine(RuleBasedStateMachine):
             fresh = self.make()
             fresh.load(d, 7)
         self.buf = fresh
-        self.m.loaded()
 
     # ---------------------------------------------------------------- invariants
     @invariant()
@@ -261,7 +256,7 @@ def test_padding_row_keeps_validity(cls: Any) -> None:
     buf.add(np.zeros(OBS_DIM, np.float32), 0, 0.0, False, *prio)  # pads slots 2, 3; step at 4
     # ReAgent: slot 4 (the new step) and slots 5, 0 (its stack's reach) lose their marks.
     assert [buf.is_valid_transition(i) for i in range(6)] == [False, True, True] + [False] * 3
-    assert buf.size == 2  # rlreplay: slot 2 invalid too, size 1
+    assert buf.size == 2
 
 
 def test_loaded_padding_row_is_not_a_transition(tmp_path: Any) -> None:
