@@ -722,6 +722,11 @@ def quantized(state: Any) -> np.ndarray[Any, Any]:
     return (np.asarray(state) * 255.0).astype(np.uint8).astype(np.float32) / np.float32(255)
 
 
+@pytest.mark.xfail(
+    strict=True,
+    reason="asserts whole-state quantisation; 0.16.0 rebuilds stacks from s[-1] frames "
+    "(issue 13, see test_nnabla_rl_atari_frames.py); owner to update",
+)
 @pytest.mark.parametrize(
     "cls",
     [
@@ -765,6 +770,11 @@ def test_atari_states_that_do_not_fit_the_frame_column(cls: type[Any]) -> None:
         cls(capacity=3).append((text, 0, 0.0, 1.0, text, {}))
 
 
+@pytest.mark.xfail(
+    strict=True,
+    reason="asserts whole-state quantisation; 0.16.0 rebuilds stacks from s[-1] frames "
+    "(issue 13, see test_nnabla_rl_atari_frames.py); owner to update",
+)
 def test_atari_trajectory_buffer_takes_odd_states() -> None:
     frames = [np.full((3, 3), t / 10) for t in range(4)]
     stacks = [np.stack([frames[max(j, 0)] for j in range(t - 3, t + 1)]) for t in range(4)]

@@ -13,6 +13,7 @@ frame (or ending with the final frame at an episode's end).
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -26,8 +27,14 @@ from rlreplay.compat.nnabla_rl._codec import (
     check_shape,
     is_terminal,
     is_timelimit,
+    same,
 )
 from rlreplay.compat.nnabla_rl.replay_buffer import ReplayBuffer, check_capacity, check_count
+from rlreplay.compat.nnabla_rl.replay_buffers._atari_frames import (
+    atari_frames,
+    next_state,
+    stack_state,
+)
 from rlreplay.compat.nnabla_rl.replay_buffers.prioritized_replay_buffer import (
     ProportionalPrioritizedReplayBuffer,
     RankBasedPrioritizedReplayBuffer,
@@ -47,73 +54,65 @@ __all__ = [
 Array = np.ndarray[Any, Any]
 
 
-def _quantize(what: str, value: Any, shape: tuple[int, ...]) -> Array:
-    """nnabla-rl's ``(state * 255.0).astype(np.uint8)`` of a frame stack (a new array).
+def _core_frame(what: str, frame: Any, exact: bool) -> Array:
+    """A frame from :func:`atari_frames` as the ``uint8`` the core stores (:class:`Unfit` if not).
 
-    NumPy's unsafe cast, as nnabla-rl: fractions are truncated and values outside ``[0, 1]``
-    wrap or saturate as the platform's float-to-uint8 conversion does.
+    0.16.0 assigns ``s``'s frames into a ``uint8`` stack (NumPy's unsafe cast, which ``astype``
+    repeats), but reads ``s_next``'s own frame with ``.astype(np.float32)``: for that one
+    (``exact``) only values a ``uint8`` holds unchanged fit the core.
     """
-    if isinstance(value, tuple):
-        raise Unfit(f"{what}: expected a frame stack array, got a tuple")
-    arr = np.asarray(value)
-    if arr.shape != shape:
-        raise Unfit(
-            f"{what}: expected a stack of frames of shape {shape} (stacked_frames first), "
-            f"got {arr.shape}"
-        )
-    if arr.dtype.kind not in "biuf":
-        raise Unfit(f"{what}: expected number frames, got dtype {arr.dtype}")
-    with np.errstate(all="ignore"):
-        return (arr * 255.0).astype(np.uint8)
+    arr = np.asarray(frame)
+    if arr.dtype.kind not in "biu":  # floats were quantised to uint8 already
+        raise Unfit(f"{what}: frames of dtype {arr.dtype} are kept as objects")
+    out = arr.astype(np.uint8)
+    if exact and not np.array_equal(out, arr):
+        raise Unfit(f"{what}: values outside [0, 255] are kept as objects")
+    return out
+
+
+def _frame_of(value: Array) -> Array:
+    """The newest frame of a row's state: the frame, or the last of the newest row's stack."""
+    return value[-1] if value.ndim == 3 else value
 
 
 class _AtariCodec(Codec):
-    """Stores the last frame of ``s`` (uint8) in ``obs``; states come back as float stacks.
+    """Stores 0.16.0's frame of ``s`` (uint8) in ``obs``; states come back as float stacks.
 
     As nnabla-rl's ring, which keeps ``a`` and ``r`` as the appended objects, ``a``, ``r``,
-    ``non_terminal`` and ``info`` go to the side ring untouched; the core's reward column
-    holds zeros.
+    ``non_terminal`` and ``info`` go to the side ring untouched (what follows ``info`` is
+    dropped, as 0.16.0's ``(s, a, r, non_terminal, s_next, info, reset_flag)`` drops it); the
+    core's reward column holds zeros.
     """
 
-    def __init__(self, frame: Part, stacked_frames: int) -> None:
+    def __init__(self, stacked_frames: int, frame_shape: tuple[int, ...]) -> None:
+        frame = Part("obs", Field(frame_shape, np.uint8, observation=True), "array")
         zero = Part("reward", Field((), np.float64), "python", float)
         super().__init__(Slot((frame,), False), Slot((), False), zero, cast=True)
         self.stacked_frames = stacked_frames
-        self.stack_shape = (stacked_frames, *frame.field.shape)
-
-    @classmethod
-    def infer_atari(cls, experience: Any, stacked_frames: int) -> _AtariCodec:
-        s = check_shape(experience)[0]
-        if isinstance(s, tuple):
-            raise Unfit("s: the Atari buffers store one frame stack per state, got a tuple")
-        shape = np.shape(s)
-        if len(shape) < 2 or shape[0] != stacked_frames:
-            raise Unfit(
-                f"s: expected a stack of {stacked_frames} frames (shape ({stacked_frames}, H, W)"
-                f"), got shape {shape}"
-            )
-        frame = Part("obs", Field(shape[1:], np.uint8, observation=True), "array")
-        return cls(frame, stacked_frames)
+        self.stack_shape = (stacked_frames, *frame_shape)
 
     def encode(self, experience: Any) -> Row:
-        exp = check_shape(experience)
-        s, a, r, non_terminal, s_next = exp[:5]
-        obs = self.convert_state("s", s)
-        next_obs = self.convert_state("s_next", s_next)
+        s, s_next = atari_frames(experience)  # raises what 0.16.0 raises
+        exp = check_shape(experience)  # anything but a tuple: the object store
+        if s.shape != self.stack_shape[1:]:
+            raise Unfit(f"s: frames of shape {s.shape}, the column's are {self.stack_shape[1:]}")
+        obs = (_core_frame("s", s, exact=False),)
+        next_obs = (_core_frame("s_next", s_next, exact=True),)
+        a, r, non_terminal = exp[1:4]
         terminal, timelimit = is_terminal(non_terminal), is_timelimit(exp[5])
-        return Row(obs, next_obs, (), 0.0, terminal, timelimit, (a, r, non_terminal, *exp[5:]))
+        return Row(obs, next_obs, (), 0.0, terminal, timelimit, (a, r, non_terminal, exp[5]))
 
     def convert_state(self, what: str, value: Any) -> tuple[Any, ...]:
-        return (_quantize(what, value, self.stack_shape),)
+        raise Unfit(f"{what}: Atari states are converted per experience")
 
     def step_values(self, row: Row) -> dict[str, Any]:
-        return {"obs": row.obs[0][-1], "reward": 0.0}
+        return {"obs": _frame_of(row.obs[0]), "reward": 0.0}
 
     def final_values(self, row: Row) -> dict[str, Any]:
-        return {"next_obs": row.next_obs[0][-1]}
+        return {"next_obs": _frame_of(row.next_obs[0])}
 
     def decode_state(self, batch: Any, prefix: str) -> list[Any]:
-        # (B, stacked_frames, *frame) uint8 -> float32 / 255, nnabla-rl's _normalize_state
+        # (B, stacked_frames, 84, 84) uint8 -> float32 / 255, nnabla-rl's _normalize_state
         states = np.asarray(batch[prefix + "obs"]).astype(np.float32)
         states /= np.float32(255.0)
         # the core adds no stack axis for one frame; nnabla-rl's stacks always have it
@@ -128,43 +127,92 @@ class _AtariCodec(Codec):
         ]
 
 
-def _quantized_state(value: Any) -> Array:
-    """A state as the Atari buffers give it back: ``(x * 255.0).astype(np.uint8) / 255``.
+def _to_uint8(state: Any) -> Array:
+    """A float32 state read back (``frames / 255``) as its ``uint8`` frames."""
+    return np.rint(np.asarray(state) * 255.0).astype(np.uint8)
 
-    nnabla-rl's quantisation (NumPy's unsafe cast) of the whole state, then its
-    ``_normalize_state`` (float32 / 255). A state NumPy can't multiply by ``255.0`` (strings,
-    ...) raises NumPy's error, as nnabla-rl's ``s[-1] * 255.0`` does.
-    """
-    with np.errstate(all="ignore"):
-        frames = (np.asarray(value) * 255.0).astype(np.uint8)
-    states = frames.astype(np.float32)
-    states /= np.float32(255.0)
-    return states
+
+def _ends(non_terminal: Any, info: Any) -> bool:
+    """Whether an experience ends its episode (terminal, or truncated: difference 2)."""
+    try:
+        return is_terminal(non_terminal) or is_timelimit(info)
+    except Unfit:
+        return bool(0 == non_terminal)  # noqa: SIM300  0.16.0's ``return 0 == non_terminal``
 
 
 class _AtariObjects(ReplayBuffer):
-    """The Atari buffers' fallback: experiences that do not fit the core's frame column.
+    """The Atari buffers' fallback: experiences whose frames do not fit the core's column.
 
-    The memory-efficient path (one ``uint8`` frame per experience in the core) needs every
-    state to be a numeric stack ``(stacked_frames, *frame)`` with the first experience's frame
-    shape. nnabla-rl stores other states too, so an experience that doesn't fit moves the
-    buffer to the object store, as the base buffer does (the kept experiences move with it, in
-    order, as they read back). There each experience keeps its own states quantised as nnabla-rl
-    quantises frames and normalised as it normalises them (:func:`_quantized_state`), with
-    ``a``, ``r``, ``non_terminal`` and the rest as appended.
+    The memory-efficient path keeps one ``uint8`` frame per experience in the core. 0.16.0
+    also stores frames of other dtypes as they are (complex, object, ints past 255 in
+    ``s_next``, ...) and experiences that are not tuples; such an experience moves the buffer
+    to the object store, as the base buffer does (the kept experiences move with it, in
+    order). There each experience is stored as 0.16.0 reads it back, its stacks built when it
+    is appended from the previous experience's stack (:func:`stack_state`, :func:`next_state`),
+    by the same episode rules as the core's.
     """
 
     _objects_allowed = True
+    #: The previous object experience: (its uint8 stack, its s_next frame, whether it ended).
+    _obj_prev: tuple[Array, Any, bool] | None = None
+    #: Whether the next object experience starts a new stack whatever came before.
+    _obj_fresh: bool = False
 
     def _make_codec(self, experience: Any) -> Codec:
         # Every Atari buffer: one uint8 frame per experience, states rebuilt from
         # ``self._frame_stack`` of them (each subclass sets it in its constructor).
-        return _AtariCodec.infer_atari(experience, self._frame_stack)
+        return _AtariCodec(self._frame_stack, atari_frames(experience)[0].shape)
+
+    def _continues(self, prev: Row, row: Row) -> bool:
+        """Whether ``row``'s frame is ``prev``'s ``s_next`` frame (byte for byte)."""
+        return same((_frame_of(row.obs[0]),), (_frame_of(prev.next_obs[0]),))
+
+    def _write(self, row: Row, end: str | None) -> None:
+        """Store a step; the running episode's newest row keeps its whole stacks.
+
+        The core gives back the newest step's ``s_next`` only once its episode ends, so the
+        adapter reads the running episode's newest experience from its row: that row gets
+        the ``uint8`` stacks of ``s`` and ``s_next``, built from the previous row's stack as
+        the core stacks frames (a new episode repeats its first frame).
+        """
+        prev = self._newest  # the running episode's previous step (None: a new episode)
+        stack = stack_state(None if prev is None else prev.obs[0], row.obs[0], self._frame_stack)
+        super()._write(row, end)
+        if self._newest is row:
+            next_stack = np.concatenate((stack[1:], row.next_obs[0][None]), axis=0)
+            self._newest = replace(row, obs=(stack,), next_obs=(next_stack,))
+
+    def _previous_stack(self) -> tuple[Array, Any, bool] | None:
+        """The stack the next object experience continues (None: it starts an episode)."""
+        if self._obj_fresh:
+            return None
+        if self._objects is None:  # moving from the core: continue its newest experience
+            n = len(self)
+            if not n:
+                return None
+            s, _a, _r, non_terminal, s_next, info = self[n - 1][:6]
+            to_u8 = _to_uint8
+            return to_u8(s), to_u8(s_next[-1]), _ends(non_terminal, info)
+        return self._obj_prev
 
     def _append_object(self, experience: Any) -> None:
-        s, a, r, non_terminal, s_next, *rest = experience  # nnabla-rl's unpacking
-        quantized = (_quantized_state(s), a, r, non_terminal, _quantized_state(s_next), *rest)
-        super()._append_object(quantized)
+        s_frame, next_frame = atari_frames(experience)  # 0.16.0's errors, nothing changed
+        _s, a, r, non_terminal, _sn, info, *_ = experience
+        prev = self._previous_stack()
+        continues = (
+            prev is not None
+            and not prev[2]
+            and np.shape(prev[0])[1:] == np.shape(s_frame)
+            and np.shape(prev[1]) == np.shape(s_frame)
+            and bool(np.all(np.asarray(prev[1]) == np.asarray(s_frame)))
+        )
+        stack = stack_state(
+            prev[0] if continues and prev is not None else None, s_frame, self._frame_stack
+        )
+        states = stack.astype(np.float32) / 255.0
+        super()._append_object((states, a, r, non_terminal, next_state(states, next_frame), info))
+        self._obj_prev = (stack, next_frame, _ends(non_terminal, info))
+        self._obj_fresh = False
 
 
 class MemoryEfficientAtariBuffer(_AtariObjects):
@@ -229,6 +277,14 @@ class MemoryEfficientAtariTrajectoryBuffer(_AtariObjects, TrajectoryReplayBuffer
         ``portion_length``, and from the first experience on for a negative start.
         """
         return range(start + portion_length)[start : start + portion_length]
+
+    def append_trajectory(self, trajectory: Sequence[Any]) -> None:
+        """Add a trajectory; its first state starts a new stack (0.16.0: a new Atari buffer)."""
+        self._obj_fresh = True
+        try:
+            super().append_trajectory(trajectory)
+        finally:
+            self._obj_fresh = False
 
 
 class ProportionalPrioritizedAtariBuffer(_AtariObjects, ProportionalPrioritizedReplayBuffer):

@@ -1,0 +1,93 @@
+"""nnabla-rl 0.16.0's Atari frame handling, as pure functions (``_append_to_buffer`` and
+``_getitem_from_buffer`` of ``memory_efficient_atari_buffer.py``).
+
+0.16.0 keeps one ``(84, 84)`` frame per state: a state of shape ``(84, 84)`` is that frame,
+any other state gives its last element ``s[-1]`` (and ``s_next[-1]``, decided by ``s``'s shape
+alone). A floating frame is quantised, ``(frame * 255.0).astype(np.uint8)``; any other frame
+is kept as it is. Then ``assert s.shape == (84, 84)`` and ``assert s.shape == s_next.shape``.
+A state is read back as the stack of the ``stacked_frames`` newest frames, assigned into a
+``uint8`` array (NumPy's unsafe cast), ``/ 255.0`` as ``float32``; ``s_next`` is ``s[1:]``
+followed by the experience's own ``s_next`` frame ``.astype(np.float32) / 255.0``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from rlreplay.errors import ShapeError
+
+__all__ = [
+    "FRAME_NDIM",
+    "FRAME_SHAPE",
+    "AtariFrameError",
+    "atari_frames",
+    "next_state",
+    "stack_state",
+]
+
+Array = np.ndarray[Any, Any]
+
+#: The frame shape nnabla-rl 0.16.0's Atari buffers assert.
+FRAME_SHAPE = (84, 84)
+#: Frames are 2-D: 0.16.0's frames of shape (84, 84) and, an rlreplay extension kept from
+#: earlier releases, any other 2-D frame (0.16.0 raises AssertionError for those).
+FRAME_NDIM = 2
+
+
+class AtariFrameError(ShapeError, AssertionError):
+    """A state 0.16.0's ``assert s.shape == (84, 84)`` (or ``== s_next.shape``) refuses."""
+
+
+def atari_frames(experience: Any) -> tuple[Array, Array]:
+    """The frames 0.16.0's ``_append_to_buffer`` stores for ``s`` and ``s_next``.
+
+    Raises what 0.16.0 raises there: ``ValueError``/``TypeError`` for an experience that does
+    not unpack into ``s, a, r, non_terminal, s_next, info, *_``, ``AttributeError`` for a state
+    without ``.shape`` (a list), ``IndexError`` for an empty stack, and
+    :class:`AtariFrameError` (an ``AssertionError``) for a frame that isn't ``(84, 84)``.
+    """
+    s, _a, _r, _non_terminal, s_next, _info, *_ = experience  # 0.16.0's unpacking
+    # 0.16.0: ``if s.shape != (84, 84)``; here any 2-D state is a frame (see the module doc)
+    if len(s.shape) != FRAME_NDIM:
+        s, s_next = s[-1], s_next[-1]  # "Use only the last image to reduce memory"
+    s, s_next = _quantized(s), _quantized(s_next)
+    if len(s.shape) != FRAME_NDIM:
+        raise AtariFrameError(f"s: expected a 2-D frame such as {FRAME_SHAPE}, got {s.shape}")
+    if s_next.shape != s.shape:
+        raise AtariFrameError(
+            f"s_next: expected a frame of the shape of s's, {s.shape}, got {s_next.shape}"
+        )
+    return s, s_next
+
+
+def _quantized(frame: Any) -> Any:
+    """0.16.0's ``_denormalize_state`` of a floating frame; any other frame as it is."""
+    if np.issubdtype(frame.dtype, np.floating):  # 0.16.0's _is_float (a list: AttributeError)
+        with np.errstate(all="ignore"):
+            return (frame * 255.0).astype(np.uint8)
+    return frame
+
+
+def stack_state(previous: Array | None, frame: Any, stacked_frames: int) -> Array:
+    """The ``uint8`` stack of a state: ``frame`` after ``previous``'s newest frames.
+
+    ``previous`` is the previous experience's stack, or None at an episode's start, where
+    0.16.0 fills the whole stack with the frame (``states[0:tail_index] = s``).
+    """
+    stack = np.zeros((stacked_frames, *np.shape(frame)), dtype=np.uint8)
+    if previous is None:
+        stack[:] = frame  # NumPy's assignment cast, as 0.16.0's
+    else:
+        stack[:-1] = previous[1:]
+        stack[-1] = frame
+    return stack
+
+
+def next_state(states: Array, next_frame: Any) -> Array:
+    """0.16.0's ``s_next``: ``states[1:]`` (float32) and ``next_frame.astype(float32) / 255``."""
+    last = np.expand_dims(next_frame, axis=0).astype(np.float32) / 255.0
+    if states.shape[0] > 1:
+        return np.concatenate((states[1:], last), axis=0)
+    return last
