@@ -26,8 +26,6 @@ from rlreplay.compat.nnabla_rl.replay_buffers import (
     MemoryEfficientAtariBuffer,
     MemoryEfficientAtariTrajectoryBuffer,
     PrioritizedReplayBuffer,
-    ProportionalPrioritizedAtariBuffer,
-    RankBasedPrioritizedAtariBuffer,
     TrajectoryReplayBuffer,
 )
 
@@ -722,69 +720,8 @@ def quantized(state: Any) -> np.ndarray[Any, Any]:
     return (np.asarray(state) * 255.0).astype(np.uint8).astype(np.float32) / np.float32(255)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="asserts whole-state quantisation; 0.16.0 rebuilds stacks from s[-1] frames "
-    "(issue 13, see test_nnabla_rl_atari_frames.py); owner to update",
-)
-@pytest.mark.parametrize(
-    "cls",
-    [
-        MemoryEfficientAtariBuffer,
-        ProportionalPrioritizedAtariBuffer,
-        RankBasedPrioritizedAtariBuffer,
-    ],
-)
-def test_atari_states_that_do_not_fit_the_frame_column(cls: type[Any]) -> None:
-    """nnabla-rl's Atari buffers quantise whatever state they are given (its append computes
-    (s[-1] * 255.0).astype(np.uint8)): another frame shape, another stack depth or an object
-    array of numbers is stored, not refused. The buffer keeps its memory-efficient core path
-    while states fit it, then moves to the object store, everything kept in order."""
-    rng = np.random.default_rng(4)
-    buffer = cls(capacity=5, seed=0)
-    frames = rng.uniform(0, 1, (4, *FRAME))  # as a frame-stacking wrapper shows them:
-    usual = [np.stack([frames[max(j, 0)] for j in range(t - 3, t + 1)]) for t in range(4)]
-    for t in range(3):
-        buffer.append((usual[t], t, float(t), 1.0, usual[t + 1], {"t": t}))
-    assert buffer._objects is None  # the usual case stays in the core's uint8 column
-    odd = [
-        rng.uniform(0, 1, (4, 2, 2)),  # another frame shape
-        rng.uniform(0, 1, (3, *FRAME)),  # another stack depth
-        rng.uniform(0, 1, (4, *FRAME)).astype(object),  # numbers in an object array
-    ]
-    for k, state in enumerate(odd):
-        buffer.append((state, 10 + k, 0.5, 1.0, state, {"t": 10 + k}))
-    assert buffer._objects is not None and len(buffer) == 5  # capacity 5: the oldest dropped
-    kept = [buffer[i] for i in range(5)]
-    assert [e[1] for e in kept] == [1, 2, 10, 11, 12]
-    for e, state in zip(kept, [usual[1], usual[2], *odd], strict=True):
-        assert e[0].dtype == np.float32 and e[4].dtype == np.float32
-        np.testing.assert_array_equal(e[0], quantized(state))
-    np.testing.assert_array_equal(kept[1][4], quantized(usual[3]))  # s_next as appended
-    experiences, info = buffer.sample(num_samples=3)
-    assert len(experiences) == 3 and info["weights"].shape == (3, 1)
-    buffer.update_priorities(np.zeros(3))  # a no-op on the uniform buffer
-    # a state NumPy can't quantise raises NumPy's error, as nnabla-rl's s[-1] * 255.0 does
-    text = np.array([["a"]] * 4)
-    with pytest.raises(TypeError):
-        cls(capacity=3).append((text, 0, 0.0, 1.0, text, {}))
-
-
-@pytest.mark.xfail(
-    strict=True,
-    reason="asserts whole-state quantisation; 0.16.0 rebuilds stacks from s[-1] frames "
-    "(issue 13, see test_nnabla_rl_atari_frames.py); owner to update",
-)
-def test_atari_trajectory_buffer_takes_odd_states() -> None:
-    frames = [np.full((3, 3), t / 10) for t in range(4)]
-    stacks = [np.stack([frames[max(j, 0)] for j in range(t - 3, t + 1)]) for t in range(4)]
-    buffer = MemoryEfficientAtariTrajectoryBuffer()
-    buffer.append_trajectory([(stacks[t], t, 0.0, 1.0, stacks[t + 1], {}) for t in range(3)])
-    small = np.full((4, 2), 0.5)
-    buffer.append_trajectory([(small, 9, 0.0, 0.0, small, {})])  # another frame shape
-    assert buffer.trajectory_num == 2 and len(buffer) == 4
-    np.testing.assert_array_equal(buffer[3][0], quantized(small))
-    np.testing.assert_array_equal(buffer[1][0], quantized(stacks[1]))
+# Atari states of other shapes, depths and dtypes (0.16.0's s[-1] frames, the object store):
+# tests/compat/test_nnabla_rl_atari_frames.py
 
 
 # Prioritized buffers: tests/compat/test_nnabla_rl_prioritized.py
