@@ -138,3 +138,68 @@ def test_trajectory_of_plain_frames() -> None:
         [1, 2, 3, 4],
         [2, 3, 4, 5],
     ]
+
+
+def appended_after_three(buffer: Any, s: Any, s_next: Any, then: int) -> list[Any]:
+    """Frames 1..3 as float64, then ``(s, s_next)``, then float64 frame ``then``; the last two."""
+    for e in episode(3):
+        buffer.append(e)
+    buffer.append((s, 10, 0.5, 1.0, s_next, {}))
+    buffer.append((frame(then), 11, 0.5, 1.0, frame(then + 1), {}))
+    return [(levels(buffer[i][0]), levels(buffer[i][4])) for i in (3, 4)]
+
+
+@pytest.mark.parametrize("cls", BUFFERS)
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_an_object_frame_of_the_same_values_continues_the_stack(cls: Any, dtype: Any) -> None:
+    # 0.16.0 (side by side, /tmp/s5f5/cases.py): an object frame is stored unquantised (not
+    # _is_float), so it reads as uint8(4 / 255) == 0 in the stack, and the stack continues:
+    # 0.16.0 cuts only after ``0 == non_terminal``. The front-end compares the stored values
+    # (the quantised frame), so a change of representation alone starts no new episode.
+    s, s_next = frame(4, dtype).astype(object), frame(5, dtype).astype(object)
+    assert appended_after_three(cls(10), s, s_next, then=5) == [
+        ([1, 2, 3, 0], [2, 3, 0, 0]),
+        ([2, 3, 0, 5], [3, 0, 5, 6]),
+    ]
+
+
+@pytest.mark.parametrize("cls", BUFFERS)
+@pytest.mark.parametrize(
+    "s, s_next",
+    [
+        (frame(4, np.float32), frame(5, np.float32)),
+        (frame(4, np.uint8), frame(5, np.uint8)),
+        (frame(4, np.int64).astype(object), frame(5, np.int64).astype(object)),
+    ],
+    ids=["float32", "uint8", "object-int"],
+)
+def test_other_representations_of_the_same_frames_continue(cls: Any, s: Any, s_next: Any) -> None:
+    # 0.16.0 (side by side): the same stacks as an all-float64 episode
+    assert appended_after_three(cls(10), s, s_next, then=5) == [
+        ([1, 2, 3, 4], [2, 3, 4, 5]),
+        ([2, 3, 4, 5], [3, 4, 5, 6]),
+    ]
+
+
+def test_a_reset_to_another_object_frame_still_starts_a_stack() -> None:
+    # Deliberate difference 2: 0.16.0 gives ([1, 2, 3, 0], [2, 3, 0, 0]) and
+    # ([2, 3, 0, 10], [3, 0, 10, 11]) here, stacking the previous episode's frames in front of
+    # the new observation 9 (read as uint8(9 / 255) == 0, as in 0.16.0's stacks).
+    s, s_next = frame(9).astype(object), frame(10).astype(object)
+    assert appended_after_three(MemoryEfficientAtariBuffer(10), s, s_next, then=10) == [
+        ([0, 0, 0, 0], [0, 0, 0, 0]),
+        ([0, 0, 0, 10], [0, 0, 10, 11]),
+    ]
+
+
+def test_stored_frame_and_same_frame() -> None:
+    from rlreplay.compat.nnabla_rl.replay_buffers._atari_frames import same_frame, stored_frame
+
+    assert stored_frame(frame(4)).dtype == np.uint8  # 0.16.0's quantised frame
+    assert np.array_equal(stored_frame(frame(4).astype(object)), stored_frame(frame(4)))
+    assert same_frame(frame(4, np.uint8), frame(4, np.float32))
+    assert not same_frame(frame(4), frame(5).astype(object))
+    assert not same_frame(frame(4), np.zeros((84, 83)))  # another shape
+    odd = np.empty((2, 2), dtype=object)
+    odd[:] = "x"  # not numbers: compared as they are
+    assert same_frame(odd, odd.copy()) and not same_frame(odd, np.zeros((2, 2)))

@@ -24,7 +24,9 @@ __all__ = [
     "AtariFrameError",
     "atari_frames",
     "next_state",
+    "same_frame",
     "stack_state",
+    "stored_frame",
 ]
 
 Array = np.ndarray[Any, Any]
@@ -68,6 +70,41 @@ def _quantized(frame: Any) -> Any:
         with np.errstate(all="ignore"):
             return (frame * 255.0).astype(np.uint8)
     return frame
+
+
+def stored_frame(frame: Any) -> Any:
+    """The frame 0.16.0 keeps, as values: what the episode check compares.
+
+    A floating frame is 0.16.0's quantised ``uint8`` frame. An object array of numbers (0.16.0
+    keeps it unquantised) counts as the numeric frame it holds, quantised if floating, so
+    the same values in another representation (float64, float32, object, ``uint8`` already
+    quantised) give the same stored frame. Any other frame is itself.
+    """
+    arr = np.asarray(frame)
+    if arr.dtype == np.dtype(object):
+        try:
+            numeric = np.array(arr.tolist())
+        except (ValueError, TypeError):  # a ragged or otherwise unconvertible content
+            numeric = arr
+        if numeric.shape == arr.shape and numeric.dtype.kind in "biufc":
+            arr = numeric
+    return _quantized(arr)
+
+
+def same_frame(a: Any, b: Any) -> bool:
+    """Whether two frames store the same values (:func:`stored_frame`, any dtypes).
+
+    This is where the front-end's Atari episodes continue (deliberate difference 2): an
+    appended ``s`` whose stored frame differs from the previous ``s_next``'s starts a new
+    stack; a change of representation alone does not.
+    """
+    x, y = stored_frame(a), stored_frame(b)
+    if np.shape(x) != np.shape(y):
+        return False
+    try:
+        return bool(np.array_equal(x, y))
+    except Exception:  # objects whose == raises: not known to be the same
+        return False
 
 
 def stack_state(previous: Array | None, frame: Any, stacked_frames: int) -> Array:

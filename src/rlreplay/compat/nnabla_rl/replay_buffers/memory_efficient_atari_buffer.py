@@ -33,6 +33,7 @@ from rlreplay.compat.nnabla_rl.replay_buffer import ReplayBuffer, check_capacity
 from rlreplay.compat.nnabla_rl.replay_buffers._atari_frames import (
     atari_frames,
     next_state,
+    same_frame,
     stack_state,
 )
 from rlreplay.compat.nnabla_rl.replay_buffers.prioritized_replay_buffer import (
@@ -164,7 +165,7 @@ class _AtariObjects(ReplayBuffer):
         return _AtariCodec(self._frame_stack, atari_frames(experience)[0].shape)
 
     def _continues(self, prev: Row, row: Row) -> bool:
-        """Whether ``row``'s frame is ``prev``'s ``s_next`` frame (byte for byte)."""
+        """Whether ``row``'s stored ``uint8`` frame is ``prev``'s ``s_next`` frame."""
         return same((_frame_of(row.obs[0]),), (_frame_of(prev.next_obs[0]),))
 
     def _write(self, row: Row, end: str | None) -> None:
@@ -203,8 +204,7 @@ class _AtariObjects(ReplayBuffer):
             prev is not None
             and not prev[2]
             and np.shape(prev[0])[1:] == np.shape(s_frame)
-            and np.shape(prev[1]) == np.shape(s_frame)
-            and bool(np.all(np.asarray(prev[1]) == np.asarray(s_frame)))
+            and same_frame(prev[1], s_frame)  # stored values, not representations
         )
         stack = stack_state(
             prev[0] if continues and prev is not None else None, s_frame, self._frame_stack
