@@ -27,7 +27,7 @@ import rlreplay as rr
 from rlreplay.compat.reagent import PrioritizedReplayBuffer
 from rlreplay.compat.reagent._pickled import RestrictedUnpickler, loads_sum_tree
 from rlreplay.compat.reagent.sum_tree import SumTree
-from tests.compat.test_reagent import LOG_PROB, RefReAgent, make, obs_of
+from tests.compat.test_reagent import LOG_PROB, RefReAgent, fill, make, obs_of
 
 MODULE = "reagent.replay_memory.sum_tree"
 
@@ -374,3 +374,68 @@ def test_front_end_sum_tree_pickles_as_reagents() -> None:
     assert back.max_recorded_priority == 2.5
     assert back.sample(0.7) == tree.sample(0.7)
     assert set(tree.__getstate__()) == {"nodes", "max_recorded_priority"}  # ReAgent's state
+
+
+# ---------------------------------------------------------------------- misfit store arrays
+def _rewrite(tmp_path: Any, name: str, arr: np.ndarray) -> None:
+    with gzip.open(tmp_path / f"$store$_{name}_ckpt.0.gz", "wb") as f:
+        np.save(f, arr, allow_pickle=False)
+
+
+def _stored(tmp_path: Any, name: str) -> np.ndarray:
+    with gzip.open(tmp_path / f"$store$_{name}_ckpt.0.gz") as f:
+        out: np.ndarray = np.load(f, allow_pickle=False)
+    return out
+
+
+def test_store_arrays_longer_than_the_ring_load_their_first_rows(tmp_path: Any) -> None:
+    # reagent 0.1's load sets ``self._store[name] = np.load(infile)`` whatever its shape; its
+    # sampling reads ``self._store[key][indices % replay_capacity]`` and ``_add_transition``
+    # writes ``self._store[name][cursor]`` with ``cursor < replay_capacity``, so rows past the
+    # capacity are never used: load, sample and add work (side by side, /tmp/s5f5/misfit.py).
+    buf = make(replay_capacity=5)
+    fill(buf, [3])
+    buf.save(tmp_path, 0)
+    for name, extra in [("observation", np.full((2, 2), 99.0, np.float32)), ("terminal", [1, 1])]:
+        _rewrite(tmp_path, name, np.concatenate([_stored(tmp_path, name), np.asarray(extra)]))
+    loaded = make(replay_capacity=5)
+    loaded.load(tmp_path, 0)
+    indices = np.array([0, 1, 2])
+    got, want = loaded.sample_transition_batch(3, indices), buf.sample_transition_batch(3, indices)
+    for field in ("state", "action", "reward", "terminal"):
+        np.testing.assert_array_equal(getattr(got, field), getattr(want, field))
+    loaded.add(obs_of(1, 0), 0, 1.0, False)  # 0.1's add works there too
+    assert loaded.add_count == 4
+
+
+@pytest.mark.parametrize(
+    "name, arr",
+    [
+        # 0.1: every add from cursor 4 on raises IndexError (index 4 out of bounds), forever
+        ("observation", np.zeros((4, 2), np.float32)),
+        ("terminal", np.zeros((4,), np.uint8)),
+        # 0.1: every add raises ValueError (a (2,) observation into a (3,) row)
+        ("observation", np.zeros((5, 3), np.float32)),
+        ("observation", np.zeros((5,), np.float32)),
+        # 0.1: every add broadcasts the scalar action into a (2,) row; batches come back (B, 2)
+        ("action", np.zeros((5, 2), np.int32)),
+    ],
+)
+def test_store_arrays_that_break_the_buffer_are_refused(
+    tmp_path: Any, name: str, arr: np.ndarray
+) -> None:
+    # Deliberate difference 12 (docs/migrating/reagent.md): 0.1 loads these as they are and
+    # the buffer is corrupted from then on; rlreplay refuses them at load and changes nothing.
+    buf = make(replay_capacity=5)
+    fill(buf, [3])
+    buf.save(tmp_path, 0)
+    _rewrite(tmp_path, name, arr)
+    fresh = make(replay_capacity=5)
+    fresh.add(obs_of(2, 0), 1, 1.0, True)
+    with pytest.raises(rr.CheckpointError, match=rf"{name}: expected shape \(5,") as info:
+        fresh.load(tmp_path, 0)
+    assert isinstance(info.value, ValueError)
+    assert str(arr.shape) in str(info.value)
+    assert fresh.add_count == 1
+    state = fresh.sample_transition_batch(1, np.array([0])).state
+    np.testing.assert_array_equal(np.asarray(state).reshape(-1), obs_of(2, 0))

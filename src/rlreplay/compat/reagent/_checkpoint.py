@@ -207,15 +207,23 @@ def check_rows(
 ) -> tuple[dict[str, Array], int]:
     """Per-element rows (cast to the element dtypes) and ``add_count`` of loaded files.
 
+    An array with more than ``cap`` rows of the element's shape loads its first ``cap`` rows:
+    0.1 loads it as it is and then reads and writes only rows ``index % replay_capacity``, so
+    the others are never used. Any other shape is refused (deliberate difference 12: 0.1
+    loads it and every later ``add`` raises, or stores and samples another shape).
+
     Raises:
         rlreplay.CheckpointError: An array of the wrong shape or dtype.
     """
     rows = {}
     for e in signature:
         arr = data[STORE_FILENAME_PREFIX + e.name]
+        if arr.ndim == 1 + len(e.shape) and arr.shape[1:] == tuple(e.shape) and len(arr) > cap:
+            arr = arr[:cap]  # the rows 0.1 ever reads or writes
         if arr.shape != (cap, *e.shape):
             raise CheckpointError(
-                f"{e.name}: expected shape {(cap, *e.shape)}, the checkpoint has {arr.shape}"
+                f"{e.name}: expected shape {(cap, *e.shape)} (or more rows), "
+                f"the checkpoint has {arr.shape}"
             )
         if e.name == "terminal":  # 0.1 loads the flags as they are (any non-zero ends)
             rows[e.name] = arr.astype(e.type)
