@@ -292,8 +292,12 @@ class MaxHeap:
         n = self._length
         vals = self._vals[:n]
         if np.isnan(vals).any():
-            # NaN compares false both ways: only Python's own sort gives nnabla-rl's order
-            order = np.array(sorted(range(n), key=vals.tolist().__getitem__, reverse=True))
+            # NaN compares false both ways: only Python's own sort gives nnabla-rl's order, and
+            # that order depends on the whole list it sorts, the empty positions (-inf) included
+            keys = vals.tolist() + [-math.inf] * (self._capacity - n)
+            full = sorted(range(len(keys)), key=keys.__getitem__, reverse=True)
+            order = np.array(full[:n] if max(full[:n], default=-1) < n else
+                             sorted(range(n), key=keys.__getitem__, reverse=True))  # fmt: skip
         else:
             order = np.argsort(-vals, kind="stable")
         if n:
