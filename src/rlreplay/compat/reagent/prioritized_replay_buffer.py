@@ -187,13 +187,7 @@ class PrioritizedReplayBuffer(ReplayBuffer):
         leaves = self._as_slots(indices)
         out = np.zeros(leaves.size, np.float32)
         real = leaves < self._replay_capacity
-        slots = leaves[real]
-        ids = self._slot_id[slots]
-        held = ids >= 0
-        got = self._loose_priority[slots].astype(np.float32)
-        if held.any():
-            got[held] = self._prio_core.get_priorities(ids[held])
-        out[real] = got
+        out[real] = self._slot_tree._leaves(leaves[real])
         return out
 
     def set_priority(self, indices: Any, priorities: Any) -> None:
@@ -229,11 +223,10 @@ class PrioritizedReplayBuffer(ReplayBuffer):
             raise PriorityError(f"Sum tree values should be finite and nonnegative. Got {p}")
         ids = self._slot_id[slots]
         held = ids >= 0
-        # A slot holding no step keeps its priority aside, as ReAgent's tree leaf would: never
-        # drawn here (it holds no transition), but get_priority returns it until a write.
-        self._loose_priority[slots[~held]] = p[~held]
         if held.any():
             self._prio_core.update_priorities(ids[held], p[held])
+        # Every slot's priority, as ReAgent's tree leaves: a slot holding no step keeps its
+        # priority there too, never drawn (it holds no transition) but read by get_priority.
         self._slot_tree._set_many(slots, p)
         if p.size:
             self._max_recorded_priority = max(self._max_recorded_priority, float(p.max()))
@@ -258,13 +251,13 @@ class PrioritizedReplayBuffer(ReplayBuffer):
 
     def _reset(self) -> None:
         super()._reset()
-        self._loose_priority = np.zeros(self._replay_capacity, np.float64)
         # The slot priorities in slot order, as reagent 0.1's sum tree holds them: the draws
-        # without seed= walk it with 0.1's query values (the core's tree is in id order).
+        # without seed= walk it with 0.1's query values (the core's tree is in id order), and
+        # get_priority and checkpoints read it.
         self._slot_tree = SumTree(self._replay_capacity)
 
     def _release(self, slot: int) -> None:
-        self._loose_priority[slot] = 0.0  # a padding row or a new step takes the slot
+        # a padding row or a new step takes the slot
         self._slot_tree._set_many(np.array([slot]), np.zeros(1))
         old = int(self._slot_id[slot])
         if old >= 0:
@@ -318,11 +311,7 @@ class PrioritizedReplayBuffer(ReplayBuffer):
 
     def _slot_priorities(self) -> Array:
         """The priority of every slot, as ReAgent's tree leaves hold them (float64)."""
-        leaves = self._loose_priority.copy()
-        held = self._slot_id >= 0
-        if held.any():
-            leaves[held] = self._prio_core.get_priorities(self._slot_id[held])
-        return leaves
+        return self._slot_tree._leaves(np.arange(self._replay_capacity))
 
     def _required_files(self) -> list[str]:
         return [*super()._required_files(), "sum_tree"]
@@ -356,11 +345,12 @@ class PrioritizedReplayBuffer(ReplayBuffer):
     def _replay_rows(self, rows: dict[str, Array], add_count: int, data: dict[str, Array]) -> None:
         self._max_recorded_priority = 1.0
         super()._replay_rows(rows, add_count, data)
-        loose = self._slot_id < 0
-        self._loose_priority[loose] = data["sum_tree"][loose]
+        held = np.flatnonzero(self._slot_id >= 0)
+        loose = np.flatnonzero(self._slot_id < 0)
+        self._slot_tree._set_many(held, self._prio_core.get_priorities(self._slot_id[held]))
+        self._slot_tree._set_many(loose, data["sum_tree"][loose])
         if "max_recorded_priority" in data:  # ReAgent's tree restores it as it was saved
             self._max_recorded_priority = float(data["max_recorded_priority"])
-        self._slot_tree._set_many(np.arange(self._replay_capacity), self._slot_priorities())
 
     def _loaded_value(
         self, rows: dict[str, Array], data: dict[str, Array], name: str, slot: int

@@ -226,6 +226,10 @@ class SumTree:
         """
         self._tree.set(np.asarray(indices, np.int64), np.asarray(values, np.float64))
 
+    def _leaves(self, indices: Array) -> Array:
+        """The values of leaves ``indices`` (float64; checked by the caller)."""
+        return np.asarray(self._tree.get(np.asarray(indices, np.int64)), np.float64)
+
     def _check_not_empty(self) -> float:
         total = self._tree.total
         if not total > 0.0 or not math.isfinite(total):
