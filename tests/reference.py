@@ -17,6 +17,7 @@ import numpy as np
 class Step:
     values: dict[str, Any]  # every field of the step, plus next_<obs> if it ended its episode
     done: bool
+    cut: bool = False  # ends an abandoned episode: no final observation, no flag
 
 
 @dataclass
@@ -45,12 +46,20 @@ class RefBuffer:
     def end(self, env: int, final: dict[str, Any]) -> bool:
         """Truncate the running episode at env's newest stored step; False if there is none."""
         h = self.history[env]
-        if len(h) <= self.oldest_stored(env) or h[-1].done:
+        if len(h) <= self.oldest_stored(env) or h[-1].done or h[-1].cut:
             return False
         h[-1].values["truncated"] = np.array(True)
         h[-1].values.update({k: np.array(v) for k, v in final.items()})
         h[-1].done = True
         return True
+
+    def abandon(self, env: int) -> int:
+        """End env's running episode at its newest step, unobserved; -1 if none runs."""
+        h = self.history[env]
+        if not h or h[-1].done or h[-1].cut:
+            return -1
+        h[-1].cut = True
+        return len(h) - 1
 
     def clear(self) -> None:
         self.cleared_at = [len(h) for h in self.history]
@@ -62,14 +71,14 @@ class RefBuffer:
     def episode_start(self, env: int, t: int) -> int:
         h = self.history[env]
         s = t
-        while s > 0 and not h[s - 1].done:
+        while s > 0 and not (h[s - 1].done or h[s - 1].cut):
             s -= 1
         return s
 
     def steps_to_end(self, env: int, t: int) -> int:
         h = self.history[env]
         for j in range(t, len(h)):
-            if h[j].done:
+            if h[j].done or h[j].cut:
                 return j - t
         return -1
 
@@ -84,13 +93,17 @@ class RefBuffer:
         """``(m, ended)``, or None when the window is not known yet."""
         h = self.history[env]
         for j in range(self.n_step):
-            if t + j >= len(h):
-                return None
+            if t + j >= len(h) or h[t + j].cut:
+                return None  # not known yet, or never (the episode was abandoned)
             if h[t + j].done:
                 return j + 1, True
         if t + self.n_step >= len(h):
             return None  # obs_{t+n} not added yet
         return self.n_step, False
+
+    def in_hole(self, env: int, t: int) -> bool:
+        """A stored step of an abandoned episode whose window will never be known."""
+        return self.window(env, t) is None and self.steps_to_end(env, t) >= 0
 
     def is_sampleable(self, env: int, t: int) -> bool:
         lo = self.oldest_stored(env)

@@ -33,7 +33,7 @@ def ref_run_length(ref: RefBuffer, env: int, t0: int, length: int, within: bool)
     n = 0
     for t in range(t0, min(t0 + length, len(h))):
         n += 1
-        if within and h[t].done:
+        if within and (h[t].done or h[t].cut):
             break
     return n
 
@@ -53,7 +53,7 @@ def ref_step(ref: RefBuffer, env: int, t: int) -> dict[str, Any]:
     out = {k: np.asarray(h[t].values[k]) for k in RAW if k in h[t].values}
     if h[t].done:
         out["next_obs"], out["next_known"] = np.asarray(h[t].values["next_obs"]), True
-    elif t + 1 < len(h):
+    elif t + 1 < len(h) and not h[t].cut:  # an abandoned episode's last step: unknown
         out["next_obs"], out["next_known"] = np.asarray(h[t + 1].values["obs"]), True
     else:  # the newest step of a running episode: its next observation is not known yet
         out["next_obs"], out["next_known"] = np.zeros_like(out["obs"]), False

@@ -2,13 +2,13 @@
 
 :class:`BufferMachine` drives one buffer and :class:`tests.reference.RefBuffer` with rules for
 ``add`` (every env or some, ``next_<obs>=None`` on steps that do not end), ``extend``,
-``end_episode``, ``dequeue`` and ``add`` in FIFO mode (blocking with ``timeout=0``: a call that
-cannot proceed at once raises ``ReplayTimeout`` and changes nothing), ``sample``, ``clear`` and
-a save/load round trip; after every rule the stored and sampleable ids, ``len``, every
-sampleable transition, ``gather_all`` and the episode queries match the reference. It runs on
-memory storage and on memmap storage (reloaded into a new directory each time).
-``test_against_reference.py`` covers the general and fast write paths in depth; these machines
-add memmap storage, FIFO calls and their timeouts, and ``None`` inputs to the same sequences.
+``end_episode``, ``abandon_episode``, ``dequeue`` and ``add`` in FIFO mode (blocking with
+``timeout=0``: a call that cannot proceed at once raises ``ReplayTimeout`` and changes nothing),
+``sample``, ``clear`` and a save/load round trip; after every rule the stored and sampleable ids,
+``len``, every sampleable transition, ``gather_all`` and the episode queries match the reference.
+It runs on memory storage and on memmap storage (reloaded into a new directory each time).
+``test_against_reference.py`` covers the general and fast write paths in depth; these machines add
+memmap storage, FIFO calls and their timeouts, and ``None`` inputs to the same sequences.
 
 The default run takes a few dozen sequences per storage; ``-m slow`` takes 10^4.
 """
@@ -131,6 +131,13 @@ class BufferMachine(RuleBasedStateMachine):
             with pytest.raises(rr.InvalidIdError):
                 self.b.end_episode(env_id=env, **final)
 
+    @rule(env=st.integers(0, 2))
+    def abandon_episode(self, env: int) -> None:
+        env %= self.ref.num_envs
+        t = self.ref.abandon(env)
+        ids = self.b.abandon_episode(env_id=env)
+        assert ids.tolist() == ([] if t < 0 else [t * self.ref.num_envs + env])
+
     @rule(n=st.integers(1, 4), block=st.booleans(), data=st.data())
     def dequeue(self, n: int, block: bool, data: st.DataObject) -> None:
         E = self.ref.num_envs
@@ -200,6 +207,8 @@ class BufferMachine(RuleBasedStateMachine):
         ids = np.array(stored, np.int64)
         begin = [self.ref.episode_start(i % E, i // E) * E + i % E for i in stored]
         assert self.b.episode_begin(ids).tolist() == begin
+        to_end = [self.ref.steps_to_end(i % E, i // E) for i in stored]
+        assert self.b.steps_to_episode_end(ids).tolist() == to_end
 
 
 class MemmapMachine(BufferMachine):

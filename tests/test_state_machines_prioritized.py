@@ -1,23 +1,22 @@
 """Hypothesis state machines for the buffer kinds ``test_state_machines.py`` leaves out.
 
-:class:`PrioritizedMachine` runs every rule of :class:`BufferMachine` (add with ``None``
-inputs, extend, end_episode, dequeue, blocking add with ``timeout=0``, clear, save/load) on a
-:class:`rlreplay.PrioritizedReplayBuffer`, proportional and rank-based, against the reference
-model plus a reference of the priorities: a new transition gets ``max(initial_priority,
-largest priority applied)``, ``update_priorities`` applies ``value + eps`` to ids still stored
-(the last duplicate wins) and ignores, and counts, stale ones (overwritten, cleared or
-dequeued). After every rule: ``get_priorities`` of every stored id and the sum tree (its root
-equals the sum of its leaves; proportional: each leaf is the reference mass of its slot). A
-``sample`` rule checks every row against the reference, the ids drawable, each probability and
-weight exactly (rank-based runs with ``sort_interval=1``: exact ranks at every draw), and the
-sampling law loosely: the frequencies of 4096 draws within 5 standard deviations of
+:class:`PrioritizedMachine` runs every rule of :class:`BufferMachine` (add with ``None`` inputs,
+extend, end_episode, dequeue, blocking add with ``timeout=0``, clear, save/load) on a
+:class:`rlreplay.PrioritizedReplayBuffer`, proportional and rank-based, against the reference model
+plus a reference of the priorities: a new transition gets ``max(initial_priority, largest priority
+applied)``, ``update_priorities`` applies ``value + eps`` to ids still stored (the last duplicate
+wins) and ignores, and counts, stale ones (overwritten, cleared or dequeued) and the never-
+sampleable steps of abandoned episodes. After every rule: ``get_priorities`` of every stored id and
+the sum tree (its root equals the sum of its leaves; proportional: each leaf is the reference mass
+of its slot). A ``sample`` rule checks every row against the reference, the ids drawable, each
+probability and weight exactly (rank-based runs with ``sort_interval=1``: exact ranks at every
+draw), and the sampling law loosely: the frequencies of 4096 draws within 5 standard deviations of
 ``P(i)`` (plus ``2 / n``) for every id.
 
-:class:`SequenceMachine` adds ``sample_sequences`` (``length``, ``within_episode``, ``pad``)
-on a uniform buffer: every row equals the reference run of its first step
-(``tests/test_sequences.py``'s helpers over ``tests/reference.py``), ``pad=False`` starts are
-among the reference's full-length starts, and ``EmptyBufferError`` exactly when the reference
-has no start.
+:class:`SequenceMachine` adds ``sample_sequences`` (``length``, ``within_episode``, ``pad``) on a
+uniform buffer: every row equals the reference run of its first step (``tests/test_sequences.py``'s
+helpers over ``tests/reference.py``), ``pad=False`` starts are among the reference's full-length
+starts, and ``EmptyBufferError`` exactly when the reference has no start.
 
 The default profile takes 15 sequences of 25 rules per machine (seconds); ``-m slow`` 10^4.
 """
@@ -115,6 +114,9 @@ class PrioritizedMachine(BufferMachine):
                      max_size=len(ids))
         )  # fmt: skip
         stored = set(self.ref.stored_ids())
+        E = self.ref.num_envs
+        # Overwritten, and steps abandoned episodes left never sampleable: ignored, counted.
+        stored -= {i for i in stored if self.ref.in_hole(i % E, i // E)}
         stale = sum(i not in stored for i in ids)
         assert self.p.update_priorities(np.array(ids), np.array(values)) == stale
         applied: dict[int, float] = {}

@@ -341,7 +341,12 @@ class ReplayBuffer(WritingMixin, FifoMixin, EpisodesMixin, StateMixin, SamplingM
         self._notify_sampleable(before, rows_env, rows_t)
 
     def _notify_sampleable(self, before: Array, rows_env: Array, rows_t: Array) -> None:
-        self._on_write(rows_env, rows_t, *sampleable_delta(before, self._index.bounds()))
+        removed_env, removed_t, added_env, added_t = sampleable_delta(before, self._index.bounds())
+        if self._index.has_cuts and added_t.shape[0]:
+            # [lo, hi) grew over the holes of abandoned episodes: those never become sampleable.
+            keep = ~self._index.in_hole(added_env, added_t)
+            added_env, added_t = added_env[keep], added_t[keep]
+        self._on_write(rows_env, rows_t, removed_env, removed_t, added_env, added_t)
 
     def _on_write(
         self,

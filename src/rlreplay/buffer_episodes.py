@@ -13,7 +13,7 @@ import numpy as np
 
 from rlreplay.batch import Batch
 from rlreplay.buffer_host import Array, BufferHost
-from rlreplay.episodes import COUNT, HEAD, LO, expand_ranges
+from rlreplay.episodes import COUNT, HEAD
 from rlreplay.errors import EmptyBufferError, FieldError, InvalidIdError
 from rlreplay.io.frameworks import TensorBatch, choose_output
 from rlreplay.sampling.uniform import draw_uniform
@@ -312,5 +312,5 @@ class EpisodesMixin(BufferHost):
         """Ids of every sampleable transition, env by env in time order."""
         with self._lock:
             self._check_open()
-            env_ids, t = expand_ranges(self._index.env[:, LO], self._index.sizes())
+            env_ids, t = self._index.sampleable_steps()
             return self._index.ids(env_ids, t)

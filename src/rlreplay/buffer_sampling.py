@@ -16,7 +16,7 @@ import numpy as np
 from rlreplay.assemble import assemble_transitions
 from rlreplay.batch import Batch
 from rlreplay.buffer_host import Array, BufferHost
-from rlreplay.episodes import HI, LO
+from rlreplay.episodes import LO
 from rlreplay.errors import ConfigError, EmptyBufferError, InvalidIdError
 from rlreplay.io.frameworks import TensorBatch, choose_output
 from rlreplay.sampling.onecall import sample_batch
@@ -135,8 +135,7 @@ class SamplingMixin(BufferHost):
             env_ids, t, _ = self._index.split_ids(ids)
             if env_ids.ndim != 1:
                 raise InvalidIdError(f"ids: expected a 1-D array, got shape {env_ids.shape}")
-            env = self._index.env
-            bad = (t < env[env_ids, LO]) | (t >= env[env_ids, HI])
+            bad = ~self._index.sampleable(env_ids, t)
             if bad.any():
                 raise InvalidIdError(
                     f"ids: {np.asarray(ids)[bad][:5].tolist()} are not sampleable (overwritten, "
@@ -162,10 +161,11 @@ class SamplingMixin(BufferHost):
             env_ids, t = draw_uniform(env[:, LO], sizes, batch_size, self._rng, total)
         else:
             env_ids, t = draw_mixed(
-                env[:, LO], env[:, HI], batch_size, self._rng,
+                env[:, LO], env[:, LO] + sizes, batch_size, self._rng,
                 recent_ratio=opts.recent_ratio, recent_steps=opts.recent_steps,
                 replacement=opts.replacement,
             )  # fmt: skip
+        t = self._index.unhole(env_ids, t)  # drawn over ranges compressed past the holes
         return env_ids, t, {"weights": np.ones(batch_size, np.float32)}
 
     def _bind(self, fn: Transform) -> None:

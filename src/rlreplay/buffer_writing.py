@@ -18,6 +18,7 @@ import numpy as np
 from rlreplay.buffer_fifo import check_timeout
 from rlreplay.buffer_host import Array, BufferHost
 from rlreplay.codegen import define
+from rlreplay.episodes import HEAD
 from rlreplay.errors import ConfigError
 from rlreplay.limits import RateLimiter
 from rlreplay.writer import MISSING, Prepared
@@ -200,6 +201,72 @@ class WritingMixin(BufferHost):
             if self._waiting:
                 self._cond.notify_all()
             return ids
+
+    def abandon_episode(self, env_id: int = 0) -> Array:
+        """Abandon env ``env_id``'s running episode: end it at its newest step, unobserved.
+
+        For a running episode whose continuation is lost (an actor that crashed, a restarted
+        shard, an env reset without a final observation): unlike :meth:`end_episode` there is
+        no final observation and no ``terminated``/``truncated`` flag. The episode's steps
+        whose ``n_step``-step windows are complete inside it (``t + n_step <= newest``) stay
+        sampleable exactly as they are; the others (its last ``n_step`` steps, with
+        ``n_step=1`` just the newest one, whose next observation is unknown) stay stored, for
+        :meth:`get_episode` and ``sample_sequences``, but are never sampleable: ``sample``
+        never draws them, prioritized buffers give them no priority mass and ignore their
+        ids in ``update_priorities``. The next step added for the env starts a new episode.
+        The episode counts as ended without a final step: ``get_episode``,
+        ``steps_to_episode_end`` and ``sample_sequences(within_episode=True)`` stop at the
+        cut (the cut step's ``next_known`` is False), ``record_episodic_return`` records the
+        returns of its stored steps up to the cut, and ``sample_episodes`` (complete
+        episodes, with a final step) leaves it out. Checkpoints keep the cut.
+
+        Args:
+            env_id: The env.
+
+        Returns:
+            The id of the step that now ends the abandoned episode (shape ``(1,)``), or an
+            empty array when no episode runs (no step added yet, or the newest step already
+            ends its episode, e.g. right after :meth:`end_episode` or another abandon): then
+            nothing changes. An episode whose stored steps were all overwritten, cleared or
+            dequeued is still abandoned (the next step starts a new episode); its id is
+            returned although it is no longer stored.
+
+        Raises:
+            InvalidIdError: ``env_id`` is not an env of this buffer.
+            ConfigError: ``env_id`` is written by a shared-memory writer process.
+
+        Example:
+            >>> import numpy as np, rlreplay as rr
+            >>> buf = rr.ReplayBuffer(8, {"obs": rr.Field((), np.float32)}, n_step=2)
+            >>> for t in range(4):
+            ...     _ = buf.add(obs=t, reward=1.0, terminated=False, truncated=False)
+            >>> buf.sampleable_ids().tolist()  # steps 0 and 1 know their 2-step windows
+            [0, 1]
+            >>> buf.abandon_episode().tolist()  # steps 2 and 3 never will
+            [3]
+            >>> _ = buf.add(obs=9, reward=1.0, terminated=False, truncated=False)  # new episode
+            >>> buf.episode_begin([4]).tolist(), buf.sampleable_ids().tolist()
+            ([4], [0, 1])
+        """
+        with self._lock:
+            self._check_open()
+            e = int(self._writer.check_env_ids([env_id], name="env_id")[0])
+            if self._shared is not None:
+                self._shared.check_owner_write(np.array([e], np.int64))
+            before = self._index.bounds() if self._tracks_sampleable else None
+            t = self._index.abandon_running(e)
+            if t < 0:
+                return np.zeros(0, np.int64)
+            if t >= int(self._index.env[e, HEAD]):
+                self._writer._record_returns(
+                    np.array([e], np.int64), np.array([t], np.int64), np.ones(1, np.bool_)
+                )
+            if before is not None:
+                empty = np.zeros(0, np.int64)
+                self._notify_sampleable(before, empty, empty)
+            if self._waiting:
+                self._cond.notify_all()
+            return np.array([t * self.num_envs + e], np.int64)
 
     def _commit(self, prep: Prepared, block: bool, timeout: float | None) -> Array:
         """Store a validated call (after waiting for room if ``block``); tell the hooks."""

@@ -14,7 +14,8 @@ import numba
 import numpy as np
 
 __all__ = [
-    "COUNT", "EP_END", "EP_START", "FINAL_FID", "F_COUNT", "F_HEAD", "HEAD", "HI", "LAST_END", "LO",
+    "ABANDONED", "COUNT", "EP_END", "EP_START", "FINAL_FID", "F_COUNT", "F_HEAD", "HEAD", "HI",
+    "LAST_END", "LO",
     "P_C", "P_F", "P_G", "P_K", "P_N", "expand_ranges", "sampleable_delta",
 ]  # fmt: skip
 
@@ -27,6 +28,11 @@ _NCOLS = 7
 # the step does not end its episode, so "ends its episode" is `final_fid >= 0`) and the
 # episode's last step (-1 while the episode runs; filled for its stored steps when it ends).
 EP_START, FINAL_FID, EP_END = 0, 1, 2
+# FINAL_FID of a step that ends an *abandoned* episode (EpisodeIndex.abandon_running): it ends
+# its episode (the next step starts a new one) but has no final record and no terminated /
+# truncated flag. "Ends its episode" is therefore `final_fid != -1`; "has a final record" is
+# `final_fid >= 0`.
+ABANDONED = -2
 # Entries of the parameter vector handed to the kernel (few arguments keep Numba's dispatch
 # cheap: it grows quickly with the argument count, and the per-step path pays it every call).
 # P_G counts reallocations of the final records (compiled writers that address them by pointer
@@ -47,7 +53,7 @@ def _recompute_bounds(env: Array, slot_meta: Array, e: int, C: int, n: int, k: i
         j = head
         while j < head + k - 1 and j < count:
             lo = j + 1
-            if slot_meta[e * C + j % C, FINAL_FID] >= 0:
+            if slot_meta[e * C + j % C, FINAL_FID] != -1:  # an end, abandoned or not
                 break
             j += 1
     env[e, LO] = lo
@@ -201,8 +207,8 @@ _CHECKS = (
     "final-record cursors (head, count) {v} are decreasing, negative or hold more than the ring",
     "final record {v} has an owner step that is not stored, not after the previous record's, "
     "or whose slot names another record",
-    "last episode end {v} is not the owner of the newest live final record",
-    "stored step {v} names a final record that is not live or not its own",
+    "last episode end {v} is not the newest stored step that ends an episode",
+    "stored step {v} names a final record that is not live or not its own (or a code < -2)",
     "stored step {v} has an episode start after it, or other than its predecessor implies",
     "stored step {v} has an episode end that is not the first end at or after it",
     "sampleable range [lo, hi) ends at {v}, not what the stored episodes give",
@@ -237,23 +243,32 @@ def _check_kernel(
             if o <= prev or o >= count or slot_meta[e * C + o % C, FINAL_FID] != fid:
                 return 5, e, fid
             prev = o
-        if (f_count > f_head and last_end != prev) or (f_count == f_head and last_end >= head):
+        # The newest stored end (with a final record or abandoned) is last_end; with none
+        # stored, the last end is older than every stored step.
+        newest = -1
+        for t in range(count - 1, head - 1, -1):
+            if slot_meta[e * C + t % C, FINAL_FID] != -1:
+                newest = t
+                break
+        if (newest >= 0 and last_end != newest) or (newest < 0 and last_end >= head):
             return 6, e, last_end
         expected = -1
         for t in range(head, count):
             s = e * C + t % C
             start, fid = slot_meta[s, EP_START], slot_meta[s, FINAL_FID]
-            if fid != -1 and (fid < f_head or fid >= f_count or final_owner[e * F + fid % F] != t):
+            if fid < ABANDONED or (
+                fid >= 0 and (fid < f_head or fid >= f_count or final_owner[e * F + fid % F] != t)
+            ):
                 return 7, e, t
             if start < 0 or start > t or (t > head and start != expected):
                 return 8, e, t
             if t > last_end and start != last_end + 1:
                 return 8, e, t
-            expected = t + 1 if fid >= 0 else start
+            expected = t + 1 if fid != -1 else start
         nxt = -1
         for t in range(count - 1, head - 1, -1):
             s = e * C + t % C
-            if slot_meta[s, FINAL_FID] >= 0:
+            if slot_meta[s, FINAL_FID] != -1:
                 nxt = t
             if slot_meta[s, EP_END] != nxt:
                 return 9, e, t

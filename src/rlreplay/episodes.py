@@ -30,6 +30,10 @@ env (none ends its episode, the envs' counters are equal) is only counted
 ``final_owner`` are properties that settle first) or after 4096 of them. The end state is the
 one per-step accounting gives: only the last ``C`` steps of a ring leave slot records, and
 ``head``, the dead final records and the bounds depend on the end counters alone.
+
+Abandoned episodes (:meth:`EpisodeIndex.abandon_running`) end without a final record; the
+steps whose windows they leave incomplete stay stored but are never sampleable, so an env's
+sampleable steps are ``[lo, hi)`` minus those *holes* (see :mod:`rlreplay.episode_cuts`).
 """
 
 from __future__ import annotations
@@ -39,8 +43,10 @@ from typing import Any
 
 import numpy as np
 
+from rlreplay.episode_cuts import find_cuts, hole_mask, holes_of, unhole
 from rlreplay.episode_kernels import _CHECKS as _CHECKS
 from rlreplay.episode_kernels import _NCOLS as _NCOLS
+from rlreplay.episode_kernels import ABANDONED as ABANDONED
 from rlreplay.episode_kernels import COUNT as COUNT
 from rlreplay.episode_kernels import EP_END as EP_END
 from rlreplay.episode_kernels import EP_START as EP_START
@@ -119,6 +125,10 @@ class EpisodeIndex:
         # defer_plain compares them): kept by the writes that leave envs in lockstep.
         self._lockstep = 0
         self._max_pending = 4096  # bounds the work of one settle()
+        # Per env, the stored steps that end abandoned episodes (in time order; pruned lazily
+        # once overwritten), or None when loaded tables must be scanned for them first.
+        self._cuts: list[list[int]] | None = [[] for _ in range(E)]
+        self._n_cuts = 0
         # Called after deferred steps are accounted for, with the [lo, hi] table before them,
         # their first step and their number (the buffer's write hook, when it has one).
         self.on_settle: Callable[[Array, int, int], None] | None = None
@@ -290,7 +300,7 @@ class EpisodeIndex:
         slot = e * C + t % C
         if t < head:
             raise InvalidIdError(f"env_id: env {e} stores no step; there is no episode to end")
-        if self.slot_meta[slot, FINAL_FID] >= 0:
+        if self.slot_meta[slot, FINAL_FID] != -1:  # a final record, or abandoned
             raise InvalidIdError(
                 f"env_id: the newest step of env {e} already ends its episode; nothing runs"
             )
@@ -317,6 +327,91 @@ class EpisodeIndex:
         env[e, LAST_END] = last_end
         env[e, F_COUNT] = env[e, F_HEAD] = f_count
         self._lockstep = -1
+
+    def abandon_running(self, e: int) -> int:
+        """End env ``e``'s running episode at its newest step, with no final observation.
+
+        The step gets no final record and no flag; its episode's steps whose ``n``-step
+        windows are complete stay sampleable, the others (its *hole*) never become so, and
+        the next step starts a new episode. O(length of the episode's stored part).
+
+        Returns:
+            The absolute step that now ends the abandoned episode (it may be overwritten
+            already), or ``-1`` when no episode runs (no step yet, or the newest step ends
+            its episode): then nothing changes.
+        """
+        env, meta, C = self.env, self.slot_meta, self.env_capacity
+        t = int(env[e, COUNT]) - 1
+        if t < 0 or int(env[e, LAST_END]) == t:
+            return -1
+        env[e, LAST_END] = t
+        head = int(env[e, HEAD])
+        if t >= head:  # still stored: mark it and tell the episode's stored steps its end
+            slot = e * C + t % C
+            meta[slot, FINAL_FID] = ABANDONED
+            start = max(int(meta[slot, EP_START]), head)
+            meta[e * C + np.arange(start, t + 1) % C, EP_END] = t
+            self._cut_lists()[e].append(t)
+            self._n_cuts += 1
+        _recompute_bounds(env, meta, e, C, self.n_step, self.frame_stack)
+        return t
+
+    def _cut_lists(self) -> list[list[int]]:
+        """Per env, the stored abandon points (pruned of overwritten ones)."""
+        env = self.env
+        if self._cuts is None:
+            self._cuts = find_cuts(self.slot_meta, env[:, HEAD], env[:, COUNT], self.env_capacity)
+        for e, cuts in enumerate(self._cuts):
+            drop = 0
+            while drop < len(cuts) and cuts[drop] < env[e, HEAD]:
+                drop += 1
+            if drop:
+                del cuts[:drop]
+        self._n_cuts = sum(len(c) for c in self._cuts)
+        return self._cuts
+
+    @property
+    def has_cuts(self) -> bool:
+        """Whether abandoned episodes may leave holes (cheap; may lag overwrites)."""
+        return self._cuts is None or self._n_cuts > 0
+
+    def holes(self) -> dict[int, list[tuple[int, int]]]:
+        """Per env with any, its holes ``[h0, h1)`` inside ``[lo, hi)``, in time order."""
+        if not self.has_cuts:
+            return {}
+        cuts, env = self._cut_lists(), self.env
+        out: dict[int, list[tuple[int, int]]] = {}
+        for e, c in enumerate(cuts):
+            hs = holes_of(c, self.slot_meta, e, self.env_capacity, self.n_step, int(env[e, LO]))
+            if hs:
+                out[e] = hs
+        return out
+
+    def in_hole(self, env_ids: Array, t: Array) -> Array:
+        """Whether stored steps ``t`` lie in a hole (never sampleable); all False without cuts."""
+        if not self.has_cuts:
+            return np.zeros(t.shape, np.bool_)
+        return hole_mask(self.slot_meta, env_ids, t, self.env_capacity, self.n_step)
+
+    def sampleable(self, env_ids: Array, t: Array) -> Array:
+        """Whether steps ``t`` (of envs ``env_ids``, any issued steps) are sampleable now."""
+        env = self.env
+        ok: Array = (t >= env[env_ids, LO]) & (t < env[env_ids, HI])
+        if self.has_cuts and ok.any():
+            idx = np.flatnonzero(ok)
+            ok[idx] = ~self.in_hole(env_ids[idx], t[idx])
+        return ok
+
+    def unhole(self, env_ids: Array, t: Array) -> Array:
+        """Map steps drawn from the compressed ranges ``[lo, lo + sizes())`` to real steps
+        (the identity without holes; see :func:`rlreplay.episode_cuts.unhole`)."""
+        holes = self.holes()
+        return unhole(holes, env_ids, t) if holes else t
+
+    def sampleable_steps(self) -> tuple[Array, Array]:
+        """Every sampleable ``(env, t)``, env by env in time order."""
+        env_ids, t = expand_ranges(self.env[:, LO], self.sizes())
+        return env_ids, self.unhole(env_ids, t)
 
     def dequeue(self, env_ids: Array, n: int) -> None:
         """Drop the oldest ``n`` stored steps of each env in ``env_ids`` (all must have them)."""
@@ -360,8 +455,10 @@ class EpisodeIndex:
         return self.env[:, LO : HI + 1].copy()
 
     def sizes(self) -> Array:
-        """Number of sampleable steps per env (int64, shape ``(E,)``)."""
+        """Number of sampleable steps per env (int64, shape ``(E,)``): ``hi - lo`` less holes."""
         out: Array = np.maximum(self.env[:, HI] - self.env[:, LO], 0)
+        for e, hs in self.holes().items():
+            out[e] -= sum(h1 - h0 for h0, h1 in hs)
         return out
 
     def slots(self, env_ids: Array, t: Array) -> Array:
@@ -418,6 +515,7 @@ class EpisodeIndex:
         """The arrays that make up the index (live views, for checkpoints and loading)."""
         arrays = {"env": self.env, "slot_meta": self.slot_meta, "final_owner": self.final_owner}
         self._lockstep = -1  # the caller may load other counters into them
+        self._cuts = None  # ... and other abandon marks: found again on the next query
         return arrays
 
     def check_loaded(self, terminated: Array | None = None, truncated: Array | None = None) -> None:

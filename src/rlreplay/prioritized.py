@@ -327,7 +327,11 @@ class PrioritizedReplayBuffer(ReplayBuffer):
         p = np.ascontiguousarray(p, np.float64).reshape(-1)
         with self._lock:
             self._check_open()
-            _, _, slots, stale, n_stale = self._index.locate(id_arr.reshape(-1))
+            env_ids, t, slots, stale, n_stale = self._index.locate(id_arr.reshape(-1))
+            if self._index.has_cuts:  # steps abandoned episodes left never sampleable: as stale
+                live = np.flatnonzero(~stale)
+                stale[live] = self._index.in_hole(env_ids[live], t[live])
+                n_stale = int(stale.sum())
             top = self._prios.update(slots, stale, p, self.priority_clip, self.eps)
             self._max_priority = max(self._max_priority, top)
             return n_stale
@@ -413,7 +417,7 @@ class PrioritizedReplayBuffer(ReplayBuffer):
         if pad:
             return self._draw(batch_size)
         index = self._index
-        env_ids, t = expand_ranges(index.env[:, LO], index.sizes())
+        env_ids, t = index.sampleable_steps()
         ok = valid_sequence_starts(index, env_ids, t, length, within_episode)
         env_ids, t = env_ids[ok], t[ok]
         try:
@@ -566,7 +570,7 @@ class PrioritizedReplayBuffer(ReplayBuffer):
 
     def _after_load(self) -> None:
         super()._after_load()
-        env_ids, t = expand_ranges(self._index.env[:, LO], self._index.sizes())
+        env_ids, t = self._index.sampleable_steps()
         self._prios.restore(self._index.slots(env_ids, t))
 
 

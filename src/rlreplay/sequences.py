@@ -89,7 +89,8 @@ def gather_runs(
         out[name] = arr
     fid = index.final_fid[slots]
     ends = mask & (fid >= 0)
-    follows = mask & ~ends & (pos + 1 < index.env[env_ids, COUNT][:, None])
+    # An abandoned episode's last step has no next observation (fid == ABANDONED).
+    follows = mask & (fid == -1) & (pos + 1 < index.env[env_ids, COUNT][:, None])
     F = index.finals_capacity
     final_pos = (env_ids[:, None] * F + fid % F)[ends]
     for name in cols.finals:

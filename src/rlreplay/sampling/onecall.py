@@ -287,7 +287,7 @@ def sample_batch(buf: Any, batch_size: int, opts: Any, out: Any, uniform_type: t
     if not fast.eligible and hasattr(type(buf), "_fast_draw_args"):
         return _sample_prioritized(buf, batch_size, opts, out, uniform_type)
     arrays = None if out is None else fast.arrays_of(out, batch_size)
-    if fast.eligible and opts.recent_ratio == 0 and opts.replacement:
+    if fast.eligible and opts.recent_ratio == 0 and opts.replacement and not buf._index.has_cuts:
         try:
             data = fast.run(buf._rng, batch_size, arrays)
         except numba.core.errors.TypingError:
