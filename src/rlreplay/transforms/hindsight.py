@@ -106,11 +106,12 @@ class HindsightRelabel:
 
     ``terminated``, ``truncated`` and ``discount`` stay as stored: whether an episode ended is
     the environment's fact, not the goal's (as in nnabla-rl's ``HindsightReplayBuffer`` and
-    SB3's HER, which recompute only the reward). Transitions of unfinished episodes are left as
-    sampled. Stored data is never modified. Every random choice comes from the buffer's
-    generator, so a checkpoint reproduces the relabelled stream; per batch it draws
-    ``rng.random(B)`` (who is relabelled), then, except for ``"final"``, one
-    ``rng.integers`` call over the relabelled rows (which goal).
+    SB3's HER, which recompute only the reward). Transitions of unfinished episodes, and of
+    abandoned ones (``abandon_episode``: no final achieved goal), are left as sampled. Stored
+    data is never modified. Every random choice comes from the buffer's generator, so a
+    checkpoint reproduces the relabelled stream; per batch it draws ``rng.random(B)`` (who is
+    relabelled), then, except for ``"final"``, one ``rng.integers`` call over
+    the relabelled rows (which goal).
 
     Cost: O(B * n_step) vectorised gathers plus at most ``n_step`` calls of ``reward_fn``.
 
@@ -281,7 +282,10 @@ class HindsightRelabel:
         slot = index.slots(env_ids, t)
         end = index.ep_end[slot]
         chosen = buffer._rng.random(t.shape[0]) < self.relabel_prob
-        rows = np.flatnonzero(chosen & (end >= 0))  # only finished episodes
+        # Only finished episodes; an abandoned one (abandon_episode) has no final achieved goal.
+        ended = end >= 0
+        ended[ended] = index.final_fid[index.slots(env_ids[ended], end[ended])] >= 0
+        rows = np.flatnonzero(chosen & ended)
         if rows.size == 0:
             return batch
         env, t, end, slot = env_ids[rows], t[rows], end[rows], slot[rows]

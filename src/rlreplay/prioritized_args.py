@@ -1,0 +1,68 @@
+"""Argument checks of :class:`rlreplay.PrioritizedReplayBuffer` (split from ``prioritized``).
+
+Validation of the constructor's numbers and clip range, the uniform-only draw options, and
+R2D2's reduction of per-step sequence priorities to one per sequence.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+from rlreplay.errors import ConfigError, PriorityError, ShapeError
+from rlreplay.sampling.uniform import DrawOptions
+
+__all__ = ["_check_uniform_only", "_clip_range", "_real", "_reduce_steps"]
+
+Array = np.ndarray[Any, Any]
+
+
+def _check_uniform_only(opts: DrawOptions) -> None:
+    if opts.recent_ratio > 0 or not opts.replacement:
+        raise ConfigError(
+            "recent_ratio/replacement: prioritized sampling draws by priority with "
+            "replacement; recency mixing and draws without replacement are uniform-only"
+        )
+
+
+def _reduce_steps(p: Array, mask: Any, eta: float) -> Array:
+    """R2D2's sequence priority: ``eta * max + (1 - eta) * mean`` over each row's real steps."""
+    if not 0.0 <= eta <= 1.0:
+        raise ConfigError(f"eta: expected a value in [0, 1], got {eta}")
+    if p.dtype.kind not in "iuf":
+        raise PriorityError(f"priorities: expected real numbers, got dtype {p.dtype}")
+    m = np.ones(p.shape, bool) if mask is None else np.asarray(mask, bool)
+    if m.shape != p.shape:
+        raise ShapeError(f"mask: expected shape {p.shape}, got {m.shape}")
+    if not m.any(axis=-1).all():
+        raise ShapeError("mask: every sequence needs at least one real step")
+    pf = p.astype(np.float64)
+    top = np.where(m, pf, -np.inf).max(axis=-1)
+    mean = np.where(m, pf, 0.0).sum(axis=-1) / m.sum(axis=-1)
+    out: Array = eta * top + (1.0 - eta) * mean
+    return out
+
+
+def _real(name: str, value: Any) -> float:
+    """A finite float ``>= 0`` from a real number (bools refused)."""
+    if isinstance(value, bool) or not isinstance(value, int | float | np.integer | np.floating):
+        raise ConfigError(f"{name}: expected a finite number >= 0, got {value!r}")
+    out = float(value)
+    if not math.isfinite(out) or out < 0.0:
+        raise ConfigError(f"{name}: expected a finite number >= 0, got {value!r}")
+    return out
+
+
+def _clip_range(clip: Any) -> tuple[float, float] | None:
+    if clip is None:
+        return None
+    try:
+        lo, hi = clip
+    except (TypeError, ValueError):
+        raise ConfigError(f"priority_clip: expected None or (lo, hi), got {clip!r}") from None
+    lo, hi = _real("priority_clip[0]", lo), _real("priority_clip[1]", hi)
+    if lo > hi:
+        raise ConfigError(f"priority_clip: expected lo <= hi, got ({lo}, {hi})")
+    return lo, hi
