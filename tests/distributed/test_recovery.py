@@ -185,9 +185,10 @@ def test_killed_shard_restarts_and_reloads_its_checkpoint(ray_local: Any, tmp_pa
         assert [s["since_checkpoint"] for s in st["shards"]] == [7, 7]
         st = kill_and_wait(ray, svc, 0, 1)
         assert st["shards"][0] == {
-            "stored": 20, "sampleable": 19, "restarts": 1, "lost": 7, "since_checkpoint": 0,
-            "checkpoint": str(tmp_path / "shard-0-000001.rlr"),
+            "stored": 20, "sampleable": 19, "restarts": 1, "lost": 7, "abandoned": 1,
+            "since_checkpoint": 0, "checkpoint": str(tmp_path / "shard-0-000001.rlr"),
         }  # fmt: skip
+        assert st["shards"][1]["abandoned"] == 0  # it restarted empty: nothing ran
         assert st["shards"][1]["stored"] == 17 and (st["restarts"], st["lost"]) == (2, 17)
         assert_same_batches(svc.get_transitions(service_ids(0, range(19), 2, 2)), before)
         # Writers go on: a flush to the restarted shard succeeds.
@@ -195,7 +196,13 @@ def test_killed_shard_restarts_and_reloads_its_checkpoint(ray_local: Any, tmp_pa
         w.flush(timeout=WAIT)
         st = svc.stats(timeout=WAIT)
         assert [s["stored"] for s in st["shards"]] == [22, 19]
-        svc.sample(16, timeout=WAIT)
+        # The reload cut env 0's episode at step 19: no window spans the lost steps 20..26.
+        with pytest.raises(rr.InvalidIdError, match="not sampleable"):
+            svc.get_transitions(service_ids(0, range(19, 20), 2, 2), timeout=WAIT)
+        b = svc.sample(256, timeout=WAIT)
+        assert (b.next_obs[:, 1] - b.obs[:, 1] == 1).all()  # every window inside its episode
+        first = svc.get_transitions(service_ids(0, range(20, 21), 2, 2), timeout=WAIT)
+        assert (first.obs[0, 1], first.next_obs[0, 1]) == (27, 28)  # a new episode
         # A shard dead for good: an error, no hang; the live shard's steps are sent, the dead
         # one's stay buffered (a retry would not store the live shard's twice).
         ray.kill(svc._shards[1], no_restart=True)

@@ -41,12 +41,16 @@ def test_restarts_reload_the_last_checkpoint_and_count_losses(tmp_path: Path) ->
     assert s.status()["since_checkpoint"] == 4
     s = start(home)
     assert s.status() == {
-        "stored": 10, "sampleable": 9, "restarts": 2, "lost": 10, "since_checkpoint": 0,
-        "checkpoint": str(ckpt / "a.rlr"),
+        "stored": 10, "sampleable": 9, "restarts": 2, "lost": 10, "abandoned": 1,
+        "since_checkpoint": 0, "checkpoint": str(ckpt / "a.rlr"),
     }  # fmt: skip
     np.testing.assert_array_equal(s.get_transitions(np.arange(9)).obs, before.obs)
-    version, *_ = s.extend(steps(1, 10))
+    version, *_ = s.extend(steps(2, 20))
     assert version > 2 * (1 << 40)  # after every version of the dead incarnations
+    # The reload cut the episode at step 9: step 9 never bootstraps from step 10 (obs 20, after
+    # the 4 lost steps), which starts a new episode.
+    assert s.buffer.sampleable_ids().tolist() == [*range(9), 10]
+    assert s.buffer.episode_begin([11]).tolist() == [10]
 
 
 def test_loading_a_foreign_checkpoint_is_refused_and_changes_nothing(tmp_path: Path) -> None:

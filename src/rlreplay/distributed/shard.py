@@ -17,7 +17,9 @@ directory, one pair per shard:
 
 A constructor that finds ``shard-K.json`` is a restart: it reloads the named checkpoint (or
 starts empty if none was ever written) and counts ``added - added at the checkpoint`` steps as
-lost.
+lost. It then abandons every env's running episode (``abandon_episode``): the steps written
+next start new episodes, so no n-step window spans the lost steps; the reloaded steps whose
+windows stay incomplete for ever are counted as ``abandoned``.
 """
 
 from __future__ import annotations
@@ -98,6 +100,7 @@ class Shard:
             "checkpoint_added": 0,  # ``added`` when it was written
             "restarts": 0,
             "lost": 0,  # steps stored but dropped by reloads, over all restarts
+            "abandoned": 0,  # reloaded steps whose windows the cut at a reload left incomplete
         }
         self._home = None if home is None else Path(home)
         self._index = index
@@ -128,6 +131,7 @@ class Shard:
             self.record = record
             if record["checkpoint"] is not None:
                 self._replace(load(record["checkpoint"]))
+            record["abandoned"] = int(record.get("abandoned", 0)) + self._abandon_running()
             self.added = int(record["checkpoint_added"])
             self.version = int(record["restarts"]) * _VERSION_STRIDE
         else:
@@ -135,6 +139,25 @@ class Shard:
         self._counter = counter
         self._publish()
         return self.version > 0
+
+    def _abandon_running(self) -> int:
+        """Cut every env's running episode where the reloaded checkpoint left it.
+
+        The steps lost since the checkpoint were the continuation of those episodes; steps
+        written after the restart must not extend them (their windows would bootstrap across
+        the gap). Returns how many reloaded steps thereby never become sampleable (at most
+        ``n_step`` per env: the windows that needed a lost step).
+        """
+        buf = self.buffer
+        index = buf._index
+
+        def hole_steps() -> int:
+            return sum(h1 - h0 for hs in index.holes().values() for h0, h1 in hs)
+
+        before = hole_steps()
+        for e in range(buf.num_envs):
+            buf.abandon_episode(env_id=e)
+        return hole_steps() - before
 
     def _publish(self) -> None:
         """Write the record and the counter (after a restart, a save or a load)."""
@@ -195,13 +218,15 @@ class Shard:
         return (self.version, *self.sizes())
 
     def status(self) -> dict[str, Any]:
-        """Sizes, restarts, steps lost to them, and steps a death now would lose (one call, so
-        one incarnation answers)."""
+        """Sizes, restarts, steps lost to them, reloaded steps whose windows the restarts' cuts
+        left incomplete, and steps a death now would lose (one call, so one incarnation
+        answers)."""
         return {
             "stored": len(self.buffer),
             "sampleable": self.buffer.num_sampleable,
             "restarts": int(self.record["restarts"]),
             "lost": int(self.record["lost"]),
+            "abandoned": int(self.record.get("abandoned", 0)),
             "since_checkpoint": self.added - int(self.record["checkpoint_added"]),
             "checkpoint": self.record["checkpoint"],
         }
