@@ -335,7 +335,7 @@ def _prio_kernel(
 ) -> int:  # pragma: no cover - compiled
     """Fill a batch drawn by priority; returns ``B``, or -1 if an output's shape does not fit.
 
-    The draw is :func:`rlreplay.sampling.priorities._draw_kernel`'s, operation for operation:
+    The draw is :func:`rlreplay.sampling.priority_kernels._draw_kernel`'s, operation for operation:
     masses ``(i + u_i) * (total / B)`` (stratified) or ``u_i * total`` descend the sum tree
     ``sums`` (whose total must be ``> 0``) through the same :func:`_descend_all`; slot ``s =
     e * C + r`` is env ``e``'s step ``t = lo_e + ((r - lo_e) mod C)``; ``P = m / total`` and
