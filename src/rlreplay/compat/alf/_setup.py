@@ -7,9 +7,6 @@ The constructor's options are checked here (:func:`check_options`, :func:`positi
 
 from __future__ import annotations
 
-import os
-from collections.abc import Callable
-from contextlib import AbstractContextManager
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -27,8 +24,6 @@ __all__ = [
     "check_options",
     "keep_newest",
     "make_core",
-    "not_shared",
-    "one_process",
     "positive",
     "spec_layout",
 ]
@@ -149,28 +144,6 @@ def keep_newest(core: CoreBuffer, envs: Any) -> None:
     full = envs[end[envs] - first[envs] > 1]
     if full.size:
         core.dequeue(1, full)
-
-
-def not_shared(what: str) -> ConfigError:
-    """The error for using an ``allow_multiprocess`` buffer outside the process that built it."""
-    return ConfigError(
-        f"allow_multiprocess: {what}: this buffer lives in the process that built it (ALF "
-        "shares its tensors between processes; rlreplay's ALF front-end does not yet), so "
-        "another process would write to and read from a copy that nobody else sees. Keep "
-        "the buffer in one process and use threads, or send steps to that process"
-    )
-
-
-def one_process(core: CoreBuffer) -> Callable[[], AbstractContextManager[Any]]:
-    """``core.atomic``, refused (:func:`not_shared`) in any process but this one."""
-    pid = os.getpid()
-
-    def atomic() -> AbstractContextManager[Any]:
-        if os.getpid() != pid:
-            raise not_shared(f"used in process {os.getpid()}, built in process {pid}")
-        return core.atomic()
-
-    return atomic
 
 
 def make_core(

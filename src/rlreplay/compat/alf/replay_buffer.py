@@ -67,6 +67,7 @@ from rlreplay.compat.alf._episodic import (
     cut_of,
     first_envs,
 )
+from rlreplay.compat.alf._multiprocess import Remote, Sharing, forward_properties, reduce
 from rlreplay.compat.alf._nest import (
     AssignDTypeError,
     env_array,
@@ -79,8 +80,6 @@ from rlreplay.compat.alf._setup import (
     check_options,
     keep_newest,
     make_core,
-    not_shared,
-    one_process,
     positive,
     spec_layout,
 )
@@ -121,9 +120,12 @@ class ReplayBuffer(Sampling, torch.nn.Module):
             queries and ``gather_all(convert_to_default_device=False)`` create tensors.
             :meth:`get_batch` and ``gather_all()`` return on torch's default device, which is
             ALF's default device.
-        allow_multiprocess: Accepted; the buffer is thread-safe and lives in the process that
-            built it. With True, using it from another process (a forked child, or a pickled
-            copy) raises :class:`rlreplay.ConfigError` instead of silently not sharing.
+        allow_multiprocess: Let other processes use this buffer, as ALF's shared-memory one:
+            a forked child, or a process it is pickled to (a ``Process`` argument, fork or
+            spawn), gets a handle whose every method and property runs in this process (over
+            a ``multiprocessing.managers`` server started on first need), so all see the same
+            data. A remote call is a round trip (about a thousand per second); calls in this
+            process stay direct. Pickling always gives such a handle. See ``_multiprocess``.
         keep_episodic_info: Index episode boundaries (from ``step_type``; needs a scalar
             ``step_type`` leaf at the top of the nest). ``None``: True when
             ``num_earliest_frames_ignored > 0`` or ``record_episodic_return``.
@@ -204,9 +206,10 @@ class ReplayBuffer(Sampling, torch.nn.Module):
             initial_priority=initial_priority, gamma=gamma, record_episodic_return=self._record,
             reward_clip=reward_clip, default_return=default_return,
         )  # fmt: skip
-        # The core's lock across calls; with allow_multiprocess, in its process only.
-        self._multiprocess = bool(allow_multiprocess)
-        self._atomic = one_process(self._core) if self._multiprocess else self._core.atomic
+        self._atomic = self._core.atomic  # the core's lock across calls
+        # allow_multiprocess: other processes reach this buffer through a server (_multiprocess)
+        self._sharing = Sharing(self) if allow_multiprocess else None
+        self._remote: Remote | None = None  # set on copies and handles in other processes
         self._all_envs = np.arange(E, dtype=np.int64)
         self._stopped = False
         self._disc0 = Disc0Segments(E, C)
@@ -277,8 +280,8 @@ class ReplayBuffer(Sampling, torch.nn.Module):
         return max(self._initial_priority, top)
 
     def __reduce_ex__(self, protocol: Any) -> Any:
-        if self._multiprocess:  # a copy in another process would not share the data
-            raise not_shared("pickling (to send it to another process)")
+        if self._sharing is not None or self._remote is not None:  # unpickles as a handle
+            return reduce(self)
         return super().__reduce_ex__(protocol)
 
     def extra_repr(self) -> str:
@@ -492,3 +495,6 @@ class ReplayBuffer(Sampling, torch.nn.Module):
             discounted_return=returns,
         )
         return self._nest(data, device), info
+
+
+forward_properties(ReplayBuffer)  # a handle's properties are read in the owner
