@@ -12,11 +12,11 @@ state (the core and the front-end's bookkeeping) stays in the process that built
   starts lazily: when the buffer is first pickled, or just before the owner forks
   (``os.register_at_fork``). Each client connection is served by its own thread, so a blocked
   call of one process never delays the calls of another.
-- A forked child holds a copy of the Python object: right after the fork its public methods
-  are shadowed by forwarding functions (instance attributes) and its properties forward too
-  (:func:`forward_properties`). A pickled buffer unpickles as a *handle*: an instance of the
-  same class with no state, whose methods forward. Unpickled in the owner's process, it is the
-  owner's buffer itself.
+- A forked child holds a copy of the Python object, marked right after the fork as a *handle*
+  of the owner's buffer: every public method and property of the class checks for that mark
+  and forwards (:func:`forward_public`). A pickled buffer unpickles as a handle: an instance
+  of the same class with no state. Unpickled in the owner's process, it is the owner's buffer
+  itself.
 - Arguments and results travel pickled (tensors by value); a result that names the buffer
   (``BatchInfo.replay_buffer``) arrives as the receiving process's handle of it. Exceptions
   come back as they were raised. A blocking call runs in the owner in slices of
@@ -24,8 +24,8 @@ state (the core and the front-end's bookkeeping) stays in the process that built
   receive.
 
 Cost: a remote call is a round trip through a socket plus pickling both ways (see
-``docs/migrating/alf.md`` for a measured rate). Calls in the owner stay direct: one
-``__dict__`` look-up per property read, nothing per method call.
+``docs/migrating/alf.md`` for a measured rate). Calls in the owner stay direct, behind one
+``__dict__`` look-up.
 
 If the owner has gone (process ended, or its buffer was garbage collected), a remote call
 raises :class:`rlreplay.ReplayClosed` at once; a call blocked at that moment raises it too.
@@ -34,6 +34,7 @@ raises :class:`rlreplay.ReplayClosed` at once; a call blocked at that moment rai
 from __future__ import annotations
 
 import contextlib
+import functools
 import inspect
 import os
 import pickle
@@ -52,10 +53,11 @@ import torch
 from rlreplay.buffer_fifo import check_timeout
 from rlreplay.errors import ConfigError, ReplayClosed, ReplayError, ReplayTimeout
 
-__all__ = ["SLICE", "Remote", "Sharing", "forward_properties", "reduce"]
+__all__ = ["SLICE", "Remote", "Sharing", "forward_public", "reduce"]
 
 SLICE = 0.25  # seconds: longest wait of a blocking remote call before it checks its caller
 TYPEID = "alf_replay_buffer"
+SERVING = "rlreplay-alf-serving"  # name prefix of the owner's threads that serve a client
 LOCAL = ("core",)  # properties that hand out the owner's own objects: not forwarded
 
 # Owner buffers of this process that allow_multiprocess (started or not).
@@ -74,6 +76,8 @@ class _Server(Server):
     stop_event: threading.Event  # Server.serve_forever sets it; we run our own accept loop
 
     def serve_client(self, conn: Connection) -> None:
+        thread = threading.current_thread()  # named after the client process by the server
+        thread.name = f"{SERVING} {thread.name}"
         _serving.conn = conn
         super().serve_client(conn)
 
@@ -339,45 +343,49 @@ def forwarded_methods(cls: type) -> list[str]:
     return names
 
 
-def _forwarder(remote: Remote, name: str, doc: str | None) -> Callable[..., Any]:
-    def forward(*args: Any, **kwargs: Any) -> Any:
-        return remote.call("call", name, args, kwargs)
+def make_remote(buffer: Any, remote: Remote) -> None:
+    """Make ``buffer`` a handle: its public methods and properties run in the owner."""
+    buffer.__dict__["_remote"] = remote
+    buffer.__dict__["_sharing"] = None
 
-    def repr_or_gone() -> str:  # repr() must not raise once the owner has gone
-        try:
-            return str(remote.call("call", name))
+
+def forward_public(cls: type) -> None:
+    """Make the public methods and properties of ``cls`` (and its mixins') forward on handles.
+
+    The wrappers are set on ``cls`` (so methods bound before a fork forward in the child too);
+    on a buffer that is no handle, they cost one ``__dict__`` look-up.
+    """
+    for name in forwarded_methods(cls):
+        setattr(cls, name, _forwarding_method(name, getattr(cls, name)))
+    for name in _property_names(cls):
+        prop = getattr(cls, name)
+        setattr(cls, name, _forwarding_property(name, prop.fget))
+
+
+def _forwarding_method(name: str, method: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(method)
+    def forward(self: Any, *args: Any, **kwargs: Any) -> Any:
+        remote: Remote | None = self.__dict__.get("_remote")
+        if remote is None:
+            return method(self, *args, **kwargs)
+        if name != "extra_repr":
+            return remote.call("call", name, args, kwargs)
+        try:  # repr() must not raise once the owner has gone
+            return remote.call("call", name)
         except ReplayClosed:
             return f"handle of a gone buffer (owner process {remote.owner_pid})"
 
-    fn = repr_or_gone if name == "extra_repr" else forward
-    fn.__name__, fn.__doc__ = name, doc
-    return fn
-
-
-def make_remote(buffer: Any, remote: Remote) -> None:
-    """Make ``buffer`` a handle: its public methods forward to the owner."""
-    buffer.__dict__["_remote"] = remote
-    buffer.__dict__["_sharing"] = None
-    for name in forwarded_methods(type(buffer)):
-        buffer.__dict__[name] = _forwarder(remote, name, getattr(type(buffer), name).__doc__)
-
-
-def forward_properties(cls: type) -> None:
-    """Make every property of ``cls`` (and its mixins) forward on handles."""
-    for klass in _own_classes(cls):
-        for name, value in list(vars(klass).items()):
-            if isinstance(value, property) and value.fget is not None:
-                setattr(klass, name, _forwarding_property(name, value.fget))
+    return forward
 
 
 def _forwarding_property(name: str, fget: Callable[[Any], Any]) -> property:
+    @functools.wraps(fget)
     def get(self: Any) -> Any:
-        remote = self.__dict__.get("_remote")
+        remote: Remote | None = self.__dict__.get("_remote")
         if remote is not None:
             return remote.call("get", name)
         return fget(self)
 
-    get.__name__, get.__doc__ = name, fget.__doc__
     return property(get, doc=fget.__doc__)
 
 

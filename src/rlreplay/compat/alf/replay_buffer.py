@@ -67,7 +67,7 @@ from rlreplay.compat.alf._episodic import (
     cut_of,
     first_envs,
 )
-from rlreplay.compat.alf._multiprocess import Remote, Sharing, forward_properties, reduce
+from rlreplay.compat.alf._multiprocess import Remote, Sharing, forward_public, reduce
 from rlreplay.compat.alf._nest import (
     AssignDTypeError,
     env_array,
@@ -497,4 +497,4 @@ class ReplayBuffer(Sampling, torch.nn.Module):
         return self._nest(data, device), info
 
 
-forward_properties(ReplayBuffer)  # a handle's properties are read in the owner
+forward_public(ReplayBuffer)  # a handle's calls run in the owner
