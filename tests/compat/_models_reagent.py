@@ -13,10 +13,12 @@ differences of ``docs/migrating/reagent.md`` where they change what a call retur
   counting back from the last leaf, padding leaves read 0 and refused on write (difference 6),
   ``max_recorded_priority`` the largest value ever set (starting at 1).
 
-What the model cannot say, it says so: :meth:`ReAgentModel.intact` tells whether the slots of a
-transition still hold the steps of one episode as written (then rlreplay must return exactly
-what ReAgent reads), and :meth:`ReAgentModel.real` whether a slot holds a step at all (a slot
-that does not is never returned: difference 3).
+:meth:`ReAgentModel.transition` is what reagent 0.1 reads for *any* slot, whatever the slots
+hold (rows never written are zeros here, ``np.empty`` memory in 0.1): the front-end returns it
+for every slot it samples or is asked for, valid or not, one episode's steps or not.
+:meth:`ReAgentModel.intact` tells whether the slots of a transition hold the steps of one
+episode as written (counted by the machine: the rows the core assembles), and
+:meth:`ReAgentModel.real` whether a slot holds a step at all.
 """
 
 from __future__ import annotations
@@ -132,8 +134,8 @@ class ReAgentModel:
     def intact(self, s: int) -> bool:
         """The stack, window and (non-terminal) next step of ``s`` are one episode's steps.
 
-        Then the slots hold exactly what was written for that transition, and the buffer
-        must return ReAgent's reads of them.
+        Then the slots hold exactly what was written for that transition (the front-end
+        assembles it in the core; other rows it reads from the slots).
         """
         if not self.real(s):
             return False
@@ -154,7 +156,7 @@ class ReAgentModel:
         return frames[-1] if self.k == 1 else np.moveaxis(frames, 0, -1)
 
     def transition(self, s: int) -> dict[str, Any]:
-        """What ReAgent's ``sample_transition_batch`` reads for slot ``s``."""
+        """What reagent 0.1's ``sample_transition_batch`` reads for slot ``s`` (any slot)."""
         m = self.window(s)
         rows = [(s + j) % self.cap for j in range(m)]
         nxt = (s + m) % self.cap

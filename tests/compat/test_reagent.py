@@ -359,8 +359,11 @@ def test_sample_index_batch_and_errors() -> None:
     buf.add(obs_of(0, 3), 0, 1.0, False)
     idx = buf.sample_index_batch(5)
     assert idx.dtype == torch.int64 and idx.shape == (5,) and set(idx.tolist()) == {0}
-    with pytest.raises(ValueError):  # slot 3's window is not known
-        buf.sample_transition_batch(indices=torch.tensor([3]))
+    # Slot 3's window is not known yet: reagent 0.1 reads slots 3..5 as they are (4 and 5
+    # never written: zeros) and returns that (values from 0.1's own code on the same adds).
+    newest = buf.sample_transition_batch(indices=torch.tensor([3]))
+    assert newest.state.tolist() == [[4.0, 4.0]] and newest.reward.tolist() == [[1.0]]
+    assert newest.next_state.tolist() == [[0.0, 0.0]] and newest.step.tolist() == [[3]]
     # reagent 0.1 reads the stacks modulo replay_capacity but the other elements as
     # _store[name][indices]: 50 is out of bounds there (IndexError); -50 is slot 0.
     with pytest.raises(IndexError, match="out of bounds"):
@@ -370,11 +373,16 @@ def test_sample_index_batch_and_errors() -> None:
         buf.sample_transition_batch(batch_size=2, indices=[0])
 
 
-def test_padding_slot_indices_are_refused() -> None:
+def test_padding_slot_indices_read_the_slots() -> None:
+    # reagent 0.1 reads a padding slot as it reads any slot: a zero row, then the slots after
+    # it (values from 0.1's own code on the same adds).
     buf = make(stack_size=2)
     fill(buf, [3])
-    with pytest.raises(ValueError, match="hold no transition"):
-        buf.sample_transition_batch(indices=[0])
+    batch = buf.sample_transition_batch(indices=[0])
+    assert batch.state.tolist() == [[[0.0, 0.0], [0.0, 0.0]]]
+    assert batch.next_state.tolist() == [[[0.0, 1.0], [0.0, 1.0]]]
+    assert (batch.reward.tolist(), batch.next_reward.tolist()) == ([[0.0]], [[1.0]])
+    assert batch.terminal.tolist() == [[False]] and batch.step.tolist() == [[1]]
 
 
 def test_uniform_over_valid_slots_chi_square() -> None:
@@ -399,9 +407,10 @@ def test_set_index_valid_status_masks_sampling() -> None:
     buf.set_index_valid_status(2, True)
     assert buf.size == 2
     assert set(buf.sample_index_batch(200).tolist()) == {2, 9}
-    buf.set_index_valid_status(30, True)  # a slot never written: counted, never drawn
+    buf.set_index_valid_status(30, True)  # a slot never written: drawn as 0.1 draws it
     assert buf.size == 3
-    assert set(buf.sample_index_batch(100).tolist()) <= {2, 9}
+    assert set(buf.sample_index_batch(100).tolist()) == {2, 9, 30}
+    assert buf.sample_transition_batch(indices=[30]).state.tolist() == [[0.0, 0.0]]
 
 
 def test_seeded_sampling_repeats() -> None:

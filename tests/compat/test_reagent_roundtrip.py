@@ -60,14 +60,14 @@ def run(buf: Any, ops: list[tuple[str, int, bool, bool]], start: int = 0) -> Non
 
 
 def held(buf: Any) -> list[Any]:
-    """Per slot: ``None`` where no transition can be read, else the transition read there."""
+    """Per slot: ``None`` where the slot holds no step (padding, never written), else the
+    transition read there (reagent 0.1's read of the slots, whatever they hold)."""
     out: list[Any] = []
     for s in range(buf._replay_capacity):
-        try:
-            batch = buf.sample_transition_batch(indices=[s])
-        except ValueError:
+        if buf._slot_id[s] < 0:
             out.append(None)
             continue
+        batch = buf.sample_transition_batch(indices=[s])
         out.append({name: getattr(batch, name).numpy().tolist() for name in batch._fields})
     return out
 

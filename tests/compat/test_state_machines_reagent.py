@@ -9,13 +9,14 @@ without (reagent 0.1's draws on the global generators). Rules:
 
 * ``add`` (episodes of random lengths, terminal or not; prioritized: a priority or ``None``),
   and a refused ``add`` (wrong observation shape: ``ValueError``, nothing changed);
-* ``sample_transition_batch`` drawn: every ``indices`` slot valid and holding a step (and, for
-  the prioritized buffer, of priority ``> 0``, echoed in ``sampling_probabilities``); every row
-  whose slots still hold one episode's steps equals ReAgent's read of those slots; no valid
-  slot holding a step: ``RuntimeError``;
-* ``sample_transition_batch(indices=...)`` of valid slots (negative forms too, echoed in
-  ``indices`` as given, as reagent 0.1 does), of slots holding
-  no step (``ValueError``, difference 3), out of range (``IndexError``);
+* ``sample_transition_batch`` drawn: every ``indices`` slot valid (and, for the prioritized
+  buffer, of priority ``> 0``, echoed in ``sampling_probabilities``), whatever it holds (a slot
+  set valid by hand may hold a padding row, nothing, or a step whose neighbours were
+  overwritten); every row, every element, equals reagent 0.1's read of the slots; no valid
+  slot: ``RuntimeError``;
+* ``sample_transition_batch(indices=...)`` of any slots, valid or not (negative forms too,
+  echoed in ``indices`` as given, as reagent 0.1 does): 0.1's read of the slots again; out of
+  range (``IndexError``);
 * ``set_index_valid_status``; ``set_priority`` / ``get_priority`` over every leaf, with padding
   leaves (``IndexError``, difference 6), mismatched counts and negative or NaN priorities
   (``ValueError``, differences 4 and 7), each refused call changing nothing;
@@ -50,7 +51,7 @@ REWARDS = st.sampled_from([0.0, 0.5, 1.0, 2.0, -1.0])
 PRIORITIES = st.sampled_from([0.0, 0.5, 1.0, 2.0, 3.5, 8.0])
 LOG_PROB = ReplayElement("log_prob", (), np.float32)
 COMPARED = ("state", "action", "reward", "terminal", "step", "log_prob")
-AFTER = ("next_state", "next_action", "next_reward", "next_log_prob")  # undefined after terminal
+AFTER = ("next_state", "next_action", "next_reward", "next_log_prob")  # 0.1's read there too
 
 
 class ReAgentMachine(RuleBasedStateMachine):
@@ -75,6 +76,7 @@ class ReAgentMachine(RuleBasedStateMachine):
         self.buf = self.make()
         self.m = ReAgentModel(k + n + spare, k, n, GAMMA, self.prioritized)
         self.rows_checked = 0  # rows compared with the model (a measure of the run's reach)
+        self.raw_rows_checked = 0  # of them, rows whose slots mix episodes or hold no step
 
     def make(self) -> Any:
         cls = PrioritizedReplayBuffer if self.prioritized else ReplayBuffer
@@ -82,21 +84,15 @@ class ReAgentMachine(RuleBasedStateMachine):
 
     # ---------------------------------------------------------------- helpers
     def check_row(self, batch: Any, row: int, s: int) -> None:
-        """Row ``row`` of ``batch`` (slot ``s``) is what ReAgent reads, if the slots are intact."""
-        if not self.m.intact(s):
-            return
+        """Row ``row`` of ``batch`` (slot ``s``) is what reagent 0.1 reads from the slots."""
         want = self.m.transition(s)
-        names = COMPARED if want["terminal"] else COMPARED + AFTER
-        for name in names:
+        for name in COMPARED + AFTER:
             got = getattr(batch, name)[row].numpy()
             np.testing.assert_array_equal(
                 got.reshape(np.shape(want[name])), want[name], err_msg=f"{name} of slot {s}"
             )
         self.rows_checked += 1
-
-    def valid_real(self) -> list[int]:
-        m = self.m
-        return [s for s in range(m.cap) if m.valid[s] and m.real(s)]
+        self.raw_rows_checked += not self.m.intact(s)
 
     # ---------------------------------------------------------------- rules
     @rule(length=st.integers(1, 6), terminal=st.booleans(), rewards=st.lists(REWARDS, min_size=6),
@@ -122,21 +118,19 @@ class ReAgentMachine(RuleBasedStateMachine):
     @rule(b=st.integers(1, 7))
     def sample(self, b: int) -> None:
         m = self.m
-        real = self.valid_real()
-        drawable = [s for s in real if not self.prioritized or m.leaves[s] > 0]
+        valid = np.flatnonzero(m.valid).tolist()
+        drawable = [s for s in valid if not self.prioritized or m.leaves[s] > 0]
         if not drawable:
-            # Unseeded prioritized draws are 0.1's: an all-zero sum tree raises its own error
-            # (an Exception in 0.1; rr.EmptyBufferError here) before any redraw.
-            expected = RuntimeError if self.seeded else (RuntimeError, rr.EmptyBufferError)
-            with pytest.raises(expected):
+            # No valid slot: RuntimeError. Prioritized: an all-zero sum tree raises its own
+            # error (an Exception in 0.1; rr.EmptyBufferError here) before any redraw.
+            with pytest.raises((RuntimeError, rr.EmptyBufferError)):
                 self.buf.sample_transition_batch(batch_size=b)
             return
         try:
             batch = self.buf.sample_transition_batch(batch_size=b)
         except RuntimeError as exc:
-            # Allowed only where the buffer may fairly fail: no valid slot it can assemble
-            # (uniform), or redraws used up on heavy invalid slots (prioritized, as ReAgent).
-            assert not any(m.intact(s) for s in drawable) or self.rare_valid_mass(drawable), exc
+            # Prioritized only, as ReAgent: redraws used up on heavy invalid slots.
+            assert self.rare_valid_mass(drawable), exc
             return
         slots = batch.indices.reshape(-1).tolist()
         assert len(slots) == b
@@ -152,26 +146,20 @@ class ReAgentMachine(RuleBasedStateMachine):
         if not self.prioritized:
             return False
         m = self.m
-        total = float(sum(m.leaves[s] for s in range(m.cap) if m.real(s)))
+        total = float(m.leaves[: m.cap].sum())
         return float(sum(m.leaves[s] for s in drawable)) < 0.05 * total
 
     @rule(data=st.data())
     def sample_indices(self, data: st.DataObject) -> None:
         m = self.m
-        intact = [s for s in self.valid_real() if m.intact(s)]
-        if intact:
-            slots = data.draw(st.lists(st.sampled_from(intact), min_size=1, max_size=5))
-            negative = data.draw(st.booleans())
-            asked = [s - m.cap if negative else s for s in slots]
-            batch = self.buf.sample_transition_batch(batch_size=len(asked), indices=asked)
-            assert batch.indices.reshape(-1).tolist() == asked  # echoed as given, as in 0.1
-            for row, s in enumerate(slots):
-                self.check_row(batch, row, s)
-        empty = [s for s in range(m.cap) if not m.real(s)]
-        if empty:
-            s = data.draw(st.sampled_from(empty))
-            with pytest.raises(ValueError):
-                self.buf.sample_transition_batch(indices=[s])
+        # Any slot, valid or not, holding a step or not: reagent 0.1 reads the slots.
+        slots = data.draw(st.lists(st.integers(0, m.cap - 1), min_size=1, max_size=5))
+        negative = data.draw(st.booleans())
+        asked = [s - m.cap if negative else s for s in slots]
+        batch = self.buf.sample_transition_batch(batch_size=len(asked), indices=asked)
+        assert batch.indices.reshape(-1).tolist() == asked  # echoed as given, as in 0.1
+        for row, s in enumerate(slots):
+            self.check_row(batch, row, s)
         with pytest.raises(IndexError):
             self.buf.sample_transition_batch(
                 indices=[data.draw(st.sampled_from([m.cap, -m.cap - 1]))]
@@ -259,22 +247,26 @@ def test_padding_row_keeps_validity(cls: Any) -> None:
     assert buf.size == 2
 
 
-def test_loaded_padding_row_is_not_a_transition(tmp_path: Any) -> None:
-    """A padding row of a wrapped ring is still no transition after save and load."""
+def test_loaded_padding_row_reads_as_0_1_reads_it(tmp_path: Any) -> None:
+    """A padding row of a wrapped ring reads as reagent 0.1 reads it, after save and load too."""
     kw: dict[str, Any] = dict(
         observation_shape=(OBS_DIM,), stack_size=3, replay_capacity=4, batch_size=1,
         update_horizon=1, observation_dtype=np.float32,
     )  # fmt: skip
     buf = ReplayBuffer(**kw, seed=0)
-    for g in range(3):  # padding in slots 0, 1; steps in 2, 3, then 0: slot 1 is padding
-        buf.add(np.full(OBS_DIM, g + 1, np.float32), 0, 0.0, False)
-    with pytest.raises(ValueError):
-        buf.sample_transition_batch(indices=[1])
+    model = ReAgentModel(4, 3, 1, GAMMA, False)
+    for _ in range(3):  # padding in slots 0, 1; steps in 2, 3, then 0: slot 1 is padding
+        values = model.add(0.0, False)
+        buf.add(*values[:4])
     buf.save(tmp_path, 0)
     loaded = ReplayBuffer(**kw, seed=0)
     loaded.load(tmp_path, 0)
-    with pytest.raises(ValueError):
-        loaded.sample_transition_batch(indices=[1])
+    for b in (buf, loaded):
+        batch = b.sample_transition_batch(indices=[1])
+        want = model.transition(1)  # a zero stack, then step 1's frame in slot 3 as next state
+        for name in ("state", "next_state", "reward", "terminal", "step"):
+            got = getattr(batch, name)[0].numpy()
+            np.testing.assert_array_equal(got.reshape(np.shape(want[name])), want[name])
 
 
 MACHINES = {"uniform": ReAgentMachine, "prioritized": PrioritizedReAgentMachine}

@@ -44,8 +44,9 @@ class _Batch(NamedTuple):
 
     slots: Array
     ids: Array
-    core: Batch
+    core: Batch | None  # the core's transitions of the rows not read raw (None: no such row)
     given: Array | None = None  # the indices as the caller gave them (int64), if given
+    raw: Array | None = None  # rows read from the slots as reagent 0.1 reads them (_slotread)
 
 
 def core_name(name: str) -> str:
@@ -54,8 +55,13 @@ def core_name(name: str) -> str:
 
 
 def transition_arrays(buf: ReplayBuffer, batch: _Batch) -> dict[str, Any]:
-    """Element name -> NumPy array (or list of arrays in timeline format)."""
+    """Element name -> NumPy array (or list of arrays in timeline format).
+
+    Every row comes from the core (``batch.raw`` is ``None``); ``_slotread.mixed_arrays``
+    handles batches with rows read from the slots.
+    """
     tb, ids = batch.core, batch.ids
+    assert tb is not None and batch.raw is None
     k = buf._stack_size
     stack_all = buf._return_everything_as_stack  # with stack_size 1 too, as ReAgent
     m = tb.steps
@@ -178,6 +184,7 @@ def timeline(
     the stack size, ``n`` the update horizon.
     """
     tb, ids = batch.core, batch.ids
+    assert tb is not None
     m = tb.steps
     runs = core.get_sequences(ids, n + 1, within_episode=True)  # raw t .. t+n
     offs = np.concatenate([[0], np.cumsum(m)])

@@ -44,6 +44,10 @@ class SlotRing:
         # The terminal flag of each slot as 0.1's uint8 row holds it (the core keeps a bool).
         self._terminal_rows = np.zeros(cap, self._terminal_dtype)
         self._num_valid_indices = 0
+        # Slots the user made valid (set_index_valid_status), not add: they may hold no step
+        # the core can draw, so seeded draws are exact over the valid slots while any is left.
+        self._forced = np.zeros(cap, np.bool_)
+        self._num_forced = 0
         self._num_transitions_in_current_episode = 0
         self._episode_ended = True  # the next add starts an episode (with padding rows)
 
@@ -101,18 +105,29 @@ class SlotRing:
     def set_index_valid_status(self, idx: int, is_valid: bool) -> None:
         """Mark slot ``idx`` valid or not (for conditional sampling); keeps :attr:`size` right.
 
-        ``idx`` is read as in :meth:`is_valid_transition`. A slot marked valid that holds no
-        transition the core can assemble (a padding row, a slot never written, a window not
-        known yet) counts in :attr:`size` but is never drawn, and asking for it explicitly
-        raises ``ValueError``.
+        ``idx`` is read as in :meth:`is_valid_transition`. As in reagent 0.1, a slot marked
+        valid is sampled whatever it holds: its transition is 0.1's read of the slots (a
+        padding row or a slot never written reads zeros; the window and the next state are
+        the rows the ring holds after it, of whatever episode).
         """
         idx = _slots.slot_index(idx, self._replay_capacity)
+        forced = bool(is_valid) and (bool(self._forced[idx]) or not self._is_valid[idx])
+        self._mark(idx, is_valid)
+        if forced:
+            self._forced[idx] = True
+            self._num_forced += 1
+
+    def _mark(self, idx: int, is_valid: bool) -> None:
+        """Set the validity of slot ``idx`` as ``add`` marks it (no longer a forced slot)."""
         was = bool(self._is_valid[idx])
         if is_valid and not was:
             self._num_valid_indices += 1
         elif was and not is_valid:
             self._num_valid_indices -= 1
         self._is_valid[idx] = bool(is_valid)
+        if self._forced[idx]:
+            self._forced[idx] = False
+            self._num_forced -= 1
 
     # ------------------------------------------------------------------ slots and ids
     def _release(self, slot: int) -> None:

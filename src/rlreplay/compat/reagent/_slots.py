@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from rlreplay.compat.reagent import _slotread
 from rlreplay.compat.reagent._args import positive_int
 from rlreplay.compat.reagent._assembly import _Batch
 from rlreplay.compat.reagent._errors import IndexAssertionError
@@ -46,8 +47,8 @@ def write_padding(buf: ReplayBuffer) -> None:
 
     The slot's validity is left as it is: reagent 0.1 writes the row with ``_add`` (from
     ``_add_zero_transition``), which marks nothing, so a slot set valid with
-    ``set_index_valid_status`` stays valid and counted in ``size``. Such a slot holds no
-    transition, so it is never drawn (docs/migrating/reagent.md, difference 3).
+    ``set_index_valid_status`` stays valid and counted in ``size``, and is sampled as 0.1
+    reads it (a zero row, then whatever the slots after it hold: ``_slotread``).
     """
     cur = buf.cursor()
     buf._release(cur)
@@ -63,9 +64,9 @@ def write_step(buf: ReplayBuffer, step: dict[str, Any], values: Sequence[Any]) -
     if buf._episode_ended:
         buf._num_transitions_in_current_episode = 0
     cur = buf.cursor()
-    buf.set_index_valid_status(cur, False)
+    buf._mark(cur, False)
     if buf._num_transitions_in_current_episode >= n:
-        buf.set_index_valid_status((cur - n) % cap, True)
+        buf._mark((cur - n) % cap, True)
     buf._release(cur)
     buf._slot_id[cur] = new_id
     buf._terminal_rows[cur] = values[3]  # as 0.1's _store["terminal"][cursor] = terminal
@@ -77,10 +78,10 @@ def write_step(buf: ReplayBuffer, step: dict[str, Any], values: Sequence[Any]) -
     buf._episode_ended = done
     # The stacks of the oldest stack_size - 1 slots would read the row just overwritten.
     for i in range(buf._stack_size - 1):
-        buf.set_index_valid_status((buf.cursor() + i) % cap, False)
+        buf._mark((buf.cursor() + i) % cap, False)
     if done:
         for i in range(min(n, buf._num_transitions_in_current_episode)):
-            buf.set_index_valid_status((buf.cursor() - i - 1) % cap, True)
+            buf._mark((buf.cursor() - i - 1) % cap, True)
 
 
 # ---------------------------------------------------------------------- slots and ids
@@ -173,23 +174,27 @@ def slots_of_ids(slot_id: Array, id_slot: Array, ids: Array) -> Array:
     return out
 
 
-def gather(core: CoreReplayBuffer, slot_id: Array, slots: Array) -> _Batch:
-    """Core transitions of the given slots (each must hold an assemblable step)."""
-    ids = slot_id[slots]
-    empty = ids < 0
-    if empty.any():
-        raise InvalidIdError(
-            f"indices: slots {slots[empty][:5].tolist()} hold no transition (padding rows "
-            "or never written)"
-        )
-    try:
-        batch = core.get_transitions(ids)
-    except InvalidIdError as exc:
-        raise InvalidIdError(
-            f"indices: some of slots {slots[:8].tolist()} cannot be assembled (window not "
-            f"known yet, or frames overwritten): {exc}"
-        ) from None
-    return _Batch(slots, ids, batch)
+def gather(buf: ReplayBuffer, slots: Array) -> _Batch:
+    """The data of the given slots: core transitions where the slots hold them, else raw.
+
+    A row is the core's transition of the step its slot holds when the slots reagent 0.1
+    reads for it hold that step's episode (:func:`._slotread.intact`: every slot ``add``
+    marks valid); the other rows (``raw``) are read from the slots as 0.1 reads them.
+    """
+    ids = buf._slot_id[slots]
+    ok = _slotread.intact(buf, slots)
+    if ok.all():  # the fast path: every row from the core
+        try:
+            return _Batch(slots, ids, buf._core.get_transitions(ids))
+        except InvalidIdError:  # the slots' read is 0.1's answer whatever the core says
+            ok[:] = False
+    core = None
+    if ok.any():
+        try:
+            core = buf._core.get_transitions(ids[ok])
+        except InvalidIdError:
+            ok[:] = False
+    return _Batch(slots, ids, core, raw=~ok)
 
 
 # ---------------------------------------------------------------------- sampling
@@ -199,9 +204,13 @@ def sample_slots(buf: ReplayBuffer, batch_size: int) -> Array:
     Built without ``seed=``: reagent 0.1's draws (``buf._global_draw``, see ``_draws``).
     With a seed: core draws, redrawn where the slot is not valid here; after
     ``max_sample_attempts`` rejected draws the rest come from ``buf._sample_exhausted``.
+    While a slot set valid by the user is valid (it may hold nothing the core can draw),
+    ``buf._forced_draw`` draws over the valid slots themselves, as 0.1 does.
     """
     if buf._seed is None:  # reagent 0.1's draws, on the generators it uses
         return buf._global_draw(batch_size)
+    if buf._num_forced:  # slots the core may not draw are valid: exact draws over them all
+        return buf._forced_draw(batch_size)
     if buf._num_valid_indices == 0:
         raise RuntimeError(f"Cannot sample {batch_size} since there are no valid indices so far.")
     out = np.empty(batch_size, np.int64)

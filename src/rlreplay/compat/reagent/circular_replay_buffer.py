@@ -52,7 +52,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import numpy as np
 
 from rlreplay.buffer import ReplayBuffer as CoreReplayBuffer
-from rlreplay.compat.reagent import _args, _assembly, _draws, _elements, _slots
+from rlreplay.compat.reagent import _args, _assembly, _draws, _elements, _slotread, _slots
 from rlreplay.compat.reagent._assembly import EXTRA, _Batch
 from rlreplay.compat.reagent._checkpoint import CHECKPOINT_DURATION, STORE_FILENAME_PREFIX
 from rlreplay.compat.reagent._errors import NotFoundError
@@ -500,19 +500,32 @@ class ReplayBuffer(SlotRing, RangeReaders, CheckpointFiles):
         return _draws.uniform(self, batch_size)
 
     def _sample_exhausted(self, count: int, batch_size: int) -> Array:
-        """Draw ``count`` slots exactly among the valid slots the core can assemble.
+        """Draw ``count`` slots exactly among the valid slots (``O(replay_capacity)``).
 
-        Rejection left each accepted draw uniform over that set, so finishing with exact draws
-        over the same set keeps the whole batch uniform.
+        Rejection left each accepted draw uniform over the valid slots the core can draw,
+        which are all the valid slots while none was set valid by the user; finishing with
+        exact draws over them keeps the whole batch uniform, as 0.1's law.
         """
-        drawable = _slots.drawable_slots(self._core, self._slot_id, self._is_valid)
-        if drawable.size == 0:
+        valid = np.flatnonzero(self._is_valid)
+        if valid.size == 0:
             raise RuntimeError(
-                f"Cannot sample {batch_size}: the {self._num_valid_indices} valid indices hold "
-                "no transition that can be assembled (padding rows or windows not known yet)"
+                f"Cannot sample {batch_size} since there are no valid indices so far."
             )
-        out: Array = drawable[self._rng.integers(0, drawable.size, size=count)]
+        out: Array = valid[self._rng.integers(0, valid.size, size=count)]
         return out
+
+    def _forced_draw(self, batch_size: int) -> Array:
+        """Seeded draws while a slot set valid by hand is valid: uniform over the valid slots."""
+        return self._sample_exhausted(batch_size, batch_size)
+
+    def load(self, checkpoint_dir: Any, suffix: Any) -> None:
+        """Restore the buffer from the files :meth:`save` (or ReAgent) wrote (see ``_persist``);
+        the valid slots the core cannot draw (set valid by hand) are known for seeded draws."""
+        super().load(checkpoint_dir, suffix)
+        drawable = _slots.drawable_slots(self._core, self._slot_id, self._is_valid)
+        self._forced[:] = self._is_valid
+        self._forced[drawable] = False
+        self._num_forced = int(self._forced.sum())
 
     def sample_transition_batch(self, batch_size: int | None = None, indices: Any = None) -> Any:
         """Returns a batch of transitions (including any extra contents) as a namedtuple.
@@ -530,10 +543,15 @@ class ReplayBuffer(SlotRing, RangeReaders, CheckpointFiles):
             indices: Slots to return, as a tensor, array or list; ``None`` samples them
                 uniformly with :meth:`sample_index_batch`.
 
+        Any slot may be named, valid or not, as in reagent 0.1, and every row is 0.1's read of
+        the slots: where they hold one episode's steps (every slot ``add`` marks valid) the
+        core assembles it; elsewhere (a padding row, a slot never written, the newest slots
+        whose window is not known yet, a slot whose neighbours were overwritten) the values
+        are whatever the slots hold, zeros for rows never written.
+
         Raises:
-            ValueError: An index is out of range or names a slot that holds no transition the
-                buffer can assemble (a padding row, a window not known yet), or ``batch_size``
-                differs from ``len(indices)``.
+            IndexError: An index outside ``[-replay_capacity, replay_capacity)``.
+            AssertionError: ``batch_size`` differs from ``len(indices)``.
             RuntimeError: No valid index to sample (``indices=None``).
         """
         slots, given = _slots.choose_slots(self, batch_size, indices)
@@ -544,7 +562,7 @@ class ReplayBuffer(SlotRing, RangeReaders, CheckpointFiles):
                 "index -1 is out of bounds for axis 1 with size 0 (update_horizon=0: the "
                 "n-step window of every transition is empty, as in reagent 0.1)"
             )
-        batch = _slots.gather(self._core, self._slot_id, slots)._replace(given=given)
+        batch = _slots.gather(self, slots)._replace(given=given)
         arrays = self._transition_arrays(batch)
         return self._batch_type(
             *(_assembly.to_torch(arrays[e.name]) for e in self._transition_specs(slots.size))
@@ -569,7 +587,9 @@ class ReplayBuffer(SlotRing, RangeReaders, CheckpointFiles):
     # ------------------------------------------------------------------ assembling
     def _transition_arrays(self, batch: _Batch) -> dict[str, Any]:
         """Element name -> NumPy array (or list of arrays in timeline format)."""
-        return _assembly.transition_arrays(self, batch)
+        if batch.raw is None:  # every row from the core
+            return _assembly.transition_arrays(self, batch)
+        return _slotread.mixed_arrays(self, batch)  # some rows read from the slots
 
     def __repr__(self) -> str:
         return (

@@ -285,6 +285,12 @@ class PrioritizedReplayBuffer(ReplayBuffer):
         """Slots drawn as reagent 0.1 draws them: stratified, redraws (Python's ``random``)."""
         return _draws.prioritized(self, self._slot_tree, batch_size)
 
+    def _forced_draw(self, batch_size: int) -> Array:
+        """Seeded draws while a slot set valid by the user is valid: 0.1's draws over the
+        slot tree (which holds the priorities of slots the core holds no step for), with
+        query values from the buffer's own generator."""
+        return _draws.prioritized(self, self._slot_tree, batch_size, self._rng)
+
     def _sample_exhausted(self, count: int, batch_size: int) -> Array:
         raise RuntimeError(
             f"Max sample attempts: Tried {self._max_sample_attempts} times but only sampled "
