@@ -141,7 +141,10 @@ def _sliced(method: Callable[..., Any], name: str, args: Any, kwargs: Any) -> An
     slice that runs out changes nothing (the core refuses the call whole), so retrying is
     the same as one long wait.
     """
-    bound = inspect.signature(method).bind(*args, **kwargs)
+    try:
+        bound = inspect.signature(method).bind(*args, **kwargs)
+    except TypeError:  # the call itself raises it, with Python's own message
+        return method(*args, **kwargs)
     if not bound.arguments.get("blocking", False):
         return method(*args, **kwargs)
     timeout = bound.arguments.get("timeout")
