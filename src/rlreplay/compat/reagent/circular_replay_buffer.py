@@ -520,12 +520,12 @@ class ReplayBuffer(SlotRing, RangeReaders, CheckpointFiles):
 
     def load(self, checkpoint_dir: Any, suffix: Any) -> None:
         """Restore the buffer from the files :meth:`save` (or ReAgent) wrote (see ``_persist``);
-        the valid slots the core cannot draw (set valid by hand) are known for seeded draws."""
+        valid slots whose rows the core cannot give (set valid by hand) are known as such."""
         super().load(checkpoint_dir, suffix)
-        drawable = _slots.drawable_slots(self._core, self._slot_id, self._is_valid)
-        self._forced[:] = self._is_valid
-        self._forced[drawable] = False
-        self._num_forced = int(self._forced.sum())
+        if self._initialized and self._update_horizon > 0:
+            every = np.arange(self._replay_capacity)
+            self._forced[:] = self._is_valid & ~_slotread.intact(self, every)
+            self._num_forced = int(self._forced.sum())
 
     def sample_transition_batch(self, batch_size: int | None = None, indices: Any = None) -> Any:
         """Returns a batch of transitions (including any extra contents) as a namedtuple.
@@ -562,7 +562,8 @@ class ReplayBuffer(SlotRing, RangeReaders, CheckpointFiles):
                 "index -1 is out of bounds for axis 1 with size 0 (update_horizon=0: the "
                 "n-step window of every transition is empty, as in reagent 0.1)"
             )
-        batch = _slots.gather(self, slots)._replace(given=given)
+        check = indices is not None or self._num_forced > 0  # drawn by add's marks: intact
+        batch = _slots.gather(self, slots, check=check)._replace(given=given)
         arrays = self._transition_arrays(batch)
         return self._batch_type(
             *(_assembly.to_torch(arrays[e.name]) for e in self._transition_specs(slots.size))
