@@ -30,9 +30,11 @@ timeline windows              ``assemble.stack_frames``
 ============================  =================================================================
 
 The core keeps ``replay_capacity`` real steps, at least as many as the ring holds (the ring
-also holds padding rows), so every step a slot names is still stored there and every valid slot
-is one the core can assemble. Built without ``observation_shape`` (ReAgent's later API), the
-buffer builds its core at the first add, from the elements that add shows.
+also holds padding rows), so every step a slot names is still stored there and every slot
+``add`` marks valid is one the core can assemble; other slots (set valid by hand, or named in
+``indices=``) are read from the ring as reagent 0.1 reads them (``_slotread``). Built
+without ``observation_shape`` (ReAgent's later API), the buffer builds its core at the first
+add, from the elements that add shows.
 
 Private modules: ``_ring`` (the ring's counters and validity marks, the base class),
 ``_slots`` (writing rows and marking validity, slot draws), ``_assembly`` (returned
@@ -112,8 +114,8 @@ class ReplayBuffer(SlotRing, RangeReaders, CheckpointFiles):
 
     Invariants: ``add_count`` counts every row written, padding rows included; slot
     ``add_count % replay_capacity`` is the cursor; a slot is valid exactly as ReAgent marks it
-    (see :meth:`add`) unless :meth:`set_index_valid_status` changed it; every valid slot holds a
-    step the core can assemble.
+    (see :meth:`add`) unless :meth:`set_index_valid_status` changed it; a slot valid by
+    ``add``'s marks holds one episode's steps in the slots 0.1 reads for it.
 
     Cost: :meth:`add` is O(stack_size + update_horizon) bookkeeping plus one core ``add``;
     sampling ``B`` transitions is O(B * (stack_size + update_horizon)) gathers in the core.
@@ -543,11 +545,8 @@ class ReplayBuffer(SlotRing, RangeReaders, CheckpointFiles):
             indices: Slots to return, as a tensor, array or list; ``None`` samples them
                 uniformly with :meth:`sample_index_batch`.
 
-        Any slot may be named, valid or not, as in reagent 0.1, and every row is 0.1's read of
-        the slots: where they hold one episode's steps (every slot ``add`` marks valid) the
-        core assembles it; elsewhere (a padding row, a slot never written, the newest slots
-        whose window is not known yet, a slot whose neighbours were overwritten) the values
-        are whatever the slots hold, zeros for rows never written.
+        Any slot may be named, valid or not, and every row is reagent 0.1's read of the slots,
+        whatever they hold (padding, rows never written as zeros, stale rows past the cursor).
 
         Raises:
             IndexError: An index outside ``[-replay_capacity, replay_capacity)``.

@@ -193,9 +193,9 @@ class PrioritizedReplayBuffer(ReplayBuffer):
     def set_priority(self, indices: Any, priorities: Any) -> None:
         """Sets the priorities of slots (ReAgent does not exponentiate them: ``alpha = 1``).
 
-        A slot that holds no transition (a padding row, never written) keeps the value for
-        :meth:`get_priority`, as ReAgent's tree leaf does, but is never drawn; the next row
-        written there resets it.
+        A slot that holds no step (a padding row, never written) keeps the value for
+        :meth:`get_priority`, as ReAgent's tree leaf does, and is drawn with it once marked
+        valid by hand (read as 0.1 reads it); the next row written there resets it.
 
         Args:
             indices: Integer slots, any shape; negative ones count back from the end of the
@@ -226,7 +226,8 @@ class PrioritizedReplayBuffer(ReplayBuffer):
         if held.any():
             self._prio_core.update_priorities(ids[held], p[held])
         # Every slot's priority, as ReAgent's tree leaves: a slot holding no step keeps its
-        # priority there too, never drawn (it holds no transition) but read by get_priority.
+        # priority there too (the core has no step for it), read by get_priority and drawn
+        # from the slot tree if marked valid by hand.
         self._slot_tree._set_many(slots, p)
         if p.size:
             self._max_recorded_priority = max(self._max_recorded_priority, float(p.max()))
