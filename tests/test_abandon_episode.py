@@ -219,7 +219,9 @@ def test_checkpoint_keeps_the_cut(tmp_path: Path) -> None:
     loaded = rr.load(tmp_path / "ckpt")
     check(loaded, ref)
     assert loaded.abandon_episode(env_id=0).tolist() == []
+    assert loaded.abandon_episode(env_id=1).tolist() == [ref.abandon(1) * 2 + 1]
     feed(loaded, ref, 4, env=0, start=20.0)
+    feed(loaded, ref, 4, env=1, start=30.0)
     check(loaded, ref)
     state = buf.state_dict()
     other = make(16, num_envs=2, n_step=2, frame_stack=2)

@@ -12,20 +12,76 @@ Uniform draws stay exact by drawing over a *compressed* range ``[lo, lo + size)`
 excludes the holes) and mapping each drawn value past the holes before it
 (:func:`unhole`): a bijection onto the sampleable steps, so recency windows and draws without
 replacement keep their meaning. Holes are few (at most ``n`` steps per abandoned episode still
-stored) and are found from a per-env list of abandon points, pruned as the ring moves on.
+stored) and are found from a per-env list of abandon points, pruned as the ring moves on;
+the index caches their table until ``head`` or ``lo`` of an env moves or an episode is
+abandoned.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
+import numba
 import numpy as np
 
 from rlreplay.episode_kernels import ABANDONED, EP_END, EP_START, FINAL_FID
 
-__all__ = ["find_cuts", "hole_mask", "holes_of", "unhole"]
+__all__ = ["Cuts", "Holes", "any_in_hole", "build_holes", "find_cuts", "hole_mask", "unhole"]
 
 Array = np.ndarray[Any, Any]
+
+
+class Cuts:
+    """Per env, the stored steps that end abandoned episodes, and their cached holes.
+
+    The lists are pruned of overwritten steps lazily; ``None`` after tables were loaded
+    (found again by a scan on the next query). The :class:`Holes` table depends on the
+    abandon points, ``head`` (which prunes them) and ``lo`` (which clips them) only: it is
+    kept until one of those moves. O(E) per query when cached.
+    """
+
+    def __init__(self, num_envs: int) -> None:
+        self._lists: list[list[int]] | None = [[] for _ in range(num_envs)]
+        self._n = 0
+        self._table: tuple[bytes, Holes] | None = None
+
+    @property
+    def maybe(self) -> bool:
+        """Whether there may be holes (cheap; may lag overwrites until the next query)."""
+        return self._lists is None or self._n > 0
+
+    def add(self, e: int, t: int) -> None:
+        """Step ``t`` of env ``e`` (stored, newer than every listed one) ends an abandoned
+        episode. Needs the lists (:meth:`holes` builds them after :meth:`forget`)."""
+        if self._lists is None:
+            raise RuntimeError("Cuts.add: the abandon points were forgotten; query holes first")
+        self._lists[e].append(t)
+        self._n += 1
+        self._table = None
+
+    def forget(self) -> None:
+        """Tables were (or may be) replaced: find the abandon points again when needed."""
+        self._lists = None
+        self._table = None
+
+    def holes(
+        self, head: Array, count: Array, lo: Array, slot_meta: Array, C: int, n: int
+    ) -> Holes | None:
+        """The holes inside every env's ``[lo, hi)``, or ``None`` if there are none."""
+        key = head.tobytes() + lo.tobytes()
+        if self._table is None or self._table[0] != key:
+            if self._lists is None:
+                self._lists = find_cuts(slot_meta, head, count, C)
+            for e, cuts in enumerate(self._lists):
+                drop = 0
+                while drop < len(cuts) and cuts[drop] < head[e]:
+                    drop += 1
+                del cuts[:drop]
+            self._n = sum(len(c) for c in self._lists)
+            self._table = (key, build_holes(self._lists, slot_meta, lo, C, n))
+        table = self._table[1]
+        return table if table.per_env else None
 
 
 def find_cuts(slot_meta: Array, head: Array, count: Array, C: int) -> list[list[int]]:
@@ -38,18 +94,40 @@ def find_cuts(slot_meta: Array, head: Array, count: Array, C: int) -> list[list[
     return out
 
 
-def holes_of(
-    cuts: list[int], slot_meta: Array, e: int, C: int, n: int, lo: int
-) -> list[tuple[int, int]]:
-    """The holes ``[h0, h1)`` of env ``e``'s abandon points ``cuts`` (stored, in time order)
-    that reach ``lo`` or beyond, clipped to start at ``lo``."""
-    out: list[tuple[int, int]] = []
-    for a in cuts:
-        if a < lo:
+@dataclass(frozen=True)
+class Holes:
+    """The holes inside every env's ``[lo, hi)``, ready for :func:`unhole`.
+
+    Attributes:
+        per_env: Env -> ``(h0, cstart, cum)``: the holes' first steps, their first steps in
+            compressed values (``h0`` less the hole steps before), and the running total of
+            hole steps (a leading 0), each in time order.
+        sizes: int64 ``(E,)``: hole steps inside ``[lo, hi)`` per env.
+    """
+
+    per_env: dict[int, tuple[Array, Array, Array]]
+    sizes: Array
+
+
+def build_holes(cuts: list[list[int]], slot_meta: Array, lo: Array, C: int, n: int) -> Holes:
+    """The holes of the abandon points ``cuts`` (per env, stored, in time order) that reach
+    ``lo`` or beyond, clipped to start at ``lo``. O(abandon points)."""
+    per_env: dict[int, tuple[Array, Array, Array]] = {}
+    sizes = np.zeros(lo.shape[0], np.int64)
+    for e, c in enumerate(cuts):
+        if not c:
             continue
-        start = int(slot_meta[e * C + a % C, EP_START])
-        out.append((max(a - n + 1, start, lo), a + 1))
-    return out
+        a = np.asarray(c, np.int64)
+        a = a[a >= lo[e]]
+        if not a.shape[0]:
+            continue
+        start = slot_meta[e * C + a % C, EP_START]
+        h0 = np.maximum(np.maximum(a - n + 1, start), lo[e])
+        size = a + 1 - h0
+        cum = np.concatenate([np.zeros(1, np.int64), np.cumsum(size)])
+        per_env[e] = (h0, h0 - cum[:-1], cum)
+        sizes[e] = cum[-1]
+    return Holes(per_env, sizes)
 
 
 def hole_mask(slot_meta: Array, env_ids: Array, t: Array, C: int, n: int) -> Array:
@@ -65,23 +143,30 @@ def hole_mask(slot_meta: Array, env_ids: Array, t: Array, C: int, n: int) -> Arr
     return out
 
 
-def unhole(holes: dict[int, list[tuple[int, int]]], env_ids: Array, t: Array) -> Array:
+@numba.njit(cache=True)
+def any_in_hole(
+    slot_meta: Array, ids: Array, E: int, C: int, n: int
+) -> bool:  # pragma: no cover - compiled
+    """Whether any stored step of ``ids`` lies in a hole (:func:`hole_mask`, one pass)."""
+    for i in range(ids.shape[0]):
+        e = ids[i] % E
+        t = ids[i] // E
+        end = slot_meta[e * C + t % C, EP_END]
+        if end >= 0 and t + n > end and slot_meta[e * C + end % C, FINAL_FID] == ABANDONED:
+            return True
+    return False
+
+
+def unhole(holes: Holes, env_ids: Array, t: Array) -> Array:
     """Map compressed steps to real ones: value ``v`` of env ``e`` goes past every hole of
     ``e`` that starts at or before where ``v`` lands (holes sorted, disjoint, from ``lo``).
 
-    A hole ``[h0, h1)`` that starts after ``j`` earlier hole steps starts at the compressed
-    value ``h0 - j``; ``v`` lands past it exactly when ``v >= h0 - j``, then moves ``h1 - h0``.
+    A hole ``[h0, h1)`` after ``j`` earlier hole steps starts at the compressed value
+    ``h0 - j``; ``v`` lands past it exactly when ``v >= h0 - j``, and then moves ``h1 - h0``.
     """
     out = t.copy()
-    for e, hs in holes.items():
-        if not hs:
-            continue
+    for e, (_, cstart, cum) in holes.per_env.items():
         rows = np.flatnonzero(env_ids == e)
-        if not rows.shape[0]:
-            continue
-        h0 = np.array([h[0] for h in hs], np.int64)
-        size = np.array([h[1] - h[0] for h in hs], np.int64)
-        before = np.cumsum(size) - size  # hole steps before each hole
-        passed = np.searchsorted(h0 - before, t[rows], side="right")
-        out[rows] = t[rows] + np.concatenate([[0], np.cumsum(size)])[passed]
+        if rows.shape[0]:
+            out[rows] = t[rows] + cum[np.searchsorted(cstart, t[rows], side="right")]
     return out

@@ -43,7 +43,7 @@ from typing import Any
 
 import numpy as np
 
-from rlreplay.episode_cuts import find_cuts, hole_mask, holes_of, unhole
+from rlreplay.episode_cuts import Cuts, Holes, any_in_hole, hole_mask, unhole
 from rlreplay.episode_kernels import _CHECKS as _CHECKS
 from rlreplay.episode_kernels import _NCOLS as _NCOLS
 from rlreplay.episode_kernels import ABANDONED as ABANDONED
@@ -127,8 +127,7 @@ class EpisodeIndex:
         self._max_pending = 4096  # bounds the work of one settle()
         # Per env, the stored steps that end abandoned episodes (in time order; pruned lazily
         # once overwritten), or None when loaded tables must be scanned for them first.
-        self._cuts: list[list[int]] | None = [[] for _ in range(E)]
-        self._n_cuts = 0
+        self._cuts = Cuts(E)
         # Called after deferred steps are accounted for, with the [lo, hi] table before them,
         # their first step and their number (the buffer's write hook, when it has one).
         self.on_settle: Callable[[Array, int, int], None] | None = None
@@ -347,45 +346,43 @@ class EpisodeIndex:
         env[e, LAST_END] = t
         head = int(env[e, HEAD])
         if t >= head:  # still stored: mark it and tell the episode's stored steps its end
+            self.holes()  # (the abandon points of loaded tables are found before the mark)
             slot = e * C + t % C
             meta[slot, FINAL_FID] = ABANDONED
             start = max(int(meta[slot, EP_START]), head)
             meta[e * C + np.arange(start, t + 1) % C, EP_END] = t
-            self._cut_lists()[e].append(t)
-            self._n_cuts += 1
+            self._cuts.add(e, t)
         _recompute_bounds(env, meta, e, C, self.n_step, self.frame_stack)
         return t
-
-    def _cut_lists(self) -> list[list[int]]:
-        """Per env, the stored abandon points (pruned of overwritten ones)."""
-        env = self.env
-        if self._cuts is None:
-            self._cuts = find_cuts(self.slot_meta, env[:, HEAD], env[:, COUNT], self.env_capacity)
-        for e, cuts in enumerate(self._cuts):
-            drop = 0
-            while drop < len(cuts) and cuts[drop] < env[e, HEAD]:
-                drop += 1
-            if drop:
-                del cuts[:drop]
-        self._n_cuts = sum(len(c) for c in self._cuts)
-        return self._cuts
 
     @property
     def has_cuts(self) -> bool:
         """Whether abandoned episodes may leave holes (cheap; may lag overwrites)."""
-        return self._cuts is None or self._n_cuts > 0
+        return self._cuts.maybe
 
-    def holes(self) -> dict[int, list[tuple[int, int]]]:
-        """Per env with any, its holes ``[h0, h1)`` inside ``[lo, hi)``, in time order."""
+    def holes(self) -> Holes | None:
+        """The holes inside every env's ``[lo, hi)`` (``None`` if there are none; cached)."""
+        if not self._cuts.maybe:
+            return None
+        env = self.env
+        return self._cuts.holes(env[:, HEAD], env[:, COUNT], env[:, LO], self.slot_meta,
+                                self.env_capacity, self.n_step)  # fmt: skip
+
+    def fast_draws_ok(self, batch_size: int) -> bool:
+        """Whether a batch drawn over the whole ``[lo, hi)`` ranges rarely hits a hole (at
+        most 1 in 4 batches), so that redrawing the batches that do is cheaper than mapping."""
+        holes = self.holes()
+        if holes is None:
+            return True
+        env = self.env
+        total = int(np.maximum(env[:, HI] - env[:, LO], 0).sum())
+        return int(holes.sizes.sum()) * batch_size * 4 <= total
+
+    def ids_in_hole(self, ids: Array) -> bool:
+        """Whether any of the (stored) steps ``ids`` lies in a hole."""
         if not self.has_cuts:
-            return {}
-        cuts, env = self._cut_lists(), self.env
-        out: dict[int, list[tuple[int, int]]] = {}
-        for e, c in enumerate(cuts):
-            hs = holes_of(c, self.slot_meta, e, self.env_capacity, self.n_step, int(env[e, LO]))
-            if hs:
-                out[e] = hs
-        return out
+            return False
+        return bool(any_in_hole(self.slot_meta, ids, self.num_envs, self.env_capacity, self.n_step))
 
     def in_hole(self, env_ids: Array, t: Array) -> Array:
         """Whether stored steps ``t`` lie in a hole (never sampleable); all False without cuts."""
@@ -406,7 +403,7 @@ class EpisodeIndex:
         """Map steps drawn from the compressed ranges ``[lo, lo + sizes())`` to real steps
         (the identity without holes; see :func:`rlreplay.episode_cuts.unhole`)."""
         holes = self.holes()
-        return unhole(holes, env_ids, t) if holes else t
+        return t if holes is None else unhole(holes, env_ids, t)
 
     def sampleable_steps(self) -> tuple[Array, Array]:
         """Every sampleable ``(env, t)``, env by env in time order."""
@@ -457,8 +454,9 @@ class EpisodeIndex:
     def sizes(self) -> Array:
         """Number of sampleable steps per env (int64, shape ``(E,)``): ``hi - lo`` less holes."""
         out: Array = np.maximum(self.env[:, HI] - self.env[:, LO], 0)
-        for e, hs in self.holes().items():
-            out[e] -= sum(h1 - h0 for h0, h1 in hs)
+        holes = self.holes()
+        if holes is not None:
+            out -= holes.sizes
         return out
 
     def slots(self, env_ids: Array, t: Array) -> Array:
@@ -515,7 +513,7 @@ class EpisodeIndex:
         """The arrays that make up the index (live views, for checkpoints and loading)."""
         arrays = {"env": self.env, "slot_meta": self.slot_meta, "final_owner": self.final_owner}
         self._lockstep = -1  # the caller may load other counters into them
-        self._cuts = None  # ... and other abandon marks: found again on the next query
+        self._cuts.forget()  # ... and other abandon marks: found again on the next query
         return arrays
 
     def check_loaded(self, terminated: Array | None = None, truncated: Array | None = None) -> None:

@@ -152,7 +152,8 @@ class Shard:
         index = buf._index
 
         def hole_steps() -> int:
-            return sum(h1 - h0 for hs in index.holes().values() for h0, h1 in hs)
+            holes = index.holes()
+            return 0 if holes is None else int(holes.sizes.sum())
 
         before = hole_steps()
         for e in range(buf.num_envs):

@@ -287,17 +287,30 @@ def sample_batch(buf: Any, batch_size: int, opts: Any, out: Any, uniform_type: t
     if not fast.eligible and hasattr(type(buf), "_fast_draw_args"):
         return _sample_prioritized(buf, batch_size, opts, out, uniform_type)
     arrays = None if out is None else fast.arrays_of(out, batch_size)
-    if fast.eligible and opts.recent_ratio == 0 and opts.replacement and not buf._index.has_cuts:
-        try:
-            data = fast.run(buf._rng, batch_size, arrays)
-        except numba.core.errors.TypingError:
-            if arrays is None:
-                raise
-            data = -1  # an out= array changed its number of dimensions since it was checked
-        if type(data) is dict:
-            return out if isinstance(out, Batch) else _new_batch(data)
-        if data is not None and data < 0:
-            raise ValueError("sample(out=...): an output's shape changed since it was checked")
+    index = buf._index
+    if (
+        fast.eligible
+        and opts.recent_ratio == 0
+        and opts.replacement
+        and index.fast_draws_ok(batch_size)
+    ):
+        # The kernel draws over [lo, hi), holes of abandoned episodes included: a batch that
+        # hits one is drawn again (so each row is uniform over the sampleable steps), at most
+        # 3 times before the general path (which maps draws past the holes).
+        for _ in range(3):
+            try:
+                data = fast.run(buf._rng, batch_size, arrays)
+            except numba.core.errors.TypingError:
+                if arrays is None:
+                    raise
+                data = -1  # an out= array changed its number of dimensions since it was checked
+            if type(data) is dict:
+                if index.ids_in_hole(data["ids"]):
+                    continue
+                return out if isinstance(out, Batch) else _new_batch(data)
+            if data is not None and data < 0:
+                raise ValueError("sample(out=...): an output's shape changed since it was checked")
+            break
     return _general(buf, batch_size, opts, out, arrays, fast)
 
 
