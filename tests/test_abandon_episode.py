@@ -283,3 +283,17 @@ def test_shared_storage_owner_envs_only() -> None:
         assert buf.sampleable_ids().tolist() == [0, 2, 6]
     finally:
         buf.close()
+
+
+def test_rare_holes_keep_the_one_kernel_path_exact() -> None:
+    # One hole of 1 step among 4000: the one-kernel draw redraws the few batches that hit it.
+    buf = make(4096, n_step=1)
+    feed(buf, None, 2000)
+    buf.abandon_episode()  # step 1999: never sampleable
+    feed(buf, None, 2001, start=5000.0)
+    assert buf._index.fast_draws_ok(64)
+    ids = np.concatenate([buf.sample(64).ids for _ in range(400)])
+    assert 1999 not in ids.tolist() and ids.max() == 3999 and ids.min() >= 0
+    counts = np.bincount(ids // 400, minlength=10)  # ten bins of 400 steps (one holds the hole)
+    expected = ids.shape[0] * np.array([400] * 4 + [399] + [400] * 5) / 3999
+    assert np.all(np.abs(counts - expected) < 5 * np.sqrt(expected))
