@@ -339,11 +339,13 @@ def test_forced_slots_survive_save_and_load(tmp_path: Any) -> None:
     assert_rows(batch, want, drawn, config[1])
 
 
-@pytest.mark.parametrize("k", [1, 2, 3])
+@pytest.mark.parametrize("k", [0, 1, 2, 3])
 @pytest.mark.parametrize("fmt", ["plain", "stack", "timeline", "both"])
 def test_slot_read_of_intact_rows_is_the_fast_path(k: int, fmt: str) -> None:
     """The slot read and the core's assembly give the same rows (values, shapes, dtypes) where
-    the slots hold one episode's steps, in every output format."""
+    the slots hold one episode's steps, in every output format (``stack_size`` 0: empty
+    stacks in the timeline format too, as in the plain one; with ``return_everything_as_stack``
+    it raised ``ConfigError`` before)."""
     stack_all = fmt in ("stack", "both")
     timeline = fmt in ("timeline", "both")
     buf = ReplayBuffer((2,), k, 13, 1, return_everything_as_stack=stack_all,

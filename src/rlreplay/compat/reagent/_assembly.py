@@ -103,13 +103,12 @@ def transition_arrays(buf: ReplayBuffer, batch: _Batch) -> dict[str, Any]:
     if buf._return_as_timeline_format:
         plain = {x: out[x] for x in out if x.startswith("next_")}
         out.update(timeline(buf._core, k, buf._update_horizon, batch, stack_all, extras))
-        if k > 0:
-            # After a terminal the last next value is undefined (the seed); it is the value
-            # the plain format returns there, read from the slot after the window as 0.1 does.
-            for x, values in plain.items():
-                for i in np.flatnonzero(ended).tolist():
-                    row = out[x][i] = out[x][i].copy()
-                    row[-1] = values[i].reshape(row.shape[1:])
+        # After a terminal the last next value is undefined (the seed); it is the value the
+        # plain format returns there, read from the slot after the window as 0.1 does.
+        for x, values in plain.items():
+            for i in np.flatnonzero(ended).tolist():
+                row = out[x][i] = out[x][i].copy()
+                row[-1] = values[i].reshape(row.shape[1:])
     return out
 
 
@@ -189,15 +188,19 @@ def timeline(
     runs = core.get_sequences(ids, n + 1, within_episode=True)  # raw t .. t+n
     offs = np.concatenate([[0], np.cumsum(m)])
     targets = np.repeat(ids, m) + np.arange(int(offs[-1])) - np.repeat(offs[:-1], m)
-    stacked = (["obs"] if k > 1 else []) + (
+    stacked = (["obs"] if k != 1 else []) + (
         [core_name(x) for x in ("action", "reward", *extras)] if stack_all else []
     )
-    stacks = field_stacks(core, k, targets, stacked) if stacked else {}
+    stacks = field_stacks(core, k, targets, stacked) if stacked and k > 0 else {}
+    fields = core.schema.fields
 
     def window(c: str, nxt: bool) -> list[Array]:
         rows = []
         for i in range(ids.size):
             lo, mi = int(offs[i]), int(m[i])
+            if k == 0 and c in stacked:  # stack_size 0: empty stacks, as the plain format
+                rows.append(np.zeros((mi, *fields[c].shape, 0), fields[c].dtype))
+                continue
             if c not in stacks:
                 raw = runs["next_obs"][i, :mi] if c == "obs" else runs[c][i, int(nxt) : mi + nxt]
                 rows.append(raw)

@@ -143,7 +143,7 @@ def _timeline(
 
     out = {
         "reward": per_row("reward", 0, stack_all),
-        "next_state": per_row("observation", 1, k > 1),
+        "next_state": per_row("observation", 1, k != 1),  # stack_size 0: empty stacks
         "next_action": per_row("action", 1, stack_all),
         "next_reward": per_row("reward", 1, stack_all),
     }
