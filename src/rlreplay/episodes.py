@@ -14,8 +14,9 @@ Per env the index keeps ``count`` (steps ever added), ``head`` (oldest stored st
   1``: then its first ``k - 1`` stored steps would need overwritten frames and are skipped (never
   padded).
 
-Both bounds only move forward, so the sampleable set of an env is always one contiguous range
-of absolute steps; a uniform draw over the buffer is a draw over the union of ``E`` ranges.
+Both bounds only move forward, so the sampleable set of an env is one contiguous range of
+absolute steps, less the holes of abandoned episodes (below); a uniform draw over the buffer is
+a draw over the union of ``E`` ranges.
 
 Per slot the index keeps ``ep_start`` (absolute step of the episode's first step), ``ep_end``
 (its last step, ``-1`` while it runs) and ``final_fid`` (the final-observation record of an
