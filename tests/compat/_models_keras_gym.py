@@ -147,10 +147,49 @@ class KerasGymModel:
             "In": 0.0 if done else self.gamma**self.n,
             "done": done,
         }
-        if not done:  # after a done keras-gym's S_next/A_next are masked by In = 0
+        if done:  # masked by In = 0, but returned all the same
+            out["S_next"], out["A_next"] = self.after_done(p)
+        else:
             out["S_next"] = self.stack(nxt)
             out["A_next"] = one_hot(self.steps[nxt].action)
         return out
+
+    def held_at(self, q: int) -> Step | None:
+        """What keras-gym's ring slot of position ``q`` holds when ``q`` is read as a step.
+
+        ``q`` added: that step (the front-end keeps the frames the agent saw, fix 2). Not added
+        yet: the slot ``q % ring`` holds step ``q - ring`` (the oldest data), or, before the
+        ring came round to it since the last ``clear``, nothing (None: keras-gym's
+        ``np.empty`` frame, read as zeros by the front-end (fixes 6 and 7), its ``np.zeros``
+        action and episode id 0).
+        """
+        if q < len(self.steps):
+            return self.steps[q]
+        return self.steps[q - self.ring] if q >= self.ring else None
+
+    def after_done(self, p: int) -> tuple[Array, Array]:
+        """The seed's ``S_next``/``A_next`` of position ``p`` whose window ended at a ``done``.
+
+        The seed reads ``ks = j + n - arange(k - 1, -1, -1)`` (``j + n`` may not be added yet)
+        and, from the second-newest frame back, replaces ``ks[~i]`` by ``ks[~i + 1]`` where
+        the slot's episode id is below ``ep = _e[j]``; ``A_next`` is the action at ``ks[-1]``.
+        Frames before ``p``'s episode repeat its first frame (fix 4; the seed's padding for
+        smaller ids).
+        """
+        ep, first = self.steps[p].episode_id, self.first(p) - (self.total - len(self.steps))
+        zero = np.zeros_like(self.steps[p].frame)
+        frames: list[Array] = []
+        ids: list[int] = []
+        for q in range(p + self.n - self.k + 1, p + self.n + 1):
+            held = self.held_at(max(q, first))
+            frames.append(zero if held is None else held.frame)
+            ids.append(0 if held is None else held.episode_id)
+        for i in range(1, self.k):  # the seed's loop: `if self._e[ks[~i]] < ep`
+            if ids[~i] < ep:
+                frames[~i] = frames[~i + 1]
+        last = self.held_at(p + self.n)
+        action = np.zeros(ACTIONS) if last is None else one_hot(last.action)
+        return (frames[-1] if self.k == 1 else np.stack(frames, axis=-1)), action
 
     def position_of(self, frame_number: int) -> int:
         return frame_number - (self.total - len(self.steps))

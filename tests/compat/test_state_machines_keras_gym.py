@@ -11,8 +11,10 @@ of ``docs/migrating/keras_gym.md``), with ``num_frames`` 1..3 (``(1, 2, k)`` sta
   a stack of the wrong size (``NumpyArrayCheckError``), a float action (``AssertionError``), an
   action outside the space (``ValueError``);
 * ``sample``: every row ``(S, A, Rn, In, S_next, A_next)`` is the model's row of a step the
-  seed's ring may draw with a known window (its last frame names the step; ``S_next``/``A_next``
-  compared where ``In > 0``); fewer than ``batch_size`` transitions: ``InsufficientCacheError``;
+  seed's ring may draw with a known window (its last frame names the step), compared in full:
+  after a ``done`` too, ``S_next``/``A_next`` are what the seed reads at step ``t + n`` (the
+  next episode's, or the ring slot a step not added yet wraps to); fewer than ``batch_size``
+  transitions: ``InsufficientCacheError``;
   nothing drawable: ``RuntimeError``, and where enough is drawable (a failure chance below
   10^-9 for ``10 * batch_size`` attempts), a batch;
 * ``clear``;
@@ -123,8 +125,7 @@ class KerasGymMachine(RuleBasedStateMachine):
             assert p in can, (p, can)
             want = m.row(p)
             for name in NAMES:
-                if name in want:
-                    np.testing.assert_array_equal(batch[name][row], want[name], err_msg=name)
+                np.testing.assert_array_equal(batch[name][row], want[name], err_msg=name)
             self.rows_checked += 1
 
     # ---------------------------------------------------------------- invariants

@@ -141,8 +141,8 @@ class TestExperienceReplayBuffer:
         # rlreplay: seed version draws j = randint(num_transitions) (0.2.17 draws
         # js = randint(len - num_frames) + arange(num_frames)), so the batch of random_seed=13
         # is the seed version's. Two done rows (marked) have S_next at steps not added yet: the
-        # seed version reads the stale slots there ([305, 306, 102], [306, 103, 103]), the
-        # front-end zeros (a kept fix; In = 0 masks them).
+        # seed version reads the ring slots they wrap to (the oldest steps, padded by episode
+        # id), and so does the front-end.
         transitions = [
             [[302, 303, 304], 0.9801, [304, 305, 306]],  # bootstrap
             [[300, 301, 302], 0.9801, [302, 303, 304]],  # bootstrap
@@ -156,10 +156,10 @@ class TestExperienceReplayBuffer:
             [[201, 202, 203], 0.9801, [203, 204, 205]],  # bootstrap
             [[200, 201, 202], 0.9801, [202, 203, 204]],  # bootstrap
             [[202, 203, 204], 0.9801, [204, 205, 206]],  # bootstrap
-            [[303, 304, 305], 0.0000, [305, 306, 0]],  # rlreplay: seed [305, 306, 102]
+            [[303, 304, 305], 0.0000, [305, 306, 102]],  # rlreplay: step 102 wrapped
             [[202, 203, 204], 0.9801, [204, 205, 206]],  # bootstrap
             [[202, 203, 204], 0.9801, [204, 205, 206]],  # bootstrap
-            [[304, 305, 306], 0.0000, [306, 0, 0]],  # rlreplay: seed [306, 103, 103]
+            [[304, 305, 306], 0.0000, [306, 103, 103]],  # rlreplay: 103 wrapped, padded
         ]
 
         S, A, Rn, In, S_next, A_next = buffer.sample()

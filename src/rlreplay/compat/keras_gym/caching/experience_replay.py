@@ -460,20 +460,33 @@ class ExperienceReplayBuffer(RandomStateMixin, ActionSpaceMixin):
     def _after_done(self, core: ReplayBuffer, ids: Array) -> tuple[Array, Array]:
         """keras-gym's ``S_next``/``A_next`` rows of done windows (core layout), masked by In=0.
 
-        keras-gym reads the stack and action at ``t + bootstrap_n`` whatever episode they are
-        in: the next episode's steps. Frames before the episode of ``t`` repeat its first frame
-        (keras-gym's padding); a step not added yet reads zeros (keras-gym reads a slot not
-        written yet, or stale data).
+        keras-gym reads the stack ``ks`` ending at ``t + bootstrap_n`` and the action there,
+        whatever episode they are in: the next episode's steps, or for a step not added yet
+        the ring slot it wraps to, which holds the step ``capacity + bootstrap_n`` earlier (the
+        oldest data). A slot not written since the last ``clear`` reads zeros (keras-gym: its
+        ``np.empty`` frame, its ``np.zeros`` action, episode id 0). From the second-newest frame
+        back, a frame whose episode id is below the drawn step's repeats its successor
+        (keras-gym's ``if self._e[ks[~i]] < ep: ks[~i] = ks[~i + 1]``); frames before the
+        episode of ``t`` repeat its first frame.
         """
-        k, last = self._frames, self._last_id
+        k, last, M = self._frames, self._last_id, self._slots()
         target = ids + self.bootstrap_n
         pos = target[:, None] - np.arange(k - 1, -1, -1)
         pos = np.maximum(pos, core.episode_begin(ids)[:, None])
-        frames = core.get_field("obs", np.minimum(pos, last).reshape(-1))
+        pos = np.where(pos > last, pos - M, pos)  # not added yet: the slot's oldest data
+        blank = pos < self._first_id  # a slot not written since the clear
+        read = np.where(blank, last, pos).reshape(-1)
+        frames = core.get_field("obs", read)
         frames = frames.reshape(pos.shape + frames.shape[1:])
-        frames[pos > last] = 0
-        actions = core.get_field("action", np.minimum(target, last))
-        actions[target > last] = 0
+        frames[blank] = 0
+        eids = np.where(blank, 0, core.get_field("episode_id", read).reshape(pos.shape))
+        ep = core.get_field("episode_id", ids)
+        for c in range(k - 2, -1, -1):  # ks[~i] for i = 1 .. k - 1
+            pad = eids[:, c] < ep
+            frames[pad, c] = frames[pad, c + 1]
+        at = np.where(target > last, target - M, target)
+        actions = core.get_field("action", np.where(at < self._first_id, last, at))
+        actions[at < self._first_id] = 0
         return (frames if k > 1 else frames[:, 0]), actions
 
     def _states(self, obs: Array) -> Array:
