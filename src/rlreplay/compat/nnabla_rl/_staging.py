@@ -19,6 +19,8 @@ core's ``end_episode``, its ``s_next`` as the final observation).
 from __future__ import annotations
 
 import itertools
+import math
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -39,14 +41,29 @@ __all__ = ["Staging", "staging_for", "write_staged"]
 
 Array = np.ndarray[Any, Any]
 _TUPLES = (tuple, StoredTuple)
+#: Observations larger than this (bytes) are copied into preallocated staging rows.
+PREALLOCATED_BYTES = 256
+#: Most bytes of observations (``s`` and ``s_next``) one batch of staging rows holds.
+STAGING_BYTES = 1 << 24
 
 
 class Staging:
     """Up to ``rows`` checked, copied experiences awaiting one core ``extend``.
 
-    Arrays are copied as their bytes (``tobytes``: the cheapest copy NumPy makes), numbers
-    (immutable) kept as they are; :meth:`gather` turns them into the batch arrays.
+    Observations are copied once, at :meth:`push`: small ones as their bytes (``tobytes``,
+    the cheapest copy NumPy makes of a few numbers), larger ones (more than
+    ``PREALLOCATED_BYTES``) into preallocated rows (no allocation per append, and the batch
+    is those rows). Actions and array rewards are copied as their bytes, numbers (immutable)
+    kept as they are; :meth:`gather` turns the steps into batch arrays.
+
+    ``push`` is, for the usual layout (array ``s`` and ``a``, a float reward), a function
+    made for this staging's dtypes and shapes (:meth:`_usual_push`); it hands every other
+    experience to :meth:`push_any`, which checks every kind the codec admits.
     """
+
+    #: Stage an experience: its side ``(non_terminal, info, ...)``, or None if it is not a
+    #: usual one (nothing staged; the caller takes the one-by-one path).
+    push: Callable[[Any], tuple[Any, ...] | None]
 
     def __init__(self, codec: Codec, rows: int) -> None:
         self.obs_part = codec.state.parts[0]
@@ -62,9 +79,18 @@ class Staging:
         self.action_dtype, self.action_shape = f_act.dtype, f_act.shape
         self.reward_is_float = codec.reward.kind == "python" and codec.reward.pytype is float
         self.reward_is_array = codec.reward.kind == "array"
-        # per staged step: (s bytes, s_next bytes, action, reward, terminated, truncated,
-        # side); an action or reward is its bytes if it is an array, else the number
+        # per staged step: (s, s_next, action, reward, terminated, truncated, side); s and
+        # s_next are their bytes, or None when copied into the preallocated rows; an action
+        # or reward is its bytes if it is an array, else the number. One list for the
+        # staging's life (push keeps a reference): gather empties it in place.
         self.steps: list[tuple[Any, ...]] = []
+        self.preallocated = f_obs.dtype.itemsize * math.prod(f_obs.shape) > PREALLOCATED_BYTES
+        n_pre = rows if self.preallocated else 0
+        self.obs_rows: Array = np.empty((n_pre, *f_obs.shape), f_obs.dtype)
+        self.next_obs_rows: Array = np.empty((n_pre, *f_obs.shape), f_obs.dtype)
+        # one view per row: ``view[...] = s`` is NumPy's cheapest checked copy into a row
+        self.obs_views: list[Array] = list(self.obs_rows)
+        self.next_obs_views: list[Array] = list(self.next_obs_rows)
         self.sides: tuple[tuple[Any, ...], ...] = ()  # those of the last gather
         # the batch of the last gather
         self.obs: Array = np.empty((0, *f_obs.shape), f_obs.dtype)
@@ -73,19 +99,89 @@ class Staging:
         self.reward: Array = np.empty(0, codec.reward.field.dtype)
         self.terminated: Array = np.zeros(0, bool)
         self.truncated: Array = np.zeros(0, bool)
+        usual = self.action_is_array and self.reward_is_float
+        self.push = self._usual_push() if usual else self.push_any
 
-    def push(self, experience: Any) -> tuple[Any, ...] | None:
+    def _usual_push(self) -> Callable[[Any], tuple[Any, ...] | None]:
+        """:meth:`push_any` for a tuple of six ``(array, array, float, float, array,
+        dict)`` of this staging's dtypes and shapes, with every constant bound once.
+
+        The same checks and copies as :meth:`push_any` (this runs once per append, so
+        each check is one attribute and one identity test where it can be): an exact
+        dtype object (``is``) saves a comparison, and any other experience (an equal
+        dtype object, a NumPy or int ``non_terminal``, another ``info``, a longer tuple)
+        goes to :meth:`push_any`, which stages it or not as it always did.
+        """
+        nd, dt, shape = np.ndarray, self.obs_dtype, self.obs_shape
+        a_dt, a_shape = self.action_dtype, self.action_shape
+        append, push_any, key = self.steps.append, self.push_any, TIMELIMIT_KEY
+        obs_views, next_obs_views, steps = self.obs_views, self.next_obs_views, self.steps
+
+        def push_small(experience: Any) -> tuple[Any, ...] | None:
+            if type(experience) is tuple and len(experience) == 6:
+                s, a, r, non_terminal, s_next, info = experience
+                if (
+                    type(s) is nd
+                    and type(s_next) is nd
+                    and type(a) is nd
+                    and type(r) is float
+                    and type(non_terminal) is float
+                    and type(info) is dict
+                    and s.dtype is dt
+                    and s_next.dtype is dt
+                    and a.dtype is a_dt
+                    and s.shape == shape
+                    and s_next.shape == shape
+                    and a.shape == a_shape
+                ):
+                    side = (non_terminal, info)
+                    truncated = key in info and is_timelimit(info)
+                    # tobytes: the copies (deliberate difference 1)
+                    append((s.tobytes(), s_next.tobytes(), a.tobytes(), r,
+                            non_terminal == 0, truncated, side))  # fmt: skip
+                    return side
+            return push_any(experience)
+
+        def push_large(experience: Any) -> tuple[Any, ...] | None:
+            if type(experience) is tuple and len(experience) == 6:
+                s, a, r, non_terminal, s_next, info = experience
+                if (
+                    type(s) is nd
+                    and type(s_next) is nd
+                    and type(a) is nd
+                    and type(r) is float
+                    and type(non_terminal) is float
+                    and type(info) is dict
+                    and s.dtype is dt
+                    and s_next.dtype is dt
+                    and a.dtype is a_dt
+                    and s.shape == shape
+                    and s_next.shape == shape
+                    and a.shape == a_shape
+                ):
+                    side = (non_terminal, info)
+                    truncated = key in info and is_timelimit(info)
+                    j = len(steps)
+                    obs_views[j][...] = s  # the copies (deliberate difference 1)
+                    next_obs_views[j][...] = s_next
+                    append((None, None, a.tobytes(), r, non_terminal == 0, truncated, side))
+                    return side
+            return push_any(experience)
+
+        return push_large if self.preallocated else push_small
+
+    def push_any(self, experience: Any) -> tuple[Any, ...] | None:
         """Stage a usual experience; its side ``(non_terminal, info, ...)``, or None if it
         is not one (nothing staged; the caller takes the one-by-one path).
 
-        The checks are :meth:`Part.fits` and the codec's, written out for the usual kinds
-        (this runs once per append).
+        The checks are :meth:`Part.fits` and the codec's, written out for the usual kinds.
         """
         if type(experience) not in _TUPLES:
             return None
-        if len(experience) == 6:  # the usual experience: one unpacking
+        size = len(experience)
+        if size == 6:  # the usual experience: one unpacking
             s, a, r, non_terminal, s_next, info = experience
-        elif len(experience) > 6:
+        elif size > 6:
             s, a, r, non_terminal, s_next, info = experience[:6]
         else:
             return None
@@ -128,9 +224,16 @@ class Staging:
             truncated = TIMELIMIT_KEY in info and is_timelimit(info)
         else:
             truncated = is_timelimit(info)
-        side = (non_terminal, info) if len(experience) == 6 else (non_terminal, *experience[5:])
-        # tobytes: the copies (deliberate difference 1)
-        self.steps.append((s.tobytes(), s_next.tobytes(), a, r, terminal, truncated, side))
+        side = (non_terminal, info) if size == 6 else (non_terminal, *experience[5:])
+        steps = self.steps
+        # the copies (deliberate difference 1)
+        if self.preallocated:
+            j = len(steps)
+            self.obs_views[j][...] = s
+            self.next_obs_views[j][...] = s_next
+            steps.append((None, None, a, r, terminal, truncated, side))
+        else:
+            steps.append((s.tobytes(), s_next.tobytes(), a, r, terminal, truncated, side))
         return side
 
     @property
@@ -142,13 +245,16 @@ class Staging:
         """The staged steps as batch arrays (``obs``, ``next_obs``, ...), oldest first."""
         n = len(self.steps)
         obs_b, next_b, actions, rewards, terms, truncs, sides = zip(*self.steps, strict=True)
-        self.steps = []
+        self.steps.clear()
 
         def stacked(chunks: tuple[Any, ...], dtype: np.dtype[Any], shape: Any) -> Array:
             return np.frombuffer(b"".join(chunks), dtype).reshape(n, *shape)
 
-        self.obs = stacked(obs_b, self.obs_dtype, self.obs_shape)
-        self.next_obs = stacked(next_b, self.obs_dtype, self.obs_shape)
+        if self.preallocated:  # the batch is the rows (read before the next push)
+            self.obs, self.next_obs = self.obs_rows[:n], self.next_obs_rows[:n]
+        else:
+            self.obs = stacked(obs_b, self.obs_dtype, self.obs_shape)
+            self.next_obs = stacked(next_b, self.obs_dtype, self.obs_shape)
         if self.action_is_array:
             self.action = stacked(actions, self.action_dtype, self.action_shape)
         else:
@@ -194,7 +300,9 @@ def staging_for(buffer: ReplayBuffer, base: type) -> Staging | None:
         or any(getattr(type(buffer), h) is not getattr(base, h) for h in hooks)
     ):
         return None
-    return Staging(codec, min(1024, core.capacity))
+    obs = codec.state.parts[0].field
+    per_row = 2 * obs.dtype.itemsize * math.prod(obs.shape)  # s and s_next
+    return Staging(codec, max(1, min(1024, core.capacity, STAGING_BYTES // max(per_row, 1))))
 
 
 def _byte_rows(a: Array) -> Array:

@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from rlreplay.compat.nnabla_rl._staging import write_staged
 from rlreplay.compat.nnabla_rl.replay_buffer import Indices, ReplayBuffer
 from rlreplay.errors import ConfigError, ReplayError
 
@@ -71,8 +72,20 @@ class _PrioritizedReplayBuffer(ReplayBuffer):
         self._beta = beta
         self._beta_diff = (1.0 - beta) / betasteps  # betasteps=0: ZeroDivisionError, as there
         self._error_clip = error_clip
-        self._appended = 0  # experiences appended so far: the t-th is in slot t % capacity
         self._last_sampled: Array | None = None  # append numbers awaiting update_priorities
+
+    #: Whether :meth:`_on_append` runs after each append (the structures are otherwise
+    #: brought up to date from :attr:`_appended` when next read).
+    _append_hook = False
+
+    @property
+    def _appended(self) -> int:
+        """Experiences appended so far: the ``t``-th is in ring slot ``t % capacity``.
+
+        The base buffer's id counter: every append (staged, one by one or to the object
+        store) takes the next id, and a refused one (it raises) takes none.
+        """
+        return self._next_id
 
     # ------------------------------------------------------------------ writing
     def append(self, experience: Any) -> None:
@@ -82,9 +95,24 @@ class _PrioritizedReplayBuffer(ReplayBuffer):
             If the replay buffer size is full, the oldest (head of the buffer) experience will
             be dropped off and the given experience will be added to the tail of the buffer.
         """
+        st = self._staging
+        if st is not None:
+            side = st.push(experience)
+            if side is not None:
+                # ReplayBuffer.append's staged path, written out (this runs once per append
+                # and is most of its cost): the side ring and the id advance now
+                extras = self._extras
+                i = self._next_id
+                extras[i % len(extras)] = side
+                self._next_id = i + 1
+                if len(st.steps) == st.rows:
+                    write_staged(self, st)
+                if self._append_hook:
+                    self._on_append()
+                return
         ReplayBuffer.append(self, experience)  # (super() costs a lookup on every append)
-        self._appended += 1
-        self._on_append()
+        if self._append_hook:
+            self._on_append()
 
     def append_all(self, experiences: Sequence[Any]) -> None:
         """Add list of experiences to the replay buffer (each as :meth:`append`)."""
@@ -92,7 +120,7 @@ class _PrioritizedReplayBuffer(ReplayBuffer):
             self.append(experience)
 
     def _on_append(self) -> None:
-        raise NotImplementedError
+        """Hook after each append when :attr:`_append_hook` is set."""
 
     # ------------------------------------------------------------------ sampling
     def _first(self) -> int:

@@ -73,9 +73,14 @@ class RankBasedPrioritizedReplayBuffer(_PrioritizedReplayBuffer):
     ) -> None:
         super().__init__(capacity, alpha, beta, betasteps, error_clip, seed)
         self._heap = MaxHeap(self._slots)
-        self._heap_pending = 0  # appends (priority inf) not yet pushed: one kernel call later
+        self._heap_pushed = 0  # appends pushed (priority inf); the newer: one kernel call later
         self._reset_segment_interval = reset_segment_interval
         self._sort_interval = sort_interval
+        # a positive int interval: nnabla-rl sorts right after the appends numbered k *
+        # sort_interval, which _max_heap replays when it pushes them; any other value (0
+        # divides by zero at the first append, as there) is counted by _on_append
+        self._regular_sorts = type(sort_interval) is int and sort_interval > 0
+        self._append_hook = not self._regular_sorts
         self._boundaries: Array = np.zeros(0, np.int64)
         self._prev_num_samples = 0
         self._prev_num_steps = 0
@@ -87,13 +92,30 @@ class RankBasedPrioritizedReplayBuffer(_PrioritizedReplayBuffer):
     @property
     def _max_heap(self) -> MaxHeap:
         """The heap, with every append pushed (pushes are batched: appends stay cheap)."""
-        if self._heap_pending:
-            self._heap.append_many(math.inf, self._heap_pending)
-            self._heap_pending = 0
+        if self._heap_pushed != self._appended:
+            self._push_appended()
         return self._heap
 
+    def _push_appended(self) -> None:
+        """nnabla-rl's ``MaxHeap.append(inf)`` of every append not pushed yet, in order, with
+        its sorts (:meth:`MaxHeap.sort_data` after the appends numbered ``k *
+        sort_interval``), one kernel call per run between two sorts."""
+        heap, appended, pushed = self._heap, self._appended, self._heap_pushed
+        if self._regular_sorts:
+            interval = self._sort_interval
+            while pushed < appended:
+                next_sort = (pushed // interval + 1) * interval
+                upto = min(appended, next_sort)
+                heap.append_many(math.inf, upto - pushed)
+                self._heap_pushed = pushed = upto
+                if upto == next_sort:
+                    heap.sort_data()
+        else:
+            heap.append_many(math.inf, appended - pushed)
+            self._heap_pushed = appended
+
     def _on_append(self) -> None:
-        self._heap_pending += 1  # self._max_heap.append(math.inf), deferred
+        # only for an irregular sort_interval (see __init__): nnabla-rl's count, as it is
         self._appends_since_prev_sort += 1
         if self._appends_since_prev_sort % self._sort_interval == 0:
             self._max_heap.sort_data()

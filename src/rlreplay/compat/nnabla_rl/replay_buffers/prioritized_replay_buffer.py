@@ -149,21 +149,19 @@ class ProportionalPrioritizedReplayBuffer(_PrioritizedReplayBuffer):
         self._keep_min = normalization_method == "buffer_max"
         self._sum = SumTree(self._slots)
         self._min = MinTree(self._slots if self._keep_min else 1)
-        self._tree_pending = 0  # newest appends whose leaves await _max_priority (batched)
+        self._tree_synced = 0  # appends whose leaves are set (the newer await _sync_trees)
         self._max_priority = init_max_error
         self._epsilon = epsilon
         self._leaf_order: Array | None = None  # the descent's leaf order, once needed
 
-    def _on_append(self) -> None:
-        # nnabla-rl sets the new leaf to the top mass now; the leaves of a run of appends are
-        # set in one kernel call before the trees are next read (the top mass cannot change
-        # in between: only update_priorities changes it, and it reads the trees first)
-        self._tree_pending += 1
-
     def _sync_trees(self) -> None:
-        n = self._tree_pending
+        # nnabla-rl sets each new leaf to the top mass at its append; the leaves of a run of
+        # appends are set in one kernel call before the trees are next read (the top mass
+        # cannot change in between: only update_priorities changes it, and it reads the
+        # trees first), so append itself does nothing here
+        n = self._appended - self._tree_synced
         if n:
-            self._tree_pending = 0
+            self._tree_synced = self._appended
             first = self._appended - min(n, self._slots)
             slots = (first + np.arange(min(n, self._slots))) % self._slots
             kind = kind_of(self._max_priority)
