@@ -9,8 +9,9 @@ agent saw (fix 2). Which steps a draw may return (:meth:`KerasGymModel.candidate
 * the steps in keras-gym's ring: the newest ``min(adds, capacity + bootstrap_n)``;
 * whose n-step window is known: it ends at a ``done`` of the same episode, or step
   ``t + bootstrap_n`` of the same episode was added (fixes 1 and 3; ``bootstrap_n=0``: any);
-* that the seed does not reject at the overwrite boundary: a frame ``t - i`` of the stack
-  whose slot now holds a newer step with a larger ``episode_id`` (``np.any(_e[js[:-1]] > ep)``).
+* that the seed does not reject: a frame ``t - i`` of the stack whose ring slot holds a larger
+  ``episode_id`` (``np.any(_e[js[:-1]] > ep)``; past the overwrite boundary the slot holds a
+  newer step, which may be of another episode with the same id: kept, fix 2 builds its stack).
 """
 
 from __future__ import annotations
@@ -111,13 +112,14 @@ class KerasGymModel:
         return self.n
 
     def seed_rejects(self, p: int) -> bool:
-        """The seed's ``np.any(_e[js[:-1]] > ep)``: a stack slot overwritten by a larger id."""
+        """The seed's ``np.any(_e[js[:-1]] > ep)``: a stack slot holding a larger id (a slot
+        not written since the ``clear`` holds id 0)."""
         adds, ep = len(self.steps), self.steps[p].episode_id
         for i in range(1, self.k):
             q = p - i
             while q + self.ring < adds:  # the slot holds the newest step of its residue
                 q += self.ring
-            if q != p - i and q >= 0 and self.steps[q].episode_id > ep:
+            if (self.steps[q].episode_id if q >= 0 else 0) > ep:
                 return True
         return False
 

@@ -413,7 +413,7 @@ class ExperienceReplayBuffer(RandomStateMixin, ActionSpaceMixin):
         unless the window hits a ``done``, ``_e[ks] > ep`` reject it) and the front-end's
         fixes (a window not stored yet, or one running past a cut, is rejected).
         """
-        M, n, k = self._slots(), self.bootstrap_n, max(self._frames, 1)
+        M, n = self._slots(), self.bootstrap_n
         adds, last = self._adds, self._last_id
         kept: list[tuple[Array, Array, Array]] = []
         got = drawn = 0
@@ -431,10 +431,7 @@ class ExperienceReplayBuffer(RandomStateMixin, ActionSpaceMixin):
             known = in_window | (t + n <= last)
             # keras-gym: "if not done and np.any(self._e[ks] > ep): continue" (a cut episode)
             cut = in_window & ~done
-            # keras-gym: "if np.any(self._e[js[:-1]] > ep): continue": the stack reaches slots
-            # overwritten by newer adds, and the newest of those is in a later episode
-            stale = (i - (k - 1) < adds - M) & (to_end >= 0) & (t + to_end < last)
-            ok = known & ~cut & ~stale
+            ok = known & ~cut & ~self._seed_rejects(core, j, t)
             steps = np.where(in_window, to_end + 1, n)
             kept.append((t[ok], steps[ok], done[ok]))
             got += int(ok.sum())
@@ -446,6 +443,25 @@ class ExperienceReplayBuffer(RandomStateMixin, ActionSpaceMixin):
             )
         ids, steps, done = (np.concatenate(parts) for parts in zip(*kept, strict=True))
         return ids, steps, done
+
+    def _seed_rejects(self, core: ReplayBuffer, j: Array, t: Array) -> Array:
+        """keras-gym's ``if np.any(self._e[js[:-1]] > ep): continue`` for drawn slots ``j``.
+
+        ``js[:-1]`` are the ring slots ``j - 1 .. j - num_frames + 1`` (wrapping round), read
+        as keras-gym holds them: the newest add in each, id 0 for a slot not written since the
+        last ``clear``; ``ep`` is the id of ``t``, the add in slot ``j``. Where such a draw is
+        kept, the front-end builds the stack from the frames the agent saw (fix 2).
+        """
+        k, M = max(self._frames, 1), self._slots()
+        if k == 1:
+            return np.zeros(j.shape, bool)
+        slots = (j[:, None] - np.arange(1, k)) % M
+        written = slots < self._num_transitions
+        held = self._slot_ids(np.where(written, slots, 0)).reshape(-1)
+        eids = np.where(written, core.get_field("episode_id", held).reshape(slots.shape), 0)
+        larger: Array = eids > core.get_field("episode_id", t)[:, None]
+        out: Array = np.any(larger, axis=1)
+        return out
 
     def _returns(self, core: ReplayBuffer, ids: Array, steps: Array) -> Array:
         """``Rn``, summed in keras-gym's order with ``self.gamma`` (read now, as keras-gym does)."""

@@ -1,4 +1,6 @@
-"""keras-gym's ``S_next``/``A_next`` of ``done`` windows, also where step ``t + n`` is not added.
+"""Rows the front-end once built or drew unlike the seed's keras-gym (found by the machines).
+
+``S_next``/``A_next`` of ``done`` windows, also where step ``t + n`` is not added:
 
 The seed's ``sample()`` (``shared/seeds/002``) reads ``ks = j + bootstrap_n - arange(k - 1, -1,
 -1)`` modulo the ring whether or not the window met a ``done`` (``In = 0`` masks the row, it is
@@ -6,6 +8,10 @@ returned all the same). A step ``t + bootstrap_n`` not added yet wraps to a slot
 oldest step; ``if self._e[ks[~i]] < ep: ks[~i] = ks[~i + 1]`` pads by episode id. The
 front-end returns the same (``docs/migrating/keras_gym.md``, fix 7: only slots never written,
 ``np.empty`` in keras-gym, read zeros).
+
+Draws at the overwrite boundary: the seed rejects a draw only when a slot of ``js[:-1]`` holds
+a larger episode id; one holding the same id (a new episode after a ``done``, fix 4) is kept,
+and the front-end keeps it too, with the frames the agent saw (fix 2).
 """
 
 from __future__ import annotations
@@ -115,3 +121,24 @@ def test_every_done_row_is_keras_gyms(
             continue
         np.testing.assert_array_equal(got[4], want[4], err_msg="S_next")
         np.testing.assert_array_equal(got[5], want[5], err_msg="A_next")
+
+
+def test_a_stack_over_a_newer_episode_with_the_same_id_is_kept() -> None:
+    """capacity=6, bootstrap_n=0, num_frames=2: step 0 ends episode id 1 (done), steps 1-5 are a
+    new episode with the same id 1. Slot 0's stack wraps to slot 5 (step 5, id 1): the seed
+    rejects only ``> ep``, so the draw is kept (keras-gym stacks frames 6 and 1 there); the
+    front-end returns step 0's own stack, its first frame repeated (fix 2)."""
+    buf = ExperienceReplayBuffer(Env(2), 6, batch_size=1, bootstrap_n=0, gamma=0.5)
+    ref = KerasGymReference(Env(2), 6, batch_size=1, bootstrap_n=0, gamma=0.5)
+    for g in range(6):
+        for b in (buf, ref):
+            b.add(state(g, 2, 0 if g == 0 else 1), g % 3, 1.0, g == 0, 1)
+    buf.random, ref.random = FixedDraw(0), FixedDraw(0)  # type: ignore[assignment]
+    np.testing.assert_array_equal(ref.sample()[0][0, 0], [[6, 1], [-6, -1]])  # the seed's
+    S, A, Rn, In, S_next, A_next = buf.sample()
+    np.testing.assert_array_equal(S[0, 0], [[1, 1], [-1, -1]])
+    np.testing.assert_array_equal(A, [[1, 0, 0]])
+    np.testing.assert_array_equal(Rn, [0.0])  # bootstrap_n=0: an empty window, In = gamma**0
+    np.testing.assert_array_equal(In, [1.0])
+    np.testing.assert_array_equal(S_next, S)  # and ks = js
+    np.testing.assert_array_equal(A_next, A)
