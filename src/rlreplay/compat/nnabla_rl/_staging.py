@@ -44,7 +44,7 @@ _TUPLES = (tuple, StoredTuple)
 #: Observations larger than this (bytes) are copied into preallocated staging rows.
 PREALLOCATED_BYTES = 256
 #: Most bytes of observations (``s`` and ``s_next``) one batch of staging rows holds.
-STAGING_BYTES = 1 << 24
+STAGING_BYTES = 1 << 22
 
 
 class Staging:
@@ -99,6 +99,8 @@ class Staging:
         self.reward: Array = np.empty(0, codec.reward.field.dtype)
         self.terminated: Array = np.zeros(0, bool)
         self.truncated: Array = np.zeros(0, bool)
+        self.cuts: list[int] = []  # steps that start an episode the previous did not end
+        self.last_ended = False  # whether the newest gathered step ends its episode
         usual = self.action_is_array and self.reward_is_float
         self.push = self._usual_push() if usual else self.push_any
 
@@ -267,6 +269,14 @@ class Staging:
         self.terminated = np.array(terms, bool)
         self.truncated = np.array(truncs, bool)
         self.sides = sides
+        # step j continues step j - 1 unless j - 1 ended or s_j differs from s_next_{j-1}
+        # (byte for byte: the staged bytes themselves, or the preallocated rows' words)
+        if self.preallocated:
+            differ = (np.flatnonzero(~same_rows(self.obs[1:], self.next_obs[:-1])) + 1).tolist()
+        else:
+            differ = [j for j in range(1, n) if obs_b[j] != next_b[j - 1]]
+        self.cuts = [j for j in differ if not (terms[j - 1] or truncs[j - 1])]
+        self.last_ended = bool(terms[-1] or truncs[-1])
 
     def row(self, j: int) -> Row:
         """Gathered step ``j`` as the :class:`Row` the one-by-one path would have cached."""
@@ -305,8 +315,20 @@ def staging_for(buffer: ReplayBuffer, base: type) -> Staging | None:
     return Staging(codec, max(1, min(1024, core.capacity, STAGING_BYTES // max(per_row, 1))))
 
 
-def _byte_rows(a: Array) -> Array:
-    return np.ascontiguousarray(a).view(np.uint8).reshape(a.shape[0], -1)
+def same_rows(a: Array, b: Array) -> Array:
+    """Whether row ``i`` of ``a`` equals row ``i`` of ``b`` byte for byte (bool per row).
+
+    The rows are compared as the widest unsigned integers their width divides (8 bytes
+    for most observations): the same bytes, an eighth of the element comparisons.
+    """
+    n, width = a.shape[0], a.dtype.itemsize * math.prod(a.shape[1:])
+    if width == 0:  # empty observations are all alike
+        return np.ones(n, bool)
+    word = next(w for w in (np.uint64, np.uint32, np.uint16, np.uint8) if width % w().itemsize == 0)
+    ra = np.ascontiguousarray(a).view(np.uint8).reshape(n, width).view(word)
+    rb = np.ascontiguousarray(b).view(np.uint8).reshape(n, width).view(word)
+    out: Array = (ra == rb).all(axis=1)
+    return out
 
 
 def write_staged(buffer: ReplayBuffer, st: Staging) -> None:
@@ -321,19 +343,12 @@ def write_staged(buffer: ReplayBuffer, st: Staging) -> None:
     st.gather()  # nothing staged from here on: the buffer's size may be asked while writing
     core = buffer._core
     assert core is not None
-    ended = st.terminated[:n] | st.truncated[:n]
-    # step j continues step j - 1 unless j - 1 ended or s_j differs from s_next_{j-1}
-    cut = np.zeros(n, bool)
-    if n > 1:
-        same = (_byte_rows(st.obs[1:n]) == _byte_rows(st.next_obs[: n - 1])).all(axis=1)
-        cut[1:] = ~ended[:-1] & ~same
     newest = buffer._newest
     if newest is not None and newest.next_obs[0].tobytes() != st.obs[0].tobytes():
         buffer._cut()
     stored = buffer._core_size()
-    starts = [0, *np.flatnonzero(cut).tolist(), n]
-    for a, b in itertools.pairwise(starts):
-        if a > 0 and cut[a]:
+    for a, b in itertools.pairwise([0, *st.cuts, n]):
+        if a > 0:  # a cut: the previous step's episode ends with its s_next
             core.end_episode(0, **{"next_" + st.obs_name: st.next_obs[a - 1]})
             buffer._core_changed()
             stored = buffer._core_size()
@@ -348,5 +363,5 @@ def write_staged(buffer: ReplayBuffer, st: Staging) -> None:
         core.extend(**values)
         stored = min(stored + (b - a), core.capacity)
         buffer._core_len = stored
-    buffer._newest = None if ended[n - 1] else st.row(n - 1)
+    buffer._newest = None if st.last_ended else st.row(n - 1)
     st.sides = ()
