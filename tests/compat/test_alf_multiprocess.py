@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import gc
 import multiprocessing
+import os
 import pickle
+import signal
 import threading
 import time
 from typing import Any
@@ -69,7 +71,7 @@ def _report(out: Any, work: Any) -> None:
 
 def _serving(process: Any) -> bool:
     """Whether a thread of this process's buffer servers serves ``process``."""
-    return any(t.name.startswith(SERVING) and process.name in t.name for t in threading.enumerate())
+    return any(t.name == f"{SERVING} {process.name}" for t in threading.enumerate())
 
 
 def _wait_until(condition: Any) -> None:
@@ -312,6 +314,31 @@ def test_owner_dying_during_a_blocked_remote_call_raises_replay_closed() -> None
     owner.join(JOIN)
     th.join(JOIN)
     assert not th.is_alive() and len(got) == 1 and isinstance(got[0], rr.ReplayClosed)
+
+
+def _owner_forks_then_dies(out: Any, release: Any) -> None:
+    """Own a buffer, fork a blocked caller and then a bystander, and die (SIGKILL)."""
+    rb = _buffer()
+    caller = FORK.Process(target=_dequeue, args=(rb, 1, True, 0.0, out))
+    caller.start()
+    _wait_until(lambda: _serving(caller))
+    bystander = FORK.Process(target=release.wait, args=(2 * JOIN,))
+    bystander.start()  # inherits the owner's sockets unless they are closed after the fork
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+def test_owner_death_reaches_a_blocked_caller_despite_its_other_children() -> None:
+    """A child forked by the owner later must not keep the owner's server sockets open: the
+    blocked caller sees the owner die at once instead of waiting for that child to end."""
+    out, release = FORK.Queue(), FORK.Event()
+    owner = FORK.Process(target=_owner_forks_then_dies, args=(out, release))
+    owner.start()
+    try:
+        got = out.get(timeout=JOIN)
+    finally:
+        release.set()
+        owner.join(JOIN)
+    assert isinstance(got, rr.ReplayClosed), got
 
 
 def test_killed_blocked_caller_takes_no_steps() -> None:

@@ -66,6 +66,7 @@ _live: weakref.WeakSet[Any] = weakref.WeakSet()
 _handles: weakref.WeakValueDictionary[str, Any] = weakref.WeakValueDictionary()
 _handles_lock = threading.Lock()
 _serving = threading.local()  # .conn: the connection a server thread answers
+_servers: set[_Server] = set()  # this process's running servers
 
 
 # ---------------------------------------------------------------------------------- owner side
@@ -74,6 +75,7 @@ class _Server(Server):
 
     listener: Any  # set by Server.__init__ (untyped in typeshed)
     stop_event: threading.Event  # Server.serve_forever sets it; we run our own accept loop
+    conns: set[Connection]  # the connections being served (closed in forked children)
 
     def serve_client(self, conn: Connection) -> None:
         thread = threading.current_thread()  # named after the client process by the server
@@ -174,8 +176,17 @@ def _accept(server: _Server, closed: threading.Event) -> None:
         if closed.is_set():
             conn.close()
             break
-        threading.Thread(target=server.handle_request, args=(conn,), daemon=True).start()
+        server.conns.add(conn)
+        threading.Thread(target=_serve, args=(server, conn), daemon=True).start()
     listener.close()
+    _servers.discard(server)
+
+
+def _serve(server: _Server, conn: Connection) -> None:
+    try:
+        server.handle_request(conn)  # closes conn at the end
+    finally:
+        server.conns.discard(conn)
 
 
 def _shutdown(address: str, server: _Server, closed: threading.Event, pid: int) -> None:
@@ -217,6 +228,8 @@ class Sharing:
             registry: dict[str, Any] = {TYPEID: (lambda: dispatcher, ("call",), None, None)}
             server = _Server(registry, None, bytes(current_process().authkey), "pickle")
             server.stop_event = threading.Event()
+            server.conns = set()
+            _servers.add(server)
             closed = threading.Event()
             address = str(server.address)
             name = f"rlreplay-alf-server-{os.path.basename(address)}"
@@ -236,7 +249,19 @@ def _before_fork() -> None:
 
 
 def _after_fork_in_child() -> None:
+    global _handles_lock, _proxies_lock
+    # A thread of the parent may have held these at the fork: the child gets fresh ones.
+    _handles_lock, _proxies_lock = threading.Lock(), threading.Lock()
     _proxies.clear()
+    # The child's copies of the servers' sockets would keep them open after the owner closes
+    # them or dies (a client would then wait for ever instead of seeing the end): close them.
+    for server in list(_servers):
+        with contextlib.suppress(OSError):
+            server.listener.close()  # the socket file stays: only the owner unlinks it
+        for conn in list(server.conns):
+            with contextlib.suppress(OSError):
+                conn.close()
+    _servers.clear()
     owners = list(_live)
     _live.clear()
     for buffer in owners:  # the child's copies become handles of the parent's buffers
