@@ -3,10 +3,12 @@
 One :meth:`rlreplay.ReplayBuffer.add` per experience costs the nnabla-rl front-end more than
 nnabla-rl's whole ``append`` (a list insert). For the usual experience (one array ``s`` and
 ``s_next``, one action, a reward, of the first experience's kinds, dtypes and shapes) the
-front-end instead checks it and *copies* its values into preallocated staging rows (deliberate
-difference 1 holds: an environment that rewrites its observation array in place after the
-append cannot reach the stored copy), and :func:`write_staged` hands the staged rows to the
-core in one ``extend`` before anything reads the buffer (or when the rows are full).
+front-end instead checks it and *copies* its values once into staging (deliberate difference 1
+holds: an environment that rewrites its observation array in place after the append cannot
+reach the stored copy), and :func:`write_staged` hands the staged rows to the core in one
+``extend`` before anything reads the buffer (or when the rows are full). ``append`` then
+costs the checks, the copies and a little bookkeeping; the prioritized buffers write their
+structures out at the next read too (``_prioritized_base``).
 
 Episode boundaries are those of the one-by-one path (see
 :mod:`rlreplay.compat.nnabla_rl.replay_buffer`), found for the whole batch at once: a step
@@ -43,7 +45,9 @@ Array = np.ndarray[Any, Any]
 _TUPLES = (tuple, StoredTuple)
 #: Observations larger than this (bytes) are copied into preallocated staging rows.
 PREALLOCATED_BYTES = 256
-#: Most bytes of observations (``s`` and ``s_next``) one batch of staging rows holds.
+#: Most bytes of observations (``s`` and ``s_next``) one batch of staging rows holds: a few
+#: MiB, so that the rows are still in the cache when the batch goes to the core (84x84 uint8
+#: frames: 297 rows; measured 5.1 us per append against 6.1 us with 16 MiB).
 STAGING_BYTES = 1 << 22
 
 
