@@ -5,8 +5,9 @@ ALF keeps each leaf of ``data_spec`` in a torch tensor of the spec's dtype (seed
 indexed write ``buffer[(env_ids, idx)] = value`` and hands back tensors of that dtype from
 ``get_batch``, ``gather_all``, ``dequeue`` and ``get_field``. The front-end stores a
 ``bfloat16`` leaf as float32, which holds every ``bfloat16`` value exactly, rounds what is
-added to ``bfloat16`` first (the front-end casts values of the same kind, as for any leaf) and
-hands back ``bfloat16`` tensors: the same values and dtypes as ALF's buffer.
+added to ``bfloat16`` first (NumPy arrays and Python numbers of the same kind; a torch tensor
+must be of the leaf's dtype, as torch's ``index_put_`` requires in ALF) and hands back
+``bfloat16`` tensors: the same values and dtypes as ALF's buffer.
 """
 
 from __future__ import annotations
@@ -30,8 +31,9 @@ SPEC = {
 }
 
 
-def step(t: int, kind: int = StepType.MID, dtype: torch.dtype = torch.float32) -> dict[str, Any]:
-    """Step ``t`` of two envs; ``x`` holds values that are not bfloat16 numbers in float32."""
+def step(t: int, kind: int = StepType.MID, dtype: torch.dtype = BF) -> dict[str, Any]:
+    """Step ``t`` of two envs; ``x`` is computed in float64 (values that are not bfloat16
+    numbers), then cast to ``dtype``."""
     return {
         "step_type": torch.full((2,), kind, dtype=torch.int32),
         "reward": torch.tensor([1 / 3, 2 / 3], dtype=dtype),
@@ -72,15 +74,29 @@ def test_bfloat16_leaves_come_back_as_bfloat16_everywhere() -> None:
     assert out["obs"]["x"].dtype == BF and torch.equal(out["obs"]["x"], want_x[:, :2])
 
 
-@pytest.mark.parametrize("dtype", [torch.float64, torch.float32, BF])
-def test_values_are_rounded_to_bfloat16_as_alfs_write_stores_them(dtype: torch.dtype) -> None:
-    """float64 and float32 values are cast to the leaf's dtype (torch's rounding); bfloat16
-    values are kept; NumPy arrays and Python numbers are cast the same way."""
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+def test_tensors_of_another_float_dtype_raise_as_torchs_index_put(dtype: torch.dtype) -> None:
+    """ALF's ``buffer[(env_ids, idx)] = value`` is torch's ``index_put_``, which refuses a
+    source of another dtype (``RuntimeError: Index put requires the source and destination
+    dtypes match``); nothing is added."""
     rb = ReplayBuffer(SPEC, num_environments=2, max_length=4)
-    s = step(0, StepType.FIRST, dtype)
+    rb.add_batch(step(0, StepType.FIRST))
+    with pytest.raises(RuntimeError, match="Index put requires the source and destination"):
+        rb.add_batch(step(1, StepType.MID, dtype))
+    assert int(rb.total_size) == 2
+    bf = torch.zeros(4, 3, dtype=BF)  # what torch itself does with the same write
+    with pytest.raises(RuntimeError, match="Index put requires the source and destination"):
+        bf[(torch.tensor([0, 1]), torch.tensor([0, 0]))] = torch.ones(2, dtype=dtype)
+
+
+def test_values_are_rounded_to_bfloat16_as_alfs_write_stores_them() -> None:
+    """bfloat16 tensors are kept; NumPy arrays and Python numbers are rounded to bfloat16
+    (torch's rounding)."""
+    rb = ReplayBuffer(SPEC, num_environments=2, max_length=4)
+    s = step(0, StepType.FIRST)
     rb.add_batch(s)
     np_step = step(1)
-    np_step["obs"]["x"] = np_step["obs"]["x"].double().numpy()  # float64 array
+    np_step["obs"]["x"] = (torch.arange(6, dtype=torch.float64).reshape(2, 3) / 7 + 1).numpy()
     np_step["reward"] = 0.1  # a Python float, broadcast as ALF's indexed write does
     rb.add_batch(np_step)
     got, _ = rb.gather_all()
@@ -94,7 +110,7 @@ def test_bfloat16_refuses_what_other_leaves_refuse_and_leaves_the_buffer_as_it_w
     rb = ReplayBuffer(SPEC, num_environments=2, max_length=4)
     bad = step(0)
     bad["obs"]["x"] = torch.ones(2, 3, dtype=torch.complex64)
-    with pytest.raises(RuntimeError, match=r"obs__x.*complex64.*bfloat16") as err:
+    with pytest.raises(RuntimeError, match=r"obs__x.*bfloat16.*complex64") as err:
         rb.add_batch(bad)
     assert isinstance(err.value, rr.DTypeError)
     assert int(rb.total_size) == 0

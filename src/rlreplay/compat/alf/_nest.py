@@ -151,6 +151,15 @@ def broadcast_leaf(name: str, value: Any, shape: tuple[int, ...]) -> Any:
         ) from None
 
 
+# torch's scalar type names, as its index_put_ error message prints them.
+_TORCH_NAMES: dict[torch.dtype, str] = {
+    torch.float64: "Double", torch.float32: "Float", torch.float16: "Half",
+    torch.bfloat16: "BFloat16", torch.int64: "Long", torch.int32: "Int", torch.int16: "Short",
+    torch.int8: "Char", torch.uint8: "Byte", torch.bool: "Bool", torch.complex64: "ComplexFloat",
+    torch.complex128: "ComplexDouble",
+}  # fmt: skip
+
+
 def leaf_values(
     batch: Any, leaves: list[tuple[Path, TensorSpec]], names: dict[Path, str]
 ) -> dict[str, Any]:
@@ -162,6 +171,15 @@ def leaf_values(
     values: dict[str, Any] = {}
     for path, spec in leaves:
         value = get_path(batch, path)
+        if isinstance(value, torch.Tensor) and value.dtype != spec.dtype:
+            # ALF writes ``buffer[(env_ids, pos)] = value``: torch's index_put_ refuses any
+            # source dtype but the buffer's (float64 into float32, int64 into int32 too).
+            raise AssignDTypeError(
+                f"{names[path]}: Index put requires the source and destination dtypes match, "
+                f"got {_TORCH_NAMES.get(spec.dtype, str(spec.dtype))} for the destination and "
+                f"{_TORCH_NAMES.get(value.dtype, str(value.dtype))} for the source (the leaf's "
+                f"TensorSpec dtype is {spec.dtype}, the tensor's {value.dtype})"
+            )
         if carrier(spec.dtype) != spec.dtype:
             value = narrowed(names[path], value, spec.dtype)
         values[names[path]] = as_numpy(value) if isinstance(value, torch.Tensor) else value

@@ -314,9 +314,10 @@ class ReplayBuffer(Sampling, torch.nn.Module):
             rlreplay.FieldError: A leaf of ``data_spec`` missing from ``batch``.
             AssignShapeError: A leaf that does not broadcast to ``[batch_size] + shape`` (a
                 ``RuntimeError``, as torch's in ALF; also an ``rlreplay.ShapeError``).
-            AssignDTypeError: A leaf whose dtype the spec's cannot hold (a ``RuntimeError``,
-                as torch's in ALF; also an ``rlreplay.DTypeError``). Values of the same kind
-                (int64 into int32, float64 into float32) are cast, where ALF refuses them.
+            AssignDTypeError: A torch tensor leaf of another dtype than its spec's (int64
+                into int32, float64 into float32 too), or a value the spec's dtype cannot hold
+                (a ``RuntimeError``, as torch's ``index_put_`` raises in ALF; also an
+                ``rlreplay.DTypeError``). Nothing is added.
             rlreplay.InvalidIdError: Bad ``env_ids``.
             rlreplay.ReplayTimeout: ``blocking`` and no room within ``timeout``.
 
