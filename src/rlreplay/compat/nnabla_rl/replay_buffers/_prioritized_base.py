@@ -73,10 +73,9 @@ class _PrioritizedReplayBuffer(ReplayBuffer):
         self._beta_diff = (1.0 - beta) / betasteps  # betasteps=0: ZeroDivisionError, as there
         self._error_clip = error_clip
         self._last_sampled: Array | None = None  # append numbers awaiting update_priorities
-
-    #: Whether :meth:`_on_append` runs after each append (the structures are otherwise
-    #: brought up to date from :attr:`_appended` when next read).
-    _append_hook = False
+        # whether _on_append runs after each append (the structures are otherwise brought up
+        # to date from _appended when next read); an instance attribute: read every append
+        self._append_hook = False
 
     @property
     def _appended(self) -> int:

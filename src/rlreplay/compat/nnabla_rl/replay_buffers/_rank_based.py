@@ -46,8 +46,10 @@ class RankBasedPrioritizedReplayBuffer(_PrioritizedReplayBuffer):
         seed: Seed of a random generator of the buffer's own (an rlreplay addition); without
             it the buffer draws from nnabla-rl's global ``random.drng``, as nnabla-rl does.
 
-    Cost: append O(log N) (O(N log N) when it sorts); sample O(k) plus O(N) when the
-    segments are redone; update O(k log N).
+    Cost: append O(1) (checks and one copy of the arrays; its heap push, O(log N), and the
+    sort every ``sort_interval`` appends, O(N log N), run at the next read, in one kernel
+    call per run of appends between two sorts); sample O(k) plus O(N) when the segments
+    are redone; update O(k log N).
 
     Example:
         >>> import numpy as np

@@ -111,8 +111,9 @@ class ProportionalPrioritizedReplayBuffer(_PrioritizedReplayBuffer):
         ValueError: ``capacity`` None or ``< 1``.
         AssertionError: an unknown ``normalization_method``.
 
-    Cost: append O(log N); sample O(k log N) (one kernel call, redraws aside); update
-    O(k log N).
+    Cost: append O(1) (checks and one copy of the arrays; its leaves, O(log N), are set at
+    the next read, in one kernel call for a run of appends); sample O(k log N) (one kernel
+    call, redraws aside); update O(k log N).
 
     Example:
         >>> import numpy as np

@@ -1,0 +1,227 @@
+"""Per-append cost of the nnabla-rl front-end's prioritized buffers (issue 13, speed).
+
+nnabla-rl users append one experience at a time, ``buffer.append((s, a, r, non_terminal,
+s_next, info))``, so the front-end's ``append`` is timed exactly so, for
+``RankBasedPrioritizedReplayBuffer`` and ``ProportionalPrioritizedReplayBuffer`` and two
+experiences:
+
+* **vec4**: ``s``, ``s_next`` float32 ``(4,)``, ``a`` float64 ``(1,)``, a float reward, a float
+  ``non_terminal`` (episodes of 200 steps), ``info = {}``;
+* **atari84**: ``s``, ``s_next`` uint8 ``(84, 84)`` frames (64 distinct ones, chained), ``a``
+  int64 ``(1,)``.
+
+Rows: ``append`` µs (the appends, then one read so that every staged append has reached the
+core: the per-append cost includes its share of the batched write), filling a fresh buffer
+(``fill``) and appending to a full one (``wrapped``); ``sample(32)`` + ``update_priorities``
+µs on a buffer of 20,000; and a training loop (``loop``: 4 appends, then ``sample(32)`` +
+``update_priorities``; µs per iteration). Times are CPU time of this process
+(``time.process_time``, so other load on the machine counts less), the median of
+``--repeats`` runs, the garbage collector off while timing (as both sides allocate alike).
+
+``--nnabla-rl-source DIR`` also times nnabla-rl's own classes side by side, loaded from an
+unpacked source tree (e.g. ``nnabla_rl-0.16.0/nnabla_rl``) with ``nnabla`` stubbed (its
+replay buffers need only ``nnabla_rl.random`` and a logger). nnabla-rl is never a dependency:
+without the option only rlreplay is measured.
+
+Run: ``python benchmarks/bench_compat_nnabla_rl.py [--quick] [--repeats 7] [--json out.json]
+[--nnabla-rl-source /path/to/nnabla_rl]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import logging
+import statistics
+import sys
+import time
+import types
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+CAPACITY = 100_000
+VARIANTS = ("rank", "proportional")
+
+
+def experiences(kind: str, n: int) -> list[tuple[Any, ...]]:
+    """``n`` chained experiences of ``kind`` (the same list for every library)."""
+    rng = np.random.default_rng(0)
+    out: list[tuple[Any, ...]] = []
+    if kind == "vec4":
+        s = rng.standard_normal(4).astype(np.float32)
+        for t in range(n):
+            s_next = rng.standard_normal(4).astype(np.float32)
+            non_terminal = float((t + 1) % 200 != 0)
+            out.append((s, rng.standard_normal(1), float(t), non_terminal, s_next, {}))
+            s = s_next
+        return out
+    frames = [rng.integers(0, 255, (84, 84), np.uint8) for _ in range(64)]
+    for t in range(n):
+        a = np.array([t % 4])
+        out.append((frames[t % 64], a, 1.0, 1.0, frames[(t + 1) % 64], {}))
+    return out
+
+
+def load_nnabla_rl(source: str) -> dict[str, Callable[[int], Any]]:
+    """nnabla-rl's two prioritized buffers from an unpacked source tree (nnabla stubbed)."""
+    nnabla = types.ModuleType("nnabla")
+    nnabla.Variable = object  # type: ignore[attr-defined]
+    sys.modules["nnabla"] = nnabla
+    package = types.ModuleType("nnabla_rl")
+    package.__path__ = [source]
+    sys.modules["nnabla_rl"] = package
+    logger = types.ModuleType("nnabla_rl.logger")
+    logger.logger = logging.getLogger("nnabla_rl")  # type: ignore[attr-defined]
+    sys.modules["nnabla_rl.logger"] = logger
+    import nnabla_rl.random  # type: ignore[import-not-found]
+
+    package.random = nnabla_rl.random  # type: ignore[attr-defined]
+    from nnabla_rl.replay_buffers import (  # type: ignore[import-not-found]
+        ProportionalPrioritizedReplayBuffer,
+        RankBasedPrioritizedReplayBuffer,
+    )
+
+    return {
+        "rank": lambda cap: RankBasedPrioritizedReplayBuffer(cap),
+        "proportional": lambda cap: ProportionalPrioritizedReplayBuffer(cap),
+    }
+
+
+def rlreplay_buffers() -> dict[str, Callable[[int], Any]]:
+    from rlreplay.compat.nnabla_rl.replay_buffers import (
+        ProportionalPrioritizedReplayBuffer,
+        RankBasedPrioritizedReplayBuffer,
+    )
+
+    return {
+        "rank": lambda cap: RankBasedPrioritizedReplayBuffer(cap),
+        "proportional": lambda cap: ProportionalPrioritizedReplayBuffer(cap),
+    }
+
+
+def _timed(run: Callable[[], int]) -> float:
+    """µs per unit of ``run`` (which returns its units), CPU time, the collector off."""
+    gc.collect()
+    gc.disable()
+    try:
+        t0 = time.process_time()
+        units = run()
+        return (time.process_time() - t0) / units * 1e6
+    finally:
+        gc.enable()
+
+
+def time_appends(make: Callable[[int], Any], exps: list[Any], wrapped: bool) -> float:
+    capacity = len(exps) // 2 if wrapped else CAPACITY
+    buffer = make(capacity)
+    if wrapped:
+        for e in exps:
+            buffer.append(e)
+        len(buffer)
+
+    def run() -> int:
+        append = buffer.append
+        for e in exps:
+            append(e)
+        len(buffer)  # the staged appends reach the core
+        return len(exps)
+
+    return _timed(run)
+
+
+def time_sampling(make: Callable[[int], Any], exps: list[Any], iterations: int) -> float:
+    buffer = make(CAPACITY)
+    for e in exps:
+        buffer.append(e)
+    errors = np.random.default_rng(1).random((iterations, 32))
+
+    def run() -> int:
+        for i in range(iterations):
+            buffer.sample(32)
+            buffer.update_priorities(errors[i])
+        return iterations
+
+    return _timed(run)
+
+
+def time_loop(make: Callable[[int], Any], exps: list[Any], iterations: int) -> float:
+    buffer = make(CAPACITY)
+    for e in exps[: len(exps) // 2]:
+        buffer.append(e)
+    errors = np.random.default_rng(2).random((iterations, 32))
+
+    def run() -> int:
+        k = len(exps) // 2
+        for i in range(iterations):
+            for _ in range(4):
+                buffer.append(exps[k % len(exps)])
+                k += 1
+            buffer.sample(32)
+            buffer.update_priorities(errors[i])
+        return iterations
+
+    return _timed(run)
+
+
+def measure(
+    libs: dict[str, dict[str, Callable[[int], Any]]], quick: bool, repeats: int
+) -> list[dict[str, Any]]:
+    n = 4_000 if quick else 20_000
+    rows: list[dict[str, Any]] = []
+    for kind in ("vec4", "atari84"):
+        exps = experiences(kind, n if kind == "vec4" else n // 2)
+        for variant in VARIANTS:
+            for name, wrapped in (("append fill", False), ("append wrapped", True)):
+                row: dict[str, Any] = {"row": f"{kind} {variant} {name}"}
+                for lib, makers in libs.items():
+                    time_appends(makers[variant], exps[:500], wrapped)  # warm-up (Numba)
+                    runs = [time_appends(makers[variant], exps, wrapped) for _ in range(repeats)]
+                    row[lib] = statistics.median(runs)
+                rows.append(row)
+    exps = experiences("vec4", n)
+    iterations = 50 if quick else 200
+    for variant in VARIANTS:
+        for name, timer in (
+            ("sample(32)+update", time_sampling),
+            ("loop 4 appends+sample", time_loop),
+        ):
+            row = {"row": f"vec4 {variant} {name}"}
+            for lib, makers in libs.items():
+                runs = [
+                    timer(makers[variant], exps, iterations) for _ in range(max(3, repeats // 2))
+                ]
+                row[lib] = statistics.median(runs)
+            rows.append(row)
+    return rows
+
+
+def report(rows: list[dict[str, Any]], libs: list[str]) -> str:
+    head = "| workload (µs, median CPU time) | " + " | ".join(libs) + " |"
+    lines = [head, "|" + "---|" * (len(libs) + 1)]
+    for row in rows:
+        lines.append(f"| {row['row']} | " + " | ".join(f"{row[lib]:.2f}" for lib in libs) + " |")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="fewer appends (a smoke run)")
+    parser.add_argument("--repeats", type=int, default=7)
+    parser.add_argument("--json", help="write the rows to this file")
+    parser.add_argument("--nnabla-rl-source", help="nnabla_rl package directory to compare")
+    args = parser.parse_args(argv)
+    libs = {"rlreplay": rlreplay_buffers()}
+    if args.nnabla_rl_source:
+        libs["nnabla-rl"] = load_nnabla_rl(args.nnabla_rl_source)
+    rows = measure(libs, args.quick, args.repeats)
+    print(report(rows, list(libs)))
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"rows": rows, "repeats": args.repeats, "quick": args.quick}, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
