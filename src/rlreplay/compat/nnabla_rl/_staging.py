@@ -316,7 +316,8 @@ def staging_for(buffer: ReplayBuffer, base: type) -> Staging | None:
         return None
     obs = codec.state.parts[0].field
     per_row = 2 * obs.dtype.itemsize * math.prod(obs.shape)  # s and s_next
-    return Staging(codec, max(1, min(1024, core.capacity, STAGING_BYTES // max(per_row, 1))))
+    # at least 16 rows (observations of several MiB): one core call per append costs more
+    return Staging(codec, min(1024, core.capacity, max(16, STAGING_BYTES // max(per_row, 1))))
 
 
 def same_rows(a: Array, b: Array) -> Array:
