@@ -31,10 +31,18 @@ class Recorded:
 
 
 def fill(
-    buf: rr.ReplayBuffer, n_steps: int, seed: int, *, end_p: float = 0.15, finish: bool = True
+    buf: rr.ReplayBuffer,
+    n_steps: int,
+    seed: int,
+    *,
+    end_p: float = 0.15,
+    finish: bool = True,
+    abandon_p: float = 0.0,
 ) -> Recorded:
     """Add ``n_steps`` random steps to every env of ``buf`` (episodes end at random, terminated
-    or truncated); with ``finish``, every env's last episode ends too. Returns the record."""
+    or truncated; with ``abandon_p``, a running episode is abandoned after a step with that
+    probability: its last step is recorded with ``_abandoned``); with ``finish``, every env's
+    last episode ends too. Returns the record."""
     rng = np.random.default_rng(seed)
     E = buf.num_envs
     rec = Recorded([[] for _ in range(E)])
@@ -59,8 +67,11 @@ def fill(
                     else rng.integers(0, 256, (2, 2)).astype(np.uint8)
                 )
             buf.add(env_ids=[e], **{k: np.asarray(v)[None] for k, v in values.items()})
-            rec.steps[e].append({**values, "_start": start[e], "_t": t})
-            if ends:
+            abandon = bool(abandon_p and not ends and rng.random() < abandon_p)
+            if abandon:
+                assert buf.abandon_episode(e).tolist() == [t * E + e]
+            rec.steps[e].append({**values, "_start": start[e], "_t": t, "_abandoned": abandon})
+            if ends or abandon:
                 start[e] = t + 1
     return rec
 

@@ -24,10 +24,12 @@ def expected_rows(buf: Any, rec: Any) -> list[dict[str, Any]]:
         steps = rec.steps[e]
         for step in steps[max(0, len(steps) - C) :]:
             t, start = step["_t"], step["_start"]
-            ends = step["terminated"] or step["truncated"]
+            abandoned = step["_abandoned"]
+            ends = step["terminated"] or step["truncated"] or abandoned
             rows.append(
                 {"env_id": e, "episode_id": start * E + e, "step": t - start, "id": t * E + e,
-                 "episode_end": ends, **{k: step[k] for k in buf.schema.fields}}
+                 "episode_end": ends, "episode_abandoned": abandoned,
+                 **{k: step[k] for k in buf.schema.fields}}
             )  # fmt: skip
     return rows
 
@@ -93,14 +95,46 @@ def test_complex_field_is_refused() -> None:
     env_capacity=st.integers(4, 12),
     n_steps=st.integers(0, 30),
     end_p=st.floats(0.0, 0.6),
+    abandon_p=st.sampled_from([0.0, 0.1, 0.4]),
+    n_step=st.integers(1, 3),
     seed=st.integers(0, 2**16),
 )
 def test_random_fills_against_the_record(
-    num_envs: int, env_capacity: int, n_steps: int, end_p: float, seed: int
+    num_envs: int,
+    env_capacity: int,
+    n_steps: int,
+    end_p: float,
+    abandon_p: float,
+    n_step: int,
+    seed: int,
 ) -> None:
-    buf = Buffer(env_capacity * num_envs, FIELDS, num_envs=num_envs, n_step=1, seed=0)
-    rec = fill(buf, n_steps, seed=seed, end_p=end_p, finish=False)
+    buf = Buffer(env_capacity * num_envs, FIELDS, num_envs=num_envs, n_step=n_step, seed=0)
+    rec = fill(buf, n_steps, seed=seed, end_p=end_p, finish=False, abandon_p=abandon_p)
     check_table(buf.to_arrow(), buf, rec)
+
+
+@pytest.mark.parametrize("cls", [Buffer, PBuffer])
+def test_abandoned_ends_are_marked_and_have_no_next_state(cls: Any, tmp_path: Any) -> None:
+    buf = cls(60, FIELDS, num_envs=2, n_step=2, seed=0)
+    rec = fill(buf, 40, seed=7, end_p=0.1, finish=False, abandon_p=0.1)
+    path = tmp_path / "steps.parquet"
+    buf.to_parquet(path)
+    table = pq.read_table(path)
+    check_table(table, buf, rec)
+    end = column_to_numpy(table, "episode_end")
+    abandoned = column_to_numpy(table, "episode_abandoned")
+    term, trunc = column_to_numpy(table, "terminated"), column_to_numpy(table, "truncated")
+    np.testing.assert_array_equal(abandoned, end & ~term & ~trunc)
+    assert 0 < abandoned.sum() < end.sum()
+    # An abandoned end is the step of its episode whose next observation is unknown, and it
+    # is never sampleable (nor the n_step - 1 steps before it).
+    ids = column_to_numpy(table, "id")
+    sampleable = set(buf.sampleable_ids().tolist())
+    for i in np.flatnonzero(end):
+        ep = buf.get_episode(int(ids[i]))
+        assert ep.ids[-1] == ids[i] and bool(ep.next_known[-1]) == (not abandoned[i])
+        if abandoned[i]:
+            assert not sampleable & set(ep.ids[-2:].tolist())
 
 
 def test_import_loads_no_optional_library() -> None:

@@ -23,21 +23,24 @@ def episodes_of(buf: Any) -> list[rr.Batch]:
         return [buf.get_episode(first) for first, _ in runs.complete]
 
 
-def complete_in_record(buf: Any, rec: Any) -> tuple[int, int, int]:
-    """(complete, running, overwritten) episode counts from the record of what was added."""
-    complete = running = overwritten = 0
+def complete_in_record(buf: Any, rec: Any) -> tuple[int, int, int, int]:
+    """(complete, running, overwritten, abandoned) episode counts from the record of what was
+    added (an abandoned episode counts as abandoned, overwritten or not)."""
+    complete = running = overwritten = abandoned = 0
     for steps in rec.steps:
         kept = steps[max(0, len(steps) - buf.env_capacity) :]
         starts = {s["_start"] for s in kept}
         for start in starts:
             ep = [s for s in kept if s["_start"] == start]
-            if not (ep[-1]["terminated"] or ep[-1]["truncated"]):
+            if ep[-1]["_abandoned"]:
+                abandoned += 1
+            elif not (ep[-1]["terminated"] or ep[-1]["truncated"]):
                 running += 1
             elif ep[0]["_t"] != start:
                 overwritten += 1
             else:
                 complete += 1
-    return complete, running, overwritten
+    return complete, running, overwritten, abandoned
 
 
 def assert_same_episodes(a: list[rr.Batch], b: list[rr.Batch], names: list[str]) -> None:
@@ -53,10 +56,11 @@ def test_round_trip_dict_observations(minari_path: Any, num_envs: int) -> None:
     src = Buffer(60 * num_envs, FIELDS, num_envs=num_envs, n_step=3, gamma=0.9, seed=0)
     rec = fill(src, 100, seed=num_envs, finish=False)
     out = src.to_minari("test/roundtrip-v0", progress=False, author="tests")
-    want_complete, want_running, want_over = complete_in_record(src, rec)
+    want_complete, want_running, want_over, want_abandoned = complete_in_record(src, rec)
     assert (out.episodes, out.skipped_incomplete, out.skipped_overwritten) == (
         want_complete, want_running, want_over,
     )  # fmt: skip
+    assert out.skipped_abandoned == want_abandoned == 0
     assert want_complete > 3 and want_running >= 1 and want_over >= 1
     assert isinstance(out.dataset.observation_space, gym.spaces.Dict)
 
@@ -72,6 +76,37 @@ def test_round_trip_dict_observations(minari_path: Any, num_envs: int) -> None:
         a, b = src.get_transitions(x.ids), dst.get_transitions(y.ids)
         for name in [*names, "discount", "steps"]:
             np.testing.assert_array_equal(a[name], b[name], err_msg=name)
+
+
+@pytest.mark.parametrize("cls", [Buffer, PBuffer])
+def test_abandoned_episodes_are_skipped_not_given_a_final_step(cls: Any, minari_path: Any) -> None:
+    src = cls(80, FIELDS, num_envs=2, n_step=2, seed=0)
+    rec = fill(src, 70, seed=11, end_p=0.1, finish=False, abandon_p=0.08)
+    want = complete_in_record(src, rec)
+    assert want[0] > 2 and want[3] >= 2
+    with src.atomic():
+        assert episode_runs(stored_steps(src))[1:] == want[1:]
+    out = src.to_minari("test/abandoned-v0", progress=False)
+    got = (out.episodes, out.skipped_incomplete, out.skipped_overwritten, out.skipped_abandoned)
+    assert got == want
+    # Every exported episode is one that ended terminated or truncated, with its true final
+    # observation (an abandoned one would end neither way, with a zero final observation).
+    exported = list(out.dataset.iterate_episodes())
+    for ep, mine in zip(exported, episodes_of(src), strict=True):
+        assert bool(ep.terminations[-1] or ep.truncations[-1])
+        assert mine.next_known.all()
+        np.testing.assert_array_equal(ep.observations["obs"][-1], mine.next_obs[-1])
+    assert sum(len(ep.rewards) for ep in exported) == out.steps
+
+
+def test_only_abandoned_episodes_is_nothing_to_export(minari_path: Any) -> None:
+    buf = Buffer(10, {"obs": rr.Field((), np.float32), "action": rr.Field((), np.int64)})
+    for _ in range(2):
+        buf.add(obs=0.0, action=1, reward=0.0, terminated=False, truncated=False)
+        buf.abandon_episode()
+    buf.add(obs=0.0, action=1, reward=0.0, terminated=False, truncated=False)
+    with pytest.raises(rr.EmptyBufferError, match="1 running, 0 with overwritten steps, 2 aband"):
+        buf.to_minari("abandoned-v0", progress=False)
 
 
 def test_single_box_observation_discrete_action_prioritized(minari_path: Any) -> None:

@@ -5,6 +5,15 @@ Every export walks the same things: the stored steps of each env in time order (
 ``t * num_envs + e``) and the episodes they form (:meth:`~rlreplay.ReplayBuffer.episode_begin`
 and :meth:`~rlreplay.ReplayBuffer.steps_to_episode_end`). Callers hold ``buf.atomic()`` so that
 the steps they list are still stored when they read them.
+
+An episode ends in one of two ways. Normally its last step is stored with ``terminated`` or
+``truncated`` set (by :meth:`~rlreplay.ReplayBuffer.add`, or by
+:meth:`~rlreplay.ReplayBuffer.end_episode`, which sets ``truncated``) and has a final
+observation. :meth:`~rlreplay.ReplayBuffer.abandon_episode` ends it at its newest step with
+neither flag and *no* final observation: an *abandoned* episode, which exports must not pass off
+as complete. So a step that ends its episode (``steps_to_episode_end == 0``) with neither flag
+stored ends an abandoned episode (it is also the step whose ``next_known`` is False in
+:meth:`~rlreplay.ReplayBuffer.get_episode`).
 """
 
 from __future__ import annotations
@@ -32,6 +41,8 @@ class StoredSteps(NamedTuple):
         episode_ids: The id of its episode's first step (possibly overwritten since).
         step_in_episode: Its position in its episode (0 at the episode's first step).
         to_end: Steps after it in its episode (0 at the last step, -1 while the episode runs).
+        abandoned: bool: the step ends an abandoned episode (``to_end == 0`` with neither
+            ``terminated`` nor ``truncated``: no final observation follows it).
     """
 
     env_ids: Array
@@ -40,6 +51,7 @@ class StoredSteps(NamedTuple):
     episode_ids: Array
     step_in_episode: Array
     to_end: Array
+    abandoned: Array
 
 
 def stored_steps(buf: ReplayBuffer) -> StoredSteps:
@@ -55,7 +67,15 @@ def stored_steps(buf: ReplayBuffer) -> StoredSteps:
     begin = buf.episode_begin(ids) if ids.size else np.zeros(0, np.int64)
     to_end = buf.steps_to_episode_end(ids) if ids.size else np.zeros(0, np.int64)
     step = t - begin // buf.num_envs
-    return StoredSteps(env_ids, t, ids, begin.astype(np.int64), step, to_end.astype(np.int64))
+    abandoned = to_end == 0
+    if abandoned.any():
+        # Only the episode ends are read: an end flagged neither way was abandoned.
+        ends = ids[abandoned]
+        flagged = buf.get_field("terminated", ends) | buf.get_field("truncated", ends)
+        abandoned[abandoned] = ~np.asarray(flagged, bool).reshape(ends.shape)
+    return StoredSteps(
+        env_ids, t, ids, begin.astype(np.int64), step, to_end.astype(np.int64), abandoned
+    )
 
 
 class EpisodeRuns(NamedTuple):
@@ -63,15 +83,21 @@ class EpisodeRuns(NamedTuple):
 
     Attributes:
         complete: ``(first_id, length)`` of every episode whose steps are all stored and that
-            has ended, ordered by the id of its last step (the order episodes completed in,
-            per env; envs interleave by step).
+            has ended with a final observation (terminated or truncated), ordered by the id of
+            its last step (the order episodes completed in, per env; envs interleave by step).
         incomplete: Episodes still running (their end is not known yet).
-        overwritten: Ended episodes whose first steps were overwritten.
+        overwritten: Episodes ended with a final observation whose first steps were
+            overwritten.
+        abandoned: Abandoned episodes (ended with no final observation, whether or not their
+            first steps are still stored): not complete, and never exported as such.
+
+    Every episode with a stored step is counted exactly once.
     """
 
     complete: list[tuple[int, int]]
     incomplete: int
     overwritten: int
+    abandoned: int
 
 
 def episode_runs(steps: StoredSteps) -> EpisodeRuns:
@@ -82,15 +108,17 @@ def episode_runs(steps: StoredSteps) -> EpisodeRuns:
         else np.zeros(0, np.int64)
     )
     complete: list[tuple[int, int, int]] = []
-    incomplete = overwritten = 0
+    incomplete = overwritten = abandoned = 0
     bounds = np.r_[starts, steps.ids.size]
     for a, b in itertools.pairwise(bounds):
         last = b - 1
         if steps.to_end[last] != 0:
             incomplete += 1
+        elif steps.abandoned[last]:
+            abandoned += 1
         elif steps.step_in_episode[a] != 0:
             overwritten += 1
         else:
             complete.append((int(steps.ids[last]), int(steps.ids[a]), int(b - a)))
     complete.sort()
-    return EpisodeRuns([(first, n) for _, first, n in complete], incomplete, overwritten)
+    return EpisodeRuns([(first, n) for _, first, n in complete], incomplete, overwritten, abandoned)

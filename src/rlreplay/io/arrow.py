@@ -2,11 +2,23 @@
 
 Columns, in order: ``env_id``, ``episode_id`` (the id of the episode's first step, which may
 have been overwritten since), ``step`` (position in the episode, 0 at its first step), ``id``
-(the step's transition id), ``episode_end`` (whether the step ends its episode), then every
-stored field in declaration order (``reward``, ``terminated``, ``truncated`` last). A field of
+(the step's transition id), ``episode_end`` (whether the step ends its episode),
+``episode_abandoned`` (whether that end is an abandoned one, see below), then every stored
+field in declaration order (``reward``, ``terminated``, ``truncated`` last). A field of
 shape ``(d1, ..., dk)`` is a column of nested fixed-size lists (``d1`` lists of ... of ``dk``
 values); its values come straight from the stored arrays, so the Arrow column holds exactly
 the stored bytes. Rows are env by env in time order.
+
+Episode ends. A step with ``episode_end`` ends its episode: normally with ``terminated`` or
+``truncated`` set and a final observation (kept by the buffer, not a row here: the next
+observation of any other step is the next row's within its episode). An episode ended by
+:meth:`~rlreplay.ReplayBuffer.abandon_episode` ends at its newest step with neither flag and
+no final observation: that step has ``episode_end`` and ``episode_abandoned`` True
+(``episode_abandoned == episode_end & ~terminated & ~truncated``). Its transition has no next
+state, so a reader building ``(s, a, r, s')`` tuples drops that row (and every n-step window
+reaching it), as the buffer never samples those steps; the episode was neither terminated nor
+truncated, so it must not be bootstrapped as either. No final step is made up for it. A
+running episode's steps all have ``episode_end`` False.
 
 The table's schema metadata ``b"rlreplay"`` holds the fields (shapes and dtypes) as JSON, so a
 reader can restore each column's shape: :func:`column_to_numpy` does.
@@ -34,7 +46,7 @@ __all__ = ["column_to_numpy", "to_arrow", "to_pandas", "to_parquet"]
 Array = np.ndarray[Any, Any]
 INSTALL_HINT = "pip install 'rlreplay[arrow]'"
 #: Columns that come before the fields.
-INDEX_COLUMNS = ("env_id", "episode_id", "step", "id", "episode_end")
+INDEX_COLUMNS = ("env_id", "episode_id", "step", "id", "episode_end", "episode_abandoned")
 
 
 def _pyarrow() -> Any:
@@ -71,6 +83,7 @@ def to_arrow(buf: ReplayBuffer) -> pa.Table:
             "step": pa.array(steps.step_in_episode),
             "id": pa.array(steps.ids),
             "episode_end": pa.array(steps.to_end == 0),
+            "episode_abandoned": pa.array(steps.abandoned),
         }
         for name in buf.schema.names:
             f = buf.schema.fields[name]

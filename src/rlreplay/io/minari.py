@@ -2,7 +2,11 @@
 
 Out (:func:`to_minari`): every stored *complete* episode becomes one Minari episode with
 ``N + 1`` observations (its ``N`` stored ones and the true final one), ``N`` actions,
-rewards, ``terminations`` and ``truncations`` (kept apart, as stored). Observation fields
+rewards, ``terminations`` and ``truncations`` (kept apart, as stored). Running episodes,
+episodes whose first steps were overwritten and abandoned episodes
+(:meth:`~rlreplay.ReplayBuffer.abandon_episode`: no final observation, neither terminated nor
+truncated) are left out and counted in the returned :class:`MinariExport`; no final
+observation is ever made up. Observation fields
 become the observation space (one field: its ``Box``, which loads back as ``obs`` whatever
 its name; several: a ``Dict`` keyed by field name), ``action`` the action space; other fields
 travel as per-step ``infos`` (Minari's convention: ``infos[k][0]`` belongs to the reset,
@@ -114,6 +118,9 @@ def to_minari(
 ) -> MinariExport:
     """Write ``buf``'s stored complete episodes as the local Minari dataset ``dataset_id``.
 
+    Complete: every step stored and ended with a final observation (terminated or truncated);
+    running, partly overwritten and abandoned episodes are skipped and counted.
+
     Holds the buffer's lock while it writes (other threads wait), so the episodes are a
     consistent snapshot.
 
@@ -133,7 +140,8 @@ def to_minari(
 
     Raises:
         FieldError: No ``action_field``, or a non-scalar reward (Minari stores one per step).
-        EmptyBufferError: No complete episode is stored.
+        EmptyBufferError: No complete episode is stored (the message counts the running,
+            overwritten and abandoned ones).
     """
     minari = _minari()
     if action_field not in buf.schema.fields:
@@ -155,7 +163,8 @@ def to_minari(
         if not runs.complete:
             raise EmptyBufferError(
                 f"to_minari: no complete episode is stored ({runs.incomplete} running, "
-                f"{runs.overwritten} with overwritten steps)"
+                f"{runs.overwritten} with overwritten steps, {runs.abandoned} abandoned with no "
+                "final observation)"
             )
         obs_space, act_space = _spaces(buf, observation_space, action_space, action_field)
         episodes = progress_bar(
@@ -176,7 +185,9 @@ def to_minari(
                 **metadata,
             )
     steps = sum(n for _, n in runs.complete)
-    return MinariExport(dataset, len(runs.complete), steps, runs.incomplete, runs.overwritten)
+    return MinariExport(
+        dataset, len(runs.complete), steps, runs.incomplete, runs.overwritten, runs.abandoned
+    )
 
 
 def _load(dataset_or_id: Any) -> Any:

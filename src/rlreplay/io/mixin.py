@@ -31,6 +31,8 @@ class MinariExport(NamedTuple):
         steps: Steps written (transitions; each episode also has its final observation).
         skipped_incomplete: Stored episodes still running (their end is not known).
         skipped_overwritten: Ended episodes whose first steps were overwritten.
+        skipped_abandoned: Abandoned episodes (:meth:`~rlreplay.ReplayBuffer.abandon_episode`:
+            ended with no final observation, which a Minari episode needs).
     """
 
     dataset: Any
@@ -38,6 +40,7 @@ class MinariExport(NamedTuple):
     steps: int
     skipped_incomplete: int
     skipped_overwritten: int
+    skipped_abandoned: int
 
 
 class IOMixin:
@@ -66,8 +69,9 @@ class IOMixin:
         """Every stored step as a :class:`pyarrow.Table`, one row per step.
 
         Columns: ``env_id``, ``episode_id``, ``step`` (in the episode), ``id``,
-        ``episode_end``, then every stored field (a field of shape ``s`` as nested fixed-size
-        lists). See :mod:`rlreplay.io.arrow`.
+        ``episode_end``, ``episode_abandoned`` (an end with no final observation), then every
+        stored field (a field of shape ``s`` as nested fixed-size lists). See
+        :mod:`rlreplay.io.arrow`.
 
         Example:
             >>> import numpy as np, rlreplay as rr
@@ -99,7 +103,8 @@ class IOMixin:
         ``data_format``, ``progress`` and Minari's metadata).
 
         Returns:
-            ``MinariExport(dataset, episodes, steps, skipped_incomplete, skipped_overwritten)``.
+            ``MinariExport(dataset, episodes, steps, skipped_incomplete, skipped_overwritten,
+            skipped_abandoned)``.
         """
         from rlreplay.io.minari import to_minari
 
