@@ -17,6 +17,7 @@ import os
 import pickle
 import sys
 import types
+import warnings
 from collections.abc import Iterator
 from typing import Any
 
@@ -382,8 +383,8 @@ def _rewrite(tmp_path: Any, name: str, arr: np.ndarray) -> None:
         np.save(f, arr, allow_pickle=False)
 
 
-def _stored(tmp_path: Any, name: str) -> np.ndarray:
-    with gzip.open(tmp_path / f"$store$_{name}_ckpt.0.gz") as f:
+def _stored(tmp_path: Any, name: str, suffix: int = 0) -> np.ndarray:
+    with gzip.open(tmp_path / f"$store$_{name}_ckpt.{suffix}.gz") as f:
         out: np.ndarray = np.load(f, allow_pickle=False)
     return out
 
@@ -439,3 +440,91 @@ def test_store_arrays_that_break_the_buffer_are_refused(
     assert fresh.add_count == 1
     state = fresh.sample_transition_batch(1, np.array([0])).state
     np.testing.assert_array_equal(np.asarray(state).reshape(-1), obs_of(2, 0))
+
+
+def _complex_of(arr: np.ndarray) -> np.ndarray:
+    """``arr + 0.25``, with an imaginary part ``0.5 * (1 + i)`` on flat element ``i``."""
+    imag = 0.5 * (1 + np.arange(arr.size)).reshape(arr.shape)
+    return arr.astype(np.complex128) + 0.25 + 1j * imag
+
+
+def _complex_warnings(call: Any) -> tuple[Any, list[str]]:
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        out = call()
+    return out, [w.category.__name__ for w in caught]
+
+
+@pytest.mark.parametrize(
+    "name, field, want",
+    [
+        ("observation", "state", [[1.25, 1.25], [2.25, 2.25], [3.25, 3.25]]),
+        ("action", "action", [[0], [1], [2]]),
+        ("reward", "reward", [[1.25], [2.25], [3.25]]),
+    ],
+)
+def test_complex_store_arrays_load_and_warn_on_each_sample(
+    tmp_path: Any, name: str, field: str, want: list[list[float]]
+) -> None:
+    # reagent 0.1 (side by side, /tmp/s13/rc.py): ``load`` sets ``self._store[name] =
+    # np.load(...)``, a complex array kept as it is, without a warning; each sample's
+    # ``batch.astype(element.type)`` then raises NumPy's ComplexWarning once per element read
+    # from it (x and next_x; state and next_state) and returns the real parts (0.25 + 1.0 ->
+    # 1 for the int32 action); ``add`` writes into it and sampling goes on the same way.
+    buf = make(replay_capacity=5)
+    fill(buf, [3])
+    buf.save(tmp_path, 0)
+    dtype = _stored(tmp_path, name).dtype
+    _rewrite(tmp_path, name, _complex_of(_stored(tmp_path, name)))
+    loaded = make(replay_capacity=5)
+    _, at_load = _complex_warnings(lambda: loaded.load(tmp_path, 0))
+    assert at_load == []
+    batch, caught = _complex_warnings(
+        lambda: loaded.sample_transition_batch(3, np.array([0, 1, 2]))
+    )
+    assert caught == ["ComplexWarning", "ComplexWarning"]
+    np.testing.assert_array_equal(np.asarray(getattr(batch, field)), want)
+    assert np.asarray(batch.terminal).reshape(-1).tolist() == [False, False, True]
+    loaded.add(obs_of(1, 0), 2, 7.0, False)
+    batch, caught = _complex_warnings(lambda: loaded.sample_transition_batch(2, np.array([2, 3])))
+    assert caught == ["ComplexWarning", "ComplexWarning"]
+    assert np.asarray(batch.state).tolist() == [
+        [3.25 if name == "observation" else 3.0] * 2,
+        [101.0, 101.0],
+    ]
+    assert np.asarray(batch.reward).reshape(-1).tolist() == [3.25 if name == "reward" else 3, 7]
+    with pytest.warns(np.exceptions.ComplexWarning, match="discards the imaginary part"):
+        loaded.sample_transition_batch(1, np.array([0]))
+    # 0.1 saves the complex array it holds (imaginary parts too); rlreplay saves the rows it
+    # samples from, so a reload samples the same values (without warning again).
+    loaded.save(tmp_path, 1)
+    assert _stored(tmp_path, name, 1).dtype == dtype
+    again = make(replay_capacity=5)
+    again.load(tmp_path, 1)
+    reread, caught = _complex_warnings(lambda: again.sample_transition_batch(2, np.array([2, 3])))
+    assert caught == []
+    np.testing.assert_array_equal(np.asarray(reread.state), np.asarray(batch.state))
+
+
+@pytest.mark.parametrize("imag", [False, True])
+def test_terminal_flags_load_as_0_1_reads_them(tmp_path: Any, imag: bool) -> None:
+    # reagent 0.1 reads the terminal rows with ``astype(np.bool)``: any non-zero value ends
+    # the window, a fraction (0.25) or an imaginary part alone (0.5j) too, and a complex
+    # array does not warn there (side by side, /tmp/s13/rc.py).
+    buf = make(replay_capacity=5)
+    fill(buf, [4])
+    buf.save(tmp_path, 0)
+    flags = np.array([0, 0, 0, 0, 0], np.complex128 if imag else np.float64)
+    flags[1] = 0.5j if imag else 0.25
+    flags[3] = 2.5 + 1j if imag else 2.5
+    _rewrite(tmp_path, "terminal", flags)
+    loaded = make(replay_capacity=5)
+    batch, caught = _complex_warnings(
+        lambda: (loaded.load(tmp_path, 0), loaded.sample_transition_batch(3, np.array([0, 1, 3])))[
+            1
+        ]
+    )
+    assert caught == []
+    assert np.asarray(batch.terminal).reshape(-1).tolist() == [False, True, True]
+    loaded.save(tmp_path, 1)
+    assert _stored(tmp_path, "terminal", 1)[:4].tolist() == [0, 1, 0, 2]

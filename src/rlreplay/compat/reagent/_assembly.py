@@ -9,6 +9,8 @@ Arrays are NumPy throughout; :func:`to_torch` makes the returned tensors.
 
 from __future__ import annotations
 
+import warnings
+from collections.abc import Collection, Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
@@ -32,6 +34,7 @@ __all__ = [
     "to_torch",
     "transition_arrays",
     "c_contiguous",
+    "warn_complex",
 ]
 
 Array = np.ndarray[Any, Any]
@@ -47,6 +50,30 @@ class _Batch(NamedTuple):
     core: Batch | None  # the core's transitions of the rows not read raw (None: no such row)
     given: Array | None = None  # the indices as the caller gave them (int64), if given
     raw: Array | None = None  # rows read from the slots as reagent 0.1 reads them (_slotread)
+
+
+def warn_complex(complex_store: Collection[str], names: Sequence[str]) -> None:
+    """Warn as reagent 0.1's sampling does when elements were loaded from complex arrays.
+
+    0.1's ``load`` keeps a complex ``$store$_<x>`` array as it is, and each sample casts every
+    returned element read from it with ``batch.astype(element.type)``: one NumPy
+    ``ComplexWarning`` per such element (``state`` and ``next_state`` for the observation,
+    ``x`` and ``next_x`` for the others), in the order of the elements. ``terminal`` is read
+    with ``astype(np.bool)``, which does not warn. The values are the real parts, which the
+    rows already hold (``_checkpoint.check_rows``).
+    """
+    if not complex_store:
+        return
+    for name in names:
+        stored = name[len("next_") :] if name.startswith("next_") else name
+        stored = "observation" if stored == "state" else stored
+        if stored in complex_store:
+            warnings.warn(
+                np.exceptions.ComplexWarning(
+                    "Casting complex values to real discards the imaginary part"
+                ),
+                stacklevel=3,
+            )
 
 
 def core_name(name: str) -> str:

@@ -16,6 +16,7 @@ import gzip
 import io
 import os
 import pickle
+import warnings
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -37,6 +38,7 @@ __all__ = [
     "STORE_FILENAME_PREFIX",
     "attribute_files",
     "check_rows",
+    "complex_elements",
     "filename",
     "initialize_from_files",
     "leading_padding",
@@ -171,6 +173,7 @@ def load_files(
         data[PADDING_FILE] = _check_mask(PADDING_FILE, read_array(padding_path), buf)
     rows, add_count = buf._check_loaded(data, valid)
     buf._reset()
+    buf._complex_store = complex_elements(buf.get_storage_signature(), data)
     buf._replay_rows(rows, add_count, data)
     return valid
 
@@ -225,19 +228,54 @@ def check_rows(
                 f"{e.name}: expected shape {(cap, *e.shape)} (or more rows), "
                 f"the checkpoint has {arr.shape}"
             )
-        if e.name == "terminal":  # 0.1 loads the flags as they are (any non-zero ends)
-            rows[e.name] = arr.astype(e.type)
-        elif arr.dtype.kind in "biuf" and np.dtype(e.type).kind in "biuf":
-            # 0.1 loads the array as it is and casts on sampling (astype): the same values.
-            rows[e.name] = arr.astype(e.type, copy=False)
-        else:
+        kind = np.dtype(e.type).kind
+        if arr.dtype.kind not in "biufc" or kind not in "biuf":
             raise CheckpointError(f"{e.name}: cannot read dtype {arr.dtype} as {e.type}")
+        if e.name == "terminal" or kind == "b":
+            rows[e.name] = _flags(arr, np.dtype(e.type))
+        else:
+            # 0.1 loads the array as it is and casts on sampling (astype): the same values. A
+            # complex array's astype keeps the real part (its ComplexWarning is raised at each
+            # sample, as 0.1 raises it there: complex_elements).
+            rows[e.name] = (arr.real if arr.dtype.kind == "c" else arr).astype(e.type, copy=False)
     count = data["add_count"]
     if count.shape != () or count.dtype.kind not in "iu" or int(count) < 0:
         raise CheckpointError(f"add_count: expected an int >= 0, got {count!r}")
     if valid is not None and (valid.shape != (cap,) or valid.dtype != np.bool_):
         raise CheckpointError(f"_is_valid: expected ({cap},) bool, got {valid.dtype}{valid.shape}")
     return rows, int(count)
+
+
+def _flags(arr: Array, dtype: np.dtype[Any]) -> Array:
+    """Terminal (or bool) rows of a loaded array: non-zero stays non-zero.
+
+    0.1 reads these rows with ``astype(np.bool)`` (any non-zero value, imaginary parts too,
+    ends the window; no warning), so a value the plain cast would turn to 0 (``0.25``,
+    ``0.5j``, NaN) becomes 1; every other value is cast as NumPy's ``astype`` casts it.
+    """
+    nonzero = arr != 0
+    with np.errstate(invalid="ignore"), warnings.catch_warnings():
+        warnings.simplefilter("ignore", np.exceptions.ComplexWarning)
+        out: Array = arr.astype(dtype)
+    out[nonzero & (out == 0)] = 1
+    return out
+
+
+def complex_elements(signature: Sequence[shape_type], data: dict[str, Array]) -> frozenset[str]:
+    """Elements whose loaded array is complex and is cast to a number type on sampling.
+
+    0.1 keeps such an array in ``_store`` as it is (every later ``add`` writes into it), and
+    every sample casts it with ``astype(element.type)``: a ``ComplexWarning`` per returned
+    element read from it. Terminal and bool elements are read with ``astype(np.bool)``,
+    which does not warn.
+    """
+    return frozenset(
+        e.name
+        for e in signature
+        if data[STORE_FILENAME_PREFIX + e.name].dtype.kind == "c"
+        and e.name != "terminal"
+        and np.dtype(e.type).kind != "b"
+    )
 
 
 def replay_rows(

@@ -44,6 +44,8 @@ class SlotRing:
         # The terminal flag of each slot as 0.1's uint8 row holds it (the core keeps a bool).
         self._terminal_rows = np.zeros(cap, self._terminal_dtype)
         self._num_valid_indices = 0
+        # Elements whose loaded $store$ array was complex: 0.1 keeps it and warns on each read.
+        self._complex_store: frozenset[str] = frozenset()
         # Slots the user made valid (set_index_valid_status), not add: they may hold no step
         # the core can draw, so seeded draws are exact over the valid slots while any is left.
         self._forced = np.zeros(cap, np.bool_)

@@ -564,9 +564,9 @@ class ReplayBuffer(SlotRing, RangeReaders, CheckpointFiles):
         check = indices is not None or self._num_forced > 0  # drawn by add's marks: intact
         batch = _slots.gather(self, slots, check=check)._replace(given=given)
         arrays = self._transition_arrays(batch)
-        return self._batch_type(
-            *(_assembly.to_torch(arrays[e.name]) for e in self._transition_specs(slots.size))
-        )
+        specs = self._transition_specs(slots.size)
+        _assembly.warn_complex(self._complex_store, [e.name for e in specs])
+        return self._batch_type(*(_assembly.to_torch(arrays[e.name]) for e in specs))
 
     def sample_transition_batch_tensor(
         self, batch_size: int | None = None, indices: Any = None
