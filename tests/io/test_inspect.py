@@ -44,7 +44,9 @@ KINDS = ["uniform", "multi_env_frames", "episodic_return", "vector_reward", "mem
          "proportional", "rank_based", "empty"]  # fmt: skip
 
 
-def fill(buf: rr.ReplayBuffer, steps: int, seed: int) -> None:
+def fill(buf: rr.ReplayBuffer, steps: int, seed: int, abandon_p: float = 0.0) -> None:
+    """Random steps in every env; with ``abandon_p``, each env's running episode is abandoned
+    after a step with that probability, and env 0's last episode is abandoned at the end."""
     rng = np.random.default_rng(seed)
     E = buf.num_envs
     fields = buf.schema.fields
@@ -64,6 +66,11 @@ def fill(buf: rr.ReplayBuffer, steps: int, seed: int) -> None:
         if E == 1:
             values = {k: v[0] for k, v in values.items()}
         buf.add(**values)
+        if abandon_p:
+            for e in np.flatnonzero(rng.random(E) < abandon_p):
+                buf.abandon_episode(int(e))
+    if abandon_p and steps:
+        buf.abandon_episode(0)
     if isinstance(buf, rr.PrioritizedReplayBuffer) and buf.num_sampleable:
         batch = buf.sample(64)
         buf.update_priorities(batch.ids, rng.exponential(size=64))
@@ -104,15 +111,17 @@ def reference(buf: rr.ReplayBuffer) -> dict[str, Any]:
             "returns": sorted(returns),
             "running": runs.incomplete,
             "cut": runs.overwritten,
+            "abandoned": runs.abandoned,
             "fields": fields,
             "prios": prios,
         }
 
 
+@pytest.mark.parametrize("abandon", [False, True])
 @pytest.mark.parametrize("kind", KINDS)
-def test_report_matches_the_loaded_buffer(kind: str, tmp_path: Path) -> None:
+def test_report_matches_the_loaded_buffer(kind: str, abandon: bool, tmp_path: Path) -> None:
     buf = make(kind, tmp_path)
-    fill(buf, 0 if kind == "empty" else 130, seed=len(kind))
+    fill(buf, 0 if kind == "empty" else 130, seed=len(kind), abandon_p=0.05 if abandon else 0.0)
     buf.save(tmp_path / "b.ckpt")
     buf.close()
     report = inspect_checkpoint(tmp_path / "b.ckpt")
@@ -125,9 +134,13 @@ def test_report_matches_the_loaded_buffer(kind: str, tmp_path: Path) -> None:
     ep = report.episodes
     assert sorted(ep.lengths.tolist()) == want["lengths"]
     np.testing.assert_allclose(sorted(ep.returns.tolist()), want["returns"], rtol=1e-9)
-    assert (ep.running, ep.cut) == (want["running"], want["cut"])
+    assert (ep.running, ep.cut, ep.abandoned) == (want["running"], want["cut"], want["abandoned"])
     if kind != "empty":
-        assert ep.complete > 0 and (kind == "uniform" or ep.cut > 0 or ep.running > 0)
+        assert ep.complete > 0
+        assert kind == "uniform" or ep.cut + ep.running + ep.abandoned > 0
+        # With abandons: several envs' episodes, and holes inside the sampleable ranges.
+        assert (ep.abandoned >= buf.num_envs) == abandon
+        assert (sum(f.sampleable for f in report.envs) < len(loaded) - ep.running) or not abandon
     stats = {s.name: s for s in report.fields}
     for name, (lo, hi, mean) in want["fields"].items():
         s = stats[name]
@@ -212,7 +225,7 @@ def test_render_to_a_recording_console(tmp_path: Path) -> None:
     from rich.console import Console
 
     buf = make("rank_based", tmp_path)
-    fill(buf, 120, seed=2)
+    fill(buf, 120, seed=2, abandon_p=0.05)
     buf.save(tmp_path / "b.ckpt")
     report = inspect_checkpoint(tmp_path / "b.ckpt")
     console = Console(record=True, width=120)
@@ -220,4 +233,5 @@ def test_render_to_a_recording_console(tmp_path: Path) -> None:
     text = console.export_text()
     assert "rank_based" in text and "top 1% share" in text
     assert f"{report.episodes.complete} complete" in text
+    assert report.episodes.abandoned > 0 and f"{report.episodes.abandoned} abandoned" in text
     assert len(write_plots(report, tmp_path / "p")) == 4

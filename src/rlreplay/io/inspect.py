@@ -3,9 +3,16 @@
 :func:`inspect_checkpoint` reads the header and maps the arrays read-only
 (:class:`~rlreplay.io.ckpt_view.CheckpointView`), then walks the stored steps env by env in
 bounded chunks: fill per env, episodes (complete ones: count, length and return quantiles;
-running and cut ones counted), per-field min/max/mean over stored steps, priorities of the
-sampleable transitions (min, max, entropy of the sampling law, share of the top 1%) and the
-data checksum. :func:`render` prints it as rich tables; :func:`write_plots` draws PNGs.
+running, cut and abandoned ones counted), per-field min/max/mean over stored steps, priorities
+of the sampleable transitions (min, max, entropy of the sampling law, share of the top 1%) and
+the data checksum. :func:`render` prints it as rich tables; :func:`write_plots` draws PNGs.
+
+Abandoned episodes (:meth:`rlreplay.ReplayBuffer.abandon_episode`) end at a step whose final
+record is :data:`~rlreplay.episode_kernels.ABANDONED`; their last ``n_step`` steps (the
+*holes*, :mod:`rlreplay.episode_cuts`) lie inside an env's ``[lo, hi)`` but are never
+sampleable and have no priority mass. The episode walk collects the abandon points, and the
+holes are built from them and the config's ``n_step`` as the loaded buffer builds them, so
+``sampleable`` and the priorities leave them out.
 
 The array layout read here is the one :meth:`rlreplay.ReplayBuffer.save` writes (checkpoint
 format version 1): ``index/env`` (per-env counters, columns named in :mod:`rlreplay.episodes`),
@@ -24,7 +31,8 @@ from typing import Any
 
 import numpy as np
 
-from rlreplay.episodes import COUNT, EP_START, FINAL_FID, HEAD, HI, LO
+from rlreplay.episode_cuts import Holes, build_holes
+from rlreplay.episodes import ABANDONED, COUNT, EP_START, FINAL_FID, HEAD, HI, LO
 from rlreplay.io.ckpt_view import CheckpointView, Integrity, slices_of_rows
 
 __all__ = [
@@ -45,7 +53,8 @@ QUANTILES = (0.0, 0.25, 0.5, 0.75, 1.0)
 
 @dataclass(frozen=True)
 class EnvFill:
-    """One env's ring: steps ever added, stored, sampleable, and its capacity."""
+    """One env's ring: steps ever added, stored, sampleable (holes of abandoned episodes
+    excluded), and its capacity."""
 
     env: int
     added: int
@@ -59,16 +68,22 @@ class EpisodeStats:
     """Episodes among the stored steps.
 
     Attributes:
-        lengths: Steps of every complete episode (all steps stored, ended), env by env.
+        lengths: Steps of every complete episode (all steps stored, ended with a final
+            observation), env by env.
         returns: Undiscounted sum of rewards of each (all components of a vector reward).
         running: Episodes still running (one per env at most).
-        cut: Ended episodes whose first steps were overwritten.
+        cut: Episodes ended with a final observation whose first steps were overwritten.
+        abandoned: Abandoned episodes (ended with no final observation; their first steps
+            stored or not).
+
+    Every episode with a stored step is counted in exactly one of these.
     """
 
     lengths: Array
     returns: Array
     running: int
     cut: int
+    abandoned: int
 
     @property
     def complete(self) -> int:
@@ -145,16 +160,19 @@ def _time_chunks(e: int, C: int, first: int, end: int) -> Iterator[tuple[int, in
             t += b - a
 
 
-def _episodes(view: CheckpointView, env: Array, C: int) -> EpisodeStats:
+def _episodes(view: CheckpointView, env: Array, C: int) -> tuple[EpisodeStats, list[list[int]]]:
+    """The episode statistics, and per env the stored steps ending abandoned episodes."""
     meta = view.array("index/slot_meta")
     reward = view.array("columns/steps/reward")
     lengths: list[Array] = []
     returns: list[Array] = []
-    running = cut = 0
+    cuts: list[list[int]] = []
+    running = cut = abandoned = 0
     for e in range(env.shape[0]):
         head, count = int(env[e, HEAD]), int(env[e, COUNT])
         cur_start, cur_sum = -1, 0.0
         last_fid = 0
+        cuts.append([])
         for a, b, t0 in _time_chunks(e, C, head, count):
             s = np.asarray(meta[a:b, EP_START])
             f = np.asarray(meta[a:b, FINAL_FID])
@@ -163,21 +181,42 @@ def _episodes(view: CheckpointView, env: Array, C: int) -> EpisodeStats:
             sums = np.add.reduceat(r, bounds)
             if s[0] == cur_start:  # the first run continues the previous chunk's episode
                 sums[0] += cur_sum
-            ends = np.flatnonzero(f >= 0)
+            ends = np.flatnonzero(f >= 0)  # ends with a final record
             run = np.searchsorted(bounds, ends, side="right") - 1
             t_end = t0 + ends
             whole = s[ends] >= head
             lengths.append((t_end - s[ends] + 1)[whole])
             returns.append(sums[run][whole])
             cut += int((~whole).sum())
+            gone = np.flatnonzero(f == ABANDONED)
+            abandoned += int(gone.size)
+            cuts[e].extend((t0 + gone).tolist())
             cur_start, cur_sum, last_fid = int(s[-1]), float(sums[-1]), int(f[-1])
-        running += int(count > head and last_fid < 0)
-    return EpisodeStats(
+        running += int(count > head and last_fid == -1)  # the newest step ends nothing
+    stats = EpisodeStats(
         np.concatenate(lengths) if lengths else np.zeros(0, np.int64),
         np.concatenate(returns) if returns else np.zeros(0),
         running,
         cut,
+        abandoned,
     )
+    return stats, cuts
+
+
+def _sampleable_ranges(env: Array, holes: Holes, e: int) -> list[tuple[int, int]]:
+    """Env ``e``'s sampleable steps as ``[t0, t1)`` ranges in time order: ``[lo, hi)`` less
+    the holes of abandoned episodes (inside it, ascending, disjoint)."""
+    t, hi = int(env[e, LO]), int(env[e, HI])
+    out: list[tuple[int, int]] = []
+    if e in holes.per_env:
+        h0, _, cum = holes.per_env[e]
+        for start, size in zip(h0.tolist(), np.diff(cum).tolist(), strict=True):
+            if start > t:
+                out.append((t, start))
+            t = start + size
+    if hi > t:
+        out.append((t, hi))
+    return out
 
 
 def _field_stats(view: CheckpointView, name: str, env: Array, C: int) -> FieldStats:
@@ -215,14 +254,17 @@ def _masses(p: Array, alpha: float, variant: str) -> Array:
     return m
 
 
-def _priorities(view: CheckpointView, config: dict[str, Any], env: Array, C: int) -> Any:
+def _priorities(
+    view: CheckpointView, config: dict[str, Any], env: Array, C: int, holes: Holes
+) -> Any:
     if "priorities/prio" not in view:
         return None
     prio = view.array("priorities/prio")
     parts = [
         np.asarray(prio[a:b])
         for e in range(env.shape[0])
-        for a, b in _ring_ranges(e, C, int(env[e, LO]), int(env[e, HI]))
+        for t0, t1 in _sampleable_ranges(env, holes, e)
+        for a, b in _ring_ranges(e, C, t0, t1)
     ]
     p = np.concatenate(parts) if parts else np.zeros(0)
     if not p.size:
@@ -259,9 +301,12 @@ def inspect_checkpoint(path: str | os.PathLike[str], *, verify: bool = True) -> 
     env = np.array(view.array("index/env"))  # (num_envs, 7): small
     E = env.shape[0]
     C = int(view.array("index/slot_meta").shape[0]) // max(E, 1)
+    episodes, cuts = _episodes(view, env, C)
+    n_step = int(config.get("n_step", 1))
+    holes = build_holes(cuts, view.array("index/slot_meta"), env[:, LO].copy(), C, n_step)
     envs = [
         EnvFill(e, int(env[e, COUNT]), int(env[e, COUNT] - env[e, HEAD]),
-                int(env[e, HI] - env[e, LO]), C)
+                int(env[e, HI] - env[e, LO] - holes.sizes[e]), C)
         for e in range(E)
     ]  # fmt: skip
     columns = [n for n in view.names if n.startswith(("columns/steps/", "columns/derived/"))]
@@ -271,9 +316,9 @@ def inspect_checkpoint(path: str | os.PathLike[str], *, verify: bool = True) -> 
         config=config,
         file_bytes=view.reader.size,
         envs=envs,
-        episodes=_episodes(view, env, C),
+        episodes=episodes,
         fields=[_field_stats(view, n, env, C) for n in columns],
-        priorities=_priorities(view, config, env, C),
+        priorities=_priorities(view, config, env, C, holes),
         integrity=view.verify() if verify else Integrity(True, 0, "not checked"),
         arrays={n: (view.array(n).dtype.str, view.array(n).shape) for n in view.names},
     )
@@ -314,7 +359,10 @@ def render(report: Report, console: Any = None, max_envs: int = 16) -> None:
     out.print(t)
 
     ep = report.episodes
-    t = Table(title=f"Episodes: {ep.complete} complete, {ep.running} running, {ep.cut} cut")
+    t = Table(
+        title=f"Episodes: {ep.complete} complete, {ep.running} running, {ep.cut} cut, "
+        f"{ep.abandoned} abandoned"
+    )
     t.add_column("")
     for col in ("min", "q25", "median", "q75", "max", "mean"):
         t.add_column(col, justify="right")
