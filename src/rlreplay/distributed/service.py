@@ -434,8 +434,10 @@ class ReplayService:
         Per shard: ``stored``, ``sampleable``, ``restarts`` (times Ray restarted the actor),
         ``lost`` (steps it had stored that its restarts dropped: those written after the
         checkpoint it reloaded, or all of them if there was none), ``since_checkpoint`` (steps
-        a death now would lose) and ``checkpoint`` (the file it would reload, or ``None``).
-        ``restarts`` and ``lost`` are also summed over shards.
+        a death now would lose), ``abandoned`` (reloaded steps left never sampleable: the
+        running episodes a restart abandoned, see :mod:`rlreplay.distributed.shard`) and
+        ``checkpoint`` (the file it would reload, or ``None``). ``restarts``, ``lost``,
+        ``abandoned``, ``stored`` and ``sampleable`` are also summed over shards.
         """
         self._check_open()
         ray = _ray()
@@ -449,6 +451,7 @@ class ReplayService:
             "shards": shards,
             "restarts": sum(r["restarts"] for r in shards),
             "lost": sum(r["lost"] for r in shards),
+            "abandoned": sum(r["abandoned"] for r in shards),
             "stored": sum(r["stored"] for r in shards),
             "sampleable": sum(r["sampleable"] for r in shards),
             "samples": self._samples,
