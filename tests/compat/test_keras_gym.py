@@ -202,8 +202,8 @@ def test_constructor_raises_what_keras_gym_raises() -> None:
         ExperienceReplayBuffer(discrete(), "big")  # type: ignore[arg-type]
     with pytest.raises(ValueError):  # np.random.RandomState(-1)
         ExperienceReplayBuffer(discrete(), 10, random_seed=-1)
-    with pytest.raises(rr.ConfigError):  # negative n (listed as missing in the docs)
-        ExperienceReplayBuffer(discrete(), 10, bootstrap_n=-1)
+    # keras-gym checks nothing else: a negative n is taken as it is (test_keras_gym_negative_n)
+    assert ExperienceReplayBuffer(discrete(), 10, bootstrap_n=-1).bootstrap_n == -1
 
 
 def test_n_is_later_keras_gyms_name_for_bootstrap_n() -> None:

@@ -90,10 +90,10 @@ class ExperienceReplayBuffer(RandomStateMixin, ActionSpaceMixin):
         random_seed: Seed of the ``RandomState`` that draws the samples, or None.
         n: Later keras-gym releases' name for ``bootstrap_n`` (keyword only).
 
-    ``bootstrap_n=0`` and ``num_frames=0`` work as in keras-gym (see :meth:`sample`).
-
-    Raises:
-        ConfigError: A negative ``bootstrap_n`` (a ``ValueError``; see the migration page).
+    ``bootstrap_n=0``, a negative ``bootstrap_n`` and ``num_frames=0`` work as in keras-gym
+    (see :meth:`sample`); nothing is checked here, as keras-gym checks nothing. A ring of
+    ``capacity + bootstrap_n < 0`` slots makes the first :meth:`add` raise ``ValueError``
+    (an ``rr.ConfigError``), and one of 0 slots ``IndexError``, as keras-gym's do.
 
     Example:
         >>> import gymnasium, numpy as np
@@ -129,11 +129,6 @@ class ExperienceReplayBuffer(RandomStateMixin, ActionSpaceMixin):
         self.bootstrap_n = int(bootstrap_n if n is None else n)
         self.gamma = float(gamma)
         self.random_seed = random_seed
-        if self.bootstrap_n < 0:
-            raise ConfigError(
-                f"bootstrap_n: expected an int >= 0, got {self.bootstrap_n} (keras-gym would "
-                "bootstrap from a state before S, read from slots it never wrote)"
-            )
         self._initialized = False
         self._core: ReplayBuffer | None = None
         self._running: int | None = None  # (int32) episode id of the core's running episode
@@ -332,6 +327,11 @@ class ExperienceReplayBuffer(RandomStateMixin, ActionSpaceMixin):
 
         With ``bootstrap_n=0`` keras-gym's window is empty: ``Rn = 0``, ``In = gamma**0 = 1``,
         ``S_next = S`` and ``A_next = A`` (any stored step may be drawn, the newest included).
+        With ``bootstrap_n = -m < 0`` the window is empty too: ``Rn = 0``, ``In = gamma**-m``
+        (never 0), and ``S_next``/``A_next`` are the state and action ``m`` steps *before*
+        ``S`` in its episode; ``len(self)`` counts ``m`` more than the ring holds, as in
+        keras-gym. A draw whose step ``t - m`` is not in the ring and in ``t``'s episode is
+        drawn again (keras-gym reads another step there: see the migration page).
         With ``num_frames=0`` keras-gym's stack indices are empty: ``S``/``S_next`` have shape
         ``(B, *s.shape, 0)`` and ``A``/``A_next`` shape ``(0, *a_shape)``.
 
@@ -372,6 +372,18 @@ class ExperienceReplayBuffer(RandomStateMixin, ActionSpaceMixin):
             obs = self._stacks(core, ids)
             action = core.get_field("action", ids)
             return self._states(obs), action, Rn, In, self._states(obs), action.copy()
+        if self.bootstrap_n < 0:
+            # keras-gym: ks = js + bootstrap_n, the stack bootstrap_n steps *before* S (the
+            # drawn steps are in their episode, _backward_kept); Rn = 0, In = gamma**-m.
+            src = ids + self.bootstrap_n
+            return (
+                self._states(self._stacks(core, ids)),
+                core.get_field("action", ids),
+                Rn,
+                In,
+                self._states(self._stacks(core, src)),
+                core.get_field("action", src),
+            )
         batch = core.get_transitions(ids)
         S_next, A_next = batch.next_obs, batch.next_action
         if done.any():
@@ -432,14 +444,21 @@ class ExperienceReplayBuffer(RandomStateMixin, ActionSpaceMixin):
             # keras-gym: "if not done and np.any(self._e[ks] > ep): continue" (a cut episode)
             cut = in_window & ~done
             ok = known & ~cut & ~self._seed_rejects(core, j, t)
+            if n < 0:
+                ok &= self._backward_kept(core, j, t)
             steps = np.where(in_window, to_end + 1, n)
             kept.append((t[ok], steps[ok], done[ok]))
             got += int(ok.sum())
         if got < B:
+            why = (
+                f"bootstrap_n={n} bootstraps from step t - {-n}, which most drawn steps do not "
+                "have in their episode in the ring"
+                if n < 0
+                else "most stored windows reach the end of an episode that was cut (a new "
+                "episode_id without done), which leaves nothing to bootstrap from"
+            )
             raise SampleConstructionError(
-                f"couldn't construct valid sample: {got} of {drawn} draws were valid; most "
-                "stored windows reach the end of an episode that was cut (a new episode_id "
-                "without done), which leaves nothing to bootstrap from"
+                f"couldn't construct valid sample: {got} of {drawn} draws were valid; {why}"
             )
         ids, steps, done = (np.concatenate(parts) for parts in zip(*kept, strict=True))
         return ids, steps, done
@@ -455,7 +474,31 @@ class ExperienceReplayBuffer(RandomStateMixin, ActionSpaceMixin):
         k, M = max(self._frames, 1), self._slots()
         if k == 1:
             return np.zeros(j.shape, bool)
-        slots = (j[:, None] - np.arange(1, k)) % M
+        return self._larger_ids(core, (j[:, None] - np.arange(1, k)) % M, t)
+
+    def _backward_kept(self, core: ReplayBuffer, j: Array, t: Array) -> Array:
+        """Draws kept with a negative ``bootstrap_n = -m`` (``S_next`` is ``m`` steps before ``S``).
+
+        The seed's window ``ls`` is then empty (``Rn = 0``, never ``done``) and it reads
+        ``S_next``/``A_next`` at ring slots ``ks = js - m``, rejecting only a slot of ``ks``
+        holding a larger episode id (``np.any(self._e[ks] > ep)``): kept as in the seed.
+        Where ``ks`` does not hold step ``t - m`` of the same episode the seed returns another
+        step: the ``np.empty`` memory of a slot never written (or not since a ``clear``), a
+        newer step past the overwrite boundary, or a step of the previous episode. Those
+        draws are rejected (fixes 1, 2, 3 and 6 of the migration page), and drawn again.
+        """
+        k, M = max(self._frames, 1), self._slots()
+        src = t + self.bootstrap_n  # the step keras-gym means: m steps before t
+        held = (src >= self._first_id) & (src > self._last_id - M) & (src >= core.episode_begin(t))
+        slots = (j[:, None] + self.bootstrap_n - np.arange(k - 1, -1, -1)) % M
+        out: Array = held & ~self._larger_ids(core, slots, t)
+        return out
+
+    def _larger_ids(self, core: ReplayBuffer, slots: Array, t: Array) -> Array:
+        """Per row: does any of ring ``slots`` (as keras-gym holds them) hold an id above ``t``'s?
+
+        A slot not written since the last ``clear`` holds id 0 (keras-gym's ``np.zeros``).
+        """
         written = slots < self._num_transitions
         held = self._slot_ids(np.where(written, slots, 0)).reshape(-1)
         eids = np.where(written, core.get_field("episode_id", held).reshape(slots.shape), 0)
