@@ -714,35 +714,41 @@ def test_sum_tree_sampling_matches_the_core_tree() -> None:
 
 # ---------------------------------------------------------------------- DataFrame export
 def test_pre_timeline_df() -> None:
-    buf = make(extra_storage_types=[LOG_PROB])
-    fill(buf, [3, 2], extra=True)
+    """reagent 0.1's columns and values (more in test_reagent_timeline_df_forced.py)."""
+    ids = [ReplayElement("mdp_id", (), np.int64), ReplayElement("sequence_number", (), np.int64)]
+    buf = make(extra_storage_types=[*ids, LOG_PROB])
+    for e, n in enumerate([3, 2]):
+        for t in range(n):
+            buf.add(obs_of(e, t), t % 3, float(t + 1), t == n - 1, e, t, -float(t))
     df = replay_buffer_to_pre_timeline_df(True, buf)
     assert list(df.columns) == [
         "ds",
-        "mdp_id",
-        "sequence_number",
         "state_features",
         "action",
+        "mdp_id",
+        "sequence_number",
         "action_probability",
         "reward",
-        "possible_actions",
         "metrics",
+        "possible_actions_mask",
+        "possible_actions",
     ]
     assert len(df) == buf.size == 5
-    assert df.mdp_id.tolist() == ["0", "0", "0", "3", "3"]
+    assert df.mdp_id.tolist() == [[0], [0], [0], [1], [1]]
     assert df.sequence_number.tolist() == [0, 1, 2, 0, 1]
     assert df.action.tolist() == ["0", "1", "2", "0", "1"]
-    assert df.state_features[0] == {"0": 1.0, "1": 1.0}
+    assert df.state_features[0] == {0: 1.0, 1: 1.0}
     assert df.reward.tolist() == [1.0, 2.0, 3.0, 1.0, 2.0]
     assert df.metrics[1] == {"reward": 2.0}
     assert df.action_probability[0] == pytest.approx(1.0)  # exp(-0)
     assert df.action_probability[1] == pytest.approx(np.exp(-1.0))
-    empty = replay_buffer_to_pre_timeline_df(True, make())
-    assert len(empty) == 0 and list(empty.columns) == list(df.columns)
-    continuous = make(action_shape=(2,), action_dtype=np.float32)
-    continuous.add(obs_of(0, 0), np.array([0.5, -0.5], np.float32), 1.0, True)
-    df = replay_buffer_to_pre_timeline_df(False, continuous)
-    assert df.action[0] == {"0": 0.5, "1": -0.5} and df.action_probability[0] is None
+    assert df.possible_actions.tolist() == [["0", "1", "2"]] * 2 + [[]] + [["0", "1", "2"], []]
+    with pytest.raises(RuntimeError):  # 0.1: sample_index_batch(0) of an empty buffer
+        replay_buffer_to_pre_timeline_df(True, make())
+    continuous = make(action_shape=(2,), action_dtype=np.float32, extra_storage_types=ids)
+    continuous.add(obs_of(0, 0), np.array([0.5, -0.5], np.float32), 1.0, True, 0, 0)
+    with pytest.raises(AttributeError):  # 0.1: batch.log_prob
+        replay_buffer_to_pre_timeline_df(False, continuous)
 
 
 @settings(max_examples=20, deadline=None)
