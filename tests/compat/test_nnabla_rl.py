@@ -624,7 +624,7 @@ def test_hindsight_unbounded_buffer_relabels_after_growing(monkeypatch: pytest.M
 
 
 # ---------------------------------------------------------------------------- Atari
-FRAME = (6, 5)
+FRAME = (84, 84)  # the only frame nnabla-rl 0.16.0 stores (it asserts s.shape == (84, 84))
 
 
 def atari_episode(frames: np.ndarray, *, end: str = "terminal", k: int = 4) -> list[Any]:

@@ -126,6 +126,37 @@ def test_what_0_16_0_refuses(cls: Any) -> None:
     assert len(buffer) == 0  # nothing stored
 
 
+@pytest.mark.parametrize(
+    "shape",
+    [(5, 4), (84, 83), (83, 84), (4, 5, 4), (4, 84, 83), (84, 84, 1), (84,), (1, 1, 84, 84)],
+)
+@pytest.mark.parametrize("cls", [*BUFFERS, MemoryEfficientAtariTrajectoryBuffer])
+def test_frames_of_other_sizes_are_refused_as_0_16_0(cls: Any, shape: tuple[int, ...]) -> None:
+    # 0.16.0's _append_to_buffer: ``if s.shape != (84, 84): s = s[-1]``, then
+    # ``assert s.shape == (84, 84)``: a 2-D frame of another size (its last row is 1-D), a
+    # stack of such frames (the last one is not (84, 84)) and (84, 84, 1) all raise
+    # AssertionError, before anything is stored (side by side: /tmp/s13/atari.py).
+    experience = (np.full(shape, 0.5), 0, 1.0, 1.0, np.full(shape, 0.25), {})
+    buffer = cls() if cls is MemoryEfficientAtariTrajectoryBuffer else cls(10, stacked_frames=4)
+    with pytest.raises(AssertionError, match=r"\(84, 84\)"):
+        if cls is MemoryEfficientAtariTrajectoryBuffer:
+            buffer.append_trajectory([experience])
+        else:
+            buffer.append(experience)
+    assert len(buffer) == 0
+
+
+@pytest.mark.parametrize("depth", [1, 7])
+def test_stacks_of_any_depth_keep_their_last_84x84_frame(depth: int) -> None:
+    # 0.16.0: a state that is not (84, 84) gives s[-1] (and s_next[-1]), so (N, 84, 84)
+    # stacks of any depth N store their last frame; stacks read back (stacked_frames, 84, 84).
+    buffer = MemoryEfficientAtariBuffer(10, stacked_frames=4)
+    for t in range(3):
+        s = np.stack([frame(100 + i) for i in range(depth - 1)] + [frame(t + 1)])
+        buffer.append((s, 0, 0.0, 1.0, np.stack([frame(t + 2)] * depth), {}))
+    assert levels(buffer[2][0]) == [1, 1, 2, 3] and levels(buffer[2][4]) == [1, 2, 3, 4]
+
+
 def test_trajectory_of_plain_frames() -> None:
     buffer = MemoryEfficientAtariTrajectoryBuffer()
     buffer.append_trajectory(episode(5))

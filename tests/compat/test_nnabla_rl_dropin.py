@@ -180,7 +180,7 @@ def test_columnar_only_buffers_cast_as_numpy_assignment() -> None:
 
     (nnabla-rl's Atari buffer stores ``(s * 255.0).astype(np.uint8)``.)
     """
-    frames = np.full((4, 3, 3), 0.999)
+    frames = np.full((4, 84, 84), 0.999)  # 0.16.0 stores (84, 84) frames only
     atari = MemoryEfficientAtariBuffer(capacity=5)
     atari.append((frames, 0, 0.0, 1.0, frames, {}))
     atari.append((frames.astype(np.float32), np.int8(1), 1, 1.0, frames, {}))

@@ -38,7 +38,7 @@ def goal_experience(t: int) -> tuple[Any, ...]:
 
 
 def atari_experience(t: int) -> tuple[Any, ...]:
-    s = np.full((4, 3, 3), (t % 200) / 255.0)
+    s = np.full((4, 84, 84), (t % 200) / 255.0)  # 0.16.0 stores (84, 84) frames only
     return (s, t % 4, 1.0, float(t % 5 != 4), np.roll(s, -1, axis=0), {})
 
 

@@ -31,7 +31,7 @@ from rlreplay.compat.nnabla_rl.replay_buffers.prioritized_replay_buffer import (
 )
 
 P_CHI = 1e-3
-FRAME = (5, 4)
+FRAME = (84, 84)  # the only frame nnabla-rl 0.16.0 stores (it asserts s.shape == (84, 84))
 CLASSES = [ProportionalPrioritizedAtariBuffer, RankBasedPrioritizedAtariBuffer]
 
 

@@ -121,9 +121,9 @@ def test_marshal_goal_states_and_her_info() -> None:
 def test_marshal_atari_stacks() -> None:
     buffer = MemoryEfficientAtariBuffer(capacity=10, seed=0)
     for t in range(6):
-        buffer.append((np.full((4, 3, 3), t / 255.0), t % 4, 1.0, 1.0, np.zeros((4, 3, 3)), {}))
+        buffer.append((np.full((4, 84, 84), t / 255.0), t % 4, 1.0, 1.0, np.zeros((4, 84, 84)), {}))
     s, a, *_ = marshal_experiences(buffer.sample(num_samples=3)[0])
-    assert s.shape == (3, 4, 3, 3) and s.dtype == np.float32 and a.shape == (3, 1)
+    assert s.shape == (3, 4, 84, 84) and s.dtype == np.float32 and a.shape == (3, 1)
 
 
 def test_inconsistent_info_values_are_left_out_with_a_warning(

@@ -3,8 +3,10 @@
 
 0.16.0 keeps one ``(84, 84)`` frame per state: a state of shape ``(84, 84)`` is that frame,
 any other state gives its last element ``s[-1]`` (and ``s_next[-1]``, decided by ``s``'s shape
-alone). A floating frame is quantised, ``(frame * 255.0).astype(np.uint8)``; any other frame
-is kept as it is. Then ``assert s.shape == (84, 84)`` and ``assert s.shape == s_next.shape``.
+alone), so a stack ``(N, 84, 84)`` keeps its last frame and any other shape (a 2-D frame of
+another size, a stack of such frames) fails the shape assertion. A floating frame is
+quantised, ``(frame * 255.0).astype(np.uint8)``; any other frame is kept as it is. Then
+``assert s.shape == (84, 84)`` and ``assert s.shape == s_next.shape``.
 A state is read back as the stack of the ``stacked_frames`` newest frames, assigned into a
 ``uint8`` array (NumPy's unsafe cast), ``/ 255.0`` as ``float32``; ``s_next`` is ``s[1:]``
 followed by the experience's own ``s_next`` frame ``.astype(np.float32) / 255.0``.
@@ -19,7 +21,6 @@ import numpy as np
 from rlreplay.errors import ShapeError
 
 __all__ = [
-    "FRAME_NDIM",
     "FRAME_SHAPE",
     "AtariFrameError",
     "atari_frames",
@@ -31,11 +32,8 @@ __all__ = [
 
 Array = np.ndarray[Any, Any]
 
-#: The frame shape nnabla-rl 0.16.0's Atari buffers assert.
+#: The frame shape nnabla-rl 0.16.0's Atari buffers assert (the only one they store).
 FRAME_SHAPE = (84, 84)
-#: Frames are 2-D: 0.16.0's frames of shape (84, 84) and, an rlreplay extension kept from
-#: earlier releases, any other 2-D frame (0.16.0 raises AssertionError for those).
-FRAME_NDIM = 2
 
 
 class AtariFrameError(ShapeError, AssertionError):
@@ -51,12 +49,15 @@ def atari_frames(experience: Any) -> tuple[Array, Array]:
     :class:`AtariFrameError` (an ``AssertionError``) for a frame that isn't ``(84, 84)``.
     """
     s, _a, _r, _non_terminal, s_next, _info, *_ = experience  # 0.16.0's unpacking
-    # 0.16.0: ``if s.shape != (84, 84)``; here any 2-D state is a frame (see the module doc)
-    if len(s.shape) != FRAME_NDIM:
+    if s.shape != FRAME_SHAPE:  # 0.16.0's test, s's shape alone
         s, s_next = s[-1], s_next[-1]  # "Use only the last image to reduce memory"
     s, s_next = _quantized(s), _quantized(s_next)
-    if len(s.shape) != FRAME_NDIM:
-        raise AtariFrameError(f"s: expected a 2-D frame such as {FRAME_SHAPE}, got {s.shape}")
+    if s.shape != FRAME_SHAPE:
+        raise AtariFrameError(
+            f"s: expected a frame of shape {FRAME_SHAPE} (or a stack (N, 84, 84), whose last "
+            f"frame is kept), got a frame of shape {tuple(s.shape)} (nnabla-rl 0.16.0 asserts "
+            "s.shape == (84, 84))"
+        )
     if s_next.shape != s.shape:
         raise AtariFrameError(
             f"s_next: expected a frame of the shape of s's, {s.shape}, got {s_next.shape}"
