@@ -48,6 +48,7 @@ from rlreplay.compat.keras_gym.base.errors import (
     SampleConstructionError,
 )
 from rlreplay.compat.keras_gym.base.mixins import ActionSpaceMixin, RandomStateMixin, get_env_attr
+from rlreplay.compat.keras_gym.caching._ring import RingViews
 from rlreplay.errors import ConfigError
 from rlreplay.spec import Field
 
@@ -62,7 +63,7 @@ _FLOAT64, _BOOL, _INT32 = np.dtype(np.float64), np.dtype(np.bool_), np.dtype(np.
 _INT32_MIN, _INT32_MAX = -(2**31), 2**31 - 1
 
 
-class ExperienceReplayBuffer(RandomStateMixin, ActionSpaceMixin):
+class ExperienceReplayBuffer(RingViews, RandomStateMixin, ActionSpaceMixin):
     """keras-gym's experience replay buffer (frames, n-step bootstrapping) on rlreplay.
 
     It stores one frame per step and rebuilds the frame stack ``S`` (frames on the last axis)
@@ -254,10 +255,6 @@ class ExperienceReplayBuffer(RandomStateMixin, ActionSpaceMixin):
         self._adds = 0
         self._num_transitions = 0
 
-    def _slots(self) -> int:
-        """Size of keras-gym's ring: ``capacity + bootstrap_n``."""
-        return self.capacity + self.bootstrap_n
-
     def _init_core(self) -> ReplayBuffer:
         M = self._slots()
         if M < 0:  # keras-gym's np.zeros((capacity + bootstrap_n, ...))
@@ -407,16 +404,6 @@ class ExperienceReplayBuffer(RandomStateMixin, ActionSpaceMixin):
         frames = frames.reshape(pos.shape + frames.shape[1:])
         return frames if k > 1 else frames[:, 0]
 
-    def _slot_ids(self, slots: Array) -> Array:
-        """Core ids of the adds keras-gym's ring ``slots`` hold (the newest add per slot).
-
-        Slot ``p`` holds add ``i = p + M * floor((adds - 1 - p) / M)`` (``M`` slots); only
-        slots written since the last ``clear`` are mapped (their adds the core keeps).
-        """
-        M = self._slots()
-        out: Array = self._first_id + slots + M * ((self._adds - 1 - slots) // M)
-        return out
-
     def _draw(self, core: ReplayBuffer, B: int) -> tuple[Array, Array, Array]:
         """The seed's keras-gym draws: core ids, window lengths and done flags of ``B`` kept.
 
@@ -557,53 +544,6 @@ class ExperienceReplayBuffer(RandomStateMixin, ActionSpaceMixin):
         for f in range(obs.shape[1]):
             out[..., f] = obs[:, f]
         return out
-
-    # ------------------------------------------------------------------ keras-gym's ring
-    def _ring(self, name: str) -> Array:
-        """Field ``name`` laid out as keras-gym's ring of ``capacity + bootstrap_n`` slots.
-
-        A copy: slot ``p`` holds the newest add ``i`` with ``i % M == p`` since the last
-        ``clear``; slots not written since then read zeros (keras-gym keeps older data there).
-        """
-        core = self._core
-        if core is None:
-            raise AttributeError(f"{type(self).__name__!r} has no cache before the first add")
-        dtype, shape = core.schema.fields[name].dtype, core.schema.fields[name].shape
-        out = np.zeros((self._slots(), *shape), dtype)
-        written = np.arange(self._num_transitions)
-        if written.size:
-            out[written] = core.get_field(name, self._slot_ids(written))
-        return out
-
-    @property
-    def _s(self) -> Array:
-        """keras-gym's frame cache ``_s`` (a copy, see :meth:`_ring`)."""
-        return self._ring("obs")
-
-    @property
-    def _a(self) -> Array:
-        """keras-gym's action cache ``_a`` (a copy, see :meth:`_ring`)."""
-        return self._ring("action")
-
-    @property
-    def _r(self) -> Array:
-        """keras-gym's reward cache ``_r`` (a copy, see :meth:`_ring`)."""
-        return self._ring("reward")
-
-    @property
-    def _d(self) -> Array:
-        """keras-gym's done cache ``_d`` (a copy, see :meth:`_ring`)."""
-        return self._ring("terminated")
-
-    @property
-    def _e(self) -> Array:
-        """keras-gym's episode-id cache ``_e`` (a copy, see :meth:`_ring`)."""
-        return self._ring("episode_id")
-
-    @property
-    def _i(self) -> int:
-        """keras-gym's write cursor: the ring slot the next add writes."""
-        return self._adds % self._slots() if self._slots() > 0 else 0
 
     # ------------------------------------------------------------------ pickling
     def __getstate__(self) -> dict[str, Any]:
