@@ -17,6 +17,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from rlreplay.buffer_copy import CopyMixin
 from rlreplay.buffer_episodes import EpisodesMixin
 from rlreplay.buffer_fifo import FifoMixin
 from rlreplay.buffer_host import Array
@@ -45,7 +46,9 @@ __all__ = ["ReplayBuffer", "load"]
 _INITIAL_FINALS = 16  # final-observation records per env before the first doubling
 
 
-class ReplayBuffer(WritingMixin, FifoMixin, EpisodesMixin, StateMixin, SamplingMixin, IOMixin):
+class ReplayBuffer(
+    WritingMixin, FifoMixin, EpisodesMixin, StateMixin, CopyMixin, SamplingMixin, IOMixin
+):
     """An episode-aware ring buffer of environment steps with n-step windows and frame stacks.
 
     Each env keeps its most recent ``capacity // num_envs`` steps. Every observation is stored

@@ -15,7 +15,7 @@ which keeps the import graph free of cycles.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
@@ -93,6 +93,14 @@ class BufferHost:
         def _notify_sampleable(self, before: Array, rows_env: Array, rows_t: Array) -> None: ...
 
         def _bind(self, fn: Callable[[Batch], Batch]) -> None: ...
+
+        def _config(self) -> dict[str, Any]: ...
+
+        def _state_meta(self) -> dict[str, Any]: ...
+
+        def _state_arrays(self) -> dict[str, Array]: ...
+
+        def _install(self, meta: Mapping[str, Any], arrays: Mapping[str, Any]) -> None: ...
 
         def _wait(self, ready: Callable[[], bool], timeout: float | None, what: str) -> None: ...
 

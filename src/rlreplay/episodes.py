@@ -79,6 +79,11 @@ __all__ = ["EpisodeIndex", "expand_ranges", "sampleable_delta"]
 Array = np.ndarray[Any, Any]
 
 
+def _zeros(name: str, shape: tuple[int, ...], dtype: np.dtype[Any]) -> Array:
+    """The default allocator: zero-filled arrays in process memory (module level: picklable)."""
+    return np.zeros(shape, dtype)
+
+
 class EpisodeIndex:
     """Counters, ids, episode boundaries and sampleable ranges of a buffer's envs.
 
@@ -109,7 +114,7 @@ class EpisodeIndex:
         self.finals_capacity = finals_capacity
         # Where the tables live (a storage backend's allocate: shared memory for
         # storage="shared"); zero-filled arrays in process memory by default.
-        self._alloc = alloc or (lambda name, shape, dtype: np.zeros(shape, dtype))
+        self._alloc = alloc or _zeros
         i64 = np.dtype(np.int64)
         self._env = self._alloc("index-env", (E, _NCOLS), i64)
         self._env[:, LAST_END] = -1

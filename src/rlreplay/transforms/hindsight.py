@@ -190,6 +190,10 @@ class HindsightRelabel:
             f"achieved_goal={self.achieved_goal!r}, desired_goal={self.desired_goal!r})"
         )
 
+    def __getstate__(self) -> dict[str, Any]:
+        # A copy (pickle, copy, deepcopy) is unbound: the buffer it travels with binds it.
+        return {**self.__dict__, "_buffer": None}
+
     # ------------------------------------------------------------------ binding
     def bind(self, buffer: ReplayBuffer) -> None:
         """Check the goal fields against ``buffer`` and attach to it (idempotent).
