@@ -21,7 +21,11 @@ from typing import Any
 
 import numpy as np
 
-from tests.compat._nnabla_rl_reference import MaxHeapDataHolder, SumTreeDataHolder
+from tests.compat._nnabla_rl_reference import (
+    MaxHeapDataHolder,
+    RankBasedPrioritizedReplayBuffer,
+    SumTreeDataHolder,
+)
 
 Array = np.ndarray[Any, Any]
 Experience = tuple[Any, ...]
@@ -75,6 +79,12 @@ class BufferModel:
             self.holder = SumTreeDataHolder(capacity, 1.0, keep_min=keep_min)  # type: ignore[no-untyped-call]
         else:
             self.holder = MaxHeapDataHolder(capacity, self.alpha)
+            # nnabla-rl's segment bookkeeping (RankBasedPrioritizedReplayBuffer.sample)
+            self.reset_segment_interval = kw.get("reset_segment_interval", 1000)
+            self.boundaries: list[int] = []
+            self.prev_num_samples = self.prev_num_steps = 0
+            powers = [(1 / (i + 1)) ** self.alpha for i in range(capacity)]
+            self._ps_cumsum = np.cumsum(np.asarray(powers))
 
     def __len__(self) -> int:
         return len(self.data)
@@ -109,6 +119,86 @@ class BufferModel:
         else:
             low = self.holder.min_priority()
         out: Array = (prios / low) ** (-self.beta)
+        return out
+
+    # ------------------------------------------------------------------ draw laws
+    def segments(self, num_samples: int, num_steps: int) -> list[int]:
+        """nnabla-rl's rank-based ``sample`` (past its size checks): the segment boundaries it
+        draws from, recomputed by the transcribed ``_compute_segment_boundaries`` only when
+        ``num_samples`` or ``num_steps`` changed, at a length that is a multiple of
+        ``reset_segment_interval`` below capacity, or when there are none; kept otherwise."""
+        n = len(self.data)
+        if (
+            num_samples != self.prev_num_samples
+            or num_steps != self.prev_num_steps
+            or (n % self.reset_segment_interval == 0 and n != self.capacity)
+            or len(self.boundaries) == 0
+        ):
+            compute = RankBasedPrioritizedReplayBuffer._compute_segment_boundaries
+            # the transcribed method reads only self._ps_cumsum
+            self.boundaries = compute(self, N=n, k=num_samples)  # type: ignore[arg-type]
+            self.prev_num_samples, self.prev_num_steps = num_samples, num_steps
+        return self.boundaries
+
+    def heap_index(self, position: int) -> int:
+        """The heap position (rank - 1) of the experience at ``position``."""
+        absolute = self.holder._relative_to_absolute_index(position)
+        out: int = self.holder._max_heap.absolute_to_heap_index(absolute)
+        return out
+
+    def at_heap(self, heap_index: int) -> int:
+        """The position of the experience at heap position ``heap_index``."""
+        out: int = self.holder.get_relative_index_from_heap_index(heap_index)
+        return out
+
+    def rank_law(self, boundaries: list[int]) -> list[Array]:
+        """For each draw of a rank-based ``sample(k, 1)``: P(position), uniform over the heap
+        positions of its segment ``[boundaries[i - 1], boundaries[i])``."""
+        out = []
+        for low, high in zip([0, *boundaries[:-1]], boundaries, strict=True):
+            law = np.zeros(len(self.data))
+            for h in range(low, high):
+                law[self.at_heap(h)] += 1 / (high - low)
+            out.append(law)
+        return out
+
+    def leaf_intervals(self) -> list[tuple[int, float, float]]:
+        """``(position, low, high)``: the queries nnabla-rl's ``SumTree`` descent sends to each
+        stored experience (``query < left.value``: left, else right with ``left.value``
+        taken off), read from the transcribed tree's stored node values."""
+        tree = self.holder._sum_tree
+        out: list[tuple[int, float, float]] = []
+        todo = [(0, 0.0, float(tree.sum()), 0.0)]  # node, local [low, high), offset
+        while todo:
+            node, low, high, offset = todo.pop()
+            if high <= low:
+                continue
+            left, right = tree._tree[node].left, tree._tree[node].right
+            if left < 0:
+                p = self.holder._absolute_to_relative_index(tree.tree_to_absolute_index(node))
+                if p < len(self.data):
+                    out.append((p, offset + low, offset + high))
+                continue
+            lv = float(tree._tree[left].value)
+            todo.append((left, low, min(high, lv), offset))
+            todo.append((right, max(low, lv) - lv, high - lv, offset + lv))
+        return out
+
+    def proportional_law(self, num_samples: int, num_steps: int) -> list[Array]:
+        """For each draw ``i`` of a proportional ``sample``: P(position), the share of the slice
+        ``[total * i / k, total * (i + 1) / k)`` whose queries reach it, among the positions
+        below ``len - num_steps + 1`` (nnabla-rl draws again in the slice until one fits)."""
+        interval = self.holder.sum_priority() / num_samples
+        limit = len(self.data) - num_steps + 1
+        leaves = self.leaf_intervals()
+        out = []
+        for i in range(num_samples):
+            lo, hi = interval * i, interval * (i + 1)
+            law = np.zeros(len(self.data))
+            for p, a, b in leaves:
+                if p < limit:
+                    law[p] += max(0.0, min(hi, b) - max(lo, a))
+            out.append(law / law.sum())
         return out
 
     def sampled(self, positions: list[int]) -> None:

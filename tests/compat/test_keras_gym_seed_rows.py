@@ -59,7 +59,7 @@ def test_done_window_at_the_newest_step_reads_the_wrapped_slots() -> None:
     buf = ExperienceReplayBuffer(Env(2), 3, batch_size=1, bootstrap_n=2, gamma=0.5)
     for g in range(6):
         buf.add(state(g, 2), g % 3, 1.0, g in (1, 5), 1 if g < 2 else 2)
-    buf.random = FixedDraw(0)
+    buf.random = FixedDraw(0)  # type: ignore[assignment]
     S, _, Rn, In, S_next, A_next = buf.sample()
     np.testing.assert_array_equal(S[0, 0], [[5, 6], [-5, -6]])
     np.testing.assert_array_equal(Rn, [1.0])
@@ -74,7 +74,7 @@ def test_a_slot_never_written_reads_zeros() -> None:
     buf = ExperienceReplayBuffer(Env(2), 3, batch_size=1, bootstrap_n=2, gamma=0.5)
     for g in range(3):
         buf.add(state(g, 2), g % 3, 1.0, g == 2, 7)
-    buf.random = FixedDraw(2)
+    buf.random = FixedDraw(2)  # type: ignore[assignment]
     _, _, _, In, S_next, A_next = buf.sample()
     np.testing.assert_array_equal(In, [0.0])
     np.testing.assert_array_equal(S_next, np.zeros((1, 1, 2, 2)))

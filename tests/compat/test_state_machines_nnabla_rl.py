@@ -3,7 +3,7 @@
 Each machine drives a buffer of :mod:`rlreplay.compat.nnabla_rl` next to a model of
 ``tests/compat/_models_nnabla_rl.py`` (nnabla-rl's behaviour with the deliberate differences
 of ``docs/migrating/nnabla_rl.md``). Experiences name their step, so a sampled experience tells
-its position; values are checked, not draws:
+its position; values are checked here, the draws' frequencies in ``test_draw_laws.py``:
 
 * :class:`ReplayMachine` (``ReplayBuffer``, bounded or not): ``append``, ``append_all``, an
   experience that moves the buffer to its object store, ``buffer[i]`` (``KeyError`` outside
@@ -13,7 +13,10 @@ its position; values are checked, not draws:
 * :class:`PrioritizedMachine` (``PrioritizedReplayBuffer``, ``variant`` proportional with
   ``buffer_max``/``batch_max`` or rank-based with a small ``sort_interval``): the same appends,
   ``sample`` and ``sample_indices`` with nnabla-rl's weights from the model's priorities (and
-  ``beta`` growing per sample), ``update_priorities`` following the sampled experiences,
+  ``beta`` growing per sample); rank-based (``reset_segment_interval`` 1, 2, 3 or 1000): each
+  drawn experience in the segment nnabla-rl's boundaries give its draw, the boundaries kept or
+  recomputed as nnabla-rl does (``sample_alike`` repeats the last sizes, so segments computed
+  for a shorter buffer are met); ``update_priorities`` following the sampled experiences,
   ``RuntimeError`` for a second sample before an update, ``TypeError`` for an update with
   nothing sampled, ``KeyError`` out of range, ``ValueError`` for too many samples.
 * :class:`TrajectoryMachine` (``TrajectoryReplayBuffer``, bounded or not): ``append_trajectory``
@@ -165,9 +168,10 @@ class PrioritizedMachine(ReplayMachine):
     @initialize(capacity=st.integers(1, 8), variant=st.sampled_from(["proportional", "rank_based"]),
                 method=st.sampled_from(["buffer_max", "batch_max"]),
                 alpha=st.sampled_from([0.5, 0.6, 1.0]), beta=st.sampled_from([0.4, 0.5]),
-                betasteps=st.integers(1, 20), sort_interval=st.integers(1, 6))  # fmt: skip
+                betasteps=st.integers(1, 20), sort_interval=st.integers(1, 6),
+                reset=st.sampled_from([1, 2, 3, 1000]))  # fmt: skip
     def build(self, capacity: int, variant: str, method: str, alpha: float, beta: float,
-              betasteps: int, sort_interval: int) -> None:  # fmt: skip
+              betasteps: int, sort_interval: int, reset: int) -> None:  # fmt: skip
         kw: dict[str, Any] = dict(alpha=alpha, beta=beta, betasteps=betasteps)
         if variant == "proportional":
             self.buf = PrioritizedReplayBuffer(capacity, variant=variant, seed=0, **kw)
@@ -180,11 +184,14 @@ class PrioritizedMachine(ReplayMachine):
             kind = "proportional"
         else:
             self.buf = PrioritizedReplayBuffer(capacity, variant=variant, seed=0,
-                                               sort_interval=sort_interval, **kw)  # fmt: skip
+                                               sort_interval=sort_interval,
+                                               reset_segment_interval=reset, **kw)  # fmt: skip
             kind, method = "rank", "buffer_max"
         self.m = BufferModel(capacity, kind, normalization_method=method,
-                             sort_interval=sort_interval, **kw)  # fmt: skip
+                             sort_interval=sort_interval, reset_segment_interval=reset,
+                             **kw)  # fmt: skip
         self.g = 0
+        self.last_call: tuple[int, int] | None = None
 
     def pending(self) -> bool:
         return self.m.last is not None
@@ -192,6 +199,7 @@ class PrioritizedMachine(ReplayMachine):
     @rule(k=st.integers(1, 4), steps=st.integers(1, 3))
     def sample(self, k: int, steps: int) -> None:
         n = len(self.m)
+        self.last_call = (k, steps)
         if k > n:
             with pytest.raises(ValueError):
                 self.buf.sample(k, steps)
@@ -202,6 +210,9 @@ class PrioritizedMachine(ReplayMachine):
             return
         if self.m.kind == "proportional" and steps > 1 and not self.practical(k, steps):
             return
+        # nnabla-rl's rank-based sample settles its segments before it draws (and before
+        # sample_indices refuses a pending sample)
+        bounds = self.m.segments(k, steps) if self.m.kind == "rank" else []
         if self.pending():
             # nnabla-rl draws before sample_indices finds the update missing; a proportional
             # draw that can never fit num_steps raises first (prioritized difference 2).
@@ -217,7 +228,41 @@ class PrioritizedMachine(ReplayMachine):
         positions = [self.m.position(step_of(e)) for e in lists[0]]
         assert all(p is not None and p < n - steps + 1 for p in positions), positions
         self.check_steps(lists, positions)  # type: ignore[arg-type]
+        if self.m.kind == "rank":
+            self.check_segments(positions, steps, bounds)  # type: ignore[arg-type]
         self.check_weights(info, positions)  # type: ignore[arg-type]
+
+    @rule()
+    def sample_alike(self) -> None:
+        """The last ``sample``'s sizes again: rank-based segments computed for a shorter
+        buffer are kept (nnabla-rl recomputes them only on a change of sizes or at a length
+        that is a multiple of ``reset_segment_interval``)."""
+        if self.last_call is not None:
+            self.sample(*self.last_call)
+
+    def check_segments(self, positions: list[int], steps: int, bounds: list[int]) -> None:
+        """Each drawn experience lies in the segment nnabla-rl's boundaries give its draw.
+
+        nnabla-rl draws once per segment in order, keeps the draws below ``len - steps + 1``
+        and then draws each missing one in a random segment: the batch is ``t`` draws of
+        increasing segments, then ``k - t`` of any; each segment left out must hold a heap
+        position too new to keep (with ``steps == 1`` none is: draw ``i`` is in segment ``i``).
+        """
+        limit, k = len(self.m) - steps + 1, len(positions)
+        heap = [self.m.heap_index(p) for p in positions]
+        assert all(h < bounds[-1] for h in heap), (heap, bounds)  # nothing past the segments
+        seg = [int(np.searchsorted(bounds, h, side="right")) for h in heap]
+        lows = [0, *bounds[:-1]]
+        too_new = [
+            any(self.m.at_heap(h) >= limit for h in range(lows[s], bounds[s]))
+            for s in range(len(bounds))
+        ]
+        fits = any(
+            all(seg[i] < seg[i + 1] for i in range(t - 1))
+            and all(too_new[s] for s in set(range(len(bounds))) - set(seg[:t]))
+            for t in range(k + 1)
+        )
+        assert fits, (seg, bounds, too_new, steps)
 
     def practical(self, k: int, steps: int) -> bool:
         """Every slice of the mass has a fitting experience on an even grid of 400 queries.
