@@ -142,3 +142,40 @@ def test_a_stack_over_a_newer_episode_with_the_same_id_is_kept() -> None:
     np.testing.assert_array_equal(In, [1.0])
     np.testing.assert_array_equal(S_next, S)  # and ks = js
     np.testing.assert_array_equal(A_next, A)
+
+
+@settings(max_examples=30, deadline=None)
+@given(
+    episodes=st.lists(st.tuples(st.integers(1, 4), st.integers(1, 3)), min_size=1, max_size=6),
+    n=st.integers(0, 2),
+    k=st.integers(2, 3),
+    capacity=st.integers(2, 8),
+)
+def test_draws_kept_as_the_seed_keeps_them_whatever_the_ids(
+    episodes: list[tuple[int, int]], n: int, k: int, capacity: int
+) -> None:
+    """Episodes (each ending ``done``) with ids in any order, larger or smaller than the last:
+    every slot whose window is added is kept exactly when the seed keeps it (its
+    ``np.any(self._e[js[:-1]] > ep)`` over the ring; fixes 1 and 3 reject nothing here)."""
+    ours = ExperienceReplayBuffer(Env(k), capacity, batch_size=1, bootstrap_n=n, gamma=0.5)
+    ref = KerasGymReference(Env(k), capacity, batch_size=1, bootstrap_n=n, gamma=0.5)
+    g = 0
+    for length, episode_id in episodes:
+        first = g
+        for t in range(length):
+            for buf in (ours, ref):
+                buf.add(state(g, k, first), g % 3, 1.0, t == length - 1, episode_id)
+            g += 1
+    M = capacity + n
+    for j in range(min(g, M) if len(ref) else 0):
+        if n and j + M * ((g - 1 - j) // M) + n > g - 1:
+            continue  # step t + n not added: the front-end rejects it (fix 1)
+        ref.random, ours.random = FixedDraw(j), FixedDraw(j)  # type: ignore[assignment]
+        kept = []
+        for buf in (ref, ours):
+            try:
+                buf.sample()
+                kept.append(True)
+            except RuntimeError:
+                kept.append(False)
+        assert kept[0] == kept[1], (j, kept)
