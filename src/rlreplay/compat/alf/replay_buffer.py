@@ -47,6 +47,7 @@ state) and ``_blocking`` (blocking calls that ``stop`` ends).
 from __future__ import annotations
 
 import math
+import threading
 from typing import Any
 
 import numpy as np
@@ -210,6 +211,9 @@ class ReplayBuffer(Sampling, torch.nn.Module):
         # allow_multiprocess: other processes reach this buffer through a server (_multiprocess)
         self._sharing = Sharing(self) if allow_multiprocess else None
         self._remote: Remote | None = None  # set on copies and handles in other processes
+        # ALF's lock without allow_multiprocess: as in ALF, pickle and copy.deepcopy of such a
+        # buffer raise TypeError on it, copy.copy works (allow_multiprocess: pickles as a handle)
+        self._alf_lock = threading.RLock()
         self._all_envs = np.arange(E, dtype=np.int64)
         self._stopped = False
         self._disc0 = Disc0Segments(E, C)

@@ -235,6 +235,30 @@ class ReplayBuffer:
     def __repr__(self) -> str:
         return f"{type(self).__name__}(capacity={self.capacity}, len={len(self)})"
 
+    # ------------------------------------------------------------------ pickling, copies
+    # nnabla-rl's buffers are plain objects: pickle and copy.deepcopy copy them by value (the
+    # core copies itself, rlreplay.buffer_copy; the global generator stays global). Staged
+    # experiences go to the core first, as before any read; the staging rows are a cache,
+    # made again for the copy.
+    # (PrioritizedReplayBuffer holds its built buffer only: its state is its __dict__.)
+    def __getstate__(self) -> dict[str, Any]:
+        if "_staging" not in self.__dict__:
+            return dict(self.__dict__)
+        self._core_size()  # writes what is staged
+        return {**self.__dict__, "_staging": self._staging is not None}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        if "_staging" in state:
+            self._staging = self._make_staging() if state["_staging"] else None
+
+    def __copy__(self) -> ReplayBuffer:
+        # nnabla-rl's shallow copy shares the data holder, so each sees the other's appends
+        # and updates; here the state is the attributes and the core together: an alias.
+        new = object.__new__(type(self))
+        new.__dict__ = self.__dict__
+        return new
+
     # ------------------------------------------------------------------ core construction
     def _columnar_only(self) -> bool:
         return not self._objects_allowed or type(self)._build_core is not ReplayBuffer._build_core
