@@ -155,6 +155,7 @@ def test_copy_holds_the_state_and_continues_as_the_original(kind: str, how: str)
 
 def test_copies_are_independent() -> None:
     original = make("proportional")
+    assert isinstance(original, rr.PrioritizedReplayBuffer)
     fill(original)
     before = original.state_dict()
     twin = copy.deepcopy(original)
@@ -190,10 +191,11 @@ def test_rate_limiter_travels_as_its_own_copy() -> None:
     original = make("limiter")
     fill(original)
     twin = pickled(original)
-    assert twin.rate_limiter is not original.rate_limiter
-    assert twin.rate_limiter.state_dict() == original.rate_limiter.state_dict()
+    mine, theirs = original.rate_limiter, twin.rate_limiter
+    assert mine is not None and theirs is not None and theirs is not mine
+    assert theirs.state_dict() == mine.state_dict()
     step(twin, 60)  # counts for the copy only
-    assert twin.rate_limiter.state_dict() != original.rate_limiter.state_dict()
+    assert theirs.state_dict() != mine.state_dict()
 
 
 def test_memmap_buffer_pickles_by_value_into_memory(tmp_path: Path) -> None:
