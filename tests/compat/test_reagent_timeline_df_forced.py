@@ -48,6 +48,8 @@ from rlreplay.compat.reagent.circular_replay_buffer import ReplayElement
 from rlreplay.compat.reagent.utils import DEFAULT_DS, replay_buffer_to_pre_timeline_df
 from rlreplay.errors import ReplayError
 
+pd = pytest.importorskip("pandas")
+
 EXTRAS = [
     ReplayElement("mdp_id", (), np.int64),
     ReplayElement("sequence_number", (), np.int64),
@@ -244,7 +246,11 @@ def test_frame_is_reagent_01s(name: str) -> None:
     expected = EXPECTED[name]
     assert list(df.columns) == ["ds", *expected]
     discrete = ["object", "object"] if spec[6] else []
-    assert [str(d) for d in df.dtypes] == DTYPES + discrete
+    # Columns of Python strings (``ds``; a discrete ``action``) get the dtype pandas infers for
+    # strings, as 0.1's ``pd.DataFrame`` of lists does: object before pandas 3, str from 3 on.
+    text = str(pd.Series(["x"]).dtype)
+    want = [text if i == 0 or (i == 2 and spec[6]) else d for i, d in enumerate(DTYPES)]
+    assert [str(d) for d in df.dtypes] == want + discrete
     assert len(df) == buf.size == len(expected["reward"])
     assert list(df.index) == list(range(buf.size))
     assert df.ds.tolist() == [DEFAULT_DS] * buf.size
