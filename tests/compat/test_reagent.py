@@ -449,6 +449,29 @@ def test_everything_as_stack_golden() -> None:
     assert batch.next_state[:, 0].tolist() == [[1, 2, 3], [3, 4, 0]]
 
 
+@pytest.mark.parametrize("cls", [ReplayBuffer, PrioritizedReplayBuffer])
+def test_everything_as_stack_with_n_step_raises_after_the_draw(cls: Any) -> None:
+    # reagent 0.1's sample_transition_batch draws the indices, then reaches the reward
+    # element and raises NotImplementedError("Uncertain how to do this without double
+    # counting..") when return_everything_as_stack meets update_horizon > 1.
+    buf = make(cls, update_horizon=2, return_everything_as_stack=True)
+    fill(buf, [6])
+    twin = make(cls, update_horizon=2, return_everything_as_stack=True)
+    fill(twin, [6])
+    with pytest.raises(NotImplementedError, match="double counting") as info:
+        buf.sample_transition_batch()
+    assert isinstance(info.value, rr.ConfigError)
+    with pytest.raises(NotImplementedError):
+        buf.sample_transition_batch(indices=[0, 1, 2, 3])
+    twin.sample_index_batch(4)  # the failed call drew its indices first, as 0.1
+    assert buf.sample_index_batch(4).tolist() == twin.sample_index_batch(4).tolist()
+    # The timeline format returns the rewards step by step: nothing is double counted.
+    timeline = make(cls, update_horizon=2, return_everything_as_stack=True,
+                    return_as_timeline_format=True)  # fmt: skip
+    fill(timeline, [6])
+    assert len(timeline.sample_transition_batch(indices=[0, 1, 2, 3]).reward) == 4
+
+
 def test_timeline_format_golden() -> None:
     buf = make(update_horizon=3, return_as_timeline_format=True, extra_storage_types=[LOG_PROB])
     fill(buf, [4], extra=True)

@@ -18,6 +18,7 @@ __all__ = [
     "ElementAssertionError",
     "IndexAssertionError",
     "NotFoundError",
+    "StackedRewardError",
 ]
 
 
@@ -42,3 +43,21 @@ class NotFoundError(CheckpointError, FileNotFoundError):
 
     Subclasses :class:`rlreplay.CheckpointError` (a ``ValueError``) and ``FileNotFoundError``.
     """
+
+
+class StackedRewardError(ConfigError, NotImplementedError):
+    """Stacked rewards with ``update_horizon > 1``, which 0.1's sampling refuses.
+
+    reagent 0.1's ``sample_transition_batch`` raises ``NotImplementedError("Uncertain how to do
+    this without double counting..")`` when it reaches the ``reward`` element of such a buffer,
+    after drawing the indices.
+    """
+
+    @classmethod
+    def for_horizon(cls, update_horizon: int) -> StackedRewardError:
+        """The error for a buffer of this ``update_horizon``, with 0.1's message."""
+        return cls(
+            "reward: expected update_horizon 1 with return_everything_as_stack=True, got "
+            f"update_horizon={update_horizon} (reagent 0.1: Uncertain how to do this without "
+            "double counting..)"
+        )

@@ -16,7 +16,7 @@ import numpy as np
 from rlreplay.compat.reagent import _slotread
 from rlreplay.compat.reagent._args import positive_int
 from rlreplay.compat.reagent._assembly import _Batch
-from rlreplay.compat.reagent._errors import IndexAssertionError
+from rlreplay.compat.reagent._errors import IndexAssertionError, StackedRewardError
 from rlreplay.errors import EmptyBufferError, InvalidIdError
 
 if TYPE_CHECKING:
@@ -27,6 +27,7 @@ __all__ = [
     "SlotRangeError",
     "as_slots",
     "leaf_count",
+    "refuse_unsampleable",
     "batch_slots",
     "choose_slots",
     "drawable_slots",
@@ -158,6 +159,25 @@ def batch_slots(indices: Any, cap: int) -> tuple[Array, Array]:
 
 class SlotRangeError(InvalidIdError, IndexError):
     """A slot index outside ``[0, replay_capacity)`` (an ``IndexError``, as in ReAgent's tree)."""
+
+
+def refuse_unsampleable(buf: ReplayBuffer) -> None:
+    """Raise where reagent 0.1's ``sample_transition_batch`` fails after its draw.
+
+    Raises:
+        IndexError: ``update_horizon=0``: 0.1's ``traj_lengths`` read ``terminals[:, -1]`` of
+            an empty ``(B, 0)`` window, whatever the indices.
+        NotImplementedError: ``return_everything_as_stack`` with ``update_horizon > 1`` and
+            no timeline format: 0.1 refuses to stack n-step rewards at the reward element.
+    """
+    if buf._update_horizon == 0:
+        raise SlotRangeError(
+            "index -1 is out of bounds for axis 1 with size 0 (update_horizon=0: the "
+            "n-step window of every transition is empty, as in reagent 0.1)"
+        )
+    stacked = buf._return_everything_as_stack and not buf._return_as_timeline_format
+    if stacked and buf._update_horizon > 1:
+        raise StackedRewardError.for_horizon(buf._update_horizon)
 
 
 def _numpy(indices: Any) -> Array:

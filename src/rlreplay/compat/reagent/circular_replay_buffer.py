@@ -61,7 +61,6 @@ from rlreplay.compat.reagent._errors import NotFoundError
 from rlreplay.compat.reagent._persist import CheckpointFiles
 from rlreplay.compat.reagent._ranges import RangeReaders
 from rlreplay.compat.reagent._ring import SlotRing
-from rlreplay.compat.reagent._slots import SlotRangeError
 from rlreplay.errors import ConfigError
 from rlreplay.spec import Field
 
@@ -552,15 +551,11 @@ class ReplayBuffer(SlotRing, RangeReaders, CheckpointFiles):
             IndexError: An index outside ``[-replay_capacity, replay_capacity)``.
             AssertionError: ``batch_size`` differs from ``len(indices)``.
             RuntimeError: No valid index to sample (``indices=None``).
+            NotImplementedError: ``return_everything_as_stack`` with ``update_horizon > 1``
+                (without the timeline format), after drawing the indices, as 0.1.
         """
         slots, given = _slots.choose_slots(self, batch_size, indices)
-        if self._update_horizon == 0:
-            # 0.1 builds the buffer, then its traj_lengths read terminals[:, -1] of an empty
-            # (B, 0) window: IndexError, whatever the indices.
-            raise SlotRangeError(
-                "index -1 is out of bounds for axis 1 with size 0 (update_horizon=0: the "
-                "n-step window of every transition is empty, as in reagent 0.1)"
-            )
+        _slots.refuse_unsampleable(self)  # after the draw, as 0.1
         check = indices is not None or self._num_forced > 0  # drawn by add's marks: intact
         batch = _slots.gather(self, slots, check=check)._replace(given=given)
         arrays = self._transition_arrays(batch)

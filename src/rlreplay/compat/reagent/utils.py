@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from rlreplay.compat.reagent._errors import StackedRewardError
 from rlreplay.compat.reagent._slots import SlotRangeError
 from rlreplay.compat.reagent.circular_replay_buffer import ReplayBuffer
 from rlreplay.errors import ConfigError, ShapeError
@@ -50,10 +51,6 @@ class ExportShapeError(ShapeError, AssertionError):
 
 class ExportDimensionError(ShapeError, IndexError):
     """A state without the stack axis 0.1's ``t.squeeze(2)`` reads (``IndexError`` there)."""
-
-
-class StackedRewardError(ConfigError, NotImplementedError):
-    """Stacked rewards with ``update_horizon > 1``, which 0.1's sampling refuses."""
 
 
 class MissingElementError(ConfigError, AttributeError):
@@ -125,11 +122,7 @@ def replay_buffer_to_pre_timeline_df(
         _empty_export(replay_buffer)
     if replay_buffer._return_everything_as_stack and replay_buffer._update_horizon > 1:
         # 0.1's sample_transition_batch refuses to stack n-step rewards.
-        raise StackedRewardError(
-            "reward: expected update_horizon 1 with return_everything_as_stack=True, got "
-            f"update_horizon={replay_buffer._update_horizon} (reagent 0.1: Uncertain how to do "
-            "this without double counting..)"
-        )
+        raise StackedRewardError.for_horizon(replay_buffer._update_horizon)
     batch = replay_buffer.sample_all_valid_transitions()
     if replay_buffer._stack_size == 1 and tuple(replay_buffer._observation_shape) == ():
         # 0.1's sample_transition_batch_tensor squeezes the stack axis with t.squeeze(2),
