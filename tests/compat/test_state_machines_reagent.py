@@ -204,8 +204,7 @@ class PrioritizedReAgentMachine(ReAgentMachine):
         m = self.m
         leaves = m.leaves.size
         slots = data.draw(st.lists(st.integers(0, m.cap - 1), min_size=1, max_size=5))
-        # A negative index counts back from the last leaf, as ReAgent's nodes[-1][i].
-        idx = [s - leaves if data.draw(st.booleans()) else s for s in slots]
+        idx = slots  # a negative index fails ReAgent's tree walk (AssertionError, below)
         values = [data.draw(PRIORITIES) for _ in idx]
         self.buf.set_priority(np.array(idx), np.array(values))
         m.set_priority(idx, values)
@@ -217,8 +216,9 @@ class PrioritizedReAgentMachine(ReAgentMachine):
         if leaves > m.cap:  # the power-of-two level's padding leaves (difference 6)
             pad = data.draw(st.integers(m.cap, leaves - 1))
             refused.append((IndexError, [*idx, pad], [*values, 1.0]))
-            refused.append((IndexError, [*idx, pad - leaves], [*values, 1.0]))
+            refused.append((AssertionError, [*idx, pad - leaves], [*values, 1.0]))
         refused.append((IndexError, [leaves], [1.0]))
+        refused.append((AssertionError, [slots[0] - leaves], [1.0]))
         for error, bad_idx, bad_values in refused:
             with pytest.raises(error):
                 self.buf.set_priority(np.array(bad_idx), np.array(bad_values))

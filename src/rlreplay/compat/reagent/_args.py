@@ -154,13 +154,6 @@ def reagent_shape(value: Any) -> tuple[int, ...]:
     return ()  # ReAgent: "Assume it is scalar."
 
 
-def _true_shape(value: Any) -> tuple[int, ...] | None:
-    try:
-        return tuple(np.shape(value))
-    except (TypeError, ValueError):
-        return None
-
-
 def parse_add_args(
     signature: Sequence[shape_type],
     given: tuple[Any, ...],
@@ -170,8 +163,8 @@ def parse_add_args(
     """The add arguments in signature order, with ReAgent's count and shape checks.
 
     A declared element (its shape given to the constructor) is checked as ReAgent's
-    ``_check_add_types`` checks it (``ValueError`` on a shape mismatch); besides, a value whose
-    own shape (``np.shape``, e.g. a tensor's) is the expected one is accepted. An element
+    ``_check_add_types`` checks it (``ValueError`` on a shape mismatch: arrays, lists and tuples
+    have a shape, anything else, a tensor too, counts as a scalar). An element
     named in ``inferred`` is checked as ReAgent's later ``DenseMetadata.validate`` checks it:
     same shape and dtype as at the first add, else ``AssertionError``.
     """
@@ -180,22 +173,27 @@ def parse_add_args(
             f"Add expects {len(signature)} elements ({[e.name for e in signature]}), "
             f"received {len(given) + len(kwargs)}"
         )
+    # ReAgent checks the positional values first, then looks each other element up by name
+    # (a missing one raises KeyError there).
     values = list(given)
-    for element in signature[len(given) :]:
-        if element.name not in kwargs:
-            raise FieldError(f"add: missing {element.name!r}; given by name: {sorted(kwargs)}")
-        values.append(kwargs[element.name])
-    for value, element in zip(values, signature, strict=True):
-        if element.name == "priority" and value is None:
-            continue
-        expected = tuple(element.shape)
-        if element.name in inferred:
-            check_inferred(element.name, value, expected, np.dtype(element.type))
-        elif reagent_shape(value) != expected and _true_shape(value) != expected:
-            raise ShapeError(
-                f"arg {element.name} has shape {reagent_shape(value)}, expected {expected}"
-            )
+    for i, element in enumerate(signature):
+        if i >= len(given):
+            if element.name not in kwargs:
+                raise FieldError(f"add: missing {element.name!r}; given by name: {sorted(kwargs)}")
+            values.append(kwargs[element.name])
+        _check_value(values[i], element, inferred)
     return values
+
+
+def _check_value(value: Any, element: shape_type, inferred: frozenset[str]) -> None:
+    if element.name == "priority" and value is None:
+        return
+    expected = tuple(element.shape)
+    if element.name in inferred:
+        check_inferred(element.name, value, expected, np.dtype(element.type))
+    elif reagent_shape(value) != expected:
+        got = reagent_shape(value)
+        raise ShapeError(f"arg {element.name} has shape {got}, expected {expected}")
 
 
 def cast(value: Any, shape: tuple[int, ...], dtype: Any) -> Array:

@@ -18,6 +18,7 @@ __all__ = [
     "ElementAssertionError",
     "IndexAssertionError",
     "NotFoundError",
+    "SlotRangeError",
     "StackedRewardError",
 ]
 
@@ -36,6 +37,10 @@ class ElementAssertionError(ShapeError, AssertionError):
 
 class IndexAssertionError(InvalidIdError, AssertionError):
     """Indices ReAgent refuses with ``assert`` (not integers, or not ``batch_size`` of them)."""
+
+
+class SlotRangeError(InvalidIdError, IndexError):
+    """A slot or tree leaf index out of range (an ``IndexError``, as NumPy's in ReAgent)."""
 
 
 class NotFoundError(CheckpointError, FileNotFoundError):

@@ -48,7 +48,7 @@ class CheckpointFiles:
 
     def _required_files(self) -> list[str]:
         names = [STORE_FILENAME_PREFIX + e.name for e in self.get_storage_signature()]
-        return [*names, "add_count"]
+        return [*names, "add_count", "invalid_range"]  # every file 0.1 requires
 
     def save(self, checkpoint_dir: str | os.PathLike[str], iteration_number: int) -> None:
         """Save the buffer as one gzipped ``.npy`` file per attribute (Dopamine's layout).

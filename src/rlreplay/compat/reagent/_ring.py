@@ -86,23 +86,27 @@ class SlotRing:
         Before the first add it is ReAgent's initial ``np.zeros(stack_size)`` (float64).
         """
         cap, n = self._replay_capacity, self._update_horizon
-        if self._add_count == 0:
-            return np.zeros(self._stack_size)
+        if self._add_count == 0 or self._stack_size + n == 0:
+            return np.zeros(self._stack_size + (n if self._add_count else 0))  # float64, as 0.1
         return (self.cursor() - n + np.arange(self._stack_size + n)) % cap
 
     # ------------------------------------------------------------------ validity
-    def is_valid_transition(self, index: int) -> np.bool_:
+    def is_valid_transition(self, index: Any) -> Any:
         """Whether slot ``index`` is valid (sampleable): a ``np.bool_``, as in reagent 0.1.
 
-        0.1 returns ``self._is_index_valid[index]``, an element of its NumPy bool array.
-        ``index`` reads that array as ``array[index]`` does: an int, NumPy integer or
-        one-element integer tensor; negative values count from the end.
+        0.1 returns ``self._is_index_valid[index]``, NumPy's read of its bool array, and so
+        does this: an int, NumPy integer or 0-d integer tensor gives a ``np.bool_`` (negative
+        values count from the end); an integer array, list or tensor gives an array of them.
 
         Raises:
-            IndexError: Not an integer, or outside ``[-replay_capacity, replay_capacity)``.
+            IndexError: Not an integer index, or outside ``[-replay_capacity,
+                replay_capacity)`` (also an :class:`rlreplay.InvalidIdError`).
         """
-        out: np.bool_ = self._is_valid[_slots.slot_index(index, self._replay_capacity)]
-        return out
+        idx = index.cpu().numpy() if hasattr(index, "cpu") else index
+        try:
+            return self._is_valid[idx]
+        except IndexError as exc:
+            raise _slots.SlotRangeError(f"index {index!r}: {exc}") from None
 
     def set_index_valid_status(self, idx: int, is_valid: bool) -> None:
         """Mark slot ``idx`` valid or not (for conditional sampling); keeps :attr:`size` right.

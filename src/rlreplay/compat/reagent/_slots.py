@@ -16,7 +16,11 @@ import numpy as np
 from rlreplay.compat.reagent import _slotread
 from rlreplay.compat.reagent._args import positive_int
 from rlreplay.compat.reagent._assembly import _Batch
-from rlreplay.compat.reagent._errors import IndexAssertionError, StackedRewardError
+from rlreplay.compat.reagent._errors import (
+    IndexAssertionError,
+    SlotRangeError,
+    StackedRewardError,
+)
 from rlreplay.errors import EmptyBufferError, InvalidIdError
 
 if TYPE_CHECKING:
@@ -157,10 +161,6 @@ def batch_slots(indices: Any, cap: int) -> tuple[Array, Array]:
     return out, raw
 
 
-class SlotRangeError(InvalidIdError, IndexError):
-    """A slot index outside ``[0, replay_capacity)`` (an ``IndexError``, as in ReAgent's tree)."""
-
-
 def refuse_unsampleable(buf: ReplayBuffer) -> None:
     """Raise where reagent 0.1's ``sample_transition_batch`` fails after its draw.
 
@@ -262,12 +262,17 @@ def choose_slots(
         The slots (in ``[0, replay_capacity)``) and the given indices as int64 (``None`` when
         sampled): 0.1 echoes those, a negative one as it is, in the ``indices`` element.
     """
+    b = buf._batch_size if batch_size is None else positive_int("batch_size", batch_size, 0)
     if indices is None:
-        b = buf._batch_size if batch_size is None else positive_int("batch_size", batch_size, 0)
-        return sample_slots(buf, b), None
+        slots = sample_slots(buf, b)
+        if b == 0 and buf._prioritized:
+            # 0.1: np.array([]) of the stratified draw is float64, which cannot index _store
+            raise SlotRangeError("arrays used as indices must be of integer (or boolean) type")
+        return slots, None
     slots, given = batch_slots(indices, buf._replay_capacity)
     if batch_size is not None and batch_size != slots.size:
-        # ReAgent: assert len(indices) == batch_size
+        # ReAgent: assert len(indices) == batch_size (0.1 also asserts it against the default
+        # batch_size when none is given; here len(indices) is taken then)
         raise IndexAssertionError(f"batch_size={batch_size} but {slots.size} indices were given")
     return slots, given
 

@@ -20,9 +20,8 @@ import numpy as np
 
 from rlreplay.compat.reagent import _draws
 from rlreplay.compat.reagent._assembly import _Batch
-from rlreplay.compat.reagent._errors import IndexAssertionError
+from rlreplay.compat.reagent._errors import IndexAssertionError, SlotRangeError
 from rlreplay.compat.reagent._pickled import dumps_sum_tree, read_sum_tree_file
-from rlreplay.compat.reagent._slots import SlotRangeError
 from rlreplay.compat.reagent.circular_replay_buffer import ReplayBuffer, ReplayElement, shape_type
 from rlreplay.compat.reagent.sum_tree import SumTree
 from rlreplay.errors import CheckpointError, PriorityError, ShapeError
@@ -198,29 +197,29 @@ class PrioritizedReplayBuffer(ReplayBuffer):
         valid by hand (read as 0.1 reads it); the next row written there resets it.
 
         Args:
-            indices: Integer slots, any shape; negative ones count back from the end of the
-                tree's leaf level, as in ReAgent.
+            indices: Integer slots in ``[0, replay_capacity)``, any shape.
             priorities: One finite priority ``>= 0`` per slot; with duplicates the last wins.
 
         Raises:
             ValueError: A negative or non-finite priority (:class:`rlreplay.PriorityError`), or
                 a count that differs from the number of slots.
-            AssertionError: Indices that are not integers.
+            AssertionError: Indices that are not integers, or a negative index (ReAgent's walk
+                up its tree then fails its "Sum tree traversal failed" assertion, after
+                writing; here nothing changes).
             IndexError: A padding leaf past ``replay_capacity`` (which ReAgent would then draw
                 as a slot that does not exist) or an index outside the tree.
+
+        As ReAgent walks the pairs in order, the first pair it refuses decides the error.
         """
-        slots = self._as_slots(indices)
-        padding = slots >= self._replay_capacity
-        if padding.any():
-            raise SlotRangeError(
-                f"indices {slots[padding][:5].tolist()} name no slot of the "
-                f"{self._replay_capacity}; a priority there would be drawn as a missing slot"
-            )
+        raw = _numpy(indices).reshape(-1)
+        if raw.size and raw.dtype.kind not in "iu":
+            raise IndexAssertionError(f"Indices must be integers, given: {raw.dtype}")
+        raw = raw.astype(np.int64)
         p = _numpy(priorities).astype(np.float64).reshape(-1)
-        if p.size != slots.size:
-            raise ShapeError(f"priorities: expected {slots.size} (one per index), got {p.size}")
-        if p.size and not (np.isfinite(p).all() and (p >= 0).all()):
-            raise PriorityError(f"Sum tree values should be finite and nonnegative. Got {p}")
+        if p.size != raw.size:
+            raise ShapeError(f"priorities: expected {raw.size} (one per index), got {p.size}")
+        _refuse_priority_pairs(raw, p, self._replay_capacity)
+        slots = self._as_slots(raw)
         ids = self._slot_id[slots]
         held = ids >= 0
         if held.any():
@@ -384,8 +383,9 @@ class _SlotPriorities:
         return self._buffer._max_recorded_priority
 
     def get(self, node_index: int) -> float:
-        """The priority of slot ``node_index``."""
-        return float(self._buffer.get_priority([node_index])[0])
+        """The priority of slot ``node_index`` (a ``np.float64``, read as ReAgent's
+        ``nodes[-1][node_index]``: negative indices count back, padding leaves read 0)."""
+        return self._buffer._slot_tree.get(node_index)
 
     def set(self, node_index: int, value: float) -> None:
         """Set the priority of slot ``node_index``."""
@@ -416,6 +416,30 @@ class _SlotPriorities:
         # for code written against ReAgent's tree; the buffer samples from the core's tree.
         buf = self._buffer
         return SumTree._from_leaves(buf._slot_priorities(), buf._max_recorded_priority)
+
+
+def _refuse_priority_pairs(raw: Array, p: Array, cap: int) -> None:
+    """Raise for the first (index, priority) pair ReAgent's ``sum_tree.set`` refuses (or
+    writes onto a padding leaf, deliberate difference 6); nothing is written before."""
+    leaves = 1 << (cap - 1).bit_length()
+    bad_value = ~(np.isfinite(p) & (p >= 0))
+    outside = (raw < -leaves) | (raw >= leaves)
+    problem = bad_value | outside | (raw < 0) | (raw >= cap)
+    if not problem.any():
+        return
+    k = int(np.flatnonzero(problem)[0])
+    if bad_value[k]:
+        raise PriorityError(f"Sum tree values should be finite and nonnegative. Got {p[k]}")
+    if outside[k]:
+        raise SlotRangeError(f"index {raw[k]} is out of bounds for axis 0 with size {leaves}")
+    if raw[k] < 0:
+        raise IndexAssertionError(
+            f"Sum tree traversal failed, final node index is not 0 (index {raw[k]})."
+        )
+    raise SlotRangeError(
+        f"index {raw[k]} names no slot of the {cap}; a priority there would be drawn as a "
+        "missing slot"
+    )
 
 
 def _numpy(value: Any) -> Array:

@@ -17,8 +17,12 @@ from typing import Any
 
 import numpy as np
 
-from rlreplay.compat.reagent._errors import ConfigAssertionError
-from rlreplay.errors import CheckpointError, ConfigError, EmptyBufferError
+from rlreplay.compat.reagent._errors import (
+    ConfigAssertionError,
+    IndexAssertionError,
+    SlotRangeError,
+)
+from rlreplay.errors import CheckpointError, ConfigError, EmptyBufferError, PriorityError
 from rlreplay.sampling.trees import SumTree as _CoreSumTree
 
 __all__ = ["SumTree"]
@@ -83,7 +87,7 @@ class SumTree:
         Level ``d`` has ``2**d`` entries; the last level holds the leaves padded with zeros to
         a power of two. Writing into these arrays does not change the tree: use :meth:`set`.
         """
-        size = 1 << (self.capacity - 1).bit_length()
+        size = self._leaf_count()
         leaves = np.zeros(size, np.float64)
         leaves[: self.capacity] = self._tree.get(np.arange(self.capacity))
         # Pairwise sums bottom-up: the core computes each parent as left + right, so these are
@@ -197,27 +201,68 @@ class SumTree:
         return [int(i) for i in self._tree.find_prefix_sum(masses)]
 
     def get(self, node_index: int) -> float:
-        """Returns the value of leaf ``node_index``.
+        """Returns the value of leaf ``node_index`` (a ``np.float64``, as ReAgent's level array).
+
+        The index reads the leaf level as ReAgent's ``nodes[-1][node_index]`` does: a negative
+        one counts back from its end, and the padding leaves past ``capacity`` read 0.
 
         Raises:
-            ValueError: ``node_index`` outside ``[0, capacity)`` (:class:`rlreplay.InvalidIdError`).
+            IndexError: ``node_index`` is not an int or lies outside ``[-leaves, leaves)``
+                (also a :class:`rlreplay.InvalidIdError`).
         """
-        return float(self._tree.get(np.array([operator.index(node_index)]))[0])
+        i = self._leaf(node_index) % self._leaf_count()
+        if i >= self.capacity:
+            return np.float64(0.0)
+        return np.float64(self._tree.get(np.array([i]))[0])
 
     def set(self, node_index: int, value: float) -> None:
         """Sets leaf ``node_index`` to ``value`` and updates its ancestors, ``O(log capacity)``.
 
         Args:
-            node_index: The leaf to update.
+            node_index: The leaf to update, in ``[0, capacity)``.
             value: A finite priority ``>= 0``; 0 means the element is never sampled.
 
         Raises:
-            ValueError: ``value`` is negative (or NaN/infinite), or ``node_index`` is out of
-                range (:class:`rlreplay.PriorityError` / :class:`rlreplay.InvalidIdError`).
+            ValueError: ``value`` is negative (or NaN/infinite) (:class:`rlreplay.PriorityError`).
+            IndexError: ``node_index`` lies outside the leaf level, as in ReAgent, or on a
+                padding leaf past ``capacity`` (ReAgent writes it, then draws that missing
+                element: deliberate difference 6).
+            AssertionError: A negative ``node_index``: ReAgent's walk up the tree ends at
+                ``-1`` and it asserts ("Sum tree traversal failed"), after writing; here
+                before anything changes. Both also :class:`rlreplay.InvalidIdError`.
         """
         value = float(value)
-        self._tree.set(np.array([operator.index(node_index)]), np.array([value]))
+        if not (math.isfinite(value) and value >= 0.0):
+            raise PriorityError(f"Sum tree values should be nonnegative. Got {value}")
+        i = self._leaf(node_index)
+        if i < 0:
+            raise IndexAssertionError(
+                f"Sum tree traversal failed, final node index is not 0 (node_index={i})."
+            )
+        if i >= self.capacity:
+            raise SlotRangeError(
+                f"node_index {i} is a padding leaf past capacity {self.capacity}: it would be "
+                "drawn as an element that does not exist"
+            )
+        self._tree.set(np.array([i]), np.array([value]))
         self.max_recorded_priority = max(value, self.max_recorded_priority)
+
+    def _leaf_count(self) -> int:
+        """Leaves of ReAgent's level array: the power of two ``>= capacity``."""
+        return 1 << (self.capacity - 1).bit_length()
+
+    def _leaf(self, node_index: Any) -> int:
+        """``node_index`` as NumPy reads ``nodes[-1][node_index]``: in ``[-leaves, leaves)``."""
+        leaves = self._leaf_count()
+        try:
+            i = operator.index(node_index)
+        except TypeError:
+            raise SlotRangeError(
+                f"node_index: only integers index the leaves, got {node_index!r}"
+            ) from None
+        if not -leaves <= i < leaves:
+            raise SlotRangeError(f"index {i} is out of bounds for axis 0 with size {leaves}")
+        return i
 
     def _set_many(self, indices: Array, values: Array) -> None:
         """Set leaves ``indices`` to ``values`` (checked by the caller); the last duplicate wins.

@@ -24,8 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from rlreplay.compat.reagent._errors import StackedRewardError
-from rlreplay.compat.reagent._slots import SlotRangeError
+from rlreplay.compat.reagent._errors import SlotRangeError, StackedRewardError
 from rlreplay.compat.reagent.circular_replay_buffer import ReplayBuffer
 from rlreplay.errors import ConfigError, ShapeError
 

@@ -1,0 +1,161 @@
+"""Mismatches with reagent 0.1 found by the differential run of issue 13, pinned.
+
+Each expectation is transcribed from reagent 0.1's ``replay_memory`` source (Apache 2.0,
+Copyright (c) Facebook, Inc. and its affiliates; Copyright 2018 The Dopamine Authors), quoted
+in the comments; the original is never imported.
+"""
+
+from __future__ import annotations
+
+import gzip
+import os
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+
+from rlreplay.compat.reagent import PrioritizedReplayBuffer, ReplayBuffer
+from rlreplay.compat.reagent.sum_tree import SumTree
+
+
+def _filled_prioritized(cap: int = 50) -> PrioritizedReplayBuffer:
+    buf = PrioritizedReplayBuffer((), 1, cap, 2, observation_dtype=np.float32)
+    for t, p in enumerate([1.0, 1.3, 3.0, 4.0]):
+        buf.add(float(t), 0, 1.0, False, p)
+    return buf
+
+
+# ---------------------------------------------------------------------- SumTree
+def test_sum_tree_get_reads_the_leaf_level_as_numpy() -> None:
+    # 0.1: ``return self.nodes[-1][node_index]``: the level has 2**ceil(log2(capacity))
+    # float64 leaves; a negative index counts back, a padding leaf reads 0.0.
+    tree = SumTree(5)  # 8 leaves
+    tree.set(2, 1.5)
+    got = tree.get(2)
+    assert type(got) is np.float64 and got == 1.5
+    assert tree.get(-6) == 1.5 and tree.get(6) == 0.0 and tree.get(-1) == 0.0
+    for outside in (8, -9):
+        with pytest.raises(IndexError):
+            tree.get(outside)
+
+
+def test_sum_tree_set_refuses_as_reagent_walks() -> None:
+    # 0.1's set: ``if value < 0.0: raise ValueError``, then ``nodes[-1][node_index]``
+    # (IndexError outside the level), then the walk up with ``node_index //= 2`` ends at -1
+    # for a negative index: ``assert node_index == 0, "Sum tree traversal failed..."``.
+    tree = SumTree(5)
+    tree.set(1, 2.0)
+    before = [level.tolist() for level in tree.nodes]
+    with pytest.raises(AssertionError, match="traversal failed"):
+        tree.set(-7, 1.0)
+    with pytest.raises(IndexError):
+        tree.set(8, 1.0)
+    with pytest.raises(ValueError):
+        tree.set(8, -1.0)  # the value is checked first
+    assert [level.tolist() for level in tree.nodes] == before
+    assert tree.max_recorded_priority == 2.0
+
+
+# ---------------------------------------------------------------------- priorities
+def test_set_priority_negative_index_fails_reagents_tree_walk() -> None:
+    # 0.1: ``for index, priority in zip(indices, priorities): self.sum_tree.set(index, ...)``;
+    # a negative index fails the assertion above (0.1 after writing; here nothing changes).
+    buf = _filled_prioritized()
+    before = buf.get_priority(np.arange(50, dtype=np.int32))
+    with pytest.raises(AssertionError):
+        buf.set_priority(np.array([-61], np.int32), [7.0])
+    with pytest.raises(AssertionError):
+        buf.sum_tree.set(-1, 7.0)
+    # The first pair 0.1 refuses decides: a negative priority before a negative index.
+    with pytest.raises(ValueError):
+        buf.set_priority(np.array([1, -61], np.int32), [-1.0, 7.0])
+    np.testing.assert_array_equal(buf.get_priority(np.arange(50, dtype=np.int32)), before)
+
+
+def test_sum_tree_attribute_get_is_the_float64_leaf() -> None:
+    # 0.1: ``buffer.sum_tree.get(i)`` is ``nodes[-1][i]``, the float64 leaf set by add.
+    buf = _filled_prioritized()
+    got = buf.sum_tree.get(1)
+    assert type(got) is np.float64 and got == 1.3
+    assert buf.sum_tree.get(-63) == 1.3 and buf.sum_tree.get(60) == 0.0
+
+
+def test_prioritized_batch_of_zero_draws_raises_index_error() -> None:
+    # 0.1: ``np.array(self.sum_tree.stratified_sample(0))`` is an empty float64 array, and
+    # ``self._store[name][indices]`` refuses float indices with an IndexError.
+    buf = _filled_prioritized()
+    with pytest.raises(IndexError):
+        buf.sample_transition_batch(batch_size=0)
+    assert buf.sample_index_batch(0).numel() == 0
+
+
+# ---------------------------------------------------------------------- add
+def test_a_tensor_is_checked_as_a_scalar_like_reagent() -> None:
+    # 0.1's _check_add_types: ndarray -> its shape, tuple/list -> np.array(x).shape,
+    # else "Assume it is scalar." A (2,) tensor for a (2,) element is refused with ValueError;
+    # a one-element tensor for a scalar element passes.
+    buf = ReplayBuffer((2,), 1, 10, 2, observation_dtype=np.float32, reward_shape=(2,))
+    with pytest.raises(ValueError, match="reward"):
+        buf.add(np.zeros(2), 0, torch.tensor([1.0, 2.0]), False)
+    assert int(buf.add_count) == 0
+    buf.add(torch.zeros(2).numpy(), torch.tensor([3]), (1.0, 2.0), torch.tensor(False))
+    assert int(buf.add_count) == 1
+
+
+def test_positional_shapes_are_checked_before_missing_names() -> None:
+    # 0.1 checks ``zip(args, add_arg_signature)`` first, then ``kwargs[store_element.name]``.
+    extra = [("mask", (2,), np.float32)]
+    buf = ReplayBuffer((2,), 1, 10, 2, extra_storage_types=extra)
+    with pytest.raises(ValueError, match="action"):
+        buf.add(np.zeros(2), np.zeros(3), 1.0, False, bogus=1)
+    with pytest.raises(KeyError):
+        buf.add(np.zeros(2), 0, 1.0, False, bogus=1)
+
+
+# ---------------------------------------------------------------------- validity, counters
+@pytest.mark.parametrize(
+    ("index", "want"),
+    [
+        (np.array([1]), [True]),
+        ([0, 2, 9], [True, True, False]),
+        (torch.tensor([1, -9]), [True, True]),
+    ],
+)
+def test_is_valid_transition_is_numpys_read(index: Any, want: list[bool]) -> None:
+    # 0.1: ``return self._is_index_valid[index]``: an index array gives an array.
+    buf = ReplayBuffer((), 1, 10, 2, update_horizon=1)
+    for t in range(3):
+        buf.add(t, 0, 1.0, t == 2)
+    got = buf.is_valid_transition(index)
+    assert isinstance(got, np.ndarray) and got.tolist() == want
+    with pytest.raises(IndexError):
+        buf.is_valid_transition(1.0)
+
+
+def test_invalid_range_of_no_slots_is_float64() -> None:
+    # 0.1: ``np.array([... for i in range(stack_size + update_horizon)])`` of no element is
+    # an empty float64 array.
+    buf = ReplayBuffer((), 0, 10, 2, update_horizon=0)
+    buf.add(1, 0, 1.0, False)
+    assert buf.invalid_range.dtype == np.float64 and buf.invalid_range.size == 0
+
+
+# ---------------------------------------------------------------------- load
+def test_load_needs_the_invalid_range_file(tmp_path: Path) -> None:
+    # 0.1's load first checks every checkpointable element's file (``invalid_range`` is a
+    # public attribute) and raises FileNotFoundError before changing anything.
+    buf = ReplayBuffer((2,), 1, 10, 2, observation_dtype=np.float32)
+    for t in range(4):
+        buf.add(np.full(2, t, np.float32), 0, 1.0, t == 3)
+    buf.save(str(tmp_path), 1)
+    os.remove(tmp_path / "invalid_range_ckpt.1.gz")
+    fresh = ReplayBuffer((2,), 1, 10, 2, observation_dtype=np.float32)
+    with pytest.raises(FileNotFoundError):
+        fresh.load(str(tmp_path), 1)
+    assert int(fresh.add_count) == 0
+    with gzip.open(tmp_path / "invalid_range_ckpt.1.gz", "wb") as f:
+        np.save(f, buf.invalid_range, allow_pickle=False)
+    fresh.load(str(tmp_path), 1)
+    assert int(fresh.add_count) == int(buf.add_count)
