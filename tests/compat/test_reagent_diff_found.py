@@ -159,3 +159,22 @@ def test_load_needs_the_invalid_range_file(tmp_path: Path) -> None:
         np.save(f, buf.invalid_range, allow_pickle=False)
     fresh.load(str(tmp_path), 1)
     assert int(fresh.add_count) == int(buf.add_count)
+
+
+def test_stack_size_0_checkpoint_round_trips(tmp_path: Path) -> None:
+    # 0.1 saves and loads a stack_size=0 buffer like any other (its load reads the arrays).
+    buf = ReplayBuffer((), 0, 6, 2, update_horizon=1)
+    for t in range(9):
+        buf.add(t, 0, 1.0, t % 4 == 3)
+    buf.save(str(tmp_path), 0)
+    fresh = ReplayBuffer((), 0, 6, 2, update_horizon=1)
+    fresh.load(str(tmp_path), 0)
+    assert int(fresh.add_count) == 9
+    np.testing.assert_array_equal(fresh._store["observation"], buf._store["observation"])
+
+
+def test_set_priority_float_array_is_asserted_even_empty() -> None:
+    # 0.1: ``assert indices.dtype == np.int32, "Indices must be integers, ..."``.
+    buf = _filled_prioritized()
+    with pytest.raises(AssertionError):
+        buf.set_priority(np.array([], np.float64), np.array([]))

@@ -337,7 +337,7 @@ def leading_padding(
     if saved is not None:
         while j < order.size and saved[order[j]]:
             j += 1
-        if j > k - 1:
+        if j > max(k - 1, 0):  # stack_size 0 writes no padding rows either
             raise CheckpointError(
                 f"{PADDING_FILE}: expected at most stack_size - 1 = {k - 1} padding rows "
                 f"before the oldest step, the checkpoint has {j}"

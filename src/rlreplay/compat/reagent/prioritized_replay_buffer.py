@@ -212,7 +212,7 @@ class PrioritizedReplayBuffer(ReplayBuffer):
         As ReAgent walks the pairs in order, the first pair it refuses decides the error.
         """
         raw = _numpy(indices).reshape(-1)
-        if raw.size and raw.dtype.kind not in "iu":
+        if raw.dtype.kind not in "iu" and (raw.size or hasattr(indices, "dtype")):
             raise IndexAssertionError(f"Indices must be integers, given: {raw.dtype}")
         raw = raw.astype(np.int64)
         p = _numpy(priorities).astype(np.float64).reshape(-1)
