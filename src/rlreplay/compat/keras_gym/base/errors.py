@@ -15,6 +15,7 @@ __all__ = [
     "ActionAssertionError",
     "ActionSpaceError",
     "ActionValueError",
+    "EmptyRingError",
     "FrameCountError",
     "InsufficientCacheError",
     "KerasGymError",
@@ -49,6 +50,16 @@ class SampleConstructionError(ReplayError, RuntimeError):
 
     keras-gym raises a plain ``RuntimeError("couldn't construct valid sample")`` there; this
     class is a ``RuntimeError`` so ``except RuntimeError`` keeps working.
+    """
+
+
+class EmptyRingError(ReplayError, RuntimeError):
+    """``sample()`` of an empty ring that ``len()`` does not show as empty.
+
+    With a negative ``bootstrap_n = -m`` keras-gym's ``len()`` counts ``m`` slots more than
+    the ring holds, so after a ``clear()`` the size check passes and keras-gym raises a
+    plain ``RuntimeError("please insert more transitions before sampling")``; this class is
+    that ``RuntimeError``.
     """
 
 

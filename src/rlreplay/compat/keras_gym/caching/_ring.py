@@ -27,6 +27,21 @@ class RingViews:
     _num_transitions: int
     _first_id: int
     _adds: int
+    _initialized: bool
+    _s_shape: tuple[int, ...]
+    _s_dtype: np.dtype[Any]
+    _a_shape: tuple[int, ...]
+    _a_dtype: np.dtype[Any]
+
+    def _cache_layout(self) -> dict[str, tuple[np.dtype[Any], tuple[int, ...]]]:
+        """Dtype and row shape of each of keras-gym's caches, by core field name."""
+        return {
+            "obs": (self._s_dtype, self._s_shape),
+            "action": (self._a_dtype, self._a_shape),
+            "reward": (np.dtype(np.float64), ()),
+            "terminated": (np.dtype(np.bool_), ()),
+            "episode_id": (np.dtype(np.int32), ()),
+        }
 
     def _slots(self) -> int:
         """Size of keras-gym's ring: ``capacity + bootstrap_n``."""
@@ -51,7 +66,11 @@ class RingViews:
         """
         core = self._core
         if core is None:
-            raise AttributeError(f"{type(self).__name__!r} has no cache before the first add")
+            if not self._initialized:
+                raise AttributeError(f"{type(self).__name__!r} has no cache before the first add")
+            # a first add that failed after keras-gym's _init_cache: its empty (zero) arrays
+            dtype, shape = self._cache_layout()[name]
+            return np.zeros((self._slots(), *shape), dtype)
         dtype, shape = core.schema.fields[name].dtype, core.schema.fields[name].shape
         out = np.zeros((self._slots(), *shape), dtype)
         written = np.arange(self._num_transitions)

@@ -42,6 +42,7 @@ import numpy as np
 
 from rlreplay.buffer import ReplayBuffer
 from rlreplay.compat.keras_gym.base.errors import (
+    EmptyRingError,
     FrameCountError,
     InsufficientCacheError,
     NumpyArrayCheckError,
@@ -211,9 +212,14 @@ class ExperienceReplayBuffer(RingViews, RandomStateMixin, ActionSpaceMixin):
             else:
                 self._a_shape = tuple(self.env.action_space.shape)
                 self._a_dtype = np.dtype(self.env.action_space.dtype)
+            # keras-gym's _init_cache: np.empty of a negative ring raises before it marks the
+            # buffer initialised (the next add reads s.dtype again); an empty ring is created
+            _check_ring(self._slots())
             self._initialized = True
         if self.action_space_is_discrete:
             a = self._one_hot_encode_discrete(a)
+        if self._slots() == 0:  # keras-gym's self._s[self._i] = s into an empty ring
+            raise IndexError("index 0 is out of bounds for axis 0 with size 0")
         # keras-gym's assignments, in its order (a failing one stores nothing here); the
         # Python scalars that need no conversion skip the NumPy round trip
         frame = _assigned(s, self._s_shape, self._s_dtype)
@@ -257,13 +263,7 @@ class ExperienceReplayBuffer(RingViews, RandomStateMixin, ActionSpaceMixin):
 
     def _init_core(self) -> ReplayBuffer:
         M = self._slots()
-        if M < 0:  # keras-gym's np.zeros((capacity + bootstrap_n, ...))
-            raise ConfigError(
-                "negative dimensions are not allowed: capacity + bootstrap_n = "
-                f"{self.capacity} + {self.bootstrap_n}"
-            )
-        if M == 0:  # keras-gym's self._s[self._i] = s into an empty ring
-            raise IndexError("index 0 is out of bounds for axis 0 with size 0")
+        _check_ring(M)
         # The core needs an n-step window of at least one step and room for it; with
         # bootstrap_n=0 the windows are empty and sample() reads no successor (S_next = S).
         n_core, k = max(self.bootstrap_n, 1), max(self._frames, 1)
@@ -334,10 +334,15 @@ class ExperienceReplayBuffer(RingViews, RandomStateMixin, ActionSpaceMixin):
 
         Raises:
             InsufficientCacheError: Fewer than ``batch_size`` transitions (``len(self)``).
+            ValueError: ``batch_size < 1`` (keras-gym's ``np.stack`` of nothing).
+            EmptyRingError: The ring holds nothing while ``len(self)`` passes the size check
+                (a negative ``bootstrap_n``; a ``RuntimeError``, as keras-gym raises).
+            FrameCountError: The env's ``num_frames`` is None (a ``TypeError``, as keras-gym's
+                ``None - 1``; one draw is consumed first, as in keras-gym).
             SampleConstructionError: No valid batch in ``10 * batch_size`` draws (a
                 ``RuntimeError``, as keras-gym raises).
         """
-        if not self._initialized or self._core is None or len(self) < self.batch_size:
+        if not self._initialized or len(self) < self.batch_size:
             raise InsufficientCacheError(
                 f"insufficient cached data to sample from: {len(self)} transitions, "
                 f"batch_size={self.batch_size}; add more transitions before sampling"
@@ -345,7 +350,15 @@ class ExperienceReplayBuffer(RingViews, RandomStateMixin, ActionSpaceMixin):
         B = self.batch_size
         if B < 1:  # keras-gym's np.stack of an empty list
             raise ValueError("need at least one array to stack")
+        if not self._num_transitions or self._core is None:
+            # reachable with a negative bootstrap_n (len() counts -bootstrap_n more) after a
+            # clear(), or after a first add that failed past keras-gym's _init_cache
+            raise EmptyRingError(
+                f"please insert more transitions before sampling: the ring is empty, len() = "
+                f"{len(self)} counts -bootstrap_n = {-self.bootstrap_n} slots that hold nothing"
+            )
         if self.num_frames is None:  # keras-gym: np.arange(self.num_frames - 1, -1, -1)
+            self.random.randint(self._num_transitions)  # keras-gym draws j first
             raise FrameCountError(
                 "num_frames: expected the env's int frame count to sample stacks, got None "
                 "(keras-gym: unsupported operand type(s) for -: 'NoneType' and 'int'); "
@@ -562,6 +575,8 @@ class ExperienceReplayBuffer(RingViews, RandomStateMixin, ActionSpaceMixin):
 
     # ------------------------------------------------------------------ sizes
     def __len__(self) -> int:
+        if not self._initialized:  # keras-gym: AttributeError (no counters before an add)
+            return 0
         return max(0, self._num_transitions - self.bootstrap_n)
 
     def __bool__(self) -> bool:
@@ -572,6 +587,15 @@ class ExperienceReplayBuffer(RingViews, RandomStateMixin, ActionSpaceMixin):
             f"{type(self).__name__}(capacity={self.capacity}, batch_size={self.batch_size}, "
             f"bootstrap_n={self.bootstrap_n}, gamma={self.gamma}, num_frames={self.num_frames}, "
             f"len={len(self)})"
+        )
+
+
+def _check_ring(M: int) -> None:
+    """keras-gym's ``np.empty((capacity + bootstrap_n,) + shape)`` of a negative size."""
+    if M < 0:
+        raise ConfigError(
+            f"capacity + bootstrap_n: expected a ring of at least 0 slots, got {M} (keras-gym: "
+            "negative dimensions are not allowed)"
         )
 
 
