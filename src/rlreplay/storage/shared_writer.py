@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import math
 import os
 import time
 from dataclasses import dataclass
@@ -20,6 +21,7 @@ import numpy as np
 from rlreplay.errors import ConfigError, InvalidIdError, ReplayClosed
 from rlreplay.spec import Schema
 from rlreplay.storage.shared import MappedSegment, fence, store_release
+from rlreplay.storage.shared_fastpath import build_add
 
 __all__ = ["SharedHandle", "SharedWriter", "attach"]
 
@@ -225,6 +227,7 @@ class SharedWriter:
         self._fd = _MAPPED[self._hdr_seg][0].fd
         self._locked: list[int] = []
         self._closed = False
+        self._due = [0.0]  # when the owner's liveness is to be checked next
         try:
             self._acquire(timeout)
         except BaseException:
@@ -234,9 +237,10 @@ class SharedWriter:
         self._t = np.zeros(E, np.int64)
         self._last_end = np.full(E, -1, np.int64)
         self._fcount = np.zeros(E, np.int64)
-        self._next_check = 0.0
         for e in self._locked:
             self._resume(e)
+        if len(self._locked) == 1:
+            self._install_fast_add()
 
     # ------------------------------------------------------------------ ownership
     def _acquire(self, timeout: float) -> None:
@@ -283,14 +287,24 @@ class SharedWriter:
             slot = e * C + (P - 1) % C
             self.end_episode(e, **{f"next_{n}": self._steps[n][slot] for n in self._finals})
 
+    def _install_fast_add(self) -> None:
+        """Answer ``add`` with a function generated for this schema and env, which stores a
+        step of plain values itself and hands the rest to :meth:`add` below
+        (:mod:`rlreplay.storage.shared_fastpath`; a one-env writer only)."""
+        e = self._locked[0]
+        self.__dict__["add"] = build_add(
+            self, SharedWriter.add, e, (e * HCOLS + PUB, e * HCOLS + BEGIN, e * HCOLS + CLOSED),
+            (self._t, self._last_end, self._fcount), self._due,
+        )  # fmt: skip
+
     def _check_alive(self) -> None:
         if self._closed:
             raise ReplayClosed("SharedWriter is closed")
         if self._hdr[self._locked[0], CLOSED] if self._locked else False:
             raise ReplayClosed("the shared buffer was closed by its owner")
         now = time.monotonic()
-        if now >= self._next_check:  # the owner's liveness, at most once a second
-            self._next_check = now + 1.0
+        if now >= self._due[0]:  # the owner's liveness, at most once a second
+            self._due[0] = now + 1.0
             try:
                 os.kill(self.handle.owner_pid, 0)
             except ProcessLookupError:
@@ -354,10 +368,12 @@ class SharedWriter:
 
     def _convert(self, values: dict[str, Any], lead: tuple[int, ...]) -> dict[str, Any]:
         keys = values.keys()
+        if keys != self._plain_keys and any(values.get(k, 0) is None for k in self._next_names):
+            # next_<obs>=None means "not given", as in ReplayBuffer.add
+            values = {k: v for k, v in values.items() if v is not None or k not in self._next_names}
+            keys = values.keys()
         full = keys == self._full_keys
         if not full and keys != self._plain_keys:
-            if any(values[k] is None for k in self._next_names if k in values):
-                values = {k: v for k, v in values.items() if v is not None or k in self._plain_keys}
             self.schema.check_keys(values, ending=False)  # names what is unknown or missing
         conv = self.schema.convert_all(values, lead)
         if not full and (
@@ -443,6 +459,8 @@ class SharedWriter:
         if self._closed:
             return
         self._closed = True
+        self._due[0] = -math.inf  # a generated add held elsewhere takes the general path
+        self.__dict__.pop("add", None)
         for e in self._locked:
             self._hdr[e, PID] = 0
             _ATTACHED.discard((self._hdr_seg, e))
