@@ -103,6 +103,9 @@ class Part:
             col = col.astype(self.field.dtype)  # the core widens integer rewards
         if self.kind == "python":
             return list(col.tolist())
+        if self.kind == "array" and col.ndim == 1:
+            # 0-d arrays were appended: ``list(col)`` would give NumPy scalars
+            return [col[i, ...] for i in range(col.shape[0])]
         return list(col)  # row views (fresh copies made by the core) or NumPy scalars
 
 

@@ -150,14 +150,14 @@ class HindsightReplayBuffer(ReplayBuffer):
         """Add new experience to the replay buffer.
 
         Writes ``index_in_episode`` and ``episode_end_index`` into the experience's ``info``
-        (its last element), as nnabla-rl does.
+        (its element 5, whatever follows it), as nnabla-rl does.
 
         Raises:
             RuntimeError: The state is not a tuple ``(observation, desired_goal,
                 achieved_goal)`` (as nnabla-rl).
             ValueError: ``info`` is not a dict (as nnabla-rl).
         """
-        s, *_ = experience
+        s = experience[0]
         if not isinstance(s, tuple):
             raise RuntimeError("Hindsight replay only supports tuple observation environment")
         if not len(s) == 3:
@@ -165,10 +165,10 @@ class HindsightReplayBuffer(ReplayBuffer):
                 "Observation is not a tuple of 3 elements: (observation, desired_goal, "
                 "achieved_goal)"
             )
-        non_terminal = experience[3]
-        info = experience[-1]
+        info = experience[5]  # nnabla-rl's index, whatever follows it
         if not isinstance(info, dict):
             raise ValueError(f"info: expected a dict, got {type(info).__name__}")
+        non_terminal = experience[3]
         i = self._next_id
         index_in_episode = i - self._episode_start
         # nnabla-rl shares one np.array([end]) among an episode's infos, updated in place
@@ -197,6 +197,17 @@ class HindsightReplayBuffer(ReplayBuffer):
         if num_steps > 1:
             raise NotImplementedError("HindsightReplayBuffer: n-step learning is not supported")
         idx = as_indices(indices)
+        n = len(self)
+        bad = (idx < (0 if self._bounded() else -n)) | (idx >= n)
+        if bad.any():
+            # nnabla-rl draws drng.random() for an index before it reads it: the indices
+            # before the first bad one are drawn (and relabelled) as usual, then the bad
+            # one's draw is made and its read raises
+            j = int(np.flatnonzero(bad)[0])
+            if j:
+                self.sample_indices(idx[:j])
+            self._rng.random()
+            self._positions(idx[j : j + 1])
         ids = self._first_id() + self._positions(idx)
         experiences = self._experiences(ids)
         # nnabla-rl's draws, per index in order: drng.random(), then (relabelled when it is
@@ -209,6 +220,10 @@ class HindsightReplayBuffer(ReplayBuffer):
             if not rng.random() > prob:
                 relabelled.append(j)
                 future.append(int(rng.integers(t, end + 1)))
+                if len(experiences[j]) != 6:  # nnabla-rl unpacks six, after this draw
+                    raise ValueError(
+                        f"too many values to unpack (expected 6, got {len(experiences[j])})"
+                    )
         if relabelled:
             goals = self._experiences(np.array(future, np.int64))
             first = self._first_id()
@@ -221,7 +236,6 @@ class HindsightReplayBuffer(ReplayBuffer):
 
     def _hindsight(self, experience: Experience, goal: Any) -> Experience:
         """The experience with desired goal ``goal`` and its reward for that goal."""
-        s, a, _, non_terminal, s_next, *rest = experience
-        info = rest[0] if rest else {}
+        s, a, _, non_terminal, s_next, info = experience
         reward = self._reward_function(s_next[2], goal, info)
-        return ((s[0], goal, s[2]), a, reward, non_terminal, (s_next[0], goal, s_next[2]), *rest)
+        return ((s[0], goal, s[2]), a, reward, non_terminal, (s_next[0], goal, s_next[2]), info)

@@ -12,12 +12,14 @@ frame (or ending with the final frame at an episode's end).
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
 import numpy as np
 
+from rlreplay.compat.nnabla_rl._checks import PositionKeyError
 from rlreplay.compat.nnabla_rl._codec import (
     Codec,
     Part,
@@ -270,6 +272,29 @@ class MemoryEfficientAtariTrajectoryBuffer(_AtariObjects, TrajectoryReplayBuffer
         super().__init__(num_trajectories, seed=seed)
         self._frame_stack = 4  # nnabla-rl builds MemoryEfficientAtariBuffer(len(trajectory))
 
+    def __getitem__(self, item: int) -> Any:
+        # nnabla-rl's _LazyAtariTrajectory takes Python ints only ("Invalid key type" for a
+        # NumPy integer that falls in a stored trajectory; past the end, ValueError first)
+        if self._lengths and not isinstance(item, int) and operator.index(item) < len(self):
+            raise TypeError("Invalid key type")
+        return super().__getitem__(item)
+
+    def _positions(self, pos: Array) -> Array:
+        """As :class:`TrajectoryReplayBuffer`'s, but a negative position raises ``KeyError``.
+
+        0.16.0 reads a negative position of the first trajectory from that trajectory's own
+        ``MemoryEfficientAtariBuffer``, whose ring raises ``KeyError`` for any negative index.
+        """
+        bad = (pos < 0) | (pos >= len(self))
+        if self._lengths and bad.any():
+            p = int(pos[int(np.flatnonzero(bad)[0])])  # nnabla-rl stops at the first bad one
+            if p < 0:
+                raise PositionKeyError(
+                    f"index {p} is out of range: the first trajectory's Atari buffer takes "
+                    "no negative index"
+                )
+        return super()._positions(pos)
+
     def _portion_range(self, length: int, start: int, portion_length: int) -> range:
         """nnabla-rl's ``_LazyAtariTrajectory`` slice: ``range(key.stop)[key]``.
 
@@ -350,8 +375,11 @@ class RankBasedPrioritizedAtariBuffer(_AtariObjects, RankBasedPrioritizedReplayB
 
     Args:
         capacity: Most experiences kept (``>= 1``).
-        alpha, beta, error_clip, reset_segment_interval, sort_interval: As
+        alpha, beta, error_clip, reset_segment_interval: As
             :class:`RankBasedPrioritizedReplayBuffer`.
+        sort_interval: Kept, unused: nnabla-rl 0.16.0's Atari ``append`` replaces the
+            rank-based one (which sorts the heap every ``sort_interval`` appends), so the
+            heap is never sorted, as there.
         betasteps: As there; nnabla-rl's Atari default is 50000000.
         stacked_frames: Frames per state.
         seed: Seed of a random generator of the buffer's own (an rlreplay addition).
@@ -381,3 +409,7 @@ class RankBasedPrioritizedAtariBuffer(_AtariObjects, RankBasedPrioritizedReplayB
             seed=seed,
         )
         self._frame_stack = check_count("stacked_frames", stacked_frames)
+        # nnabla-rl 0.16.0's Atari append replaces the rank-based one, which counts appends
+        # and sorts the heap: this buffer's heap is never sorted (sort_interval is unused)
+        self._regular_sorts = False
+        self._append_hook = False

@@ -422,7 +422,10 @@ class TrajectoryReplayBuffer(ReplayBuffer):
         for index in idx.tolist():  # nnabla-rl's order of checks, index by index
             k = int(np.searchsorted(ends, index, side="right"))  # first trajectory ending after
             if k >= lengths.shape[0]:
-                raise PositionError(
+                # no trajectory stored: nnabla-rl's cumsum is [0], so a negative index reads
+                # trajectory 0 (the ring's KeyError); otherwise argwhere finds none (IndexError)
+                error = PositionKeyError if index < 0 and self._bounded() else PositionError
+                raise error(
                     f"index {index} is out of range for a buffer of {len(self)} experiences"
                 )
             length = int(lengths[k])
