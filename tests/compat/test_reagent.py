@@ -361,14 +361,14 @@ def test_sample_index_batch_and_errors() -> None:
     assert idx.dtype == torch.int64 and idx.shape == (5,) and set(idx.tolist()) == {0}
     # Slot 3's window is not known yet: reagent 0.1 reads slots 3..5 as they are (4 and 5
     # never written: zeros) and returns that (values from 0.1's own code on the same adds).
-    newest = buf.sample_transition_batch(indices=torch.tensor([3]))
+    newest = buf.sample_transition_batch(batch_size=1, indices=torch.tensor([3]))
     assert newest.state.tolist() == [[4.0, 4.0]] and newest.reward.tolist() == [[1.0]]
     assert newest.next_state.tolist() == [[0.0, 0.0]] and newest.step.tolist() == [[3]]
     # reagent 0.1 reads the stacks modulo replay_capacity but the other elements as
     # _store[name][indices]: 50 is out of bounds there (IndexError); -50 is slot 0.
     with pytest.raises(IndexError, match="out of bounds"):
-        buf.sample_transition_batch(indices=[50])
-    assert buf.sample_transition_batch(indices=[-50]).state.tolist() == [[1.0, 1.0]]
+        buf.sample_transition_batch(batch_size=1, indices=[50])
+    assert buf.sample_transition_batch(batch_size=1, indices=[-50]).state.tolist() == [[1.0, 1.0]]
     with pytest.raises(AssertionError):  # ReAgent: assert len(indices) == batch_size
         buf.sample_transition_batch(batch_size=2, indices=[0])
 
@@ -378,7 +378,7 @@ def test_padding_slot_indices_read_the_slots() -> None:
     # it (values from 0.1's own code on the same adds).
     buf = make(stack_size=2)
     fill(buf, [3])
-    batch = buf.sample_transition_batch(indices=[0])
+    batch = buf.sample_transition_batch(batch_size=1, indices=[0])
     assert batch.state.tolist() == [[[0.0, 0.0], [0.0, 0.0]]]
     assert batch.next_state.tolist() == [[[0.0, 1.0], [0.0, 1.0]]]
     assert (batch.reward.tolist(), batch.next_reward.tolist()) == ([[0.0]], [[1.0]])
@@ -410,7 +410,7 @@ def test_set_index_valid_status_masks_sampling() -> None:
     buf.set_index_valid_status(30, True)  # a slot never written: drawn as 0.1 draws it
     assert buf.size == 3
     assert set(buf.sample_index_batch(100).tolist()) == {2, 9, 30}
-    assert buf.sample_transition_batch(indices=[30]).state.tolist() == [[0.0, 0.0]]
+    assert buf.sample_transition_batch(batch_size=1, indices=[30]).state.tolist() == [[0.0, 0.0]]
 
 
 def test_seeded_sampling_repeats() -> None:
@@ -436,7 +436,7 @@ def test_seeded_sampling_repeats() -> None:
 def test_everything_as_stack_golden() -> None:
     buf = make(stack_size=3, return_everything_as_stack=True, extra_storage_types=[LOG_PROB])
     fill(buf, [4], extra=True)  # slots 0, 1 padding; steps 0..3 in slots 2..5
-    batch = buf.sample_transition_batch(indices=[3, 5])  # steps 1 and 3 (terminal)
+    batch = buf.sample_transition_batch(batch_size=2, indices=[3, 5])  # steps 1 and 3 (terminal)
     assert batch.action.tolist() == [[0, 0, 1], [1, 2, 0]]
     assert batch.reward.tolist() == [[0, 1, 2], [2, 3, 4]]  # raw rewards, not n-step sums
     # terminal is not stacked: ReAgent reads it at t+m-1 only, (B, 1)
@@ -462,20 +462,20 @@ def test_everything_as_stack_with_n_step_raises_after_the_draw(cls: Any) -> None
         buf.sample_transition_batch()
     assert isinstance(info.value, rr.ConfigError)
     with pytest.raises(NotImplementedError):
-        buf.sample_transition_batch(indices=[0, 1, 2, 3])
+        buf.sample_transition_batch(batch_size=4, indices=[0, 1, 2, 3])
     twin.sample_index_batch(4)  # the failed call drew its indices first, as 0.1
     assert buf.sample_index_batch(4).tolist() == twin.sample_index_batch(4).tolist()
     # The timeline format returns the rewards step by step: nothing is double counted.
     timeline = make(cls, update_horizon=2, return_everything_as_stack=True,
                     return_as_timeline_format=True)  # fmt: skip
     fill(timeline, [6])
-    assert len(timeline.sample_transition_batch(indices=[0, 1, 2, 3]).reward) == 4
+    assert len(timeline.sample_transition_batch(batch_size=4, indices=[0, 1, 2, 3]).reward) == 4
 
 
 def test_timeline_format_golden() -> None:
     buf = make(update_horizon=3, return_as_timeline_format=True, extra_storage_types=[LOG_PROB])
     fill(buf, [4], extra=True)
-    batch = buf.sample_transition_batch(indices=[0, 2, 3])  # m = 3, 2, 1
+    batch = buf.sample_transition_batch(batch_size=3, indices=[0, 2, 3])  # m = 3, 2, 1
     assert [r.tolist() for r in batch.reward] == [[1, 2, 3], [3, 4], [4]]
     assert [r.tolist() for r in batch.next_reward] == [[2, 3, 4], [4, 0], [0]]
     assert [a.tolist() for a in batch.next_action] == [[1, 2, 0], [0, 0], [0]]
@@ -484,7 +484,7 @@ def test_timeline_format_golden() -> None:
     assert batch.state.shape == (3, 2) and batch.terminal.reshape(-1).tolist() == [0, 1, 1]
     stacked = make(update_horizon=2, stack_size=2, return_as_timeline_format=True)
     fill(stacked, [3])  # slot 0 padding; steps in 1..3
-    batch = stacked.sample_transition_batch(indices=[1])
+    batch = stacked.sample_transition_batch(batch_size=1, indices=[1])
     assert batch.next_state[0].shape == (2, 2, 2)
     assert batch.next_state[0][:, 0].tolist() == [[1, 2], [2, 3]]
 
@@ -834,7 +834,7 @@ def test_prioritized_probabilities_agree_with_the_native_core() -> None:
     drawn = native.sample(16)
     slots = buf._slots_of_ids(drawn.ids)
     np.testing.assert_allclose(drawn.probabilities, buf.get_priority(slots) / prios.sum())
-    batch = buf.sample_transition_batch(indices=slots)
+    batch = buf.sample_transition_batch(batch_size=len(slots), indices=slots)
     np.testing.assert_array_equal(
         batch.sampling_probabilities.reshape(-1).numpy(), prios[drawn.ids].astype(np.float32)
     )

@@ -178,3 +178,26 @@ def test_set_priority_float_array_is_asserted_even_empty() -> None:
     buf = _filled_prioritized()
     with pytest.raises(AssertionError):
         buf.set_priority(np.array([], np.float64), np.array([]))
+
+
+# ---------------------------------------------------------------------- round 2
+@pytest.mark.parametrize("cls", [ReplayBuffer, PrioritizedReplayBuffer])
+def test_indices_without_batch_size_count_against_the_default(cls: Any) -> None:
+    # 0.1's sample_transition_batch: ``if batch_size is None: batch_size = self._batch_size``
+    # ... ``assert len(indices) == batch_size`` (before any index is read): indices of another
+    # length than the default batch_size raise AssertionError, even out of range ones.
+    buf = cls((2,), 1, 20, 3, observation_dtype=np.float32)
+    for t in range(6):
+        buf.add(
+            np.full(2, t, np.float32), 0, 1.0, False, *([1.0] if cls is not ReplayBuffer else [])
+        )
+    for indices in ([1, 2], np.array([0]), torch.tensor([1, 2, 3, 4]), [25]):
+        with pytest.raises(AssertionError):
+            buf.sample_transition_batch(indices=indices)
+    with pytest.raises(AssertionError):
+        buf.sample_transition_batch(batch_size=2, indices=[1, 2, 3])
+    batch = buf.sample_transition_batch(indices=[1, 2, 3])  # the default 3: accepted
+    assert batch.state[:, 0].tolist() == [1.0, 2.0, 3.0]
+    with pytest.raises(IndexError):
+        buf.sample_transition_batch(indices=[1, 2, 25])  # right length, then NumPy's read
+    assert buf.sample_transition_batch(batch_size=1, indices=[4]).state.tolist() == [[4.0, 4.0]]

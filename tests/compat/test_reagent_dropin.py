@@ -170,13 +170,13 @@ def test_indices_read_as_reagent_reads_them() -> None:
     # replay_capacity, the other elements as _store[name][indices] (IndexError past it).
     buf = make(replay_capacity=50)
     fill(buf, [4])
-    by_float = buf.sample_transition_batch(indices=torch.tensor([1.9, 2.2]))
-    by_int = buf.sample_transition_batch(indices=torch.tensor([1, 2]))
+    by_float = buf.sample_transition_batch(batch_size=2, indices=torch.tensor([1.9, 2.2]))
+    by_int = buf.sample_transition_batch(batch_size=2, indices=torch.tensor([1, 2]))
     np.testing.assert_array_equal(by_float.state.numpy(), by_int.state.numpy())
-    wrapped = buf.sample_transition_batch(indices=torch.tensor([-49, -48]))
+    wrapped = buf.sample_transition_batch(batch_size=2, indices=torch.tensor([-49, -48]))
     np.testing.assert_array_equal(wrapped.state.numpy(), by_int.state.numpy())
     with pytest.raises(IndexError):
-        buf.sample_transition_batch(indices=torch.tensor([51, 52]))
+        buf.sample_transition_batch(batch_size=2, indices=torch.tensor([51, 52]))
 
 
 # ---------------------------------------------------------------------- priorities

@@ -81,7 +81,7 @@ def test_reward_arrays_of_reward_shape_sum_over_the_window() -> None:
     buf = make(reward_shape=(2,), update_horizon=2)
     for t in range(4):
         buf.add(obs_of(0, t), 0, np.array([t, -t], np.float64), t == 3)
-    batch = buf.sample_transition_batch(indices=[0])
+    batch = buf.sample_transition_batch(batch_size=1, indices=[0])
     np.testing.assert_array_equal(batch.reward.numpy(), [[0 + 0.5 * 1, 0 - 0.5 * 1]])
 
 
@@ -138,8 +138,8 @@ def test_set_index_valid_status_negative_index_counts_from_the_end() -> None:
 def test_sample_transition_batch_indices_of_any_kind(as_indices: Any) -> None:
     buf = make()
     fill(buf, [5, 4])
-    want = buf.sample_transition_batch(indices=np.array([3, 0, 6]))
-    _same_batches(buf.sample_transition_batch(indices=as_indices([3, 0, 6])), want)
+    want = buf.sample_transition_batch(batch_size=3, indices=np.array([3, 0, 6]))
+    _same_batches(buf.sample_transition_batch(batch_size=3, indices=as_indices([3, 0, 6])), want)
     _same_batches(buf.sample_transition_batch(batch_size=3, indices=as_indices([3, 0, 6])), want)
 
 

@@ -59,7 +59,7 @@ def test_update_horizon_0_builds_and_fails_at_sampling() -> None:
     with pytest.raises(IndexError, match="out of bounds for axis 1 with size 0"):
         buf.sample_transition_batch()
     with pytest.raises(IndexError):
-        buf.sample_transition_batch(indices=[0])
+        buf.sample_transition_batch(batch_size=1, indices=[0])
 
 
 @pytest.mark.parametrize("cls", [ReplayBuffer, PrioritizedReplayBuffer])
@@ -68,7 +68,7 @@ def test_negative_indices_are_echoed_as_given(cls: type[ReplayBuffer]) -> None:
     for t in range(12):
         args = (np.full(2, t, np.float32), t, float(t), t % 5 == 4)
         buf.add(*args, float(t)) if cls is PrioritizedReplayBuffer else buf.add(*args)
-    batch = buf.sample_transition_batch(indices=np.array([-1, -3, 7, 0]))
+    batch = buf.sample_transition_batch(batch_size=4, indices=np.array([-1, -3, 7, 0]))
     # reagent 0.1: indices [-1, -3, 7, 0] come back as given; the rest reads slots 9, 7, 7, 0
     assert batch.indices.reshape(-1).tolist() == [-1, -3, 7, 0]
     assert batch.action.reshape(-1).tolist() == [7, 5, 5, 8]
@@ -89,8 +89,8 @@ def test_timeline_last_next_value_after_a_terminal_is_the_plain_one() -> None:
         for t in range(9):
             buf.add(np.full(2, t, np.float32), t, float(t), t == 4)
     idx = [3, 4, 0]  # windows ending on the terminal step 4 (slots 3, 4), and one that goes on
-    a = plain.sample_transition_batch(indices=idx)
-    b = timeline.sample_transition_batch(indices=idx)
+    a = plain.sample_transition_batch(batch_size=len(idx), indices=idx)
+    b = timeline.sample_transition_batch(batch_size=len(idx), indices=idx)
     for i in range(3):
         for name in ("next_state", "next_action", "next_reward"):
             # Seed: next values after a terminal are undefined; both formats read the slot

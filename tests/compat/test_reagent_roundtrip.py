@@ -67,7 +67,7 @@ def held(buf: Any) -> list[Any]:
         if buf._slot_id[s] < 0:
             out.append(None)
             continue
-        batch = buf.sample_transition_batch(indices=[s])
+        batch = buf.sample_transition_batch(batch_size=1, indices=[s])
         out.append({name: getattr(batch, name).numpy().tolist() for name in batch._fields})
     return out
 

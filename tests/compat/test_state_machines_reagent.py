@@ -162,7 +162,7 @@ class ReAgentMachine(RuleBasedStateMachine):
             self.check_row(batch, row, s)
         with pytest.raises(IndexError):
             self.buf.sample_transition_batch(
-                indices=[data.draw(st.sampled_from([m.cap, -m.cap - 1]))]
+                batch_size=1, indices=[data.draw(st.sampled_from([m.cap, -m.cap - 1]))]
             )
 
     @rule(data=st.data(), flag=st.booleans())

@@ -269,12 +269,16 @@ def choose_slots(
             # 0.1: np.array([]) of the stratified draw is float64, which cannot index _store
             raise SlotRangeError("arrays used as indices must be of integer (or boolean) type")
         return slots, None
-    slots, given = batch_slots(indices, buf._replay_capacity)
-    if batch_size is not None and batch_size != slots.size:
-        # ReAgent: assert len(indices) == batch_size (0.1 also asserts it against the default
-        # batch_size when none is given; here len(indices) is taken then)
-        raise IndexAssertionError(f"batch_size={batch_size} but {slots.size} indices were given")
-    return slots, given
+    count = _numpy(indices).reshape(-1).size
+    if b != count:
+        # reagent 0.1 (and the seed: "If None, the default batch_size will be used"):
+        # assert len(indices) == batch_size, before any index is read
+        given_as = "batch_size" if batch_size is not None else "the default batch_size"
+        raise IndexAssertionError(
+            f"indices: expected {given_as} = {b} of them (reagent asserts len(indices) == "
+            f"batch_size), got {count}"
+        )
+    return batch_slots(indices, buf._replay_capacity)
 
 
 def drawable_slots(core: CoreReplayBuffer, slot_id: Array, is_valid: Array) -> Array:

@@ -540,7 +540,7 @@ class ReplayBuffer(SlotRing, RangeReaders, CheckpointFiles):
         ``indices`` (the slots sampled) are valid only until the next :meth:`add`.
 
         Args:
-            batch_size: Number of transitions; ``None`` uses the default (or ``len(indices)``).
+            batch_size: Number of transitions; ``None`` uses the default, also with ``indices``.
             indices: Slots to return, as a tensor, array or list; ``None`` samples them
                 uniformly with :meth:`sample_index_batch`.
 
@@ -549,7 +549,7 @@ class ReplayBuffer(SlotRing, RangeReaders, CheckpointFiles):
 
         Raises:
             IndexError: An index outside ``[-replay_capacity, replay_capacity)``.
-            AssertionError: ``batch_size`` differs from ``len(indices)``.
+            AssertionError: ``batch_size`` (or the default) differs from ``len(indices)``.
             RuntimeError: No valid index to sample (``indices=None``).
             NotImplementedError: ``return_everything_as_stack`` with ``update_horizon > 1``
                 (without the timeline format), after drawing the indices, as 0.1.
