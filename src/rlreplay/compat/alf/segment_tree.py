@@ -162,7 +162,8 @@ class SegmentTree(torch.nn.Module):
             ``torch.max`` (or ``operator.add``, ``min``, ``max`` and their NumPy counterparts)
             run on rlreplay's float64 trees; any other ``op`` runs ALF's own algorithm in
             ``dtype``.
-        dtype: dtype of the values handed back (and the precision values are stored with).
+        dtype: dtype of the values handed back (and the precision values are stored with);
+            an integer dtype runs ALF's own algorithm in that dtype, as ALF builds any dtype.
         device: ``"cpu"`` or ``"cuda"``: where handed-back tensors are created.
         name: Name of the tree.
 
@@ -183,24 +184,31 @@ class SegmentTree(torch.nn.Module):
         tree_cls = _TREES.get(op) if _hashable(op) else None
         if not callable(op):
             raise ConfigError(f"op: expected a binary function of tensors, got {op!r}")
-        if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
-            raise ConfigError(f"dtype: expected a floating-point torch dtype, got {dtype!r}")
+        if not isinstance(dtype, torch.dtype):
+            raise ConfigError(f"dtype: expected a torch dtype, got {dtype!r}")
         self._name = name
         self._op = op
         self._dtype = dtype
         self._device = check_device(device, "device")
         self._tree: SumTree | MinTree | MaxTree | _OpTree
-        self._tree_cls = tree_cls
+        self._is_sum = tree_cls is SumTree
+        # ALF builds its node array in any torch dtype (torch.zeros(..., dtype=dtype)): an
+        # integer tree sums, mins and maxes in that dtype, so it runs ALF's own algorithm.
+        self._tree_cls = tree_cls if dtype.is_floating_point else None
         # A sum tree's summary is ALF's root: its node array in dtype, kept beside the core's
         # float64 tree (whose rounded total can differ from ALF's sum in dtype in the last bit).
         self._alf_sums: _OpTree | None = None
-        if tree_cls is SumTree:
+        if self._tree_cls is SumTree:
             self._alf_sums = _OpTree(capacity, torch.add, dtype)  # np.add etc.: same sums
-        if tree_cls is None:  # any other op: ALF's algorithm, in dtype
+        if self._tree_cls is None:  # any other op or dtype: ALF's algorithm, in dtype
             self._tree = _OpTree(capacity, op, dtype)
+            if self._is_sum:
+                self._alf_sums = self._tree
         else:
-            self._tree = tree_cls(capacity)
-            if tree_cls is not SumTree:  # ALF's nodes start at 0, rlreplay's at the neutral one
+            self._tree = self._tree_cls(capacity)
+            if (
+                self._tree_cls is not SumTree
+            ):  # ALF's nodes start at 0, rlreplay's at the neutral one
                 self._tree.set(np.arange(self._tree.capacity), 0.0)
         self._capacity = self._tree.capacity
         self._nnz = 0
@@ -313,7 +321,7 @@ class SegmentTree(torch.nn.Module):
             self._tree = self._tree_cls(self._capacity)
         self._tree.load_state_dict(state)
         every = np.arange(self._capacity)
-        if self._tree_cls is SumTree:  # ALF's node array, from the loaded leaves
+        if self._is_sum:  # ALF's node array, from the loaded leaves
             self._alf_sums = (
                 self._tree
                 if isinstance(self._tree, _OpTree)

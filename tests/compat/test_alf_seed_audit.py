@@ -1,0 +1,372 @@
+"""ALF seed audit: documented behaviours of ``replay_buffer`` and ``segment_tree`` that no other
+test checked, each under the seed sentence it comes from (``shared/seeds/001``).
+
+ALF's source is not available: the seed text is the oracle. The statements already covered
+elsewhere (shapes of ``get_batch``/``gather_all``, the uniform and prioritized laws,
+``find_sum_bound``'s bounds, the episodic queries, blocking calls) are not repeated here.
+"""
+
+from __future__ import annotations
+
+import collections
+import inspect
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from rlreplay.compat.alf import BatchInfo, ReplayBuffer, StepType, TensorSpec
+from rlreplay.compat.alf.segment_tree import (
+    MaxSegmentTree,
+    MinSegmentTree,
+    SegmentTree,
+    SumSegmentTree,
+)
+
+Step = collections.namedtuple("Step", "step_type reward discount x")
+SPEC = Step(
+    step_type=TensorSpec((), torch.int32),
+    reward=TensorSpec(()),
+    discount=TensorSpec(()),
+    x=TensorSpec((2,)),
+)
+
+
+def batch(envs: list[int], t: int, kind: int = StepType.MID, reward: float = 1.0) -> Step:
+    """One step of ``envs``; ``x`` of env ``e`` at step ``t`` is ``[e, t]``."""
+    n = len(envs)
+    return Step(
+        step_type=torch.full((n,), int(kind), dtype=torch.int32),
+        reward=torch.full((n,), reward),
+        discount=torch.ones(n),
+        x=torch.tensor([[e, t] for e in envs], dtype=torch.float32),
+    )
+
+
+# ------------------------------------------------------------------------------ BatchInfo
+def test_batch_info_is_a_namedtuple_with_alfs_field_numbers() -> None:
+    # "class BatchInfo(env_ids, positions, importance_weights, replay_buffer,
+    #  discounted_return) Bases: tuple"; "discounted_return: Alias for field number 4",
+    # "env_ids ... 0", "importance_weights ... 2", "positions ... 1", "replay_buffer ... 3"
+    info = BatchInfo("e", "p", "w", "rb", "r")
+    assert isinstance(info, tuple)
+    assert BatchInfo._fields == (
+        "env_ids",
+        "positions",
+        "importance_weights",
+        "replay_buffer",
+        "discounted_return",
+    )
+    assert (info[0], info[1], info[2], info[3], info[4]) == ("e", "p", "w", "rb", "r")
+
+
+# ------------------------------------------------------------------------------ constructor
+def test_constructor_signature_and_defaults_are_the_seeds() -> None:
+    # "class ReplayBuffer(data_spec, num_environments, max_length=1024,
+    #  num_earliest_frames_ignored=0, prioritized_sampling=False, initial_priority=1.0,
+    #  recent_data_steps=1, recent_data_ratio=0.0, with_replacement=False, device='cpu',
+    #  allow_multiprocess=False, keep_episodic_info=None, record_episodic_return=False,
+    #  default_return=- 1000.0, gamma=0.99, reward_clip=None, enable_checkpoint=False,
+    #  name='ReplayBuffer')"
+    params = inspect.signature(ReplayBuffer.__init__).parameters
+    expected = {
+        "max_length": 1024,
+        "num_earliest_frames_ignored": 0,
+        "prioritized_sampling": False,
+        "initial_priority": 1.0,
+        "recent_data_steps": 1,
+        "recent_data_ratio": 0.0,
+        "with_replacement": False,
+        "device": "cpu",
+        "allow_multiprocess": False,
+        "keep_episodic_info": None,
+        "record_episodic_return": False,
+        "default_return": -1000.0,
+        "gamma": 0.99,
+        "reward_clip": None,
+        "enable_checkpoint": False,
+        "name": "ReplayBuffer",
+    }
+    names = list(params)[1:]
+    assert names[:2] == ["data_spec", "num_environments"]
+    assert names[2:] == list(expected)
+    for name, default in expected.items():
+        assert params[name].default == default, name
+    # positional use, in the seed's order
+    rb = ReplayBuffer(SPEC, 2, 8, 0, True, 2.0)
+    assert rb.max_length == 8 and rb.initial_priority.item() == 2.0
+
+
+# ------------------------------------------------------------------------------ positions
+def test_pos_always_increases_and_idx_is_pos_mod_max_length() -> None:
+    # "we use pos to refer to the always increasing position of an element in the
+    #  infinitly long buffer, and idx as the actual index of the element in the underlying
+    #  store (_buffer). That means idx == pos % _max_length is always true"
+    rb = ReplayBuffer(SPEC, 2, max_length=3)
+    for t in range(7):
+        rb.add_batch(batch([0, 1], t))
+    data, info = rb.gather_all()
+    assert info.positions.tolist() == [4, 4]  # positions keep counting past max_length
+    assert data.x[0, :, 1].tolist() == [4.0, 5.0, 6.0]
+    got = rb.get_field("x", torch.tensor([1, 1, 1]), torch.tensor([4, 5, 6]))
+    assert got[:, 1].tolist() == [4.0, 5.0, 6.0]
+
+
+# ------------------------------------------------------------------------------ add_batch
+def test_add_batch_with_env_ids_batch_i_is_from_env_ids_i() -> None:
+    # "env_ids (Tensor) - If not None, its shape should be [batch_size]. ...
+    #  batch[i] is generated by environment env_ids[i]."
+    rb = ReplayBuffer(SPEC, 3, max_length=4)
+    rb.add_batch(batch([2, 0], 0), env_ids=torch.tensor([2, 0]))
+    rb.add_batch(batch([1], 0), env_ids=torch.tensor([1]))
+    rb.add_batch(batch([0, 2, 1], 1), env_ids=torch.tensor([0, 2, 1]))
+    data, _ = rb.gather_all()
+    for e in range(3):
+        assert data.x[e, :, 0].tolist() == [e, e] and data.x[e, :, 1].tolist() == [0, 1]
+
+
+def test_non_blocking_add_overwrites_the_oldest_data() -> None:
+    # "blocking (bool) - If True, blocks if there is no free slot to add data. If False,
+    #  enqueue can overwrite oldest data."
+    rb = ReplayBuffer(SPEC, 1, max_length=2)
+    for t in range(3):
+        rb.add_batch(batch([0], t))
+    data, info = rb.gather_all()
+    assert data.x[0, :, 1].tolist() == [1.0, 2.0] and info.positions.tolist() == [1]
+
+
+# ------------------------------------------------------------------------------ dequeue
+def test_dequeue_result_i_is_from_env_ids_i_and_is_marked_removed() -> None:
+    # "dequeue(env_ids=None) Return earliest n steps and mark them removed in the buffer.
+    #  env_ids (Tensor) - If None, batch_size must be num_environments. If not None,
+    #  dequeue from these environments. ... result[i] will be from environment env_ids[i].
+    #  n (int) - Number of steps to dequeue. ... The shape of the Tensors is
+    #  [batch_size, n, ...]."
+    rb = ReplayBuffer(SPEC, 3, max_length=5)
+    for t in range(3):
+        rb.add_batch(batch([0, 1, 2], t))
+    out = rb.dequeue(env_ids=torch.tensor([2, 0]), n=2)
+    assert out.x.shape == (2, 2, 2)
+    assert out.x[:, :, 0].tolist() == [[2, 2], [0, 0]]
+    assert out.x[:, :, 1].tolist() == [[0, 1], [0, 1]]
+    assert rb.total_size.item() == 5  # 1 + 3 + 1 left
+    everyone = rb.dequeue(n=1)  # env_ids=None: every env, in env order
+    assert everyone.x.shape == (3, 1, 2)
+    assert everyone.x[:, 0].tolist() == [[0, 2], [1, 0], [2, 2]]
+    with pytest.raises(AssertionError):  # "when not enough data is present, in non-blocking"
+        rb.dequeue(env_ids=torch.tensor([0]), n=1)
+
+
+# ------------------------------------------------------------------------------ gather_all
+def test_gather_all_positions_are_the_same_for_every_env() -> None:
+    # "positions: starting position in the replay buffer for each of the sequences. For
+    #  gather_all() all starting positions will be the same."; "env_ids: [0, 1, 2, ...,
+    #  num_envs - 1]"; "Its shapes are [B], where B=num_environments"
+    rb = ReplayBuffer(SPEC, 3, max_length=4)
+    for t in range(6):
+        rb.add_batch(batch([0, 1, 2], t))
+    data, info = rb.gather_all()
+    assert info.env_ids.tolist() == [0, 1, 2] and info.positions.tolist() == [2, 2, 2]
+    assert info.env_ids.shape == (3,) and info.positions.shape == (3,)
+    assert data.x.shape == (3, 4, 2)  # [B, T, ...], T = current_size
+    assert info.replay_buffer is rb or info.replay_buffer == ()
+
+
+def test_gather_all_ignore_earliest_frames_drops_the_first_frames_of_each_env() -> None:
+    # "if set to True, gather_all() will respect num_earliest_frames_ignored and for each
+    #  environment it will return the trajectory with the first num_earliest_frames_ignored
+    #  experiences removed."
+    rb = ReplayBuffer(SPEC, 2, max_length=5, num_earliest_frames_ignored=2)
+    rb.add_batch(batch([0, 1], 0, StepType.FIRST))
+    for t in range(1, 4):
+        rb.add_batch(batch([0, 1], t))
+    data, info = rb.gather_all(ignore_earliest_frames=True)
+    assert data.x.shape == (2, 2, 2) and data.x[:, :, 1].tolist() == [[2, 3], [2, 3]]
+    assert info.positions.tolist() == [2, 2]
+
+
+# ------------------------------------------------------------------------------ total_size
+def test_total_size_sums_every_environment() -> None:
+    # "property total_size: Total size from all environments."
+    rb = ReplayBuffer(SPEC, 3, max_length=3)
+    rb.add_batch(batch([0, 1, 2], 0))
+    rb.add_batch(batch([1], 1), env_ids=torch.tensor([1]))
+    for t in range(5):
+        rb.add_batch(batch([2], t + 1), env_ids=torch.tensor([2]))
+    assert rb.total_size.item() == 1 + 2 + 3 and rb.total_size.dim() == 0
+
+
+# ------------------------------------------------------------------------------ priorities
+def test_initial_priority_is_at_least_the_default_one_even_after_small_priorities() -> None:
+    # "property initial_priority: The initial priority used for newly added experiences. We
+    #  use a large value for initial priority so that a new experience can be used for
+    #  training sooner. We make it at least 1.0 so that it can never be very small."
+    # (with the default initial_priority=1.0; the constructor's "maximum of this value and
+    #  the current maximum priority of all experiences" is checked in test_alf_sampling.py)
+    rb = ReplayBuffer(SPEC, 1, max_length=8, prioritized_sampling=True)
+    for t in range(3):
+        rb.add_batch(batch([0], t))
+    rb.update_priority(torch.tensor([0, 0, 0]), torch.tensor([0, 1, 2]), torch.full((3,), 1e-4))
+    assert rb.initial_priority.item() == 1.0
+    rb.add_batch(batch([0], 3))
+    _, info = rb.get_batch(64, 1)
+    # the new step holds 1.0 of a total 1.0003: about every draw is position 3
+    assert (info.positions == 3).float().mean().item() > 0.9
+
+
+def test_update_priority_takes_1d_int64_ids_and_float_priorities() -> None:
+    # "update_priority(env_ids, positions, priorities) ... env_ids (Tensor) - 1-D int64
+    #  Tensor. positions (Tensor) - 1-D int64 Tensor with same shape as env_ids. These
+    #  positions should be obtained from the BatchInfo returned by get_batch(). priorities
+    #  (Tensor) - 1-D float Tensor with same shape as env_ids."
+    torch.manual_seed(0)
+    rb = ReplayBuffer(SPEC, 2, max_length=4, prioritized_sampling=True)
+    for t in range(4):
+        rb.add_batch(batch([0, 1], t))
+    _, info = rb.get_batch(4, 1)
+    assert info.env_ids.dtype == torch.int64 and info.positions.dtype == torch.int64
+    rb.update_priority(info.env_ids, info.positions, torch.zeros(4))
+    rb.update_priority(torch.tensor([1]), torch.tensor([2]), torch.tensor([5.0]))
+    _, info = rb.get_batch(8, 1)
+    # importance_weights: "priority divided by the average of all non-zero priorities"
+    prios = rb.get_field("x", info.env_ids, info.positions)  # rows exist
+    assert prios.shape == (8, 2)
+    assert torch.all(info.importance_weights > 0)
+
+
+def test_importance_weights_divide_by_the_average_of_non_zero_priorities() -> None:
+    # "importance_weights: priority divided by the average of all non-zero priorities in the
+    #  buffer."
+    torch.manual_seed(1)
+    rb = ReplayBuffer(SPEC, 1, max_length=6, prioritized_sampling=True)
+    for t in range(6):
+        rb.add_batch(batch([0], t))
+    pos = torch.arange(6)
+    rb.update_priority(torch.zeros(6, dtype=torch.int64), pos, torch.tensor([0, 0, 1, 2, 3, 0.0]))
+    _, info = rb.get_batch(32, 1)
+    avg = (1 + 2 + 3) / 3
+    expect = {2: 1 / avg, 3: 2 / avg, 4: 3 / avg}
+    for p, w in zip(info.positions.tolist(), info.importance_weights.tolist(), strict=True):
+        assert p in expect and math.isclose(w, expect[p], rel_tol=1e-6)
+
+
+# ------------------------------------------------------------------------------ get_field
+def test_get_field_by_nest_of_paths_returns_the_nest() -> None:
+    # "field_name (str | nest of str) - indicate the path to the field with '.' separating
+    #  the field name at different level"; "Returns with the same shape as broadcasted shape
+    #  of env_ids and positions"
+    spec = {"obs": {"a": TensorSpec(()), "b": TensorSpec((2,))}, "step_type": SPEC.step_type}
+    rb = ReplayBuffer(spec, 2, max_length=4)
+    for t in range(3):
+        rb.add_batch(
+            {
+                "obs": {"a": torch.tensor([t, 10.0 + t]), "b": torch.ones(2, 2) * t},
+                "step_type": torch.ones(2, dtype=torch.int32),
+            }
+        )
+    got = rb.get_field({"p": "obs.a", "q": ["obs.b"]}, torch.tensor([[0], [1]]), torch.tensor(2))
+    assert got["p"].shape == (2, 1) and got["p"].tolist() == [[2.0], [12.0]]
+    assert got["q"][0].shape == (2, 1, 2)
+
+
+# ------------------------------------------------------------------------------ trees
+@pytest.mark.parametrize(
+    ("cls", "name"),
+    [
+        (SumSegmentTree, "SumSegmentTree"),
+        (MinSegmentTree, "MinSegmentTree"),
+        (MaxSegmentTree, "MaxSegmentTree"),
+    ],
+)
+def test_tree_subclass_signature_defaults_and_base(cls: type[SegmentTree], name: str) -> None:
+    # "class MaxSegmentTree(capacity, dtype=torch.float32, device='cpu',
+    #  name='MaxSegmentTree') Bases: alf.experience_replayers.segment_tree.SegmentTree" (and
+    #  the same for Min and Sum); "training: bool"
+    params = inspect.signature(cls.__init__).parameters
+    assert list(params)[1:] == ["capacity", "dtype", "device", "name"]
+    assert params["dtype"].default is torch.float32 and params["device"].default == "cpu"
+    assert params["name"].default == name
+    tree = cls(4)
+    assert isinstance(tree, SegmentTree) and isinstance(tree, torch.nn.Module)
+    assert tree.name == name and isinstance(tree.training, bool)
+    assert tree.summary().dtype == torch.float32
+
+
+def test_segment_tree_signature_and_module() -> None:
+    # "class SegmentTree(capacity, op, dtype=torch.float32, device='cpu', name='SegmentTree')
+    #  Bases: torch.nn.modules.module.Module"
+    params = inspect.signature(SegmentTree.__init__).parameters
+    assert list(params)[1:] == ["capacity", "op", "dtype", "device", "name"]
+    assert params["name"].default == "SegmentTree"
+    tree = SegmentTree(4, torch.add)
+    assert isinstance(tree, torch.nn.Module) and tree.name == "SegmentTree"
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.int64])
+def test_summary_is_a_scalar_in_the_trees_dtype(dtype: torch.dtype) -> None:
+    # "summary() The summary of the tree. If op is torch.add, it's the sum of all values. If
+    #  op is torch.min, it's the min of all values. If op is torch.max, it's the max of all
+    #  values. Returns a scalar"
+    values = torch.tensor([3, 1, 4, 1, 5], dtype=dtype)
+    for cls, expect in ((SumSegmentTree, 14), (MinSegmentTree, 1), (MaxSegmentTree, 5)):
+        tree = cls(5, dtype=dtype)
+        tree[torch.arange(5)] = values
+        out = tree.summary()
+        assert out.dim() == 0 and out.dtype == dtype and out.item() == expect, cls
+
+
+def test_all_nodes_start_at_zero_and_each_leaf_is_a_set_value() -> None:
+    # "Each leaf represent a value set through __setitem__. All the nodes of tree are
+    #  initialized to be zeros."
+    for cls in (SumSegmentTree, MinSegmentTree, MaxSegmentTree):
+        tree = cls(6)
+        assert tree[torch.arange(6)].tolist() == [0.0] * 6 and tree.summary().item() == 0.0
+    tree = SumSegmentTree(6)
+    tree[torch.tensor([5, 0])] = torch.tensor([2.5, 1.5])
+    assert tree[torch.arange(6)].tolist() == [1.5, 0, 0, 0, 0, 2.5]
+
+
+def test_find_sum_bound_result_is_int64_with_the_thresholds_shape() -> None:
+    # "The result is an int64 Tensor with the same shape as thresholds. result[i] is the
+    #  minimum idx such that thresholds[i] < values[0] + ... + values[idx]"
+    tree = SumSegmentTree(7)
+    vals = torch.tensor([0.5, 0.0, 1.0, 0.25, 0.0, 2.0, 0.25])
+    tree[torch.arange(7)] = vals
+    cums = np.cumsum(vals.numpy())
+    th = torch.linspace(0.0, float(tree.summary()) - 1e-3, 50)
+    got = tree.find_sum_bound(th)
+    assert got.dtype == torch.int64 and got.shape == th.shape
+    expect = [int(np.argmax(cums > t)) for t in th.tolist()]
+    assert got.tolist() == expect
+    assert all(vals[i] != 0 for i in got.tolist())  # "values[result[i]] will never be 0"
+
+
+def test_nnz_counts_the_non_zero_leaves() -> None:
+    # "property nnz: The number of non-zeros."
+    for cls in (SumSegmentTree, MinSegmentTree, MaxSegmentTree):
+        tree = cls(5)
+        tree[torch.tensor([0, 3, 4])] = torch.tensor([1.0, -2.0, 0.0])
+        assert int(tree.nnz) == 2, cls
+
+
+def test_integer_trees_work_in_their_dtype_as_alfs_node_array() -> None:
+    # "class SumSegmentTree(capacity, dtype=torch.float32, ...)": the seed puts no bound on
+    # dtype, and ALF's nodes are a tensor of that dtype. (The front-end refused every
+    # non-floating dtype with rr.ConfigError.)
+    tree = SumSegmentTree(5, dtype=torch.int64)
+    tree[torch.arange(5)] = torch.tensor([3, 0, 4, 1, 5])
+    assert tree.summary().dtype == torch.int64 and tree.summary().item() == 13
+    assert tree[torch.tensor([2])].dtype == torch.int64 and int(tree.nnz) == 4
+    # prefix sums 3 3 7 8 13; "if thresholds[i] == root, result[i] will be the index of the
+    # non-zero value with the largest index"
+    th = torch.tensor([0, 2, 3, 6, 7, 8, 12, 13])
+    assert tree.find_sum_bound(th).tolist() == [0, 0, 2, 2, 3, 4, 4, 4]
+    with pytest.raises(ValueError):  # "If one or more of thresholds is greather than summary()"
+        tree.find_sum_bound(torch.tensor([14]))
+    other = SumSegmentTree(5, dtype=torch.int64)
+    other.load_state_dict(tree.state_dict())
+    assert other.summary().item() == 13 and other.find_sum_bound(torch.tensor([7])).tolist() == [3]
+    low = MinSegmentTree(3, dtype=torch.int32)
+    low[torch.arange(3)] = torch.tensor([4, 2, 9], dtype=torch.int32)
+    assert low.summary().dtype == torch.int32 and low.summary().item() == 2
