@@ -290,10 +290,10 @@ class ReplayService:
         n = batch_size * len(draws)
         if self._limiter is not None:
             call(ray, self._limiter.await_sample.remote(n, timeout), None, "sample")
-        self._updates.send()  # this caller's queued priority updates land before the draw
         one_trip = self._row_bytes * n * (self.num_shards - 1) <= self.one_trip_bytes
         fetch = draw_in_one_trip if one_trip else draw_in_two_trips
-        return fetch(ray, self._shards, batch_size, draws, timeout, self.prioritized)
+        # The queued priority updates ride on the draw calls, applied before the draw.
+        return fetch(ray, self._shards, batch_size, draws, timeout, self.prioritized, self._updates)
 
     def iterate(
         self,

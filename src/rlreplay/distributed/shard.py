@@ -36,7 +36,8 @@ import numpy as np
 from rlreplay.batch import Batch
 from rlreplay.buffer import ReplayBuffer, load
 from rlreplay.distributed.split import unpack_updates
-from rlreplay.errors import CheckpointError, ConfigError
+from rlreplay.distributed.wire import Reply, pack_columns
+from rlreplay.errors import CheckpointError, ConfigError, ReplayError
 from rlreplay.prioritized import PrioritizedReplayBuffer
 from rlreplay.spec import Field
 
@@ -250,34 +251,52 @@ class Shard:
                 self._counter[0] = self.added
         return self.version, self.buffer.num_sampleable, stored
 
-    def info(self) -> tuple[int, float, float]:
-        """``(sampleable count, mass, smallest positive mass)``: the mass is the count for a
-        uniform shard and ``sum p ** alpha`` for a prioritized one (``inf``: no mass)."""
+    def info(self, updates: bytes = b"") -> tuple[int, float, float, BaseException | None]:
+        """``(sampleable count, mass, smallest positive mass, error)``: the mass is the count
+        for a uniform shard and ``sum p ** alpha`` for a prioritized one (``inf``: no mass),
+        read after applying ``updates`` (see :meth:`draw`; ``error`` is theirs)."""
+        error = self._apply(updates)
         buf = self.buffer
         if isinstance(buf, PrioritizedReplayBuffer):
             # The buffer's own sum and min trees (exact), read together under its lock.
             total, smallest, count = buf.priority_mass()
-            return count, total, smallest
+            return count, total, smallest, error
         count = buf.num_sampleable
-        return count, float(count), 1.0 if count else float("inf")
+        return count, float(count), 1.0 if count else float("inf"), error
 
-    def sample(self, batch_size: int) -> tuple[Batch, float, float]:
-        """Draw ``batch_size`` with the shard's own law, plus its masses at the draw."""
+    def sample(self, batch_size: int) -> Reply:
+        """Draw ``batch_size`` with the shard's own law, packed (:mod:`.wire`) with its masses
+        at the draw."""
         buf = self.buffer
-        batch = buf.sample(batch_size)
+        layout, payload = pack_columns(buf.sample(batch_size))
         if isinstance(buf, PrioritizedReplayBuffer):
             total, smallest, _ = buf.priority_mass()
-            return batch, total, smallest
-        return batch, float(buf.num_sampleable), 1.0
+            return layout, payload, total, smallest, None
+        return layout, payload, float(buf.num_sampleable), 1.0, None
 
-    def draw(self, batch_size: int) -> tuple[Batch | None, float, float]:
-        """:meth:`sample` of ``batch_size`` if the shard has mass (else no batch), with its
-        masses at the draw: the service's one-round-trip sampling, which splits the batch
-        with these masses and keeps the first ``n_k`` rows of shard ``k``'s i.i.d. draws."""
-        _, mass, smallest = self.info()
+    def draw(self, batch_size: int, updates: bytes = b"") -> Reply:
+        """Apply the packed priority ``updates`` (:func:`~.split.pack_updates`; their error is
+        returned, not raised), then :meth:`sample` ``batch_size`` if the shard has mass (else
+        an empty layout), with its masses at the draw: the service's one-round-trip sampling,
+        which splits the batch with these masses and keeps the first ``n_k`` rows of shard
+        ``k``'s i.i.d. draws. One call does both, so a learner's queued updates cost no call
+        of their own and land before the draw."""
+        error = self._apply(updates)
+        _, mass, smallest, _ = self.info()
         if not mass > 0.0:
-            return None, mass, smallest
-        return self.sample(batch_size)
+            return (), b"", mass, smallest, error
+        layout, payload, mass, smallest, _ = self.sample(batch_size)
+        return layout, payload, mass, smallest, error
+
+    def _apply(self, updates: bytes) -> BaseException | None:
+        """:meth:`update_priorities` of ``updates`` (if any); its rlreplay error, returned."""
+        if not updates:
+            return None
+        try:
+            self.update_priorities(updates)
+        except ReplayError as exc:  # a rejected update changes nothing (the core's rule)
+            return exc
+        return None
 
     def update_priorities(self, packed: bytes) -> int:
         """The core's ``update_priorities`` (stale ids ignored) of local ids and priorities

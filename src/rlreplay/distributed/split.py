@@ -151,7 +151,7 @@ def merge_batches(
 
 
 def merge_draws(
-    answers: Mapping[int, tuple[Batch, float, float]],
+    answers: Mapping[int, tuple[Mapping[str, Array], float, float]],
     counts: Array,
     draws: Sequence[tuple[float, np.random.Generator]],
     num_shards: int,
@@ -167,7 +167,7 @@ def merge_draws(
     one gather from them (the same values, a quarter of the copies with 4 batches).
 
     Args:
-        answers: Per shard that drew, ``(batch of at least sum_j counts[j, k]`` i.i.d. draws,
+        answers: Per shard that drew, ``(columns of at least sum_j counts[j, k]`` i.i.d. draws,
             mass, smallest mass)``; batch ``j`` takes rows ``sum_{i<j} counts[i, k]`` onwards.
         counts: ``counts[j, k]``, batch ``j``'s share of shard ``k``.
         draws: ``(beta, generator)`` per batch (the generator draws its permutation).
@@ -218,7 +218,7 @@ def merge_draws(
     return out
 
 
-def _order(first: Batch, data: Mapping[str, Array]) -> list[str]:
+def _order(first: Mapping[str, Array], data: Mapping[str, Array]) -> list[str]:
     """:func:`merge_batches`' key order: the shard's fields, then what the merge adds."""
     keys = list(first.keys())
     return keys + [name for name in data if name not in keys]

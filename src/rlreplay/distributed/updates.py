@@ -1,16 +1,20 @@
 """A learner's ``update_priorities(..., wait=False)`` queue for a sharded service.
 
-Updates are kept in the learner's process and sent as one call per shard (later updates of an
-id win, as in the core) when the service is about to draw, or when many are queued. Ray runs
-one caller's calls to an actor in order, so a draw sent after the queue sees every update in
-it. Answers are collected without waiting; their errors surface at a later call.
+Updates are kept in the learner's process and go to each shard (later updates of an id win,
+as in the core) inside the service's next draw call to it (:meth:`UpdateQueue.dispatch`: no
+call of their own; the shard applies them, then draws), or as one call per shard when many are
+queued or before a call that is not a draw. Ray runs one caller's calls to an actor in order,
+and the queue is taken and the calls submitted under one lock, so a draw sees every update
+queued before it and a shard applies the updates in the order they were made. Errors come back
+without waiting (an answer's, or the one a draw returns for its updates) and surface at a
+later call.
 """
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -20,6 +24,7 @@ from rlreplay.distributed.writer import call
 __all__ = ["UpdateQueue"]
 
 Array = np.ndarray[Any, Any]
+T = TypeVar("T")
 
 
 class UpdateQueue:
@@ -40,6 +45,7 @@ class UpdateQueue:
         self._queued: dict[int, list[tuple[Array, Array]]] = {}
         self._queued_ids = 0
         self._sent: list[Any] = []
+        self._errors: list[BaseException] = []  # of updates that rode on draws
         self._lock = threading.Lock()
 
     def put(self, per_shard: Mapping[int, tuple[Array, Array]]) -> None:
@@ -52,19 +58,43 @@ class UpdateQueue:
         if full:
             self.send()
 
+    def _take(self) -> dict[int, bytes]:
+        """Empty the queue: per shard, its updates packed in order (caller holds the lock)."""
+        packed = {}
+        for k, parts in self._queued.items():
+            ids = parts[0][0] if len(parts) == 1 else np.concatenate([i for i, _ in parts])
+            p = parts[0][1] if len(parts) == 1 else np.concatenate([q for _, q in parts])
+            packed[k] = pack_updates(ids, p)
+        self._queued, self._queued_ids = {}, 0
+        return packed
+
     def send(self) -> None:
         """Send the queue, one call per shard, in call order."""
         with self._lock:  # a later queue goes after an earlier one
-            for k, parts in self._queued.items():
-                ids = np.concatenate([i for i, _ in parts])
-                p = np.concatenate([q for _, q in parts])
-                packed = pack_updates(ids, p)
+            for k, packed in self._take().items():
                 self._sent.append(self._shards[k].update_priorities.remote(packed))
-            self._queued, self._queued_ids = {}, 0
+
+    def dispatch(self, submit: Callable[[Mapping[int, bytes]], T]) -> T:
+        """``submit(packed updates per shard)``, with the queue emptied into it: ``submit``
+        sends each shard's draw call with its updates (the shard applies them first). Taking
+        the queue and submitting happen under the lock, so no later updates reach a shard
+        before these."""
+        with self._lock:
+            return submit(self._take())
+
+    def fail(self, error: BaseException) -> None:
+        """Keep the error a shard returned for updates sent with a draw (raised by the next
+        :meth:`harvest`)."""
+        with self._lock:
+            self._errors.append(error)
 
     def harvest(self, ray: Any, timeout: float | None) -> None:
-        """Raise the errors of answered calls; wait for the oldest beyond ``max_unanswered``."""
+        """Raise the errors of answered calls and of updates that rode on draws; wait for the
+        oldest unanswered call beyond ``max_unanswered``."""
         with self._lock:
+            if self._errors:
+                error, self._errors = self._errors[0], []
+                raise error
             if not self._sent:
                 return
             done, self._sent = ray.wait(self._sent, num_returns=len(self._sent), timeout=0)
