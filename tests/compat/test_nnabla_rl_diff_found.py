@@ -18,6 +18,7 @@ from rlreplay.compat.nnabla_rl.replay_buffer import ReplayBuffer
 from rlreplay.compat.nnabla_rl.replay_buffers import (
     HindsightReplayBuffer,
     MemoryEfficientAtariTrajectoryBuffer,
+    ProportionalPrioritizedReplayBuffer,
     RankBasedPrioritizedAtariBuffer,
     TrajectoryReplayBuffer,
 )
@@ -148,3 +149,23 @@ def test_rank_based_atari_heap_is_never_sorted() -> None:
     other = RankBasedPrioritizedAtariBuffer(4, sort_interval=0, stacked_frames=2)
     other.append((_frame(0), 0, 0.0, 1.0, _frame(1), {}))
     assert len(other) == 1
+
+
+# ---------------------------------------------------------------- prioritized positions
+def test_update_after_a_negative_position_with_num_steps_0() -> None:
+    # 0.16.0 keeps the positions and updates relative index p at ring slot (p + head) %
+    # capacity: for -1, the unfilled last leaf of a buffer that is not full (its mass then
+    # is the min tree's minimum) and the newest experience of a full one
+    buffer = ProportionalPrioritizedReplayBuffer(7)
+    buffer.append_all(list(range(5)))
+    with pytest.warns(RuntimeWarning):  # the empty leaf's mass 0: weight inf, as there
+        buffer.sample_indices([-1], num_steps=0)
+    buffer.update_priorities(np.array([0.01]))
+    _, info = buffer.sample_indices([0, 1])
+    assert info["weights"].ravel().tolist() == [0.33107630855704023] * 2
+    buffer.update_priorities(np.array([1.0, 1.0]))
+    buffer.append_all(list(range(4)))  # full: head 2
+    buffer.sample_indices([-1], num_steps=0)
+    buffer.update_priorities(np.array([0.5]))
+    _, info = buffer.sample_indices([5, 6])
+    assert info["weights"].ravel().tolist() == [0.8466819295024021, 1.0]

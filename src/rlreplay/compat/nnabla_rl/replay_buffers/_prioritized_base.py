@@ -73,6 +73,7 @@ class _PrioritizedReplayBuffer(ReplayBuffer):
         self._beta_diff = (1.0 - beta) / betasteps  # betasteps=0: ZeroDivisionError, as there
         self._error_clip = error_clip
         self._last_sampled: Array | None = None  # append numbers awaiting update_priorities
+        self._last_first = 0  # the oldest kept append number when they were sampled
         # whether _on_append runs after each append (the structures are otherwise brought up
         # to date from _appended when next read); an instance attribute: read every append
         self._append_hook = False
@@ -171,7 +172,8 @@ class _PrioritizedReplayBuffer(ReplayBuffer):
             experiences, _ = ReplayBuffer.sample_indices(self, positions, num_steps=num_steps)
         weights = self._get_weights((positions + self._head()) % self._slots)
         self._beta = min(self._beta + self._beta_diff, 1.0)
-        self._last_sampled = self._first() + positions
+        self._last_first = self._first()
+        self._last_sampled = self._last_first + positions
         return experiences, {"weights": weights}
 
     def _get_weights(self, slots: Array) -> Array:
@@ -196,7 +198,11 @@ class _PrioritizedReplayBuffer(ReplayBuffer):
                 "update_priorities: no sampled experiences await new priorities (nnabla-rl "
                 "zips the errors with None here); call sample or sample_indices first"
             )
-        slots: Array = np.where(last < self._first(), -1, last % self._slots)
+        # dropped: kept when sampled, overwritten since (deliberate difference 1). A negative
+        # position (num_steps < 1 reads nothing) held no experience: it names the ring slot
+        # nnabla-rl's relative index wraps to, (position + head) % capacity, as there
+        dropped = (last >= self._last_first) & (last < self._first())
+        slots: Array = np.where(dropped, -1, last % self._slots)
         return slots
 
     def update_priorities(self, errors: Any) -> None:
