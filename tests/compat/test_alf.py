@@ -286,7 +286,7 @@ def test_constructor_defaults_and_constants() -> None:
         ({"max_length": 0}, "max_length"),
         ({"recent_data_ratio": 1.5}, "recent_data_ratio"),
         ({"recent_data_steps": 0}, "recent_data_steps"),
-        ({"gamma": 2.0}, "gamma"),
+        ({"gamma": 2.0, "record_episodic_return": True}, "gamma"),  # the core computes returns
     ],
 )
 def test_constructor_errors(kw: dict[str, Any], match: str) -> None:

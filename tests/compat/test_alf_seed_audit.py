@@ -370,3 +370,54 @@ def test_integer_trees_work_in_their_dtype_as_alfs_node_array() -> None:
     low = MinSegmentTree(3, dtype=torch.int32)
     low[torch.arange(3)] = torch.tensor([4, 2, 9], dtype=torch.int32)
     assert low.summary().dtype == torch.int32 and low.summary().item() == 2
+
+
+# ------------------------------------------------------------------------------ constructor values
+def test_any_float_gamma_without_recorded_returns() -> None:
+    # "gamma (float) - The value of discount used to compute discounted_return.": ALF uses it
+    # for nothing else, and the seed bounds it nowhere. (The front-end refused gamma outside
+    # [0, 1] with rr.ConfigError whatever record_episodic_return was; the core still refuses
+    # one there when it has to compute the returns with it.)
+    for gamma in (2.0, -0.5, 1.5):
+        rb = ReplayBuffer(SPEC, 1, max_length=4, gamma=gamma)
+        for t in range(3):
+            rb.add_batch(batch([0], t))
+        data, _ = rb.get_batch(2, 2)
+        assert data.x.shape == (2, 2, 2)
+
+
+def test_reward_clip_min_above_max_clamps_every_reward_to_max() -> None:
+    # "reward_clip (tuple|None) - None or (min, max) for reward clipping." ALF clamps with
+    # torch.clamp(reward, min, max), which gives max everywhere when min > max (torch's
+    # documented rule); the seed puts no order on the pair. (The front-end refused it.)
+    assert torch.clamp(torch.tensor([5.0, -7.0]), 1.0, -1.0).tolist() == [-1.0, -1.0]
+    rb = ReplayBuffer(
+        SPEC, 1, max_length=4, record_episodic_return=True, reward_clip=(1, -1), gamma=0.5
+    )
+    rb.add_batch(batch([0], 0, StepType.FIRST, 5.0))
+    rb.add_batch(batch([0], 1, StepType.MID, 5.0))
+    rb.add_batch(batch([0], 2, StepType.LAST, -7.0))
+    _, info = rb.gather_all()
+    # the return of pos counts the rewards after it: -1 + 0.5 * -1, then -1, then 0 at LAST
+    assert info.discounted_return.tolist() == [[-1.5, -1.0, 0.0]]
+
+
+@pytest.mark.parametrize("initial", [0.0, -1.0, math.nan])
+def test_initial_priority_is_any_float_as_alf_stores_it(initial: float) -> None:
+    # "initial_priority (float) - initial priority used for new experiences. The actual
+    #  initial priority used for new experience is the maximum of this value and the current
+    #  maximum priority of all experiences." No bound: a priority no draw can use makes
+    #  get_batch fail ALF's assertion (no valid priority), loudly. (The front-end refused
+    #  0, negative and NaN values at construction with rr.ConfigError.)
+    rb = ReplayBuffer(SPEC, 1, max_length=4, prioritized_sampling=True, initial_priority=initial)
+    for t in range(3):
+        rb.add_batch(batch([0], t))
+    got = rb.initial_priority.item()
+    assert got == initial or (math.isnan(got) and math.isnan(initial))
+    with pytest.raises(AssertionError):
+        rb.get_batch(2, 1)
+    if initial == 0.0:  # a positive priority set later is drawn, as in ALF
+        rb.update_priority(torch.tensor([0]), torch.tensor([1]), torch.tensor([2.0]))
+        _, info = rb.get_batch(4, 1)
+        assert info.positions.tolist() == [1, 1, 1, 1]
+        assert rb.initial_priority.item() == 2.0

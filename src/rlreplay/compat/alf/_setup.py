@@ -146,6 +146,15 @@ def keep_newest(core: CoreBuffer, envs: Any) -> None:
         core.dequeue(1, full)
 
 
+def clip_pair_or_none(value: Any) -> tuple[float, float] | None:
+    """``value`` as a pair of floats, or None where it is not one (the core then says why)."""
+    try:
+        lo, hi = (float(v) for v in value)
+    except (TypeError, ValueError):
+        return None
+    return lo, hi
+
+
 def make_core(
     num_envs: int,
     max_length: int,
@@ -165,21 +174,30 @@ def make_core(
     every add (:func:`keep_newest`), so it holds what ALF's one-slot ring holds.
     """
     E, C = num_envs, max(max_length, 2)
+    # ALF takes any float gamma and uses it only for discounted_return; the core checks it
+    # (it also discounts n-step returns), so without record_episodic_return it gets a stand-in.
+    core_gamma = gamma if record_episodic_return else 0.99
+    # ALF clamps rewards to reward_clip (torch.clamp: with min > max every reward becomes
+    # max); the core wants lo <= hi, and (max, max) clamps the same.
+    pair = clip_pair_or_none(reward_clip)
+    if pair is not None and pair[0] > pair[1]:
+        reward_clip = (pair[1], pair[1])
     # ALF draws from torch's global generator: seed the core's from it, so that
     # torch.manual_seed makes runs repeatable.
     seed = int(torch.randint(0, 2**62, (), dtype=torch.int64))
     common: dict[str, Any] = {
         "num_envs": E,
-        "gamma": gamma,
+        "gamma": core_gamma,
         "seed": seed,
         "record_episodic_return": record_episodic_return,
         "reward_clip": reward_clip,
         "default_return": default_return,
     }
     if prioritized:
+        # The front-end sets every new step's priority itself (ALF's rule, any float: 0,
+        # negative, NaN and infinite ones too); the core's own initial priority is unused.
         pcore = PrioritizedReplayBuffer(
-            E * C, fields, alpha=1.0, beta=0.0, eps=0.0,
-            initial_priority=initial_priority, **common,
+            E * C, fields, alpha=1.0, beta=0.0, eps=0.0, initial_priority=1.0, **common,
         )  # fmt: skip
         return pcore, pcore
     return CoreBuffer(E * C, fields, **common), None
