@@ -44,10 +44,8 @@ step re-added (:mod:`~rlreplay.compat.nnabla_rl._growth`; amortised O(1) per app
 nothing is ever dropped). A bounded buffer keeps the
 newest ``capacity`` experiences, as nnabla-rl's ring does.
 
-Random numbers. As in nnabla-rl, buffers draw from the global generator
-``rlreplay.compat.nnabla_rl.random.drng`` (``nnabla_rl.random.drng``, seeded by
-``utils.reproductions.set_global_seed``); a buffer given the extra keyword ``seed`` has a
-generator of its own instead (same seed, same calls: same samples).
+Random numbers: see :mod:`rlreplay.compat.nnabla_rl.random`. Pickling and copies:
+:mod:`~rlreplay.compat.nnabla_rl._by_value`.
 """
 
 from __future__ import annotations
@@ -61,6 +59,7 @@ import numpy as np
 import rlreplay.compat.nnabla_rl.random as rl_random
 from rlreplay.batch import Batch
 from rlreplay.buffer import ReplayBuffer as CoreBuffer
+from rlreplay.compat.nnabla_rl._by_value import ByValue
 from rlreplay.compat.nnabla_rl._checks import (
     Indices,
     PositionError,
@@ -99,7 +98,7 @@ Experience = Any
 _INITIAL_CAPACITY = 1024
 
 
-class ReplayBuffer:
+class ReplayBuffer(ByValue):
     """nnabla-rl's replay buffer: experiences by position, uniform sampling without replacement.
 
     Holds the newest ``capacity`` experiences (all of them when ``capacity`` is None), any
@@ -234,30 +233,6 @@ class ReplayBuffer:
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(capacity={self.capacity}, len={len(self)})"
-
-    # ------------------------------------------------------------------ pickling, copies
-    # nnabla-rl's buffers are plain objects: pickle and copy.deepcopy copy them by value (the
-    # core copies itself, rlreplay.buffer_copy; the global generator stays global). Staged
-    # experiences go to the core first, as before any read; the staging rows are a cache,
-    # made again for the copy.
-    # (PrioritizedReplayBuffer holds its built buffer only: its state is its __dict__.)
-    def __getstate__(self) -> dict[str, Any]:
-        if "_staging" not in self.__dict__:
-            return dict(self.__dict__)
-        self._core_size()  # writes what is staged
-        return {**self.__dict__, "_staging": self._staging is not None}
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__dict__.update(state)
-        if "_staging" in state:
-            self._staging = self._make_staging() if state["_staging"] else None
-
-    def __copy__(self) -> ReplayBuffer:
-        # nnabla-rl's shallow copy shares the data holder, so each sees the other's appends
-        # and updates; here the state is the attributes and the core together: an alias.
-        new = object.__new__(type(self))
-        new.__dict__ = self.__dict__
-        return new
 
     # ------------------------------------------------------------------ core construction
     def _columnar_only(self) -> bool:
