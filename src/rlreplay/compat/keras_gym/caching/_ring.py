@@ -2,7 +2,8 @@
 
 :class:`RingViews` gives the keras-gym front-end keras-gym's slot arithmetic (which add a ring
 slot holds) and read-only copies of keras-gym's caches (``_s``, ``_a``, ``_r``, ``_d``,
-``_e``, ``_i``) built from the core's public reads.
+``_e``, ``_i``) built from the core's public reads; :func:`assigned` converts a value as
+keras-gym's assignment into a ring slot does, and :func:`check_ring` refuses a negative ring.
 """
 
 from __future__ import annotations
@@ -12,8 +13,9 @@ from typing import Any
 import numpy as np
 
 from rlreplay.buffer import ReplayBuffer
+from rlreplay.errors import ConfigError
 
-__all__ = ["RingViews"]
+__all__ = ["RingViews", "assigned", "check_ring"]
 
 Array = np.ndarray[Any, Any]
 
@@ -107,3 +109,26 @@ class RingViews:
     def _i(self) -> int:
         """keras-gym's write cursor: the ring slot the next add writes."""
         return self._adds % self._slots() if self._slots() > 0 else 0
+
+
+def check_ring(M: int) -> None:
+    """keras-gym's ``np.empty((capacity + bootstrap_n,) + shape)`` of a negative size."""
+    if M < 0:
+        raise ConfigError(
+            f"capacity + bootstrap_n: expected a ring of at least 0 slots, got {M} (keras-gym: "
+            "negative dimensions are not allowed)"
+        )
+
+
+def assigned(value: Any, shape: tuple[int, ...], dtype: np.dtype[Any]) -> Array:
+    """``value`` converted as ``arr[i] = value`` converts it into ``arr`` of rows ``shape``.
+
+    NumPy's assignment: unsafe casts (float64 into uint8, 1.7 into int32), broadcasting, and
+    NumPy's own errors for what it cannot assign.
+    """
+    if type(value) is np.ndarray and value.shape == shape and value.dtype == dtype:
+        return value  # nothing to convert (the core copies it into its columns)
+    row = np.empty((1, *shape), dtype)
+    row[0] = value  # exactly keras-gym's `self._s[self._i] = s` on one row
+    out: Array = row[0]
+    return out

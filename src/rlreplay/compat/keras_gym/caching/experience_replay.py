@@ -49,8 +49,7 @@ from rlreplay.compat.keras_gym.base.errors import (
     SampleConstructionError,
 )
 from rlreplay.compat.keras_gym.base.mixins import ActionSpaceMixin, RandomStateMixin, get_env_attr
-from rlreplay.compat.keras_gym.caching._ring import RingViews
-from rlreplay.errors import ConfigError
+from rlreplay.compat.keras_gym.caching._ring import RingViews, assigned, check_ring
 from rlreplay.spec import Field
 
 __all__ = ["ExperienceReplayBuffer"]
@@ -214,7 +213,7 @@ class ExperienceReplayBuffer(RingViews, RandomStateMixin, ActionSpaceMixin):
                 self._a_dtype = np.dtype(self.env.action_space.dtype)
             # keras-gym's _init_cache: np.empty of a negative ring raises before it marks the
             # buffer initialised (the next add reads s.dtype again); an empty ring is created
-            _check_ring(self._slots())
+            check_ring(self._slots())
             self._initialized = True
         if self.action_space_is_discrete:
             a = self._one_hot_encode_discrete(a)
@@ -222,14 +221,14 @@ class ExperienceReplayBuffer(RingViews, RandomStateMixin, ActionSpaceMixin):
             raise IndexError("index 0 is out of bounds for axis 0 with size 0")
         # keras-gym's assignments, in its order (a failing one stores nothing here); the
         # Python scalars that need no conversion skip the NumPy round trip
-        frame = _assigned(s, self._s_shape, self._s_dtype)
-        action = _assigned(a, self._a_shape, self._a_dtype)
-        reward = r if type(r) is float else _assigned(r, (), _FLOAT64)
-        is_done = done if type(done) is bool else bool(_assigned(done, (), _BOOL))
+        frame = assigned(s, self._s_shape, self._s_dtype)
+        action = assigned(a, self._a_shape, self._a_dtype)
+        reward = r if type(r) is float else assigned(r, (), _FLOAT64)
+        is_done = done if type(done) is bool else bool(assigned(done, (), _BOOL))
         if type(episode_id) is int and _INT32_MIN <= episode_id <= _INT32_MAX:
             eid = episode_id
         else:
-            eid = int(_assigned(episode_id, (), _INT32))
+            eid = int(assigned(episode_id, (), _INT32))
         core = self._core if self._core is not None else self._init_core()
         if self._running is not None and eid != self._running:
             core.end_episode(0, next_obs=self._blank)  # a cut: nothing to bootstrap from
@@ -263,7 +262,7 @@ class ExperienceReplayBuffer(RingViews, RandomStateMixin, ActionSpaceMixin):
 
     def _init_core(self) -> ReplayBuffer:
         M = self._slots()
-        _check_ring(M)
+        check_ring(M)
         # The core needs an n-step window of at least one step and room for it; with
         # bootstrap_n=0 the windows are empty and sample() reads no successor (S_next = S).
         n_core, k = max(self.bootstrap_n, 1), max(self._frames, 1)
@@ -588,26 +587,3 @@ class ExperienceReplayBuffer(RingViews, RandomStateMixin, ActionSpaceMixin):
             f"bootstrap_n={self.bootstrap_n}, gamma={self.gamma}, num_frames={self.num_frames}, "
             f"len={len(self)})"
         )
-
-
-def _check_ring(M: int) -> None:
-    """keras-gym's ``np.empty((capacity + bootstrap_n,) + shape)`` of a negative size."""
-    if M < 0:
-        raise ConfigError(
-            f"capacity + bootstrap_n: expected a ring of at least 0 slots, got {M} (keras-gym: "
-            "negative dimensions are not allowed)"
-        )
-
-
-def _assigned(value: Any, shape: tuple[int, ...], dtype: np.dtype[Any]) -> Array:
-    """``value`` converted as ``arr[i] = value`` converts it into ``arr`` of rows ``shape``.
-
-    NumPy's assignment: unsafe casts (float64 into uint8, 1.7 into int32), broadcasting, and
-    NumPy's own errors for what it cannot assign.
-    """
-    if type(value) is np.ndarray and value.shape == shape and value.dtype == dtype:
-        return value  # nothing to convert (the core copies it into its columns)
-    row = np.empty((1, *shape), dtype)
-    row[0] = value  # exactly keras-gym's `self._s[self._i] = s` on one row
-    out: Array = row[0]
-    return out
