@@ -201,3 +201,25 @@ def test_indices_without_batch_size_count_against_the_default(cls: Any) -> None:
     with pytest.raises(IndexError):
         buf.sample_transition_batch(indices=[1, 2, 25])  # right length, then NumPy's read
     assert buf.sample_transition_batch(batch_size=1, indices=[4]).state.tolist() == [[4.0, 4.0]]
+
+
+@pytest.mark.parametrize(("stack_size", "capacity"), [(0, 1), (1, 1), (2, 2), (3, 3)])
+def test_update_horizon_0_builds_at_the_smallest_capacity(stack_size: int, capacity: int) -> None:
+    # 0.1's only capacity check: ``if replay_capacity < update_horizon + stack_size: raise
+    # ValueError``; with update_horizon=0, replay_capacity == stack_size (or 1) builds. Adds
+    # work, and sample_transition_batch fails at ``traj_lengths`` (``terminals[:, -1]`` of a
+    # (B, 0) window: IndexError) while sample_index_batch draws. Transcribed from 0.1 runs
+    # (stack_size=3, capacity=3: slot validity and the stack after the last add).
+    buf = ReplayBuffer((), stack_size, capacity, 3, update_horizon=0, observation_dtype=np.float32)
+    for t in range(5):
+        buf.add(float(t), 0, 1.0, t == 2)
+    # padding before the first step and after the terminal one: stack_size - 1 rows each
+    assert buf.add_count == 5 + 2 * max(stack_size - 1, 0)
+    with pytest.raises(IndexError):
+        buf.sample_transition_batch()
+    assert len(buf.sample_index_batch(2)) == 2
+    if stack_size == 3:
+        assert [bool(buf.is_valid_transition(i)) for i in range(3)] == [False, False, True]
+        assert buf.get_observation_stack(0).tolist() == [3.0, 4.0, 0.0]
+    if stack_size == 1:
+        assert buf.get_observation_stack(0).tolist() == [4.0]

@@ -314,9 +314,9 @@ class ReplayBuffer(SlotRing, RangeReaders, CheckpointFiles):
         return CoreReplayBuffer(self._core_capacity(), self._core_fields(), **self._core_args())
 
     def _core_capacity(self) -> int:
-        """The core's capacity: ``replay_capacity`` (one more with ``stack_size`` 0, whose
-        core still stacks one frame and needs room for ``update_horizon + 1`` steps)."""
-        return max(self._replay_capacity, self._update_horizon + 1)
+        """The core's capacity: ``replay_capacity``, or more where ``stack_size`` or
+        ``update_horizon`` is 0 (the core still stacks one frame and reads one step)."""
+        return max(self._replay_capacity, max(self._update_horizon, 1) + max(self._stack_size, 1))
 
     def _core_args(self) -> dict[str, Any]:
         return {
