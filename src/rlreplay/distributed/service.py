@@ -376,21 +376,17 @@ class ReplayService:
             raise PriorityError(f"priorities: expected real numbers, got dtype {p.dtype}")
         shard, local = route_ids(ids, self.num_shards)
         p = p.reshape(-1)
-        if self.num_shards == 1:
-            args = {0: (local, p)} if local.shape[0] else {}
-        else:
-            args = {}
-            for k in range(self.num_shards):
-                mine = shard == k
-                if mine.any():
-                    args[k] = (local[mine], p[mine])
         self._updates.harvest(_ray(), timeout)
-        if wait:
-            self._updates.send()  # earlier queued updates first
-            packed = {k: (pack_updates(i, q),) for k, (i, q) in args.items()}
-            return int(sum(self._ask("update_priorities", timeout, packed)))
-        self._updates.put(args)
-        return None
+        if not wait:  # a copy: the caller may reuse its array before the queue is sent
+            self._updates.put(shard, local, p.astype(np.float64))
+            return None
+        self._updates.send()  # earlier queued updates first
+        packed = {}
+        for k in range(self.num_shards):
+            mine = shard == k
+            if mine.any():
+                packed[k] = (pack_updates(local[mine], p[mine]),)
+        return int(sum(self._ask("update_priorities", timeout, packed)))
 
     # ------------------------------------------------------------------ inspection
     def get_transitions(self, ids: Any, *, timeout: float | None = None) -> Batch:

@@ -267,12 +267,9 @@ class Shard:
     def sample(self, batch_size: int) -> Reply:
         """Draw ``batch_size`` with the shard's own law, packed (:mod:`.wire`) with its masses
         at the draw."""
-        buf = self.buffer
-        layout, payload = pack_columns(buf.sample(batch_size))
-        if isinstance(buf, PrioritizedReplayBuffer):
-            total, smallest, _ = buf.priority_mass()
-            return layout, payload, total, smallest, None
-        return layout, payload, float(buf.num_sampleable), 1.0, None
+        _, mass, smallest, _ = self.info()  # a draw changes no mass: read before it
+        layout, payload = pack_columns(self.buffer.sample(batch_size))
+        return layout, payload, mass, smallest, None
 
     def draw(self, batch_size: int, updates: bytes = b"") -> Reply:
         """Apply the packed priority ``updates`` (:func:`~.split.pack_updates`; their error is
@@ -282,10 +279,10 @@ class Shard:
         ``k``'s i.i.d. draws. One call does both, so a learner's queued updates cost no call
         of their own and land before the draw."""
         error = self._apply(updates)
-        _, mass, smallest, _ = self.info()
+        _, mass, smallest, _ = self.info()  # a draw changes no mass: read once, before it
         if not mass > 0.0:
             return (), b"", mass, smallest, error
-        layout, payload, mass, smallest, _ = self.sample(batch_size)
+        layout, payload = pack_columns(self.buffer.sample(batch_size))
         return layout, payload, mass, smallest, error
 
     def _apply(self, updates: bytes) -> BaseException | None:

@@ -42,30 +42,40 @@ class UpdateQueue:
         self._shards = list(shards)
         self._max_ids = max_ids
         self._max_unanswered = max_unanswered
-        self._queued: dict[int, list[tuple[Array, Array]]] = {}
+        # (shard, local id, priority) arrays in call order; split per shard when taken (one
+        # split per draw, not one per update call).
+        self._queued: list[tuple[Array, Array, Array]] = []
         self._queued_ids = 0
         self._sent: list[Any] = []
         self._errors: list[BaseException] = []  # of updates that rode on draws
         self._lock = threading.Lock()
 
-    def put(self, per_shard: Mapping[int, tuple[Array, Array]]) -> None:
-        """Queue ``(local ids, priorities)`` per shard; send if ``max_ids`` are queued."""
+    def put(self, shard: Array, local: Array, priorities: Array) -> None:
+        """Queue updates (each id's shard, local id and priority, flat and checked); send if
+        ``max_ids`` are queued."""
         with self._lock:
-            for k, update in per_shard.items():
-                self._queued.setdefault(k, []).append(update)
-                self._queued_ids += int(update[0].shape[0])
+            self._queued.append((shard, local, priorities))
+            self._queued_ids += int(shard.shape[0])
             full = self._queued_ids >= self._max_ids
         if full:
             self.send()
 
     def _take(self) -> dict[int, bytes]:
         """Empty the queue: per shard, its updates packed in order (caller holds the lock)."""
+        if not self._queued:
+            return {}
+        shard, local, p = (np.concatenate(c) for c in zip(*self._queued, strict=True))
+        self._queued, self._queued_ids = [], 0
+        if len(self._shards) == 1:
+            return {0: pack_updates(local, p)} if shard.shape[0] else {}
+        # A stable sort keeps each shard's updates in call order (later ones win).
+        order = np.argsort(shard, kind="stable")
+        ends = np.cumsum(np.bincount(shard, minlength=len(self._shards)))
         packed = {}
-        for k, parts in self._queued.items():
-            ids = parts[0][0] if len(parts) == 1 else np.concatenate([i for i, _ in parts])
-            p = parts[0][1] if len(parts) == 1 else np.concatenate([q for _, q in parts])
-            packed[k] = pack_updates(ids, p)
-        self._queued, self._queued_ids = {}, 0
+        for k in range(len(self._shards)):
+            rows = order[(ends[k - 1] if k else 0) : ends[k]]
+            if rows.shape[0]:
+                packed[k] = pack_updates(local[rows], p[rows])
         return packed
 
     def send(self) -> None:

@@ -13,6 +13,7 @@ update never fails the draw that carried it.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from typing import Any
 
@@ -47,7 +48,7 @@ def unpack_columns(layout: Any, payload: bytes) -> dict[str, Array]:
     offset = 0
     for name, dtype, shape in layout:
         dt = np.dtype(dtype)
-        count = int(np.prod(shape, dtype=np.int64))
+        count = math.prod(shape)
         out[name] = np.frombuffer(payload, dt, count, offset).reshape(tuple(shape))
         offset += count * dt.itemsize
     if offset != len(payload):
