@@ -24,14 +24,15 @@ each argument, 150-250 ns apiece), no fresh id buffer. The protocol is unchanged
 :mod:`rlreplay.shared`): ``BEGIN`` is raised, a fence, the columns (and at an episode end the
 final observations), the slot's record, a fence, then ``PUB``. The fences are calls of the
 argument-free Numba :func:`rlreplay.storage.shared.fence` (about 70 ns each). The int64 words
-(counters, records) are stored through ``memoryview`` casts to ``"q"``, which CPython packs with
-a fixed-size 8-byte ``memcpy`` into the aligned word: one 8-byte store, as a NumPy or Numba store
-of that word is.
+are stored through ``memoryview`` casts to ``"q"`` (counters) and ``struct.pack_into("4q")``
+(a slot's record), both of which CPython packs with a fixed-size 8-byte ``memcpy`` into the
+aligned word: one 8-byte store, as a NumPy or Numba store of that word is.
 """
 
 from __future__ import annotations
 
 import math
+import struct
 import time
 import weakref
 from collections.abc import Callable
@@ -40,6 +41,7 @@ from typing import Any
 import numpy as np
 
 from rlreplay.codegen import define
+from rlreplay.errors import ConfigError
 from rlreplay.spec import ENDING, PLAIN, Schema
 from rlreplay.storage.shared import fence
 
@@ -66,7 +68,7 @@ _MISSING: Any = _Missing()
 def words(arr: Array) -> memoryview:
     """A flat ``memoryview`` of the int64 words of the C-contiguous int64 array ``arr``."""
     if arr.dtype != np.int64 or not arr.flags.c_contiguous:
-        raise ValueError(f"words: expected a C-contiguous int64 array, got {arr.dtype}")
+        raise ConfigError(f"words: expected a C-contiguous int64 array, got {arr.dtype}")
     return arr.data.cast("B").cast("q")
 
 
@@ -134,11 +136,13 @@ def build_add(
     lines, scope = _one_source(schema, e, C, begin, closed)
     ids = _Ids(E, e)
     scope.update(
-        hdr=words(writer._hdr), rec=words(writer._records), tt=words(t_arr),
+        hdr=words(writer._hdr), tt=words(t_arr),
         le=words(last_end), fc=words(fcount), due=due, monotonic=time.monotonic, fence=fence,
         MISSING=_MISSING, ids=ids, block=ids.refill(0),
     )  # fmt: skip
-    width = writer._records.shape[1]
+    if writer._records.shape[1] != 4 or not writer._records.flags.c_contiguous:
+        raise ConfigError(f"build_add: expected records of 4 int64, got {writer._records.shape}")
+    scope.update(rec=writer._records.data.cast("B"), pack=struct.Struct("4q").pack_into)
     for i, (name, col) in enumerate(writer._steps.items()):
         flat, k = _row_view(col), math.prod(col.shape[1:])
         scope[f"col{i}"] = col if flat is None else flat
@@ -156,15 +160,11 @@ def build_add(
             lines.append(f"        fin{i}[f] = v{names.index('next_' + name)}")
         lines += [f"        le[{e}] = t", f"        fc[{e}] = fid + 1"]
     lines += [
-        f"    q = {width} * r",
-        "    rec[q] = t",
-        "    rec[q + 1] = start",
-        "    rec[q + 2] = fid",
-        "    rec[q + 3] = done",
+        "    pack(rec, r * 32, t, start, fid, done)  # one 8-byte store per word",
         "    fence()  # the columns and the record are visible before PUB",
         f"    p = hdr[{pub}]",
-        f"    hdr[{pub}] = t + 1 if t + 1 > p else p",
-        f"    tt[{e}] = t + 1",
+        f"    hdr[{pub}] = t1 if t1 > p else p",
+        f"    tt[{e}] = t1",
         "    i = t - ids.first",
         f"    if not 0 <= i < {IDS_BLOCK}:",
         "        block = ids.refill(t)",
@@ -223,7 +223,8 @@ def _one_source(
         # From here on nothing can fail: every value was tested above.
         f"    t = tt[{e}]",
         f"    b = hdr[{begin}]",
-        f"    hdr[{begin}] = t + 1 if t + 1 > b else b",
+        "    t1 = t + 1",
+        f"    hdr[{begin}] = t1 if t1 > b else b",
         "    fence()  # BEGIN is visible before any slot of the env is overwritten",
         f"    r = {e * C} + t % {C}",
     ]
