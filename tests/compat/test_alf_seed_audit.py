@@ -226,13 +226,14 @@ def test_update_priority_takes_1d_int64_ids_and_float_priorities() -> None:
         rb.add_batch(batch([0, 1], t))
     _, info = rb.get_batch(4, 1)
     assert info.env_ids.dtype == torch.int64 and info.positions.dtype == torch.int64
-    rb.update_priority(info.env_ids, info.positions, torch.zeros(4))
-    rb.update_priority(torch.tensor([1]), torch.tensor([2]), torch.tensor([5.0]))
+    assert info.env_ids.shape == info.positions.shape == (4,)
+    rb.update_priority(info.env_ids, info.positions, torch.zeros(4))  # as get_batch gave them
+    every_env = torch.tensor([0, 0, 0, 0, 1, 1, 1, 1])
+    every_pos = torch.tensor([0, 1, 2, 3, 0, 1, 2, 3])
+    rb.update_priority(every_env, every_pos, torch.tensor([0, 0, 0, 0, 0, 0, 5.0, 0]))
     _, info = rb.get_batch(8, 1)
-    # importance_weights: "priority divided by the average of all non-zero priorities"
-    prios = rb.get_field("x", info.env_ids, info.positions)  # rows exist
-    assert prios.shape == (8, 2)
-    assert torch.all(info.importance_weights > 0)
+    assert info.env_ids.tolist() == [1] * 8 and info.positions.tolist() == [2] * 8
+    assert info.importance_weights.tolist() == [1.0] * 8  # 5 / (5 / 1)
 
 
 def test_importance_weights_divide_by_the_average_of_non_zero_priorities() -> None:
