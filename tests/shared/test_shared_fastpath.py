@@ -120,9 +120,12 @@ OP = st.one_of(STEP, st.just("end"))
 @settings(max_examples=60, deadline=None)
 @given(ops=st.lists(OP, max_size=45))
 def test_fast_and_general_add_store_the_same_bytes(ops: list[Any]) -> None:
+    """Random steps (plain values, values to convert, invalid ones, options, episode ends)
+    given to the generated add and to the general path of a twin writer."""
     with writer_pair() as (fast, slow):
         fast._due[0] = slow._due[0] = time.monotonic() + 3600  # no liveness detour
         for t, op in enumerate(ops):
+            before = arrays(fast)
             if op == "end":
                 final = {"next_obs": make_obs("f32", 100 + t), "next_pix": make_pix("u8", t)}
                 a = outcome(lambda f=final: fast.end_episode(0, **f))
@@ -138,6 +141,8 @@ def test_fast_and_general_add_store_the_same_bytes(ops: list[Any]) -> None:
                 b = outcome(lambda k=kw: SharedWriter.add(slow, **k))
             assert a == b
             assert_same(arrays(fast), arrays(slow))
+            if a[0] != "ok":  # a refused call changes nothing
+                assert_same(arrays(fast), before)
 
 
 def test_the_fast_path_takes_plain_steps_and_hands_the_rest_on() -> None:
