@@ -18,9 +18,11 @@ Anything else changes nothing and goes on to the general path
 validates and names what is wrong, or stores. Both store the same bytes
 (``tests/shared/test_shared_fastpath.py``).
 
-What it saves against the general path: no ``**values`` dict, no ``convert_all``, no NumPy
-scalar reads of the writer's counters, no Numba call with arguments (Numba's dispatcher types
-each argument, 150-250 ns apiece), no fresh id buffer. The protocol is unchanged (see
+Cost: about 3.2 µs of CPU per call with the benchmark's fields (``obs: float32[4]``,
+``action``, ``reward``, two flags), against 10.3 µs on the general path. What it saves: no
+``**values`` dict, no ``convert_all``, no NumPy scalar reads of the writer's counters, no Numba
+call with arguments (Numba's dispatcher types each argument, 150-250 ns apiece), no fresh id
+buffer. The protocol is unchanged (see
 :mod:`rlreplay.shared`): ``BEGIN`` is raised, a fence, the columns (and at an episode end the
 final observations), the slot's record, a fence, then ``PUB``. The fences are calls of the
 argument-free Numba :func:`rlreplay.storage.shared.fence` (about 70 ns each). The int64 words
@@ -75,13 +77,17 @@ def words(arr: Array) -> memoryview:
 def _row_view(col: Array) -> memoryview | None:
     """A flat ``memoryview`` of a column whose rows a same-dtype 1-D value can be copied into
     by slice (``flat[r * k:(r + 1) * k] = value``: a plain copy, faster than NumPy's row
-    assignment), or ``None`` where NumPy assigns (scalar and multi-axis fields)."""
+    assignment), or ``None`` where NumPy assigns: scalar and multi-axis fields, and dtypes
+    whose buffer format ``memoryview`` does not copy (complex: ``Zf``)."""
     if col.ndim != 2 or col.shape[1] == 0 or not col.flags.c_contiguous:
         return None
-    flat = col.reshape(-1).data
-    if flat.format != np.zeros(1, col.dtype).data.format:
-        return None  # pragma: no cover - a dtype whose buffer format numpy spells otherwise
-    return flat
+    k = col.shape[1]
+    probe = np.zeros((2, k), col.dtype).reshape(-1).data
+    try:
+        probe[k : 2 * k] = np.ones(k, col.dtype).data  # as the generated code will
+    except (NotImplementedError, TypeError, ValueError):
+        return None
+    return col.reshape(-1).data
 
 
 class _Ids:
@@ -172,19 +178,20 @@ def build_add(
         "    return block[i:i + 1]",
     ]
     one_fn = define(lines, "one", scope, "<rlreplay shared add one step>")
-    # The keyword layer: field-named parameters (no field name starts with "_").
+    # The keyword layer: field-named parameters; every other name starts with "_" (no field
+    # name does), builtins too (a field may be called "type").
     args = ", ".join(names)
     outer = [
         f"def add(*, {', '.join(f'{n}=_MISSING' for n in names)}, **_options):",
         "    if not _options:",
         f"        _ids = _one({args})",
-        "        if type(_ids) is _nd:",
+        "        if _type(_ids) is _nd:",
         "            return _ids",
         f"    _options.update(_given({args}))",
         "    return _general(_w, **_options)",
     ]
     outer_scope = {
-        "_MISSING": _MISSING, "_nd": np.ndarray, "_one": one_fn, "_general": general,
+        "_MISSING": _MISSING, "_nd": np.ndarray, "_type": type, "_one": one_fn, "_general": general,
         "_w": weakref.proxy(writer),  # the writer holds this function: no cycle
         "_given": lambda *v: {n: x for n, x in zip(names, v, strict=True) if x is not _MISSING},
     }  # fmt: skip
