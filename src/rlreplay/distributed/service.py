@@ -350,11 +350,13 @@ class ReplayService:
         """Route ``(ids, priorities)`` to their shards; ids overwritten since are ignored.
 
         With ``wait=False`` the updates are queued in this process and the call returns at
-        once: the queue goes to the shards (one call per shard for all queued updates, later
-        ones winning) before this service's next sample is drawn, or once 65,536 ids are
-        queued. Ray runs one caller's calls to an actor in order, so the next :meth:`sample`
-        (or batch that :meth:`iterate` requests after the call) sees them. Their errors are
-        raised by a later ``update_priorities`` (or :meth:`stats`); at most 64 sends stay
+        once: the queue rides on this service's next draw call to each shard (all queued
+        updates of the shard, later ones winning), which applies them before it draws, so the
+        next :meth:`sample` (or batch that :meth:`iterate` requests after the call) sees them
+        and they cost no round trip of their own. Before a waited update, :meth:`stats`,
+        :meth:`save`, or once 65,536 ids are queued, the queue is sent as one call per shard
+        instead (Ray runs one caller's calls to an actor in order). Their errors are raised
+        by a later ``update_priorities`` (or :meth:`stats`); at most 64 sends stay
         unanswered, then the call waits for the oldest.
 
         Returns:
