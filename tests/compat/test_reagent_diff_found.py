@@ -223,3 +223,24 @@ def test_update_horizon_0_builds_at_the_smallest_capacity(stack_size: int, capac
         assert buf.get_observation_stack(0).tolist() == [3.0, 4.0, 0.0]
     if stack_size == 1:
         assert buf.get_observation_stack(0).tolist() == [4.0]
+
+
+def test_everything_as_stack_reads_any_index_modulo_the_capacity() -> None:
+    # 0.1 with return_everything_as_stack reads every element with get_stack_for_indices
+    # (``stack_indices %= self._replay_capacity``), never ``_store[name][indices]``: an index
+    # past the capacity is read modulo it and echoed as given; with update_horizon > 1 the
+    # reward element raises NotImplementedError("Uncertain how to do this without double
+    # counting..") whatever the indices.
+    def make(horizon: int) -> ReplayBuffer:
+        buf = ReplayBuffer((2,), 1, 10, 2, update_horizon=horizon, return_everything_as_stack=True)
+        for t in range(6):
+            buf.add(np.full(2, t), 0, float(t), False)
+        return buf
+
+    batch = make(1).sample_transition_batch(batch_size=2, indices=[13, -17])
+    assert batch.state[:, 0].reshape(-1).tolist() == [3.0, 3.0]
+    assert batch.reward.reshape(-1).tolist() == [3.0, 3.0]
+    assert batch.next_state[:, 0].reshape(-1).tolist() == [4.0, 4.0]
+    assert batch.indices.reshape(-1).tolist() == [13, -17]
+    with pytest.raises(NotImplementedError):
+        make(2).sample_transition_batch(batch_size=1, indices=[31])

@@ -139,20 +139,22 @@ def leaf_count(cap: int) -> int:
     return 1 << (cap - 1).bit_length()
 
 
-def batch_slots(indices: Any, cap: int) -> tuple[Array, Array]:
+def batch_slots(indices: Any, cap: int, *, wrap: bool = False) -> tuple[Array, Array]:
     """The slots of ``sample_transition_batch(indices=...)``, read as ReAgent reads them.
 
     ReAgent converts the indices with ``.type(torch.int64)`` (floats are truncated) and reads
     the stacks modulo ``replay_capacity``, but every other element as ``_store[name][indices]``:
     an index outside ``[-replay_capacity, replay_capacity)`` raises NumPy's ``IndexError``
     there (reagent 0.1), and does here (:class:`SlotRangeError`, also an rlreplay error).
+    With ``wrap`` (``return_everything_as_stack``: 0.1 reads every element as a stack) any
+    index is read modulo ``cap``.
     """
     arr = _numpy(indices).reshape(-1)
     if arr.size and arr.dtype.kind not in "iuf":
         raise IndexAssertionError(f"indices: expected numbers, got dtype {arr.dtype}")
     raw = np.trunc(arr).astype(np.int64) if arr.dtype.kind == "f" else arr.astype(np.int64)
     outside = (raw >= cap) | (raw < -cap)
-    if outside.any():
+    if outside.any() and not wrap:
         raise SlotRangeError(
             f"index {int(raw[outside][0])} is out of bounds for axis 0 with size {cap} "
             f"(indices: expected slots in [-{cap}, {cap}), as ReAgent reads _store[name][indices])"
@@ -278,7 +280,11 @@ def choose_slots(
             f"indices: expected {given_as} = {b} of them (reagent asserts len(indices) == "
             f"batch_size), got {count}"
         )
-    return batch_slots(indices, buf._replay_capacity)
+    refuse_unsampleable(buf)  # 0.1 fails there before it reads _store[name][indices]
+    # 0.1 reads every element of a return_everything_as_stack batch as a stack, modulo
+    # replay_capacity: no index is out of range there (the timeline format is not 0.1's)
+    wrap = buf._return_everything_as_stack and not buf._return_as_timeline_format
+    return batch_slots(indices, buf._replay_capacity, wrap=wrap)
 
 
 def drawable_slots(core: CoreReplayBuffer, slot_id: Array, is_valid: Array) -> Array:
