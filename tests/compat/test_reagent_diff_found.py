@@ -244,3 +244,17 @@ def test_everything_as_stack_reads_any_index_modulo_the_capacity() -> None:
     assert batch.indices.reshape(-1).tolist() == [13, -17]
     with pytest.raises(NotImplementedError):
         make(2).sample_transition_batch(batch_size=1, indices=[31])
+
+
+def test_refused_set_priority_keeps_max_recorded_priority() -> None:
+    # Deliberate difference 11 (docs/migrating/reagent.md). 0.1's SumTree.set runs
+    # ``self.max_recorded_priority = max(value, self.max_recorded_priority)`` before
+    # ``self.nodes[-1][node_index]`` raises IndexError, so there a refused
+    # set_priority(array([32], int32), array([2.25])) of a 23-slot buffer (32 leaves) leaves
+    # max_recorded_priority at 2.25 with no leaf holding it; here nothing changes.
+    buf = PrioritizedReplayBuffer((), 1, 23, 2, observation_dtype=np.float32)
+    buf.add(0.0, 0, 1.0, False, 1.5)
+    with pytest.raises(IndexError):
+        buf.set_priority(np.array([32], np.int32), np.array([2.25]))
+    assert buf.sum_tree.max_recorded_priority == 1.5
+    assert buf.get_priority(np.arange(23, dtype=np.int32)).max() == 1.5
