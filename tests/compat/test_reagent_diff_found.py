@@ -258,3 +258,15 @@ def test_refused_set_priority_keeps_max_recorded_priority() -> None:
         buf.set_priority(np.array([32], np.int32), np.array([2.25]))
     assert buf.sum_tree.max_recorded_priority == 1.5
     assert buf.get_priority(np.arange(23, dtype=np.int32)).max() == 1.5
+
+
+def test_sum_tree_sums_stay_exact_after_a_float32_tensor_priority() -> None:
+    # Deliberate difference 5. 0.1's set adjusts the ancestors by ``value - nodes[-1][i]``;
+    # for a float32 tensor value that delta is a float32 tensor, so after set(1, 0.33),
+    # set(0, 0.74), set(0, torch.tensor(1.5)), set(0, 2.59) its root is 2.92000004 (0.1 run),
+    # not 2.59 + 0.33. Here each parent is recomputed from its children.
+    tree = SumTree(4)
+    for i, v in [(1, 0.33), (0, 0.74), (0, torch.tensor(1.5)), (0, 2.59)]:
+        tree.set(i, v)
+    assert tree.nodes[0][0] == 2.59 + 0.33
+    assert tree.max_recorded_priority == 2.59
