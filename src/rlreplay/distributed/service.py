@@ -93,8 +93,9 @@ class ReplayService:
         num_envs: Env ids writers may use (``0 .. num_envs - 1``); default ``num_shards``.
         ray_init: Arguments for ``ray.init`` if Ray is not running yet (ignored otherwise).
         actor_options: Extra ``.options(...)`` for the shard actors (default ``num_cpus=0,
-            max_restarts=3``: Ray restarts a dead shard up to 3 times, and the shard reloads
-            the last :meth:`save`'s checkpoint).
+            max_restarts=3, enable_task_events=False``: Ray restarts a dead shard up to 3
+            times, and the shard reloads the last :meth:`save`'s checkpoint; shard calls are
+            not listed by Ray's state API or timeline unless ``enable_task_events=True``).
         recovery_dir: Where shards keep what they reload after a restart (a few bytes per
             shard; default: a temporary directory removed by :meth:`close`). On a multi-node
             cluster give a directory every node sees, as for :meth:`save`.
@@ -188,7 +189,9 @@ class ReplayService:
         if rate_limiter is not None:
             host = ray.remote(LimiterHost).options(num_cpus=0, max_concurrency=256)
             self._limiter = host.remote(rate_limiter, S)
-        defaults = {"num_cpus": 0, "max_restarts": 3}
+        # No task events: Ray's per-call bookkeeping for its state API and timeline costs
+        # about a tenth of the shard calls' throughput here (actor_options can turn it on).
+        defaults = {"num_cpus": 0, "max_restarts": 3, "enable_task_events": False}
         remote_shard = ray.remote(Shard).options(**{**defaults, **dict(actor_options or {})})
         self._shards = [
             remote_shard.remote(
