@@ -270,3 +270,28 @@ def test_sum_tree_sums_stay_exact_after_a_float32_tensor_priority() -> None:
         tree.set(i, v)
     assert tree.nodes[0][0] == 2.59 + 0.33
     assert tree.max_recorded_priority == 2.59
+
+
+def test_terminal_other_than_0_and_1_ends_the_episode_as_stored() -> None:
+    # Deliberate difference 14. reagent 0.1 (``if self.is_empty() or
+    # self._store["terminal"][last_idx] == 1:`` pads; ``if terminal:`` marks validity),
+    # runs transcribed: stack_size=2, adds 1.0, 2.0 (terminal=2), 3.0, 4.0 -> add_count 5,
+    # observation rows [0, 1, 2, 3, 4], slot 3's stack [2.0, 3.0] (two episodes mixed).
+    buf = ReplayBuffer((), 2, 10, 1, observation_dtype=np.float32)
+    for obs, terminal in [(1.0, False), (2.0, 2), (3.0, False), (4.0, False)]:
+        buf.add(obs, 0, 1.0, terminal)
+    assert buf._store["terminal"].tolist()[:3] == [0, 0, 2]  # stored as 0.1 stores it
+    assert buf.add_count == 6  # 0.1: 5 (no padding after the stored 2)
+    assert buf._store["observation"].tolist()[:6] == [0.0, 1.0, 2.0, 0.0, 3.0, 4.0]
+    assert buf.get_observation_stack(4).tolist() == [0.0, 3.0]  # 0.1: [2.0, 3.0]
+    # 0.1, stack_size=1: adds 1.0, 2.0 (terminal=0.5, stored 0) -> slots 0 and 1 valid at
+    # once (size 2), slot 1's next_state not written yet; then a True terminal: 3 valid.
+    buf = ReplayBuffer((), 1, 10, 1, observation_dtype=np.float32)
+    buf.add(1.0, 0, 1.0, False)
+    buf.add(2.0, 0, 1.0, 0.5)
+    assert buf._store["terminal"].tolist()[:2] == [0, 0]
+    assert buf.size == 1 and not buf.is_valid_transition(1)  # 0.1: size 2, slot 1 valid
+    buf.add(3.0, 0, 1.0, True)
+    assert buf.size == 3  # as 0.1 from here on
+    batch = buf.sample_transition_batch(batch_size=1, indices=[1])
+    assert batch.next_state.tolist() == [[3.0]] and not bool(batch.terminal[0])
