@@ -46,3 +46,33 @@ def test_errors_of_updates_that_rode_on_draws_surface_at_the_next_harvest() -> N
     with pytest.raises(rr.InvalidIdError, match="never issued"):
         q.harvest(None, None)
     q.harvest(None, None)  # raised once
+
+
+def test_queued_updates_ride_on_the_next_requested_draw(ray_local: object) -> None:
+    from rlreplay.distributed import ReplayService
+
+    fields = {"obs": rr.Field((2,), np.float32)}
+    with ReplayService(2, 80, fields, prioritized=True, seed=0, num_envs=2) as svc:
+        w = svc.writer([0, 1], flush_every=16)
+        for t in range(16):
+            w.add(obs=np.zeros((2, 2), np.float32), reward=[0.0, 0.0],
+                  terminated=[t == 15] * 2, truncated=[False] * 2,
+                  next_obs=np.zeros((2, 2), np.float32))  # fmt: skip
+        w.close()
+        batches = svc.iterate(64, prefetch=1, per_call=2)
+        ids = np.unique(next(batches).ids)
+        p = np.full(ids.shape, 1e-6)
+        p[0] = 1e6
+        svc.update_priorities(ids, p, wait=False)
+        next(batches)  # the second batch of the request made before the update
+        # The next request is made after the update: its draws (one call per shard, the
+        # updates riding on them) see it.
+        assert (next(batches).ids == ids[0]).mean() > 0.9
+        # A rejected update fails neither the draw that carried it nor later ones; it is
+        # raised by the next update_priorities.
+        svc.update_priorities(np.array([10**9]), np.ones(1), wait=False)
+        next(batches)
+        next(batches)
+        with pytest.raises(rr.InvalidIdError):
+            svc.update_priorities(ids[:1], np.ones(1), wait=False)
+        batches.close()
