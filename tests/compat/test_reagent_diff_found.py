@@ -295,3 +295,13 @@ def test_terminal_other_than_0_and_1_ends_the_episode_as_stored() -> None:
     assert buf.size == 3  # as 0.1 from here on
     batch = buf.sample_transition_batch(batch_size=1, indices=[1])
     assert batch.next_state.tolist() == [[3.0]] and not bool(batch.terminal[0])
+
+
+def test_get_priority_float_array_is_asserted_even_empty() -> None:
+    # 0.1's get_priority: ``assert indices.dtype == np.int32, "Indices must be int32s, ..."``
+    # before reading any leaf, so an empty float array raises AssertionError too.
+    buf = _filled_prioritized()
+    for indices in (np.array([], np.float32), torch.tensor([]), np.array([1.0])):
+        with pytest.raises(AssertionError, match="Indices must be"):
+            buf.get_priority(indices)
+    assert buf.get_priority(np.array([], np.int32)).tolist() == []

@@ -183,6 +183,9 @@ class PrioritizedReplayBuffer(ReplayBuffer):
         if np.ndim(indices.cpu() if hasattr(indices, "cpu") else indices) == 0:
             # ReAgent: assert indices.shape, "Indices must be an array."
             raise IndexAssertionError(f"Indices must be an array, got {indices!r}")
+        kind = _numpy(indices).dtype.kind
+        if kind not in "iu" and hasattr(indices, "dtype"):  # 0.1 asserts the dtype, even empty
+            raise IndexAssertionError(f"Indices must be integers, given: {indices.dtype}")
         leaves = self._as_slots(indices)
         out = np.zeros(leaves.size, np.float32)
         real = leaves < self._replay_capacity
