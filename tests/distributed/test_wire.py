@@ -11,7 +11,7 @@ from hypothesis.extra import numpy as hnp
 import rlreplay as rr
 from rlreplay.distributed.shard import Shard
 from rlreplay.distributed.split import pack_updates
-from rlreplay.distributed.wire import pack_columns, unpack_columns
+from rlreplay.distributed.wire import PACK_LIMIT, pack_columns, unpack_columns
 
 FIELDS = {"obs": rr.Field((2,), np.float32), "action": rr.Field((), np.int64)}
 
@@ -25,11 +25,13 @@ columns = st.dictionaries(
 )
 
 
-@given(columns, st.booleans())
-def test_packed_columns_round_trip(cols: dict[str, np.ndarray], strided: bool) -> None:
+@given(columns, st.booleans(), st.sampled_from([0, 64, PACK_LIMIT]))
+def test_packed_columns_round_trip(cols: dict[str, np.ndarray], strided: bool, limit: int) -> None:
     if strided:  # non-contiguous inputs are packed in C order
         cols = {k: v[::-1] for k, v in cols.items()}
-    layout, payload = pack_columns(cols)
+    layout, payload = pack_columns(cols, limit)
+    # Past the limit the columns stay arrays (Ray's object store moves them without copies).
+    assert isinstance(payload, dict) == (sum(v.nbytes for v in cols.values()) > limit)
     # Ray's msgpack hands tuples back as lists.
     back = unpack_columns([[n, d, list(s)] for n, d, s in layout], payload)
     assert list(back) == list(cols)
@@ -67,6 +69,10 @@ def test_a_draw_applies_its_updates_first_and_returns_their_error() -> None:
     assert (got["ids"] == ids[3]).mean() > 0.99
     assert mass == pytest.approx(s.buffer.priority_mass()[0]) and smallest > 0
     assert got["obs"].shape == (64, 2) and got["action"].dtype == np.int64
+    # A reply past PACK_LIMIT stays arrays, with the same columns.
+    big_layout, big, *_ = s.draw(4096)
+    assert isinstance(big, dict) and [c[0] for c in big_layout] == list(got)
+    assert unpack_columns(big_layout, big)["obs"].shape == (4096, 2)
     # A rejected update (an id never issued) changes nothing and does not fail the draw.
     before = s.buffer.priority_mass()
     *_, error = s.draw(8, pack_updates(np.array([10**6]), np.ones(1)))
