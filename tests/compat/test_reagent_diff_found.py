@@ -305,3 +305,17 @@ def test_get_priority_float_array_is_asserted_even_empty() -> None:
         with pytest.raises(AssertionError, match="Indices must be"):
             buf.get_priority(indices)
     assert buf.get_priority(np.array([], np.int32)).tolist() == []
+
+
+def test_an_emptied_sum_tree_raises_on_sampling() -> None:
+    # Deliberate difference 5. 0.1: set(0, 3.28), set(2, 2), set(2, 0.0), set(0, 0.0) leaves
+    # its root at -4.4e-16 (delta updates), so ``_total_priority() == 0`` is False and
+    # sample() returns leaf 0 of value 0. Here the sums are exact and the tree is empty.
+    tree = SumTree(3)
+    for i, v in [(0, 3.28), (2, 2), (2, 0.0), (0, 0.0)]:
+        tree.set(i, v)
+    assert tree.nodes[0][0] == 0.0
+    with pytest.raises(Exception, match="empty sum tree"):
+        tree.sample()
+    with pytest.raises(Exception, match="empty sum tree"):
+        tree.stratified_sample(2)
