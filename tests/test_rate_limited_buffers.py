@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 
 import rlreplay as rr
 from rlreplay.distributed.shard import Shard
+from rlreplay.distributed.wire import unpack_columns
 from tests.test_limits import ReverbTable
 
 FIELDS = {"obs": rr.Field((2,), np.float32), "action": rr.Field((), np.int64)}
@@ -507,13 +508,15 @@ def test_priority_mass_is_the_trees_and_the_shard_reads_it():
     # The shard (plain Python: no Ray needed) answers with the same numbers.
     shard = Shard(64, FIELDS, 2, True, 0, {"alpha": alpha})
     shard.extend([(0, run(0, 5)), (1, run(5, 3))])
-    count, total, smallest = shard.info()
+    count, total, smallest, error = shard.info()
     assert (count, total, smallest) == tuple(shard.buffer.priority_mass()[i] for i in (2, 0, 1))
-    batch, total2, smallest2 = shard.sample(4)
-    assert (total2, smallest2) == (total, smallest) and batch.ids.shape == (4,)
+    assert error is None
+    layout, payload, total2, smallest2, error2 = shard.sample(4)
+    assert (total2, smallest2, error2) == (total, smallest, None)
+    assert unpack_columns(layout, payload)["ids"].shape == (4,)
     uniform = Shard(64, FIELDS, 2, False, 0, {})
     uniform.extend([(0, run(0, 5))])
-    assert uniform.info() == (5, 5.0, 1.0)
+    assert uniform.info() == (5, 5.0, 1.0, None)
     buf.close()
     with pytest.raises(rr.ReplayClosed):
         buf.priority_mass()
