@@ -26,20 +26,12 @@ from rlreplay.episodes import COUNT, HEAD, EpisodeIndex
 from rlreplay.episodic import record_returns
 from rlreplay.errors import FieldError, InvalidIdError, PerformanceWarning, ShapeError
 from rlreplay.spec import ENDING, PLAIN, Schema
+from rlreplay.step_check import none_is_missing, step_check_source
 from rlreplay.storage.columns import Columns
 
 __all__ = ["MISSING", "Prepared", "ReturnsConfig", "StepWriter"]
 
 Array = np.ndarray[Any, Any]
-
-
-def _none_is_missing(names: Sequence[str], missing: str) -> list[str]:
-    """Generated lines (unindented) that turn a ``next_<obs>`` value ``None`` into ``missing``.
-
-    ``next_obs=None`` on a step means "not given" (next observations are only read at episode
-    ends), on every path; an episode end given ``None`` then fails as one not given at all.
-    """
-    return [f"if {v} is None: {v} = {missing}" for v in names]
 
 
 class _Missing:
@@ -143,24 +135,11 @@ class StepWriter:
         lead = () if E == 1 else (E,)
         self._one_id = np.zeros(1, np.int64)
         self._no_rows_done = np.zeros(E, np.bool_)
-        fields, next_names = tuple(schema.fields), schema.next_names()
-        self.arg_names: tuple[str, ...] = fields + next_names
-        full, consts = schema.plain_check_source(self.arg_names, lead)
-        plain, plain_consts = schema.plain_check_source(fields, lead)
-        consts.update(plain_consts, MISSING=MISSING)  # the same names for the same fields
-        nexts = [f"v{i}" for i in range(len(fields), len(self.arg_names))]
+        fields = tuple(schema.fields)
+        self.arg_names, check, consts = step_check_source(schema, lead)
+        consts["MISSING"] = MISSING
         lines = [f"def add_plain({', '.join(f'v{i}' for i in range(len(self.arg_names)))}):"]
-        lines += ["    " + x for x in _none_is_missing(nexts, "MISSING")]
-        if nexts:  # every next_<obs> (the full checks), none (the plain ones), or the general path
-            lines += [f"    if {' and '.join(f'{v} is not MISSING' for v in nexts)}:"]
-            lines += ["    " + x for x in full]
-            lines += [f"    elif {' and '.join(f'{v} is MISSING' for v in nexts)}:"]
-            lines += ["    " + x for x in plain]
-            # An ending step without its next_<obs>: the general path names what is missing.
-            lines += [f"        if kind != {PLAIN}:", "            return 0"]
-            lines += ["    else:", "        return 0"]
-        else:
-            lines += plain
+        lines += check
         lines += [f"    if kind != {PLAIN}:", "        return kind"]
         if E > 1 and self._lockstep_eligible():  # count down to compiling the lockstep kernel
             # Weak: the writer holds this function, which must not hold the writer (a cycle
@@ -282,7 +261,7 @@ class StepWriter:
         if kernel.stores_ends:
             ending.insert(0, "    _w_repoint(_w_index, _w_cols.finals)")
         return [
-            *_none_is_missing(args[nf:], "_w_MISSING"),
+            *none_is_missing(args[nf:], "_w_MISSING"),
             "_w_t = _w_index._next_t",
             "if _w_t < 0:",
             "    _w_t = _w_index._lockstep",
@@ -332,7 +311,7 @@ class StepWriter:
             # next_<obs>=None is "not given" here already, so that the values handed on to
             # prepared_plain (named by ``args``) hold no None either.
             nexts = args[len(self.schema.fields) :]
-            lines = _none_is_missing(nexts, "_w_MISSING")
+            lines = none_is_missing(nexts, "_w_MISSING")
             lines.append(f"{out} = _w_path({', '.join(args)})")
             return lines, {"_w_path": self.add_plain, "_w_MISSING": MISSING}
         return self._lockstep_lines(args, out), dict(self._inline_consts)

@@ -44,7 +44,8 @@ import numpy as np
 
 from rlreplay.codegen import define
 from rlreplay.errors import ConfigError
-from rlreplay.spec import ENDING, PLAIN, Schema
+from rlreplay.spec import ENDING, Schema
+from rlreplay.step_check import step_check_source
 from rlreplay.storage.shared import fence
 
 __all__ = ["IDS_BLOCK", "build_add", "words"]
@@ -205,24 +206,9 @@ def _one_source(
 ) -> tuple[list[str], dict[str, Any]]:
     """``one(v0, ..., vn)``, the values in field then ``next_<obs>`` order, up to the column
     writes: returns 0 for the general path before writing anything."""
-    fields, next_names = tuple(schema.fields), schema.next_names()
-    names = fields + next_names
-    full, scope = schema.plain_check_source(names, ())
-    plain, plain_scope = schema.plain_check_source(fields, ())
-    scope.update(plain_scope)  # the same names for the same fields
-    nexts = [f"v{i}" for i in range(len(fields), len(names))]
+    names, check, scope = step_check_source(schema, ())
     lines = [f"def one({', '.join(f'v{i}' for i in range(len(names)))}):", "    global block"]
-    lines += [f"    if {v} is None:\n        {v} = MISSING" for v in nexts]
-    if nexts:  # every next_<obs> (the full checks), none (the plain ones), or the general path
-        lines += [f"    if {' and '.join(f'{v} is not MISSING' for v in nexts)}:"]
-        lines += ["    " + x for x in full]
-        lines += [f"    elif {' and '.join(f'{v} is MISSING' for v in nexts)}:"]
-        lines += ["    " + x for x in plain]
-        # An ending step without its next_<obs>: the general path names what is missing.
-        lines += [f"        if kind != {PLAIN}:", "            return 0"]
-        lines += ["    else:", "        return 0"]
-    else:
-        lines += plain
+    lines += check
     lines += [
         # Closed by the owner, or the owner's liveness is to be checked: the general path.
         f"    if hdr[{closed}] or monotonic() >= due[0]:",
