@@ -339,6 +339,10 @@ class Codec:
         s_next = self.decode_state(batch, "next_")
         a = self.action.join([p.decode(batch[p.name]) for p in self.action.parts])
         r = self.reward.decode(batch["reward"])
+        if sides and set(map(len, sides)) == {2}:
+            # only usual experiences, (non_terminal, info) sides: the tuples in one C loop
+            non_terminals, infos = zip(*sides, strict=True)
+            return list(map(StoredTuple, zip(s, a, r, non_terminals, s_next, infos, strict=True)))
         out: list[tuple[Any, ...]] = []
         for si, ai, ri, sni, side in zip(s, a, r, s_next, sides, strict=True):
             if len(side) == 2:  # (non_terminal, info): the usual experience

@@ -455,7 +455,7 @@ class ReplayBuffer(ByValue):
         """``(non_terminal, info, ...)`` of each core id, as appended."""
         assert self._core is not None
         extras = self._extras
-        out = [extras[i] for i in (ids % self._core.capacity).tolist()]
+        out: list[Any] = list(map(extras.__getitem__, (ids % self._core.capacity).tolist()))
         if None in out:
             return [(1.0,) if e is None else e for e in out]
         return out
@@ -476,7 +476,7 @@ class ReplayBuffer(ByValue):
             return []  # e.g. an empty trajectory, possibly before any store exists
         codec = self._codec
         assert codec is not None
-        if self._newest is None or not (ids == self._next_id - 1).any():
+        if self._newest is None or int(ids.max()) < self._next_id - 1:  # (ids are kept ids)
             return self._decode_batch(self._transitions(ids))
         cached = ids == self._next_id - 1
         out: list[Experience] = [None] * ids.shape[0]
@@ -585,13 +585,17 @@ class ReplayBuffer(ByValue):
                 return [self[index] for index in indices], {"weights": weights}
             rows = tuple([self[index + j] for index in indices] for j in range(steps))
             return rows, {"weights": weights}
-        idx = idx.astype(np.int64)
+        return self._read(idx.astype(np.int64), steps), {"weights": weights}
+
+    def _read(self, idx: Array, steps: int) -> list[Experience] | tuple[list[Experience], ...]:
+        """:meth:`sample_indices`' experiences for int64 positions ``idx`` (1-D, not empty)
+        and an int ``steps >= 1`` (the prioritized buffers read through here too)."""
+        if steps == 1:
+            return self._experiences(self._first_id() + self._positions(idx))
         pos = self._positions((idx[None, :] + np.arange(steps)[:, None]).reshape(-1))
         flat = self._experiences(self._first_id() + pos)
-        if steps == 1:
-            return flat, {"weights": weights}
         B = idx.shape[0]
-        return tuple(flat[j * B : (j + 1) * B] for j in range(steps)), {"weights": weights}
+        return tuple(flat[j * B : (j + 1) * B] for j in range(steps))
 
     def update_priorities(self, errors: Any) -> None:
         """Does nothing: only prioritized buffers keep priorities (as in nnabla-rl)."""

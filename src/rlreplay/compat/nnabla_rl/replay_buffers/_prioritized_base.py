@@ -166,14 +166,18 @@ class _PrioritizedReplayBuffer(ReplayBuffer):
             raise ValueError("Indices are empty")
         self._check_updated()
         num_steps = operator.index(num_steps)
-        positions = np.asarray(indices).astype(np.int64).reshape(-1)
+        if type(indices) is np.ndarray and indices.dtype == np.int64 and indices.ndim == 1:
+            positions: Array = indices  # (read only: no copy)
+        else:
+            positions = np.asarray(indices).astype(np.int64).reshape(-1)
         experiences: Any = ()
         if num_steps >= 1:
-            experiences, _ = ReplayBuffer.sample_indices(self, positions, num_steps=num_steps)
-        weights = self._get_weights((positions + self._head()) % self._slots)
+            experiences = self._read(positions, num_steps)  # ReplayBuffer.sample_indices
+        first = self._first()
+        weights = self._get_weights((positions + first % self._slots) % self._slots)
         self._beta = min(self._beta + self._beta_diff, 1.0)
-        self._last_first = self._first()
-        self._last_sampled = self._last_first + positions
+        self._last_first = first
+        self._last_sampled = first + positions
         return experiences, {"weights": weights}
 
     def _get_weights(self, slots: Array) -> Array:
@@ -182,7 +186,9 @@ class _PrioritizedReplayBuffer(ReplayBuffer):
     # ------------------------------------------------------------------ priorities
     def _preprocess_errors(self, errors: Any) -> Array:
         if self._error_clip is not None:
-            errors = np.clip(errors, self._error_clip[0], self._error_clip[1])
+            lo, hi = self._error_clip[0], self._error_clip[1]
+            # np.clip of an array is its method (without the dispatch)
+            errors = errors.clip(lo, hi) if type(errors) is np.ndarray else np.clip(errors, lo, hi)
         out: Array = np.abs(errors)
         return out
 
@@ -201,7 +207,11 @@ class _PrioritizedReplayBuffer(ReplayBuffer):
         # dropped: kept when sampled, overwritten since (deliberate difference 1). A negative
         # position (num_steps < 1 reads nothing) held no experience: it names the ring slot
         # nnabla-rl's relative index wraps to, (position + head) % capacity, as there
-        dropped = (last >= self._last_first) & (last < self._first())
+        first = self._first()
+        if first == self._last_first:  # nothing overwritten since (the usual update)
+            kept: Array = last % self._slots
+            return kept
+        dropped = (last >= self._last_first) & (last < first)
         slots: Array = np.where(dropped, -1, last % self._slots)
         return slots
 

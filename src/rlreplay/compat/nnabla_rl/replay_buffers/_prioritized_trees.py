@@ -285,7 +285,7 @@ class MaxHeap:
         K.heap_append_many(
             self._vals, self._h2a, self._a2h, state, self._capacity, as_float(value), n
         )
-        self._tail_index, self._oldest_index, self._length = (int(x) for x in state)
+        self._tail_index, self._oldest_index, self._length = state.tolist()
 
     def sort_data(self) -> None:
         """Sort by decreasing value; ties (and the empty positions, last) keep heap order."""

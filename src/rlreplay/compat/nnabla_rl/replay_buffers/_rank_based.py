@@ -84,12 +84,16 @@ class RankBasedPrioritizedReplayBuffer(_PrioritizedReplayBuffer):
         self._regular_sorts = type(sort_interval) is int and sort_interval > 0
         self._append_hook = not self._regular_sorts
         self._boundaries: Array = np.zeros(0, np.int64)
+        self._lows: Array = self._boundaries  # each segment's first heap index
         self._prev_num_samples = 0
         self._prev_num_steps = 0
         self._appends_since_prev_sort = 0
         # Python's float power, as nnabla-rl computes it (NumPy's can differ in the last bit)
+        # (_get_weights reads its priorities from the table: one gather instead of a power
+        # per sample)
         powers = ((1 / (i + 1)) ** alpha for i in range(self._slots))
-        self._ps_cumsum: Array = np.cumsum(np.fromiter(powers, np.float64, self._slots))
+        self._powers: Array = np.fromiter(powers, np.float64, self._slots)
+        self._ps_cumsum: Array = np.cumsum(self._powers)
 
     @property
     def _max_heap(self) -> MaxHeap:
@@ -145,14 +149,17 @@ class RankBasedPrioritizedReplayBuffer(_PrioritizedReplayBuffer):
             or (len(self._boundaries) == 0)
         ):
             self._boundaries = self._compute_segment_boundaries(N=n, k=num_samples)
+            self._lows = np.concatenate(([0], self._boundaries[:-1]))
             self._prev_num_samples = num_samples
             self._prev_num_steps = num_steps
         limit, rng, b = n - num_steps + 1, self._rng, self._boundaries
         if b.shape[0] == 0:
             return self.sample_indices([], num_steps)
-        lows = np.concatenate(([0], b[:-1]))
-        positions = self._positions_at(rng.integers(low=lows, high=b))
-        indices = positions[positions < limit].tolist()
+        positions = self._positions_at(rng.integers(low=self._lows, high=b))
+        fits = positions < limit
+        if positions.shape[0] >= num_samples and fits.all():
+            return self.sample_indices(positions, num_steps)  # the usual draw: no redraw
+        indices = positions[fits].tolist()
         while len(indices) < num_samples:
             # nnabla-rl: only when num_steps > 1 and draws were too new; one random segment.
             # This ends: the segments reach the N0 >= num_steps heap positions of the length
@@ -201,15 +208,18 @@ class RankBasedPrioritizedReplayBuffer(_PrioritizedReplayBuffer):
         return boundaries.astype(np.int64)
 
     def _get_weights(self, slots: Array) -> Array:
-        heap_indices = self._max_heap.heap_indices(slots).tolist()
-        if min(heap_indices, default=0) < 0:  # a slot never filled: nnabla-rl's map holds None
+        heap = self._max_heap
+        heap_indices = heap.heap_indices(slots)
+        if heap_indices.size and heap_indices.min() < 0:  # a slot never filled: None there
             raise TypeError(
                 "sample_indices: a position holds no experience yet (nnabla-rl computes "
                 "None + 1 for its rank: unsupported operand type(s) for +: 'NoneType' and 'int')"
             )
-        alpha = self._alpha
-        priorities = np.asarray([(1 / (h + 1)) ** alpha for h in heap_indices])[:, np.newaxis]
-        min_priority = (1 / len(self._max_heap)) ** alpha
+        # nnabla-rl's (1 / (rank)) ** alpha per sample, as Python computes it: the table's
+        # entry rank - 1 (the minimum's rank is the heap's length)
+        powers = self._powers
+        priorities = powers[heap_indices][:, np.newaxis]
+        min_priority = powers[len(heap) - 1]
         weights: Array = (priorities / min_priority) ** (-self._beta)
         return weights
 
@@ -232,7 +242,7 @@ class RankBasedPrioritizedReplayBuffer(_PrioritizedReplayBuffer):
         if e.ndim == 0:
             raise TypeError("iteration over a 0-d array")
         k = min(slots.shape[0], e.shape[0])
-        rows = e[:k].reshape(k, -1 if k else 1).astype(np.float64)
+        rows = e[:k].reshape(k, -1 if k else 1).astype(np.float64, copy=False)  # e: ours
         if rows.shape[1] != 1:
             raise ValueError(
                 f"update_priorities: expected one error per sampled experience, got rows of "
