@@ -107,9 +107,7 @@ class Staging:
         self.next_obs: Array = self.obs
         self.action: Array = np.empty((0, *f_act.shape), f_act.dtype)
         self.reward: Array = np.empty(0, codec.reward.field.dtype)
-        self.terminated: Array = np.zeros(0, bool)
-        self.truncated: Array = np.zeros(0, bool)
-        # the same flags as Python bools (the one-add-per-step writes take them as they are)
+        # each step's terminated and truncated flags (Python bools)
         self.terms: tuple[bool, ...] = ()
         self.truncs: tuple[bool, ...] = ()
         self.cuts: list[int] = []  # steps that start an episode the previous did not end
@@ -279,8 +277,6 @@ class Staging:
             self.reward = stacked(rewards, f_r.dtype, f_r.shape)
         else:
             self.reward = np.array(rewards, f_r.dtype).reshape(n, *f_r.shape)
-        self.terminated = np.array(terms, bool)
-        self.truncated = np.array(truncs, bool)
         self.sides = sides
         self.terms, self.truncs = terms, truncs
         # step j continues step j - 1 unless j - 1 ended or s_j differs from s_next_{j-1}
@@ -299,8 +295,8 @@ class Staging:
             (self.next_obs[j].copy(),),
             (self.action_part.decode(self.action[j : j + 1])[0],),
             self.reward_part.decode(self.reward[j : j + 1])[0],
-            bool(self.terminated[j]),
-            bool(self.truncated[j]),
+            self.terms[j],
+            self.truncs[j],
             self.sides[j],
         )
 
@@ -374,8 +370,8 @@ def write_staged(buffer: ReplayBuffer, st: Staging) -> None:
                 st.obs_name: st.obs[a:b],
                 st.action_name: st.action[a:b],
                 "reward": st.reward[a:b],
-                "terminated": st.terminated[a:b],
-                "truncated": st.truncated[a:b],
+                "terminated": np.array(st.terms[a:b], bool),
+                "truncated": np.array(st.truncs[a:b], bool),
                 "next_" + st.obs_name: st.next_obs[a:b],  # the finals of the steps that end
             }
             core.extend(**values)
@@ -395,6 +391,15 @@ def _add_each(core: CoreBuffer, st: Staging, a: int, b: int) -> None:
     next_name = "next_" + obs_name
     obs, action, reward, next_obs = st.obs, st.action, st.reward, st.next_obs
     terms, truncs = st.terms, st.truncs
+    if obs_name == "obs" and action_name == "action":  # the usual names: no dict per step
+        for j in range(a, b):
+            if terms[j] or truncs[j]:
+                add(obs=obs[j], action=action[j], reward=reward[j], terminated=terms[j],
+                    truncated=truncs[j], next_obs=next_obs[j])  # fmt: skip
+            else:
+                add(obs=obs[j], action=action[j], reward=reward[j], terminated=False,
+                    truncated=False)  # fmt: skip
+        return
     for j in range(a, b):
         values = {
             obs_name: obs[j],

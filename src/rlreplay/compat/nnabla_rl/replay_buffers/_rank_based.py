@@ -157,8 +157,13 @@ class RankBasedPrioritizedReplayBuffer(_PrioritizedReplayBuffer):
             return self.sample_indices([], num_steps)
         positions = self._positions_at(rng.integers(low=self._lows, high=b))
         fits = positions < limit
-        if positions.shape[0] >= num_samples and fits.all():
-            return self.sample_indices(positions, num_steps)  # the usual draw: no redraw
+        if (
+            positions.shape[0] >= num_samples
+            and fits.all()
+            and type(self).sample_indices is _PrioritizedReplayBuffer.sample_indices
+        ):  # the usual draw (no redraw): the positions as they are, not a list as in nnabla-rl
+            # (a subclass's own sample_indices gets that list)
+            return self.sample_indices(positions, num_steps)
         indices = positions[fits].tolist()
         while len(indices) < num_samples:
             # nnabla-rl: only when num_steps > 1 and draws were too new; one random segment.
