@@ -588,13 +588,11 @@ class ReplayBuffer(ByValue):
         return self._read(idx.astype(np.int64), steps), {"weights": weights}
 
     def _read(self, idx: Array, steps: int) -> list[Experience] | tuple[list[Experience], ...]:
-        """:meth:`sample_indices`' experiences for int64 positions ``idx`` (1-D, not empty)
-        and an int ``steps >= 1`` (the prioritized buffers read through here too)."""
-        if steps == 1:
+        """:meth:`sample_indices`' read of int64 positions ``idx`` (1-D, not empty), steps >= 1."""
+        if steps == 1:  # (the prioritized buffers read through here too)
             return self._experiences(self._first_id() + self._positions(idx))
         pos = self._positions((idx[None, :] + np.arange(steps)[:, None]).reshape(-1))
-        flat = self._experiences(self._first_id() + pos)
-        B = idx.shape[0]
+        flat, B = self._experiences(self._first_id() + pos), idx.shape[0]
         return tuple(flat[j * B : (j + 1) * B] for j in range(steps))
 
     def update_priorities(self, errors: Any) -> None:
