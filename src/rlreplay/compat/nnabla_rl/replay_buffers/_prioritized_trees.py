@@ -224,6 +224,11 @@ class SumTree(BinaryTree):
         ok = K.sum_tree_query_many(self._tree, self._kinds, self._capacity, q, out)
         return out if ok else None
 
+    def query_many_into(self, queries: Array, out: Array) -> None:
+        """The descent for each (Python float) query into ``out`` (int64), -1 for one out of
+        range (where :meth:`get_absolute_index_from_query` raises)."""
+        K.sum_tree_query_many(self._tree, self._kinds, self._capacity, queries, out)
+
     def sum(self) -> Any:
         """The total, of its type (``float``, ``np.float32`` or ``np.float64``)."""
         return self.root()

@@ -88,6 +88,8 @@ RankBasedPrioritizedReplayBuffer.__module__ = __name__
 
 #: Failed redraws of one draw before checking whether it can succeed at all.
 _TRIES_BEFORE_CHECK = 1000
+#: Redraws per call once a slice is known to be reachable (:meth:`_draw_in_blocks`).
+_DRAW_BLOCK = 4096
 
 
 class ProportionalPrioritizedReplayBuffer(_PrioritizedReplayBuffer):
@@ -217,7 +219,12 @@ class ProportionalPrioritizedReplayBuffer(_PrioritizedReplayBuffer):
         return self.sample_indices(self._draw_one_by_one(num_samples, interval, limit), num_steps)
 
     def _draw_one_by_one(self, k: int, interval: float, limit: int) -> list[int]:
-        """nnabla-rl's loop: per slice, draw until the index is below ``limit``."""
+        """nnabla-rl's loop: per slice, draw until the index is below ``limit``.
+
+        Past :data:`_TRIES_BEFORE_CHECK` failures (the slice is then known to be reachable,
+        and stays so: nothing changes the tree during a draw) the redraws go in blocks
+        (:meth:`_draw_in_blocks`), with the same values and the same end state.
+        """
         rng, head, tree = self._rng, self._head(), self._sum_tree
         indices = []
         for i in range(k):
@@ -231,8 +238,37 @@ class ProportionalPrioritizedReplayBuffer(_PrioritizedReplayBuffer):
                 # an all-zero tree sends every query to one leaf: known at the first failure
                 if (tries == 1 and interval == 0.0) or tries % _TRIES_BEFORE_CHECK == 0:
                     self._check_reachable(interval * i, interval * (i + 1), limit)
+                    if tries == _TRIES_BEFORE_CHECK:
+                        index = self._draw_in_blocks(interval * i, interval * (i + 1), limit)
+                        break
             indices.append(index)
         return indices
+
+    def _draw_in_blocks(self, lo: float, hi: float, limit: int) -> int:
+        """The rest of nnabla-rl's redraw loop for one slice, ``_DRAW_BLOCK`` draws a call.
+
+        ``rng.uniform(lo, hi, size=m)`` gives the values of ``m`` calls ``rng.uniform(lo,
+        hi)`` (one double each), and the tree's vectorised descent treats them as the Python
+        floats those calls return. The block is drawn from a saved state; once its first
+        draw that ends the loop is known, the state is put back and exactly the draws up to
+        it are made again, so the generator ends where the one-by-one loop ends it. A query
+        out of the tree's range raises where the loop raises.
+        """
+        rng, head, tree = self._rng, self._head(), self._sum_tree
+        while True:
+            state = rng.bit_generator.state
+            queries = rng.uniform(lo, hi, size=_DRAW_BLOCK)
+            absolute = np.empty(_DRAW_BLOCK, np.int64)
+            tree.query_many_into(queries, absolute)
+            ends = np.flatnonzero((absolute < 0) | ((absolute - head) % self._slots < limit))
+            if ends.shape[0] == 0:
+                continue
+            j = int(ends[0])
+            rng.bit_generator.state = state
+            rng.uniform(lo, hi, size=j + 1)  # the draws the loop made, no more
+            if absolute[j] < 0:  # out of range: the loop's call raises
+                tree.get_absolute_index_from_query(float(queries[j]))
+            return int((absolute[j] - head) % self._slots)
 
     def _check_reachable(self, lo: float, hi: float, limit: int) -> None:
         """Raise if no query in ``[lo, hi]`` reaches a position below ``limit``.
