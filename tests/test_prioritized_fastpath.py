@@ -45,7 +45,8 @@ def _fill(buf: rr.ReplayBuffer, steps: int, seed: int, end_p: float) -> None:
         buf.add(
             obs=(rng.random(lead + f.shape) * 200).astype(f.dtype),
             next_obs=(rng.random(lead + f.shape) * 200).astype(f.dtype),
-            action=rng.integers(0, 6, lead), reward=rng.random(lead).astype(np.float32),
+            action=rng.integers(0, 6, lead),
+            reward=(rng.random(lead) * 4 - 2).astype(buf.schema.fields["reward"].dtype),
             terminated=rng.random(lead) < end_p, truncated=rng.random(lead) < end_p / 3,
         )  # fmt: skip
 
@@ -56,6 +57,8 @@ def _equal(a: rr.Batch, b: rr.Batch) -> None:
         assert a[key].dtype == b[key].dtype, key
         assert a[key].shape == b[key].shape, key
         np.testing.assert_array_equal(a[key], b[key], err_msg=key)
+        if a[key].dtype.kind == "f":  # bit for bit: -0.0 and 0.0 too
+            np.testing.assert_array_equal(np.signbit(a[key]), np.signbit(b[key]), err_msg=key)
 
 
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -72,17 +75,19 @@ def _equal(a: rr.Batch, b: rr.Batch) -> None:
     end_p=st.sampled_from([0.0, 0.1]),
     batch=st.sampled_from([1, 5, 32]),
     seed=st.integers(0, 2**16),
+    reward_dtype=st.sampled_from([np.float32, np.float64]),
 )
 def test_one_kernel_prioritized_batches_equal_the_general_paths(
     capacity: int, num_envs: int, n_step: int, frame_stack: int, obs: tuple[Any, Any],
     variant: str, stratified: bool, beta_steps: int, steps: int, end_p: float, batch: int,
-    seed: int,
+    seed: int, reward_dtype: Any,
 ) -> None:  # fmt: skip
     kw: dict[str, Any] = dict(
         capacity=capacity * num_envs, num_envs=num_envs, n_step=n_step, gamma=0.9,
         frame_stack=frame_stack, variant=variant, stratified=stratified, alpha=0.7, beta=0.4,
         beta_steps=beta_steps, sort_interval=1 if variant == "rank_based" else None,
-        fields={"obs": rr.Field(*obs), "action": rr.Field((), np.int64)},
+        fields={"obs": rr.Field(*obs), "action": rr.Field((), np.int64),
+                "reward": rr.Field((), reward_dtype)},
     )  # fmt: skip
     fast = rr.PrioritizedReplayBuffer(seed=11, **kw)
     general = _general_only(rr.PrioritizedReplayBuffer(seed=11, **kw))

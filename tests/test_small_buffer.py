@@ -51,8 +51,10 @@ def _fill(buf: rr.ReplayBuffer, steps: int, seed: int, end_p: float, trunc_p: fl
             extra["extra"] = rng.random((*lead, 2))
         if "action" in buf.schema.fields:
             extra["action"] = rng.integers(0, 6, lead)
+        reward = rng.random(lead) * 4 - 2
+        reward = np.where(rng.random(lead) < 0.1, -0.0, reward)  # signed zeros stay as stored
         buf.add(
-            obs=obs(), reward=rng.random(lead).astype(np.float32), terminated=term,
+            obs=obs(), reward=reward.astype(buf.schema.fields["reward"].dtype), terminated=term,
             truncated=trunc, next_obs=obs(), **extra,
         )  # fmt: skip
 
@@ -63,6 +65,8 @@ def _equal(a: rr.Batch, b: rr.Batch) -> None:
         assert a[key].dtype == b[key].dtype, key
         assert a[key].shape == b[key].shape, key
         np.testing.assert_array_equal(a[key], b[key], err_msg=key)
+        if a[key].dtype.kind == "f":  # bit for bit: -0.0 and 0.0 too
+            np.testing.assert_array_equal(np.signbit(a[key]), np.signbit(b[key]), err_msg=key)
 
 
 def _twins(**kw: Any) -> tuple[rr.ReplayBuffer, rr.ReplayBuffer]:
@@ -91,16 +95,18 @@ def _twins(**kw: Any) -> tuple[rr.ReplayBuffer, rr.ReplayBuffer]:
     trunc_p=st.sampled_from([0.0, 0.1]),
     batch=st.sampled_from([1, 7, 32]),
     seed=st.integers(0, 2**16),
+    reward_dtype=st.sampled_from([np.float32, np.float64]),
 )
 def test_one_kernel_batches_equal_the_general_paths(
     capacity: int, num_envs: int, n_step: int, gamma: float, frame_stack: int, stack_pad: str,
     layout: tuple[tuple[int, ...], Any, bool, bool], steps: int, end_p: float, trunc_p: float,
-    batch: int, seed: int,
+    batch: int, seed: int, reward_dtype: Any,
 ) -> None:  # fmt: skip
     obs_shape, obs_dtype, extra, next_action = layout
     fields: dict[str, Any] = {
         "obs": rr.Field(obs_shape, obs_dtype),
         "action": rr.Field((), np.int64),
+        "reward": rr.Field((), reward_dtype),
     }
     if extra:
         fields["extra"] = rr.Field((2,), np.float64)
@@ -292,3 +298,39 @@ def test_numpy_scalars_that_do_not_fit_get_the_general_paths_errors() -> None:
     buf.add(obs=o, action=np.int64(-128), reward=np.float64(np.nan), terminated=np.bool_(False),
             truncated=False)  # fmt: skip
     assert buf._cols.steps["action"][0] == -128 and np.isnan(buf._cols.steps["reward"][0])
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    num_envs=st.sampled_from([1, 2]),
+    n_step=st.integers(1, 4),
+    gamma=st.floats(0.5, 1.0),
+    frame_stack=st.sampled_from([1, 3]),
+    reward_dtype=st.sampled_from([np.float32, np.float64]),
+    steps=st.integers(1, 120),
+    end_p=st.sampled_from([0.0, 0.05, 0.3]),
+    seed=st.integers(0, 2**16),
+)
+def test_get_transitions_window_kernel_equals_the_numpy_windows(
+    num_envs: int, n_step: int, gamma: float, frame_stack: int, reward_dtype: Any, steps: int,
+    end_p: float, seed: int,
+) -> None:  # fmt: skip
+    """``get_transitions``' one-kernel n-step windows (float32 and float64 rewards) against
+    :func:`rlreplay.assemble.nstep_window`, bit for bit."""
+    import rlreplay.assemble as assemble
+
+    buf = rr.ReplayBuffer(
+        40 * num_envs, {"obs": rr.Field((3,), np.float32), "reward": rr.Field((), reward_dtype)},
+        num_envs=num_envs, n_step=n_step, gamma=gamma, frame_stack=frame_stack,
+    )  # fmt: skip
+    _fill(buf, steps, seed, end_p, 0.1)
+    ids = buf.sampleable_ids()
+    if not ids.size:
+        return
+    ids = np.random.default_rng(seed).permutation(ids)
+    fast = buf.get_transitions(ids)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(assemble, "_fast_windows", lambda *args: None)
+        slow = buf.get_transitions(ids)
+    _equal(fast, slow)
+    assert fast.reward.dtype == reward_dtype

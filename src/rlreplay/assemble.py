@@ -29,6 +29,7 @@ import numpy as np
 
 from rlreplay.episodes import FINAL_FID, EpisodeIndex
 from rlreplay.prefetch import prefetch_slot
+from rlreplay.sampling.batch_kernels import reward_powers
 from rlreplay.storage.columns import Columns
 
 __all__ = ["Window", "assemble_transitions", "nstep_window", "stack_frames", "stack_pair"]
@@ -98,18 +99,22 @@ def _window_kernel(
     C: int,
     F: int,
     n: int,
-    gamma: float,
+    powers: Array,
     warm: Array,
     out_i: Array,
+    out_r: Array,
     out_f: Array,
     out_b: Array,
 ) -> None:  # pragma: no cover - compiled
-    """:func:`nstep_window` for a scalar float32 reward, plus the slots, in one pass.
+    """:func:`nstep_window` for a scalar float32 or float64 reward, plus the slots, in one pass.
 
     Per row ``i`` writes ``out_i[:, i] = (slot, next_slot, m, final_pos, id)``
-    (``final_pos`` -1 unless the window reached its episode's end), ``out_f[:, i] = (reward,
-    discount)`` and ``out_b[:, i] = (terminated, truncated, ended)``. The reward sum uses the same
-    float32 operations as the NumPy path: ``float32(gamma ** j) * r`` added in float32.
+    (``final_pos`` -1 unless the window reached its episode's end), ``out_r[i]`` the reward,
+    ``out_f[i]`` the discount and ``out_b[:, i] = (terminated, truncated, ended)``. The reward
+    sum uses the NumPy path's operations (``powers`` from
+    :func:`rlreplay.sampling.batch_kernels.reward_powers`): ``float32(gamma ** j) * r`` added in
+    float32 for a float32 reward, ``(gamma ** j) * r`` added in float64 for a float64 one; one
+    step is the reward itself.
 
     First it prefetches, for every row, the lines of its step (and of the step after it) in
     every column of ``warm`` (:meth:`Columns.prefetch_table`), so that the batch's cache misses
@@ -122,14 +127,14 @@ def _window_kernel(
         e = env_ids[i]
         base = e * C
         out_i[4, i] = t[i] * E + e  # the id
-        ret = np.float32(0.0)
+        ret = powers[0, 0] - powers[0, 0]  # 0 in the reward's dtype
         m = 0
         te = False
         tr = False
         out_i[3, i] = -1
         for j in range(n):
             s = base + (t[i] + j) % C
-            ret = np.float32(ret + np.float32(gamma**j) * rew[s])
+            ret = rew[s] * powers[0, 0] if n == 1 else ret + powers[0, j] * rew[s]
             m += 1
             a, b = te_col[s], tr_col[s]
             if a or b:
@@ -141,8 +146,8 @@ def _window_kernel(
         out_i[0, i] = slot
         out_i[1, i] = base + (t[i] + m) % C
         out_i[2, i] = m
-        out_f[0, i] = ret
-        out_f[1, i] = 0.0 if te else np.float32(gamma**m)
+        out_r[i] = ret
+        out_f[i] = 0.0 if te else powers[1, m]
         out_b[0, i] = te
         out_b[1, i] = tr
         out_b[2, i] = out_i[3, i] >= 0
@@ -153,23 +158,35 @@ def _fast_windows(
 ) -> tuple[Array, Window, Array, Array, Array] | None:
     """``(slots, window, final_pos, discount, ids)`` from one kernel call (``slots`` is the
     ``(2, B)`` array of each draw's slot and its next step's slot), for
-    the usual scalar float32 reward (``None`` otherwise: the NumPy path handles any reward)."""
+    a scalar float32 or float64 reward (``None`` otherwise: the NumPy path handles any reward)."""
     rew = cols.steps["reward"]
-    if rew.ndim != 1 or rew.dtype != np.float32:
+    if rew.ndim != 1 or rew.dtype not in (np.float32, np.float64):
         return None
     B = t.shape[0]
     out_i = np.empty((5, B), np.int64)
-    out_f = np.empty((2, B), np.float32)
     out_b = np.empty((3, B), np.bool_)
+    if rew.dtype == np.float32:
+        both = np.empty((2, B), np.float32)
+        out_r, out_f = both[0], both[1]
+    else:
+        out_r, out_f = np.empty(B, np.float64), np.empty(B, np.float32)
     te_col, tr_col = cols.steps["terminated"], cols.steps["truncated"]
     C, F = index.env_capacity, index.finals_capacity
     _window_kernel(
-        rew, te_col, tr_col, index.slot_meta, env_ids, t, C, F, n, gamma, cols.prefetch_table,
-        out_i, out_f, out_b,
+        rew, te_col, tr_col, index.slot_meta, env_ids, t, C, F, n,
+        _powers(float(gamma), n, rew.dtype), cols.prefetch_table, out_i, out_r, out_f, out_b,
     )  # fmt: skip
-    win = Window(m=out_i[2], reward=out_f[0], terminated=out_b[0], truncated=out_b[1],
+    win = Window(m=out_i[2], reward=out_r, terminated=out_b[0], truncated=out_b[1],
                  ended=out_b[2])  # fmt: skip
-    return out_i[:2], win, out_i[3], out_f[1], out_i[4]
+    return out_i[:2], win, out_i[3], out_f, out_i[4]
+
+
+@functools.lru_cache(maxsize=64)
+def _powers(gamma: float, n: int, dtype: np.dtype[Any]) -> Array:
+    """:func:`reward_powers`, kept per ``(gamma, n, dtype)`` (read-only)."""
+    out = reward_powers(gamma, n, dtype)
+    out.flags.writeable = False
+    return out
 
 
 def stack_frames(

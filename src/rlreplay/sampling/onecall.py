@@ -31,7 +31,7 @@ import numpy as np
 from rlreplay.batch import Batch
 from rlreplay.codegen import define
 from rlreplay.episodes import EpisodeIndex
-from rlreplay.sampling.batch_kernels import _fill_powers, _prio_kernel, _sample_kernel
+from rlreplay.sampling.batch_kernels import _prio_kernel, _sample_kernel, reward_powers
 from rlreplay.storage.columns import Columns
 
 __all__ = ["FastSampler", "sample_batch"]
@@ -70,7 +70,8 @@ class FastSampler:
     """A buffer's one-kernel uniform sampler (see the module docstring).
 
     ``eligible`` is false for layouts the kernel does not take (a reward that is not a
-    float32 scalar, columns that are not C-contiguous); such a buffer keeps the general path.
+    float32 or float64 scalar, columns that are not C-contiguous); such a buffer keeps the
+    general path.
     """
 
     def __init__(
@@ -92,12 +93,17 @@ class FastSampler:
         derived = {name: np.asarray(col) for name, col in cols.derived.items()}
         rew = steps["reward"]
         self.eligible = (
-            rew.ndim == 1 and rew.dtype == np.float32
+            rew.ndim == 1 and rew.dtype in (np.float32, np.float64)
             and all(c.flags.c_contiguous for c in (*steps.values(), *derived.values()))
             and all(c.flags.c_contiguous for c in cols.finals.values())
         )  # fmt: skip
-        powers = np.zeros((2, n_step + 1), np.float32)
-        _fill_powers(float(gamma), powers)
+        powers = reward_powers(gamma, n_step, rew.dtype)
+        # the batch's reward has the general path's dtype: a float32 reward shares the
+        # float32 allocation, a float64 one gets its own
+        self.groups = dict(_GROUPS)
+        if rew.dtype == np.float64:
+            self.groups["f32"] = (("discount", "weights"), np.dtype(np.float32))
+            self.groups["f64"] = (("reward",), np.dtype(np.float64))
         # The batch's arrays in the general path's order: (key, role, column, shape after
         # B, dtype); roles: plain, cur/nxt (observations, or the stacked obs), derived,
         # next (next_fields), and the scalar outputs.
@@ -119,7 +125,7 @@ class FastSampler:
         for name in next_fields:
             col = cols.steps[name]
             nexts.append(("next_" + name, "next", name, col.shape[1:], col.dtype))
-        scalar = {key: dt for keys, dt in _GROUPS.values() for key in keys}
+        scalar = {key: dt for keys, dt in self.groups.values() for key in keys}
         layout.append(("reward", "scalar", "", (), scalar["reward"]))
         layout += nexts
         for key in ("terminated", "truncated", "discount", "steps", "ids", "env_ids", "weights"):
@@ -169,7 +175,7 @@ class FastSampler:
         else:
             lines += ["    if not (env[:, 4] > env[:, 3]).any():", "        return None"]
         lines += ["    u = rng.random(B)", "    if arrays is None:"]
-        for group, (keys, dt) in _GROUPS.items():
+        for group, (keys, dt) in self.groups.items():
             consts[f"dt_{group}"] = dt
             lines.append(f"        g = empty(({len(keys)}, B), dt_{group})")
             lines += [f"        {var[key]} = g[{r}]" for r, key in enumerate(keys)]
