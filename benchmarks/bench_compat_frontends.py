@@ -10,7 +10,10 @@ import line; this script times what their training loop then calls, on both side
   (atari84) steps. Rows: ``add`` (per step, filling a fresh buffer; the prioritized buffer
   gets ``priority=1.0``), ``sample(32)`` (``sample_transition_batch(batch_size=32)``, and
   for the prioritized buffer ``set_priority`` of the sampled indices) and ``loop`` (4 adds,
-  then that sample; µs per iteration).
+  then that sample; µs per iteration). The front-end's ``sample_transition_batch`` returns
+  torch tensors (the seed's API; 0.1 returns NumPy arrays, its states a transposed view),
+  which is what 0.1's ``sample_transition_batch_tensor`` returns: the circular buffer also
+  has a ``sample_tensor(32)`` row timing that method on both sides.
 * **keras-gym** ``ExperienceReplayBuffer``, ``bootstrap_n`` 1 and 3, a ``Discrete(4)``
   gymnasium-like env: **vec4** (float ``(4,)`` states, ``num_frames=1``) and **atari84**
   (uint8 ``(84, 84, 4)`` frame stacks, ``num_frames=4``, of which the last frame is stored);
@@ -34,6 +37,7 @@ Run: ``python benchmarks/bench_compat_frontends.py [--quick] [--repeats 5] [--js
 from __future__ import annotations
 
 import argparse
+import functools
 import gc
 import importlib.util
 import json
@@ -54,7 +58,7 @@ SAMPLE_ITERATIONS = (50, 200)  # (quick, full) samples per timed run
 
 
 # ---------------------------------------------------------------- loading the originals
-def _package(name: str, path: str) -> types.ModuleType:
+def _package(name: str, path: str) -> types.ModuleType:  # a package without its __init__
     module = types.ModuleType(name)
     module.__path__ = [path]
     module.__package__ = name
@@ -75,7 +79,7 @@ def load_reagent(source: str) -> Makers:
     """ReAgent 0.1's two buffers from ``source/reagent/replay_memory`` (package stubbed)."""
     logging.getLogger().setLevel(logging.ERROR)
     if not hasattr(np, "bool"):  # ReAgent 0.1 reads np.bool (NumPy < 1.24 and >= 2.0 have it)
-        np.bool = np.bool_  # type: ignore[attr-defined]
+        setattr(np, "bool", np.bool_)  # noqa: B010
     root = os.path.join(source, "reagent")
     _package("reagent", root)
     _package("reagent.replay_memory", os.path.join(root, "replay_memory"))
@@ -202,6 +206,16 @@ def reagent_rows(
 
         return _timed(run)
 
+    def sample_tensor() -> float:
+        buffer = filled()
+
+        def run() -> int:
+            for _ in range(iters):
+                buffer.sample_transition_batch_tensor(batch_size=32)
+            return iters
+
+        return _timed(run)
+
     def loop() -> float:
         buffer = filled()
 
@@ -218,11 +232,11 @@ def reagent_rows(
 
         return _timed(run)
 
-    return {
-        "add": add,
-        "sample(32)" + ("+set_priority" if prio else ""): sample,
-        "loop 4 adds+sample": loop,
-    }
+    rows = {"add": add, "sample(32)" + ("+set_priority" if prio else ""): sample}
+    if not prio:
+        rows["sample_tensor(32)"] = sample_tensor
+    rows["loop 4 adds+sample"] = loop
+    return rows
 
 
 #: keras-gym experiences: name -> (num_frames, episode length, capacity)
@@ -315,35 +329,25 @@ def measure(
 ) -> list[dict[str, Any]]:
     iters = SAMPLE_ITERATIONS[0 if quick else 1]
     rows: list[dict[str, Any]] = []
-    plans: list[tuple[str, str, Callable[[Makers], dict[str, Callable[[], float]]]]] = []
+    plans: list[tuple[str, str, Callable[..., dict[str, Callable[[], float]]]]] = []
     for prio in (False, True):
         for kind in REAGENT_KINDS:
             n = (4_000 if quick else 20_000) if kind == "vec8" else (2_000 if quick else 5_000)
             for horizon in (1, 3):
                 name = f"reagent {'prioritized' if prio else 'circular'} {kind} n={horizon}"
-                plans.append(
-                    (
-                        name,
-                        "reagent",
-                        lambda m, p=prio, k=kind, h=horizon, c=n: reagent_rows(
-                            m, p, k, h, c, iters
-                        ),
-                    )
-                )
+                plan = functools.partial(reagent_rows, prio=prio, kind=kind, horizon=horizon, n=n)
+                plans.append((name, "reagent", plan))
     for kind in KERAS_KINDS:
         n = (4_000 if quick else 20_000) if kind == "vec4" else (2_000 if quick else 5_000)
         for boot in (1, 3):
-            plans.append(
-                (
-                    f"keras-gym {kind} n={boot}",
-                    "keras_gym",
-                    lambda m, k=kind, b=boot, c=n: keras_rows(m, k, b, c, iters),
-                )
-            )
-    for name, key, plan in plans:
+            kplan = functools.partial(keras_rows, kind=kind, bootstrap_n=boot, n=n)
+            plans.append((f"keras-gym {kind} n={boot}", "keras_gym", kplan))
+    for name, key, make_rows in plans:
         if only and only not in name:
             continue
-        per_lib = {lib: plan(makers) for lib, makers in libs.items() if key in makers}
+        per_lib = {
+            lib: make_rows(makers, iters=iters) for lib, makers in libs.items() if key in makers
+        }
         for row_name in next(iter(per_lib.values())):
             row: dict[str, Any] = {"row": f"{name} {row_name}"}
             for lib, timers in per_lib.items():

@@ -1,0 +1,154 @@
+"""The ReAgent and keras-gym front-ends' speed shortcuts give what the general paths give.
+
+``benchmarks/bench_compat_frontends.py`` times the front-ends against their originals; the
+shortcuts it led to change no value, dtype, shape, exception or random draw, and each is
+compared here with the general path it replaces:
+
+* ``_assembly.c_contiguous`` copies a non-contiguous array with a short last axis (frame
+  stacks moved to the last axis) one last-axis entry at a time, against NumPy's
+  ``copy(order="C")``;
+* ``_assembly.window_rewards`` reads the n-step window rewards from the reward column only,
+  against the core's ``get_sequences(ids, n)["reward"]`` (which gathers every field), in whole
+  ``sample_transition_batch`` results over Hypothesis sequences of adds (episode ends, wraps,
+  negative, infinite and vector rewards).
+"""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from hypothesis.extra import numpy as hnp
+
+import rlreplay.compat.reagent._assembly as assembly
+from rlreplay.compat.reagent import PrioritizedReplayBuffer, ReplayBuffer
+
+DTYPES = [np.uint8, np.float32, np.float64, np.int64, np.bool_, np.complex64]
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    dtype=st.sampled_from(DTYPES),
+    shape=hnp.array_shapes(min_dims=2, max_dims=4, max_side=20),
+    perm_seed=st.integers(0, 2**16),
+    step=st.sampled_from([None, 2]),
+)
+def test_c_contiguous_matches_numpy_copy(
+    dtype: Any, shape: tuple[int, ...], perm_seed: int, step: int | None
+) -> None:
+    rng = np.random.default_rng(perm_seed)
+    base = (rng.standard_normal(shape) * 50).astype(dtype)
+    arr = np.moveaxis(base, int(rng.integers(len(shape))), -1)[..., ::step]
+    got = assembly.c_contiguous(arr)
+    if arr.flags.c_contiguous:  # returned as it is, on both paths
+        assert got is arr
+        return
+    want = arr.copy(order="C")
+    assert got.flags.c_contiguous and got.flags.writeable and got.flags.owndata
+    assert got.dtype == want.dtype and got.shape == want.shape and got.strides == want.strides
+    assert got.tobytes() == want.tobytes()
+    assert not np.shares_memory(got, base)
+
+
+def test_c_contiguous_keeps_contiguous_and_0d() -> None:
+    a = np.arange(12.0).reshape(3, 4)
+    assert assembly.c_contiguous(a) is a
+    zero_d = assembly.c_contiguous(np.float32(2.5))
+    assert zero_d.shape == () and zero_d.dtype == np.float32
+    long_last = np.arange(200).reshape(10, 20).T  # last axis 10, strided, copied by NumPy
+    assert assembly.c_contiguous(long_last).tobytes() == long_last.copy(order="C").tobytes()
+
+
+def general_window_rewards(core: Any, ids: Any, m: Any, n: int) -> Any:
+    """The general path: the core's runs, every field gathered."""
+    return core.get_sequences(ids, n, within_episode=True)["reward"]
+
+
+steps_strategy = st.lists(
+    st.tuples(
+        st.sampled_from([0.0, -0.0, 1.5, -2.25, 1e30, np.inf, -np.inf, 3.0]),
+        st.booleans(),
+    ),
+    min_size=1,
+    max_size=60,
+)
+
+
+def _fill(buf: Any, steps: list[tuple[float, bool]], vector: bool, prio: bool) -> None:
+    for t, (r, end) in enumerate(steps):
+        reward = np.array([r, -r], np.float32) if vector else r
+        extra = (1.0 + t % 3,) if prio else ()
+        buf.add(np.full(3, t, np.float32), t % 3, reward, int(end), *extra)
+
+
+def _batches_equal(a: Any, b: Any) -> None:
+    assert a._fields == b._fields
+    for name, x, y in zip(a._fields, a, b, strict=True):
+        if isinstance(x, list):
+            assert len(x) == len(y)
+            pairs = list(zip(x, y, strict=True))
+        else:
+            pairs = [(x, y)]
+        for u, v in pairs:
+            assert isinstance(u, torch.Tensor) and isinstance(v, torch.Tensor), name
+            assert u.dtype == v.dtype and u.shape == v.shape, name
+            assert u.numpy().tobytes() == v.numpy().tobytes(), name
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    steps=steps_strategy,
+    horizon=st.integers(1, 4),
+    capacity=st.integers(8, 30),
+    stack=st.integers(1, 3),
+    vector=st.booleans(),
+    prio=st.booleans(),
+    timeline=st.booleans(),
+    seed=st.integers(0, 1000),
+)
+def test_window_rewards_match_sequences(
+    steps: list[tuple[float, bool]],
+    horizon: int,
+    capacity: int,
+    stack: int,
+    vector: bool,
+    prio: bool,
+    timeline: bool,
+    seed: int,
+) -> None:
+    cls = PrioritizedReplayBuffer if prio else ReplayBuffer
+    kwargs: dict[str, Any] = dict(
+        observation_shape=(3,),
+        stack_size=stack,
+        replay_capacity=capacity,
+        batch_size=8,
+        update_horizon=horizon,
+        gamma=0.9,
+        observation_dtype=np.float32,
+        reward_shape=(2,) if vector else (),
+    )
+    if not prio and horizon > 1:
+        kwargs["return_as_timeline_format"] = timeline
+    results = []
+    for path in (assembly.window_rewards, general_window_rewards):
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(assembly, "window_rewards", path)
+            buf = cls(**kwargs)
+            _fill(buf, steps, vector, prio)
+            if not buf._is_valid.any():
+                return
+            with np.errstate(all="ignore"):
+                torch.manual_seed(seed)
+                np.random.seed(seed)  # noqa: NPY002 (0.1's draws: the global generators)
+                random.seed(seed)
+                drawn = [buf.sample_transition_batch(batch_size=8) for _ in range(3)]
+                every = np.flatnonzero(buf._is_valid)
+                drawn.append(buf.sample_transition_batch(batch_size=every.size, indices=every))
+        results.append(drawn)
+    for a, b in zip(*results, strict=True):
+        _batches_equal(a, b)
