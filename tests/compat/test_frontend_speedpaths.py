@@ -16,6 +16,7 @@ compared here with the general path it replaces:
 from __future__ import annotations
 
 import random
+import warnings
 from typing import Any
 
 import numpy as np
@@ -152,3 +153,101 @@ def test_window_rewards_match_sequences(
         results.append(drawn)
     for a, b in zip(*results, strict=True):
         _batches_equal(a, b)
+
+
+class GeneralPriorityWrites(PrioritizedReplayBuffer):
+    """A step's priority writes as four calls (the general sequence), never the shortcut."""
+
+    def _release(self, slot: int, *, for_step: bool = False) -> None:
+        self._slot_tree._set_many(np.array([slot]), np.zeros(1))
+        old = int(self._slot_id[slot])
+        if old >= 0:
+            self._prio_core.update_priorities(np.array([old]), np.zeros(1))
+        ReplayBuffer._release(self, slot)
+
+    def _on_step_written(self, new_id: int, values: Any) -> None:
+        p = self._priority_of(values)
+        self._prio_core.update_priorities(np.array([new_id]), np.array([p]))
+        self._slot_tree._set_many(np.array([self.cursor()]), np.array([p]))
+        self._max_recorded_priority = max(self._max_recorded_priority, p)
+
+
+def _priority_state(buf: Any) -> tuple[Any, ...]:
+    core = buf._prio_core
+    ids = core.sampleable_ids()
+    stored = np.unique(buf._slot_id[buf._slot_id >= 0])
+    return (
+        buf.get_priority(np.arange(buf._replay_capacity)).tobytes(),
+        buf._max_recorded_priority,
+        core.max_priority,
+        core.get_priorities(ids).tobytes(),
+        ids.tobytes(),
+        stored.tobytes(),
+        buf._is_valid.tobytes(),
+        buf.size,
+    )
+
+
+op_strategy = st.one_of(
+    st.tuples(
+        st.just("add"),
+        st.sampled_from([None, 0.0, 0.5, 1.0, 7.0, 1e300, 1.7e308]),
+        st.booleans(),
+    ),
+    st.tuples(st.just("sample"), st.integers(1, 6), st.booleans()),
+    st.tuples(st.just("set"), st.sampled_from([0.0, 0.25, 3.0, 1e300]), st.booleans()),
+)
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    ops=st.lists(op_strategy, min_size=1, max_size=70),
+    capacity=st.integers(5, 16),
+    horizon=st.integers(1, 3),
+    stack=st.integers(1, 2),
+    seed=st.integers(0, 1000),
+)
+def test_step_priority_shortcut_matches_general_writes(
+    ops: list[tuple[Any, ...]], capacity: int, horizon: int, stack: int, seed: int
+) -> None:
+    kwargs: dict[str, Any] = dict(
+        observation_shape=(2,),
+        stack_size=stack,
+        replay_capacity=capacity,
+        batch_size=4,
+        update_horizon=horizon,
+        observation_dtype=np.float32,
+    )
+    logs = []
+    for cls in (PrioritizedReplayBuffer, GeneralPriorityWrites):
+        buf = cls(**kwargs)
+        log: list[Any] = []
+        random.seed(seed)
+        np.random.seed(seed)  # noqa: NPY002
+        for t, (op, x, flag) in enumerate(ops):
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                _apply(buf, log, t, op, x, flag)
+            log.append([str(w.message) for w in caught])
+        logs.append(log)
+    assert logs[0] == logs[1]
+
+
+def _apply(buf: Any, log: list[Any], t: int, op: str, x: Any, flag: bool) -> None:
+    """One operation; what it returns or raises goes to ``log``, then the priority state."""
+    try:
+        if op == "add":
+            buf.add(np.full(2, t, np.float32), t % 2, float(t), int(flag), x)
+            log.append("added")
+        elif op == "sample":
+            batch = buf.sample_transition_batch(batch_size=x)
+            log.append([v.numpy().tobytes() for v in batch])
+            if flag:
+                buf.set_priority(batch.indices.reshape(-1).int(), np.full(x, 2.0))
+        else:
+            slots = np.flatnonzero(buf._is_valid)[:2].astype(np.int32)
+            buf.set_priority(slots, np.full(slots.size, x))
+            log.append("set")
+    except Exception as e:  # the same exceptions, at the same operations
+        log.append((type(e), str(e)))
+    log.append(_priority_state(buf))

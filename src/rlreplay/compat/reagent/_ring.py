@@ -136,8 +136,11 @@ class SlotRing:
             self._num_forced -= 1
 
     # ------------------------------------------------------------------ slots and ids
-    def _release(self, slot: int) -> None:
-        """Forget the step slot ``slot`` held (it is being overwritten)."""
+    def _release(self, slot: int, *, for_step: bool = False) -> None:
+        """Forget the step slot ``slot`` held (it is being overwritten).
+
+        ``for_step``: a real step takes the slot next (its :meth:`_on_step_written` follows).
+        """
         old = int(self._slot_id[slot])
         if old >= 0 and self._id_slot[old % self._replay_capacity] == slot:
             self._id_slot[old % self._replay_capacity] = -1

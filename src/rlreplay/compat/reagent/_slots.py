@@ -72,7 +72,7 @@ def write_step(buf: ReplayBuffer, step: dict[str, Any], values: Sequence[Any]) -
     buf._mark(cur, False)
     if buf._num_transitions_in_current_episode >= n:
         buf._mark((cur - n) % cap, True)
-    buf._release(cur)
+    buf._release(cur, for_step=True)
     buf._slot_id[cur] = new_id
     buf._terminal_rows[cur] = values[3]  # as 0.1's _store["terminal"][cursor] = terminal
     buf._id_slot[new_id % cap] = cur

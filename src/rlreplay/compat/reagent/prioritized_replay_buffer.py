@@ -83,6 +83,7 @@ class PrioritizedReplayBuffer(ReplayBuffer):
     """
 
     _prioritized: ClassVar[bool] = True
+    _replaced_id: int  # core id of the step the slot being written held (see _release)
 
     def __init__(
         self,
@@ -248,9 +249,37 @@ class PrioritizedReplayBuffer(ReplayBuffer):
 
     def _on_step_written(self, new_id: int, values: Sequence[Any]) -> None:
         p = self._priority_of(values)
-        self._prio_core.update_priorities(np.array([new_id]), np.array([p]))
-        self._slot_tree._set_many(np.array([self.cursor()]), np.array([p]))
+        slot, old = self.cursor(), self._replaced_id
+        self._replaced_id = -1
+        # The general sequence is: slot leaf 0 and the replaced step's core priority 0
+        # (_release), then the new step's core priority, then its slot leaf. Its end state is
+        # reached here with one core update and one leaf write; a call that raises (a priority
+        # whose mass or total overflows) changes nothing, and the general sequence then runs
+        # for its exact end state and error.
+        ids, prios = (
+            (np.array([old, new_id]), np.array([0.0, p]))
+            if old >= 0
+            else (np.array([new_id]), np.array([p]))
+        )
+        try:
+            self._prio_core.update_priorities(ids, prios)
+        except Exception:
+            self._write_priority_general(slot, old, new_id, p)
+            raise  # not reached: the general sequence raises too
+        try:
+            self._slot_tree._set_many(np.array([slot]), np.array([p]))
+        except Exception:
+            self._slot_tree._set_many(np.array([slot]), np.zeros(1))  # as _release left it
+            raise
         self._max_recorded_priority = max(self._max_recorded_priority, p)
+
+    def _write_priority_general(self, slot: int, old: int, new_id: int, p: float) -> None:
+        """The general sequence of a step's priority writes (see :meth:`_on_step_written`)."""
+        self._slot_tree._set_many(np.array([slot]), np.zeros(1))
+        if old >= 0:
+            self._prio_core.update_priorities(np.array([old]), np.zeros(1))
+        self._prio_core.update_priorities(np.array([new_id]), np.array([p]))
+        self._slot_tree._set_many(np.array([slot]), np.array([p]))
 
     def _reset(self) -> None:
         super()._reset()
@@ -258,9 +287,14 @@ class PrioritizedReplayBuffer(ReplayBuffer):
         # without seed= walk it with 0.1's query values (the core's tree is in id order), and
         # get_priority and checkpoints read it.
         self._slot_tree = SumTree(self._replay_capacity)
+        self._replaced_id = -1  # core id of the step the slot being written held (_release)
 
-    def _release(self, slot: int) -> None:
-        # a padding row or a new step takes the slot
+    def _release(self, slot: int, *, for_step: bool = False) -> None:
+        if for_step:  # a new step takes the slot: _on_step_written writes both priorities
+            self._replaced_id = int(self._slot_id[slot])
+            super()._release(slot)
+            return
+        # a padding row takes the slot
         self._slot_tree._set_many(np.array([slot]), np.zeros(1))
         old = int(self._slot_id[slot])
         if old >= 0:
