@@ -38,19 +38,20 @@ from __future__ import annotations
 
 import argparse
 import functools
-import gc
 import importlib.util
 import json
 import logging
 import os
 import statistics
 import sys
-import time
 import types
 from collections.abc import Callable
 from typing import Any
 
 import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from bench_compat_nnabla_rl import _timed  # CPU time, the collector off
 
 #: factories by library: ("reagent" | "reagent_prio" | "keras_gym") -> constructor
 Makers = dict[str, Callable[..., Any]]
@@ -124,18 +125,6 @@ def rlreplay_makers() -> Makers:
 
 
 # ---------------------------------------------------------------- workloads
-def _timed(run: Callable[[], int]) -> float:
-    """µs per unit of ``run`` (which returns its units), CPU time, the collector off."""
-    gc.collect()
-    gc.disable()
-    try:
-        t0 = time.process_time()
-        units = run()
-        return (time.process_time() - t0) / units * 1e6
-    finally:
-        gc.enable()
-
-
 #: ReAgent experiences: name -> (observation shape, dtype, stack_size, episode length, capacity)
 REAGENT_KINDS = {
     "vec8": ((8,), np.float32, 1, 200, 100_000),
