@@ -167,3 +167,55 @@ def test_nothing_drawable_raises_the_general_paths_errors() -> None:
     buf.update_priorities(ids, np.zeros(len(ids)))
     with pytest.raises(EmptyBufferError, match="priority 0"):
         buf.sample(4)
+
+
+class _GeneralSettle(rr.PrioritizedReplayBuffer):
+    """Settles deferred steps through the base class's general path (per-env arrays)."""
+
+    _settled = rr.ReplayBuffer._settled
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    capacity=st.integers(4, 40),
+    variant=st.sampled_from(["proportional", "rank_based"]),
+    n_step=st.integers(1, 3),
+    ops=st.lists(
+        st.tuples(
+            st.sampled_from(["add", "add", "add", "end", "read", "update", "many"]),
+            st.integers(0, 2**16),
+        ),
+        max_size=120,
+    ),
+)
+def test_one_env_settle_ranges_equal_the_general_settle(
+    capacity: int, variant: str, n_step: int, ops: list[tuple[str, int]]
+) -> None:
+    """The one-env shortcut of :meth:`PrioritizedReplayBuffer._settled` (slot ranges) leaves
+    the priorities, trees and draws exactly as the general per-env path does."""
+    kw: dict[str, Any] = dict(
+        capacity=capacity, n_step=n_step, variant=variant, alpha=0.6, seed=3,
+        fields={"obs": rr.Field((2,), np.float32)},
+        sort_interval=1 if variant == "rank_based" else None,
+    )  # fmt: skip
+    fast, general = rr.PrioritizedReplayBuffer(**kw), _GeneralSettle(**kw)
+    o = np.zeros(2, np.float32)
+    for op, k in ops:
+        for buf in (fast, general):
+            if op == "add":
+                buf.add(obs=o + k, reward=1.0, terminated=False, truncated=False)
+            elif op == "many":  # more deferred steps than the ring holds, settled at once
+                for j in range(capacity + k % 5):
+                    buf.add(obs=o + j, reward=1.0, terminated=False, truncated=False)
+            elif op == "end":
+                buf.add(obs=o, reward=1.0, terminated=k % 2 == 0, truncated=k % 2 == 1,
+                        next_obs=o)  # fmt: skip
+            elif op == "update" and buf.num_sampleable:
+                ids = buf.sampleable_ids()
+                buf.update_priorities(ids, (ids % 7).astype(np.float64) + k % 3)
+        a, b = fast._prios, general._prios  # both settled here
+        np.testing.assert_array_equal(a.prio, b.prio)
+        np.testing.assert_array_equal(a.live, b.live)
+        np.testing.assert_array_equal(a._nodes, b._nodes)
+        if op == "read" and fast.num_sampleable:
+            _equal(fast.sample(5), general.sample(5))

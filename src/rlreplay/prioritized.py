@@ -262,6 +262,24 @@ class PrioritizedReplayBuffer(ReplayBuffer):
         return max(self.initial_priority, self._max_priority)
 
     # ------------------------------------------------------------------ writing
+    def _settled(self, before: Array, t0: int, n: int) -> None:
+        """:meth:`ReplayBuffer._settled` for one env without holes: the slots of the written,
+        removed and added steps are ranges, so they go to the priorities without the general
+        path's per-env arrays (e.g. one ``add`` then a read: ~5 µs instead of ~35)."""
+        if self.num_envs != 1 or self._index.has_cuts:
+            super()._settled(before, t0, n)
+            return
+        C = self._env_capacity
+        lo0, hi0 = int(before[0, 0]), int(before[0, 1])
+        after = self._index.env[0]  # (settled: the index reset its counters before the hook)
+        lo1, hi1 = int(after[LO]), int(after[HI])
+        self._priorities.on_write(
+            np.arange(lo0, min(hi0, lo1)) % C,  # as sampleable_delta: removed, then added
+            np.arange(max(t0, t0 + n - C), t0 + n) % C,
+            self._new_priority(),
+            np.arange(max(hi0, lo1), hi1) % C,
+        )
+
     def _on_write(
         self,
         rows_env: Array,
