@@ -219,3 +219,20 @@ def test_one_env_settle_ranges_equal_the_general_settle(
         np.testing.assert_array_equal(a._nodes, b._nodes)
         if op == "read" and fast.num_sampleable:
             _equal(fast.sample(5), general.sample(5))
+
+
+def test_a_subclass_write_hook_still_sees_settled_steps() -> None:
+    """The one-env shortcut is taken only where ``_on_write`` is the class's own: a subclass
+    that overrides the hook still gets every settled step through it."""
+    seen: list[list[int]] = []
+
+    class Watching(rr.PrioritizedReplayBuffer):
+        def _on_write(self, rows_env: Any, rows_t: Any, *rest: Any) -> None:
+            seen.append(rows_t.tolist())
+            super()._on_write(rows_env, rows_t, *rest)
+
+    buf = Watching(8, {"obs": rr.Field((2,), np.float32)}, seed=0)
+    for t in range(3):
+        buf.add(obs=np.full(2, t, np.float32), reward=1.0, terminated=False, truncated=False)
+    assert buf.priority_mass().sampleable == 2  # a read settles the three deferred steps
+    assert [t for rows in seen for t in rows] == [0, 1, 2]

@@ -266,7 +266,11 @@ class PrioritizedReplayBuffer(ReplayBuffer):
         """:meth:`ReplayBuffer._settled` for one env without holes: the slots of the written,
         removed and added steps are ranges, so they go to the priorities without the general
         path's per-env arrays (e.g. one ``add`` then a read: ~5 µs instead of ~35)."""
-        if self.num_envs != 1 or self._index.has_cuts:
+        if (
+            self.num_envs != 1
+            or self._index.has_cuts
+            or type(self)._on_write is not PrioritizedReplayBuffer._on_write  # a subclass's hook
+        ):
             super()._settled(before, t0, n)
             return
         C = self._env_capacity
