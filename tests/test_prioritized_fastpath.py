@@ -21,6 +21,7 @@ from hypothesis import strategies as st
 import rlreplay as rr
 from rlreplay.errors import EmptyBufferError
 from rlreplay.sampling.onecall import FastSampler
+from tests.test_small_buffer import _equal  # batches equal bit for bit, signs of zero too
 
 Array = np.ndarray[Any, Any]
 
@@ -49,16 +50,6 @@ def _fill(buf: rr.ReplayBuffer, steps: int, seed: int, end_p: float) -> None:
             reward=(rng.random(lead) * 4 - 2).astype(buf.schema.fields["reward"].dtype),
             terminated=rng.random(lead) < end_p, truncated=rng.random(lead) < end_p / 3,
         )  # fmt: skip
-
-
-def _equal(a: rr.Batch, b: rr.Batch) -> None:
-    assert list(a) == list(b)
-    for key in a:
-        assert a[key].dtype == b[key].dtype, key
-        assert a[key].shape == b[key].shape, key
-        np.testing.assert_array_equal(a[key], b[key], err_msg=key)
-        if a[key].dtype.kind == "f":  # bit for bit: -0.0 and 0.0 too
-            np.testing.assert_array_equal(np.signbit(a[key]), np.signbit(b[key]), err_msg=key)
 
 
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
