@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 import rlreplay as rr
-from rlreplay.episodes import ABANDONED, FINAL_FID, LAST_END
+from rlreplay.episodes.index import ABANDONED, FINAL_FID, LAST_END
 from tests.reference import RefBuffer, assert_batch_matches
 
 FIELDS = {"obs": rr.Field((), np.float32)}

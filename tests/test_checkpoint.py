@@ -129,7 +129,7 @@ KILL_MID_SAVE = """
 import os, signal, sys
 import numpy as np
 import rlreplay as rr
-import rlreplay.checkpoint as ck
+import rlreplay.checkpoint.file as ck
 
 buf = rr.ReplayBuffer(1000, {"obs": rr.Field((64,), np.float32)}, seed=0)
 for t in range(500):

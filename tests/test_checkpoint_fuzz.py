@@ -42,7 +42,7 @@ import numpy as np
 import pytest
 
 import rlreplay as rr
-from rlreplay.checkpoint import CheckpointReader
+from rlreplay.checkpoint.file import CheckpointReader
 from tests.reference import RefBuffer, Step, assert_batch_matches
 
 _PREFIX = struct.Struct("<8sIQ")

@@ -14,7 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import rlreplay as rr
-from rlreplay.spec import ENDING, PLAIN
+from rlreplay.spec.schema import ENDING, PLAIN
 
 FIELDS = {"obs": rr.Field((2,), np.float32), "action": rr.Field((), np.int64)}
 

@@ -16,8 +16,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import rlreplay as rr
-from rlreplay import lockstep
-from rlreplay.lockstep import ENDING, MISMATCH, STORED, LockstepKernel
+from rlreplay.writing import lockstep
+from rlreplay.writing.lockstep import ENDING, MISMATCH, STORED, LockstepKernel
 from tests.test_fast_path import assert_same_state, kernel_soon
 
 E, C = 3, 5

@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 import rlreplay as rr
+from rlreplay.writing import lockstep
 from tests.test_fast_path import assert_same_state, kernel_soon
 
 C = 8
@@ -105,7 +106,7 @@ def test_none_on_a_non_ending_step_is_not_given(
     if kernel:  # compiled, and never sent back to the Python path by a None
         assert writer.lockstep_kernel is not None
         assert writer.add_plain is not writer._add_plain_python
-        assert writer._backoff == rr.lockstep.ACTIVATE_AFTER
+        assert writer._backoff == lockstep.ACTIVATE_AFTER
     if exact and len(nones) == 2:  # every next_<obs> None: as plain a step as none given
         assert not general, "plain steps with next_<obs>=None left the fast path"
 

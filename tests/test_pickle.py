@@ -1,4 +1,4 @@
-"""Pickling and copying buffers (rlreplay.buffer_copy): by value, independent, same future.
+"""Pickling and copying buffers (rlreplay.buffer.copying): by value, independent, same future.
 
 A copy (``pickle`` round trip, ``copy.deepcopy``, ``copy.copy``) must hold what the original
 holds (steps, episodes with abandoned-episode cuts, priorities, counters, RNG state,
@@ -21,7 +21,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import rlreplay as rr
-from rlreplay.buffer_copy import __doc__ as COPY_DOC
+from rlreplay.buffer.copying import __doc__ as COPY_DOC
 
 Array = np.ndarray[Any, Any]
 

@@ -7,7 +7,7 @@ from typing import Any
 import numba
 import numpy as np
 
-from rlreplay.prefetch import prefetch_address, prefetch_row
+from rlreplay.codegen.prefetch import prefetch_address, prefetch_row
 
 
 @numba.njit

@@ -316,8 +316,8 @@ def test_get_transitions_window_kernel_equals_the_numpy_windows(
     end_p: float, seed: int,
 ) -> None:  # fmt: skip
     """``get_transitions``' one-kernel n-step windows (float32 and float64 rewards) against
-    :func:`rlreplay.assemble.nstep_window`, bit for bit."""
-    import rlreplay.assemble as assemble
+    :func:`rlreplay.assemble.transitions.nstep_window`, bit for bit."""
+    import rlreplay.assemble.transitions as assemble
 
     buf = rr.ReplayBuffer(
         40 * num_envs, {"obs": rr.Field((3,), np.float32), "reward": rr.Field((), reward_dtype)},

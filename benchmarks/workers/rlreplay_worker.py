@@ -91,10 +91,11 @@ def _warm_vector_kernel(vs: h.VectorSteps) -> None:
     a timed window or fill segment (about 0.5 s with Numba's disk cache warm).
     """
     import rlreplay as rr
-    import rlreplay.lockstep
+    import rlreplay.writing.lockstep
 
     warm = rr.ReplayBuffer(64, _fields((h.OBS_DIM,), np.float32), num_envs=h.NUM_ENVS)
-    _add_vector(warm, vs, 2 * rlreplay.lockstep.ACTIVATE_AFTER)(0)  # some steps end episodes
+    activate = rlreplay.writing.lockstep.ACTIVATE_AFTER
+    _add_vector(warm, vs, 2 * activate)(0)  # some steps end episodes
     assert warm._writer.lockstep_kernel is not None
 
 

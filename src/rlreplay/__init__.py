@@ -9,9 +9,10 @@ Example:
 """
 
 from rlreplay.batch import Batch
-from rlreplay.buffer import ReplayBuffer, load
-from rlreplay.buffer_episodes import StoredRange
-from rlreplay.buffer_fifo import Atomic
+from rlreplay.buffer.episodes import StoredRange
+from rlreplay.buffer.fifo import Atomic
+from rlreplay.buffer.prioritized import PrioritizedReplayBuffer, PriorityStarts
+from rlreplay.buffer.replay import ReplayBuffer, load
 from rlreplay.errors import (
     CheckpointError,
     ConfigError,
@@ -27,10 +28,9 @@ from rlreplay.errors import (
     ShapeError,
 )
 from rlreplay.limits import MinSize, RateLimiter, SampleToInsertRatio
-from rlreplay.prioritized import PrioritizedReplayBuffer, PriorityStarts
 from rlreplay.sampling.trees import MaxTree, MinTree, SumTree
-from rlreplay.shared import SharedHandle, SharedWriter, attach
-from rlreplay.spec import Field
+from rlreplay.sharing.handle import SharedHandle, SharedWriter, attach
+from rlreplay.spec.schema import Field
 from rlreplay.transforms import HindsightRelabel
 
 __version__ = "0.1.0"

@@ -176,13 +176,14 @@ def test_every_front_end_is_scanned() -> None:
         "pcore._prios",
         "self._pcore._priorities = None",
         "getattr(self._core, '_rng')",
-        "from rlreplay.buffer import _check_timeout",
+        "from rlreplay.buffer.replay import _check_timeout",
         "from rlreplay._private import thing",
         "from rlreplay.sampling.trees import SumTree\nself._tree = SumTree(4)\nself._tree._tree",
         "from rlreplay import ReplayBuffer\ndef f(b: ReplayBuffer) -> None:\n    b._cols",
         "from rlreplay import ReplayBuffer\ndef f(b: 'ReplayBuffer | None') -> None:\n    b._cols",
         "import rlreplay as rr\nbuf = rr.ReplayBuffer(4, {})\nbuf._index",
-        "from rlreplay.prioritized import PrioritizedReplayBuffer as P\nt: P = make()\nt._prios",
+        "from rlreplay.buffer.prioritized import PrioritizedReplayBuffer as P\n"
+        "t: P = make()\nt._prios",
     ],
 )
 def test_the_scanner_finds_private_core_access(source: str) -> None:

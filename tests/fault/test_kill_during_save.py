@@ -28,7 +28,7 @@ import numpy as np
 import pytest
 
 import rlreplay as rr
-from rlreplay import checkpoint as ck
+from rlreplay.checkpoint import file as ck
 
 FIELDS = {"obs": rr.Field((16,), np.float32), "action": rr.Field((), np.int64)}
 CAPACITY = 3000  # about 250 kB per checkpoint: a few 16 MiB chunks would hide the offsets

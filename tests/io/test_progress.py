@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import rlreplay as rr
-from rlreplay.checkpoint import CheckpointReader
+from rlreplay.checkpoint.file import CheckpointReader
 from rlreplay.io import progress as pg
 from tests.io.conftest import FIELDS, Buffer, PBuffer, fill
 

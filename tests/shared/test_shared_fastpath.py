@@ -1,4 +1,4 @@
-"""The shared writer's generated per-step ``add`` (rlreplay.storage.shared_fastpath) against
+"""The shared writer's generated per-step ``add`` (rlreplay.sharing.fastpath) against
 its general path: the same bytes in every shared array, the same ids, the same errors, and a
 rejected call leaves everything unchanged. In-process writers (no child process)."""
 
@@ -16,8 +16,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import rlreplay as rr
-from rlreplay.storage.shared_fastpath import IDS_BLOCK, build_add
-from rlreplay.storage.shared_writer import BEGIN, CLOSED, HCOLS, PUB, SharedWriter
+from rlreplay.sharing.fastpath import IDS_BLOCK, build_add
+from rlreplay.sharing.writer import BEGIN, CLOSED, HCOLS, PUB, SharedWriter
 
 # A 1-D observation (copied by memoryview slice), a 2-D one (NumPy row assignment), a scalar.
 FIELDS = {

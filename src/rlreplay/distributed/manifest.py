@@ -21,7 +21,7 @@ from rlreplay.distributed.shard import write_json_atomic
 from rlreplay.distributed.writer import call
 from rlreplay.errors import CheckpointError, ConfigError
 from rlreplay.limits import RateLimiter
-from rlreplay.spec import Field, Schema
+from rlreplay.spec.schema import Field, Schema
 
 __all__ = [
     "MANIFEST",

@@ -41,7 +41,7 @@ from rlreplay.errors import (
     ShapeError,
 )
 from rlreplay.limits import RateLimiter
-from rlreplay.spec import Field, Schema, positive_int
+from rlreplay.spec.schema import Field, Schema, positive_int
 
 __all__ = ["ReplayService"]
 

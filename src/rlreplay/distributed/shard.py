@@ -34,12 +34,12 @@ from typing import Any
 import numpy as np
 
 from rlreplay.batch import Batch
-from rlreplay.buffer import ReplayBuffer, load
+from rlreplay.buffer.prioritized import PrioritizedReplayBuffer
+from rlreplay.buffer.replay import ReplayBuffer, load
 from rlreplay.distributed.split import unpack_updates
 from rlreplay.distributed.wire import Reply, pack_columns
 from rlreplay.errors import CheckpointError, ConfigError, ReplayError
-from rlreplay.prioritized import PrioritizedReplayBuffer
-from rlreplay.spec import Field
+from rlreplay.spec.schema import Field
 
 # A restarted shard's write versions must exceed its dead incarnation's, for the limiter.
 _VERSION_STRIDE = 1 << 40

@@ -1,11 +1,13 @@
 """Datasets, exports and framework outputs: Arrow/Parquet/pandas, Minari, torch/JAX, prefetching.
 
+Owns the conversion of a buffer's contents to and from other formats, through the buffer's
+public API. Knows nothing of how the buffer stores, indexes or samples its data.
+
 Every optional dependency (pyarrow, pandas, minari, torch, jax, rich, matplotlib) is imported
 inside the function that needs it; importing this package costs nothing more than the core.
 """
 
 from rlreplay.io.frameworks import TensorBatch, convert
 from rlreplay.io.iterate import Prefetcher
-from rlreplay.io.mixin import IOMixin
 
-__all__ = ["IOMixin", "Prefetcher", "TensorBatch", "convert"]
+__all__ = ["Prefetcher", "TensorBatch", "convert"]

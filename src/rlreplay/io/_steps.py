@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 import numpy as np
 
 if TYPE_CHECKING:
-    from rlreplay.buffer import ReplayBuffer
+    from rlreplay.buffer.replay import ReplayBuffer
 
 __all__ = ["EpisodeRuns", "StoredSteps", "episode_runs", "stored_steps"]
 

@@ -39,7 +39,7 @@ if TYPE_CHECKING:
     import pandas as pd
     import pyarrow as pa
 
-    from rlreplay.buffer import ReplayBuffer
+    from rlreplay.buffer.replay import ReplayBuffer
 
 __all__ = ["column_to_numpy", "to_arrow", "to_pandas", "to_parquet"]
 

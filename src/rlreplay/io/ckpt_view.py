@@ -1,6 +1,6 @@
 """A streaming, read-only view of a checkpoint file: arrays mapped, never loaded whole.
 
-:class:`rlreplay.checkpoint.CheckpointReader` checks the header (magic, version, sizes,
+:class:`rlreplay.checkpoint.file.CheckpointReader` checks the header (magic, version, sizes,
 header checksum, every array entry); this view then maps each array of the data region with
 :class:`numpy.memmap` (read-only), so a statistic over a column reads it from the page cache
 chunk by chunk instead of allocating a copy of it. :meth:`CheckpointView.verify` hashes the
@@ -17,7 +17,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from rlreplay.checkpoint import CheckpointReader
+from rlreplay.checkpoint.file import CheckpointReader
 
 __all__ = ["CheckpointView", "Integrity", "slices_of_rows"]
 

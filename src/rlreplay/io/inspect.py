@@ -8,14 +8,15 @@ of the sampleable transitions (min, max, entropy of the sampling law, share of t
 the data checksum. :func:`render` prints it as rich tables; :func:`write_plots` draws PNGs.
 
 Abandoned episodes (:meth:`rlreplay.ReplayBuffer.abandon_episode`) end at a step whose final
-record is :data:`~rlreplay.episode_kernels.ABANDONED`; their last ``n_step`` steps (the
-*holes*, :mod:`rlreplay.episode_cuts`) lie inside an env's ``[lo, hi)`` but are never
+record is :data:`~rlreplay.episodes.kernels.ABANDONED`; their last ``n_step`` steps (the
+*holes*, :mod:`rlreplay.episodes.cuts`) lie inside an env's ``[lo, hi)`` but are never
 sampleable and have no priority mass. The episode walk collects the abandon points, and the
 holes are built from them and the config's ``n_step`` as the loaded buffer builds them, so
 ``sampleable`` and the priorities leave them out.
 
 The array layout read here is the one :meth:`rlreplay.ReplayBuffer.save` writes (checkpoint
-format version 1): ``index/env`` (per-env counters, columns named in :mod:`rlreplay.episodes`),
+format version 1): ``index/env`` (per-env counters, columns named in
+:mod:`rlreplay.episodes.index`),
 ``index/slot_meta`` (per-slot episode start and final record), ``columns/steps/<field>`` and
 ``priorities/prio`` (per slot), slot of step ``t`` of env ``e`` being ``e * C + t % C``.
 """
@@ -31,8 +32,8 @@ from typing import Any
 
 import numpy as np
 
-from rlreplay.episode_cuts import Holes, build_holes
-from rlreplay.episodes import ABANDONED, COUNT, EP_START, FINAL_FID, HEAD, HI, LO
+from rlreplay.episodes.cuts import Holes, build_holes
+from rlreplay.episodes.index import ABANDONED, COUNT, EP_START, FINAL_FID, HEAD, HI, LO
 from rlreplay.io.ckpt_view import CheckpointView, Integrity, slices_of_rows
 
 __all__ = [

@@ -24,7 +24,7 @@ from typing import Any, Generic, TypeVar
 
 from rlreplay.errors import ReplayClosed, ReplayTimeout
 from rlreplay.limits import waits_end_when
-from rlreplay.spec import positive_int
+from rlreplay.spec.schema import positive_int
 
 __all__ = ["Prefetcher"]
 

@@ -26,14 +26,14 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from rlreplay.buffer.exports import MinariExport
 from rlreplay.errors import ConfigError, EmptyBufferError, FieldError
 from rlreplay.io._steps import episode_runs, stored_steps
-from rlreplay.io.mixin import MinariExport
 from rlreplay.io.progress import progress_bar
-from rlreplay.spec import Field
+from rlreplay.spec.schema import Field
 
 if TYPE_CHECKING:
-    from rlreplay.buffer import ReplayBuffer
+    from rlreplay.buffer.replay import ReplayBuffer
 
 __all__ = ["MinariExport", "from_minari", "space_of_field", "to_minari"]
 

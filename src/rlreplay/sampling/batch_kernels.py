@@ -15,14 +15,14 @@ import numba
 import numpy as np
 from numba import literal_unroll
 
-from rlreplay.prefetch import prefetch_slot
+from rlreplay.codegen.prefetch import prefetch_slot
 from rlreplay.sampling.tree_kernels import _LANE, _SHIFT, _descend_all
 
 __all__ = ["_fill_powers", "_prio_kernel", "_sample_kernel", "reward_powers"]
 
 Array = np.ndarray[Any, Any]
 # Compiled without Numba's reference-counting runtime: arrays are unboxed into plain structs,
-# with no meminfo or reference traffic per argument (see rlreplay.lockstep).
+# with no meminfo or reference traffic per argument (see rlreplay.writing.lockstep).
 _NO_NRT: dict[str, Any] = {"cache": True, "_nrt": False}
 
 

@@ -7,7 +7,7 @@ per kernel or NumPy operation. Here a uniform draw with replacement costs
 * one ``rng.random(B)`` (the buffer's generator, so the stream and the batch are exactly the
   general path's: :func:`rlreplay.sampling.uniform.draw_uniform` draws the same way);
 * one :func:`_sample_kernel` call: positions to ``(env, t)`` (its binary search is
-  ``searchsorted(cum, pos, "right")``), the n-step windows (:func:`rlreplay.assemble.
+  ``searchsorted(cum, pos, "right")``), the n-step windows (:func:`rlreplay.assemble.transitions.
   _window_kernel`'s arithmetic), ids, discounts, flags, weights, and every column's gather,
   frame stacks, next and final observations included, straight into the batch's arrays;
 * a handful of allocations (one per dtype group; none with ``out=``), made by Python code
@@ -30,7 +30,7 @@ import numpy as np
 
 from rlreplay.batch import Batch
 from rlreplay.codegen import define
-from rlreplay.episodes import EpisodeIndex
+from rlreplay.episodes.index import EpisodeIndex
 from rlreplay.sampling.batch_kernels import _prio_kernel, _sample_kernel, reward_powers
 from rlreplay.storage.columns import Columns
 

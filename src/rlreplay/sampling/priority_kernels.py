@@ -16,7 +16,7 @@ from typing import Any
 import numba
 import numpy as np
 
-from rlreplay.prefetch import prefetch_row
+from rlreplay.codegen.prefetch import prefetch_row
 from rlreplay.sampling.trees import (
     _LANE,
     _MIN,

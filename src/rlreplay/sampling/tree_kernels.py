@@ -54,7 +54,7 @@ import numba
 import numpy as np
 from numpy.typing import NDArray
 
-from rlreplay.prefetch import prefetch_row
+from rlreplay.codegen.prefetch import prefetch_row
 
 __all__: list[str] = []  # private to rlreplay.sampling; the names below start with "_"
 

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from rlreplay.errors import ConfigError
-from rlreplay.spec import positive_int
+from rlreplay.spec.schema import positive_int
 
 __all__ = [
     "DrawOptions",

@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from rlreplay.spec import Schema
+from rlreplay.spec.schema import Schema
 from rlreplay.storage.backends import Backend
 
 __all__ = ["Columns", "row_items"]

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from typing import Any, Protocol, TypeAlias, runtime_checkable
 
 from rlreplay.batch import Batch
-from rlreplay.buffer_host import BufferHost
+from rlreplay.buffer.host import BufferHost
 from rlreplay.transforms.hindsight import HindsightRelabel
 
 __all__ = ["BindableTransform", "HindsightRelabel", "Transform", "apply_transform"]

@@ -29,13 +29,13 @@ from typing import TYPE_CHECKING, Any, TypeAlias
 import numpy as np
 
 from rlreplay.batch import Batch
-from rlreplay.episodes import HEAD, EpisodeIndex
+from rlreplay.episodes.index import HEAD, EpisodeIndex
 from rlreplay.errors import ConfigError, FieldError, InvalidIdError, ShapeError
 from rlreplay.storage.columns import Columns
 
 if TYPE_CHECKING:
-    # The parts every buffer has (not rlreplay.buffer, which imports the transforms).
-    from rlreplay.buffer_host import BufferHost as ReplayBuffer
+    # The parts every buffer has (not rlreplay.buffer.replay, which imports the transforms).
+    from rlreplay.buffer.host import BufferHost as ReplayBuffer
 
 __all__ = ["STRATEGIES", "HindsightRelabel", "goal_step_range", "next_values"]
 

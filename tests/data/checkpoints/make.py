@@ -20,14 +20,14 @@ HERE = Path(__file__).parent
 
 def _fill(buf: Any, steps: int, num_envs: int, rng: np.random.Generator) -> None:
     shape = (num_envs,) if num_envs > 1 else ()
-    for t in range(steps):
+    for _t in range(steps):
         ended = rng.random(shape) < 0.08
         trunc = (rng.random(shape) < 0.04) & ~ended
         buf.add(
-            obs=rng.standard_normal(shape + (3,)).astype(np.float32),
+            obs=rng.standard_normal((*shape, 3)).astype(np.float32),
             action=rng.integers(0, 4, shape).astype(np.int64),
             reward=rng.standard_normal(shape).astype(np.float32),
-            next_obs=rng.standard_normal(shape + (3,)).astype(np.float32),
+            next_obs=rng.standard_normal((*shape, 3)).astype(np.float32),
             terminated=ended,
             truncated=trunc,
         )
@@ -39,8 +39,15 @@ CASES: dict[str, tuple[type[Any], dict[str, Any], int]] = {
     "uniform": (rr.ReplayBuffer, dict(n_step=3, gamma=0.9, frame_stack=2, seed=1), 150),
     "uniform_envs": (
         rr.ReplayBuffer,
-        dict(num_envs=2, n_step=2, record_episodic_return=True, next_fields=("action",),
-             recent_ratio=0.25, recent_steps=8, seed=2),
+        dict(
+            num_envs=2,
+            n_step=2,
+            record_episodic_return=True,
+            next_fields=("action",),
+            recent_ratio=0.25,
+            recent_steps=8,
+            seed=2,
+        ),
         70,
     ),
     "proportional": (

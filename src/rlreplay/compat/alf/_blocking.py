@@ -16,8 +16,8 @@ from typing import Any, TypeVar
 
 import numpy as np
 
-from rlreplay.buffer import ReplayBuffer as CoreBuffer
-from rlreplay.buffer_fifo import check_timeout
+from rlreplay.buffer.fifo import check_timeout
+from rlreplay.buffer.replay import ReplayBuffer as CoreBuffer
 from rlreplay.errors import ReplayTimeout
 
 __all__ = ["POLL", "deadline_of", "wait_for_empty", "wait_unless_stopped"]

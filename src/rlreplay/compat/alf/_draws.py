@@ -24,13 +24,13 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from rlreplay.buffer.prioritized import PrioritizedReplayBuffer
 from rlreplay.compat.alf._odd import (
     OddPriorities,
     ReplayAssertionError,
     odd_priorities,
     odd_starts,
 )
-from rlreplay.prioritized import PrioritizedReplayBuffer
 from rlreplay.sampling.uniform import draw_mixed
 
 __all__ = [

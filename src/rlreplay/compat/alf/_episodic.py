@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from rlreplay.buffer import ReplayBuffer as CoreBuffer
+from rlreplay.buffer.replay import ReplayBuffer as CoreBuffer
 from rlreplay.compat.alf._nest import flag
 from rlreplay.errors import InvalidIdError
 

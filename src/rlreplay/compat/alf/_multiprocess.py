@@ -50,7 +50,7 @@ from typing import Any
 
 import torch
 
-from rlreplay.buffer_fifo import check_timeout
+from rlreplay.buffer.fifo import check_timeout
 from rlreplay.errors import ConfigError, ReplayClosed, ReplayError, ReplayTimeout
 
 __all__ = ["SLICE", "Remote", "Sharing", "forward_public", "reduce"]

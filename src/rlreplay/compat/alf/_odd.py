@@ -24,9 +24,9 @@ from typing import Any
 import numpy as np
 import torch
 
+from rlreplay.buffer.prioritized import PrioritizedReplayBuffer
 from rlreplay.compat.alf.segment_tree import SumSegmentTree
 from rlreplay.errors import ReplayError
-from rlreplay.prioritized import PrioritizedReplayBuffer
 
 __all__ = ["OddPriorities", "ReplayAssertionError", "is_odd", "odd_priorities", "odd_starts"]
 

@@ -18,7 +18,7 @@ import numpy as np
 import torch
 
 from rlreplay.batch import Batch
-from rlreplay.buffer import ReplayBuffer as CoreBuffer
+from rlreplay.buffer.replay import ReplayBuffer as CoreBuffer
 from rlreplay.compat.alf._draws import ReplayAssertionError
 from rlreplay.compat.alf._episodic import (
     Continuations,

@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from rlreplay.buffer.prioritized import PrioritizedReplayBuffer
 from rlreplay.compat.alf._draws import (
     ReplayAssertionError,
     draw_starts,
@@ -29,7 +30,6 @@ from rlreplay.compat.alf._setup import positive
 from rlreplay.compat.alf._types import BatchInfo
 from rlreplay.compat.alf.segment_tree import as_numpy
 from rlreplay.errors import ShapeError
-from rlreplay.prioritized import PrioritizedReplayBuffer
 
 __all__ = ["Sampling"]
 

@@ -54,7 +54,7 @@ import numpy as np
 import torch
 
 from rlreplay.batch import Batch
-from rlreplay.buffer import ReplayBuffer as CoreBuffer
+from rlreplay.buffer.replay import ReplayBuffer as CoreBuffer
 from rlreplay.compat.alf._blocking import deadline_of, wait_for_empty, wait_unless_stopped
 from rlreplay.compat.alf._draws import (
     ReplayAssertionError,

@@ -21,7 +21,7 @@ import numpy as np
 import torch
 
 from rlreplay.errors import ConfigError, FieldError
-from rlreplay.spec import RESERVED_NAMES
+from rlreplay.spec.schema import RESERVED_NAMES
 
 __all__ = ["TensorSpec"]
 

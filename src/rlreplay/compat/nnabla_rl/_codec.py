@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from rlreplay.compat.nnabla_rl._stored import StoredTuple
-from rlreplay.spec import Field
+from rlreplay.spec.schema import Field
 
 __all__ = [
     "TIMELIMIT_KEY",

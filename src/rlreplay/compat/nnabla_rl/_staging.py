@@ -37,7 +37,7 @@ from rlreplay.compat.nnabla_rl._codec import (
 from rlreplay.compat.nnabla_rl._stored import StoredTuple
 
 if TYPE_CHECKING:
-    from rlreplay.buffer import ReplayBuffer as CoreBuffer
+    from rlreplay.buffer.replay import ReplayBuffer as CoreBuffer
     from rlreplay.compat.nnabla_rl.replay_buffer import ReplayBuffer
 
 __all__ = ["Staging", "staging_for", "write_staged"]

@@ -24,7 +24,7 @@ from rlreplay.errors import ConfigError, FieldError, ShapeError
 
 if TYPE_CHECKING:
     from rlreplay.compat.reagent.circular_replay_buffer import shape_type
-    from rlreplay.spec import Schema
+    from rlreplay.spec.schema import Schema
 
 __all__ = [
     "as_shape",

@@ -3,7 +3,8 @@
 :func:`transition_arrays` turns the core's transitions of a batch of slots into the elements
 ReAgent returns: plain ones, the ``return_everything_as_stack`` stacks of other fields, and the
 ``return_as_timeline_format`` per-step windows. Stacks of fields other than observations are
-raw runs of ``core.get_sequences`` stacked by the core's :func:`rlreplay.assemble.stack_frames`.
+raw runs of ``core.get_sequences`` stacked by the core's
+:func:`rlreplay.assemble.transitions.stack_frames`.
 Arrays are NumPy throughout; :func:`to_torch` makes the returned tensors.
 """
 
@@ -15,11 +16,11 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 
-from rlreplay.assemble import stack_frames
+from rlreplay.assemble.transitions import stack_frames
 from rlreplay.batch import Batch
 
 if TYPE_CHECKING:
-    from rlreplay.buffer import ReplayBuffer as CoreReplayBuffer
+    from rlreplay.buffer.replay import ReplayBuffer as CoreReplayBuffer
     from rlreplay.compat.reagent.circular_replay_buffer import ReplayBuffer
 
 __all__ = [
@@ -182,7 +183,7 @@ def field_stacks(core: CoreReplayBuffer, k: int, ids: Array, names: list[str]) -
 
     Frames before the episode's first step are zero (what ReAgent's padding rows hold). The
     raw runs come from ``core.get_sequences`` and are stacked by the core's
-    :func:`rlreplay.assemble.stack_frames`.
+    :func:`rlreplay.assemble.transitions.stack_frames`.
     """
     b = ids.size
     if b == 0:

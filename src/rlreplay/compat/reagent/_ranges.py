@@ -18,7 +18,7 @@ import numpy as np
 from rlreplay.compat.reagent._assembly import core_name
 
 if TYPE_CHECKING:
-    from rlreplay.buffer import ReplayBuffer as CoreReplayBuffer
+    from rlreplay.buffer.replay import ReplayBuffer as CoreReplayBuffer
     from rlreplay.compat.reagent.circular_replay_buffer import shape_type
 
 __all__ = ["RangeReaders", "slot_rows", "store"]

@@ -24,7 +24,7 @@ from rlreplay.compat.reagent._errors import (
 from rlreplay.errors import EmptyBufferError, InvalidIdError
 
 if TYPE_CHECKING:
-    from rlreplay.buffer import ReplayBuffer as CoreReplayBuffer
+    from rlreplay.buffer.replay import ReplayBuffer as CoreReplayBuffer
     from rlreplay.compat.reagent.circular_replay_buffer import ReplayBuffer
 
 __all__ = [

@@ -53,7 +53,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
-from rlreplay.buffer import ReplayBuffer as CoreReplayBuffer
+from rlreplay.buffer.replay import ReplayBuffer as CoreReplayBuffer
 from rlreplay.compat.reagent import _args, _assembly, _draws, _elements, _slotread, _slots
 from rlreplay.compat.reagent._assembly import EXTRA, _Batch
 from rlreplay.compat.reagent._checkpoint import CHECKPOINT_DURATION, STORE_FILENAME_PREFIX
@@ -62,7 +62,7 @@ from rlreplay.compat.reagent._persist import CheckpointFiles
 from rlreplay.compat.reagent._ranges import RangeReaders
 from rlreplay.compat.reagent._ring import SlotRing
 from rlreplay.errors import ConfigError
-from rlreplay.spec import Field
+from rlreplay.spec.schema import Field
 
 if TYPE_CHECKING:
     import torch

@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from rlreplay.buffer import ReplayBuffer
+from rlreplay.buffer.replay import ReplayBuffer
 from rlreplay.errors import ConfigError
 
 __all__ = ["RingViews", "assigned", "check_ring"]

@@ -45,7 +45,7 @@ from rlreplay.compat.nnabla_rl.replay_buffers.prioritized_replay_buffer import (
 from rlreplay.compat.nnabla_rl.replay_buffers.trajectory_replay_buffer import (
     TrajectoryReplayBuffer,
 )
-from rlreplay.spec import Field
+from rlreplay.spec.schema import Field
 
 __all__ = [
     "MemoryEfficientAtariBuffer",

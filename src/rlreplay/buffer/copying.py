@@ -1,0 +1,151 @@
+"""Pickling and copying of a replay buffer (``pickle``, ``copy.deepcopy``, ``copy.copy``).
+
+A part of :class:`rlreplay.ReplayBuffer` (see :mod:`rlreplay.buffer.host`). A buffer pickles
+*by value*, through the same state a checkpoint holds (:mod:`rlreplay.buffer.state`: the
+configuration, the scalars of ``meta`` with the RNG state and counters, and the state arrays of
+the episode index, the columns and, for a prioritized buffer, the priorities). Unpickling builds
+a buffer of the same class and configuration and installs that state, checked as
+:func:`rlreplay.load` checks a file. So a copy holds the same steps, episodes (abandoned ones
+included), priorities, id counters, ``beta`` step, rate-limiter counters and RNG state, and the
+same further calls give the same results on the copy as on the original; the two are
+independent from then on. Locks and conditions are new ones; nothing waits on the copy.
+
+What else travels, and how:
+
+* ``storage="memmap"``: the arrays pickle by value, as a :class:`numpy.memmap` does, and the
+  copy keeps them in memory (``storage="memory"``): its working directory belongs to the
+  original. To copy onto disk, :meth:`~rlreplay.ReplayBuffer.save` and
+  ``rlreplay.load(file, storage="memmap", path=...)``.
+* ``storage="shared"`` (its arrays are shared with writer processes) and closed buffers are
+  refused with :class:`rlreplay.ConfigError` / :class:`rlreplay.ReplayClosed`, the buffer left
+  as it was: another process reaches a shared buffer through ``share()`` and
+  :func:`rlreplay.attach`.
+* ``rate_limiter``: the copy gets its own limiter with the same parameters and counters (a
+  limiter counts for one buffer); waiters of the original stay with the original.
+* ``transforms``: part of the pickled object, as attributes are in plain Python: functions by
+  reference (a lambda or local function fails to pickle, as it does anywhere), objects by value.
+  :func:`copy.deepcopy` deep-copies them (functions are kept: the copy module never copies
+  them); :func:`copy.copy` takes a shallow copy of each. A bindable transform
+  (:class:`rlreplay.HindsightRelabel`) arrives unbound and is bound to the copy.
+
+Cost: pickling copies the state arrays under the lock once (so the pickle is one instant of
+the buffer even while other threads write) and the pickle then holds them; a copy with
+:mod:`copy` reads the original's arrays straight into the new buffer (one copy in all).
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import numpy as np
+
+from rlreplay.buffer.host import BufferHost
+from rlreplay.errors import ConfigError, ReplayClosed
+from rlreplay.limits import RateLimiter
+from rlreplay.spec.schema import Schema
+
+__all__ = ["CopyMixin"]
+
+
+def _constructed(cls: type[Any], config: Mapping[str, Any]) -> Any:
+    """A new, empty ``cls`` with the configuration ``config`` (as ``_config()`` gives it)."""
+    kwargs = dict(config)
+    fields = Schema.from_json(kwargs.pop("fields")).fields
+    if "rate_limiter" in kwargs:  # its parameters; its counters are in the state's meta
+        kwargs["rate_limiter"] = RateLimiter.from_json(kwargs["rate_limiter"])
+    capacity = kwargs.pop("capacity")
+    return cls(capacity, fields, **kwargs)
+
+
+def _unpickle(
+    cls: type[Any], config: Mapping[str, Any], meta: Mapping[str, Any], arrays: Mapping[str, Any]
+) -> Any:
+    """Rebuild a pickled buffer (module level: pickles refer to it by name)."""
+    buf = _constructed(cls, config)
+    try:
+        buf._install(meta, arrays)
+    except BaseException:
+        buf.close()
+        raise
+    return buf
+
+
+class CopyMixin(BufferHost):
+    """``__reduce__``, ``__setstate__``, ``__copy__`` and ``__deepcopy__`` of a buffer."""
+
+    def _check_copyable(self, what: str) -> None:
+        """Refuse what cannot be copied by value (the buffer is left as it is)."""
+        if self._closed:
+            raise ReplayClosed(
+                f"{what}: {type(self).__name__} is closed; its storage was released (copy or "
+                "save a buffer before close())"
+            )
+        if self._backend.kind == "shared" or self._shared is not None:
+            raise ConfigError(
+                f"{what}: storage='shared' buffers are not copied by value (their arrays are "
+                "shared with writer processes); give another process the buffer with "
+                "buffer.share() and rlreplay.attach(handle), or copy it with save() and "
+                "rlreplay.load()"
+            )
+
+    def _snapshot(self, what: str, copy_arrays: bool) -> tuple[dict[str, Any], ...]:
+        """``(config, meta, arrays)`` now (under the lock), arrays copied or live views."""
+        self._check_copyable(what)
+        self._backend.flush()
+        live = self._state_arrays()
+        return (
+            self._config(),
+            copy.deepcopy(self._state_meta()),
+            {k: np.array(v) for k, v in live.items()} if copy_arrays else live,
+        )
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        """Pickle by value: ``(rebuild, (class, config, meta, arrays), {"transforms": ...})``.
+
+        The transforms go in the state part, which pickle fills in after the new buffer
+        exists, so a transform that refers back to the buffer gets the new one.
+
+        Raises:
+            ConfigError: ``storage="shared"`` (use ``share()`` / :func:`rlreplay.attach`).
+            ReplayClosed: The buffer is closed.
+        """
+        with self._lock:
+            config, meta, arrays = self._snapshot("pickle", copy_arrays=True)
+            return (_unpickle, (type(self), config, meta, arrays), {"transforms": self.transforms})
+
+    def __setstate__(self, state: Mapping[str, Any]) -> None:
+        """Take the transforms of a pickle (the rest was rebuilt by ``_unpickle``)."""
+        self._set_transforms(tuple(state["transforms"]))
+
+    def _set_transforms(self, transforms: tuple[Any, ...]) -> None:
+        for fn in transforms:
+            self._bind(fn)
+        self.transforms = transforms
+
+    def _clone(self, memo: dict[int, Any] | None, copier: Callable[[Any], Any]) -> Any:
+        with self._lock:
+            config, meta, live = self._snapshot("copy", copy_arrays=False)
+            new = _constructed(type(self), config)
+            try:
+                new._install(meta, live)  # one copy: from the live arrays into the new ones
+                if memo is not None:
+                    memo[id(self)] = new  # a transform that refers back gets the copy
+                new._set_transforms(tuple(copier(fn) for fn in self.transforms))
+            except BaseException:
+                new.close()
+                raise
+            return new
+
+    def __copy__(self) -> Any:
+        """An independent buffer with the same contents and state (``copy.copy``).
+
+        A buffer is a container of data, as an array is: its shallow copy copies the data too
+        (two buffers cannot share a ring's cursors). Each transform is copied shallowly.
+        """
+        return self._clone(None, copy.copy)
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> Any:
+        """An independent buffer with the same contents and state; transforms deep-copied."""
+        return self._clone(memo, lambda fn: copy.deepcopy(fn, memo))

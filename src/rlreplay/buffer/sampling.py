@@ -1,0 +1,199 @@
+"""Sampling of a replay buffer: ``sample``, ``get_transitions`` and the draw/assemble steps.
+
+A part of :class:`rlreplay.ReplayBuffer` (see :mod:`rlreplay.buffer.host`).
+:meth:`SamplingMixin.sample` waits on the rate limiter without the lock, then draws and
+assembles under it in one kernel (:mod:`rlreplay.sampling.onecall`) while ``_draw`` is this
+class's; a subclass that overrides ``_draw`` (prioritized sampling) goes through ``_draw`` then
+``_batch``. Conversion to torch/JAX happens after the lock is released.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal, overload
+
+import numpy as np
+
+from rlreplay.assemble.transitions import assemble_transitions
+from rlreplay.batch import Batch
+from rlreplay.buffer.host import Array, BufferHost
+from rlreplay.episodes.index import LO
+from rlreplay.errors import ConfigError, EmptyBufferError, InvalidIdError
+from rlreplay.io.frameworks import TensorBatch, choose_output
+from rlreplay.sampling.onecall import sample_batch
+from rlreplay.sampling.uniform import DrawOptions, draw_mixed, draw_options, draw_uniform
+from rlreplay.spec.schema import positive_int
+from rlreplay.transforms import BindableTransform, Transform, apply_transform
+
+__all__ = ["SamplingMixin"]
+
+
+class SamplingMixin(BufferHost):
+    """``sample``, ``get_transitions`` and the draw/assemble steps of a replay buffer."""
+
+    @overload
+    def sample(
+        self, batch_size: int, *, transform: Transform | None = ...,
+        recent_ratio: float | None = ..., recent_steps: int | None = ...,
+        replacement: bool | None = ..., timeout: float | None = ...,
+        out: Batch | None = ..., as_: Literal["numpy"] | None = ..., device: Any = ...,
+    ) -> Batch: ...  # fmt: skip
+    @overload
+    def sample(
+        self, batch_size: int, *, transform: Transform | None = ...,
+        recent_ratio: float | None = ..., recent_steps: int | None = ...,
+        replacement: bool | None = ..., timeout: float | None = ...,
+        out: None = ..., as_: Literal["torch", "jax"], device: Any = ...,
+    ) -> TensorBatch: ...  # fmt: skip
+    def sample(
+        self,
+        batch_size: int,
+        *,
+        transform: Transform | None = None,
+        recent_ratio: float | None = None,
+        recent_steps: int | None = None,
+        replacement: bool | None = None,
+        timeout: float | None = None,
+        out: Batch | None = None,
+        as_: str | None = None,
+        device: Any = None,
+    ) -> Batch | TensorBatch:
+        """Draw ``batch_size`` transitions uniformly, with replacement, from the sampleable ones.
+
+        Args:
+            batch_size: Number of transitions.
+            transform: A function ``Batch -> Batch`` applied after the buffer's ``transforms``.
+            recent_ratio: Overrides the constructor's ``recent_ratio`` for this call.
+            recent_steps: Overrides the constructor's ``recent_steps`` for this call.
+            replacement: Overrides the constructor's ``replacement`` for this call.
+            timeout: The most seconds to wait for the ``rate_limiter`` (``None``: for ever).
+            out: A batch of ``batch_size`` from an earlier ``sample`` of this buffer, to be
+                overwritten in place and returned (no allocation). Without it every call
+                returns fresh arrays that share nothing with earlier batches. NumPy only.
+            as_: ``"numpy"``, ``"torch"`` or ``"jax"`` (default: the constructor's ``as_``).
+            device: Where torch/JAX arrays go (default: the constructor's ``device`` if ``as_``
+                is the constructor's); converted after the buffer's lock is released.
+
+        Returns:
+            A :class:`Batch` with every declared field, ``reward``, ``next_<obs>``,
+            ``terminated``, ``truncated``, ``discount``, ``steps``, ``ids``, ``env_ids`` and
+            ``weights`` (ones); with ``as_="torch"``/``"jax"`` a
+            :class:`~rlreplay.io.TensorBatch` of the same keys.
+
+        Raises:
+            EmptyBufferError: Nothing is sampleable yet.
+            ReplayTimeout: The ``rate_limiter`` did not allow ``batch_size`` samples in time.
+            ReplayClosed: The buffer is (or got) closed.
+            ConfigError: An unknown ``as_``, an unusable ``device``, or ``out`` with torch/JAX.
+        """
+        batch_size = positive_int("batch_size", batch_size)
+        output = self._output
+        if as_ is not None or device is not None:  # (the NumPy default: two identity tests)
+            output = choose_output(output, as_, device)
+        if output is not None and out is not None:
+            raise ConfigError(
+                f"out: refills a NumPy batch, so it needs as_='numpy'; got as_={output.as_!r} "
+                "(drop out=, or pass as_='numpy')"
+            )
+        opts = self.draw_options
+        if recent_ratio is not None or recent_steps is not None or replacement is not None:
+            opts = draw_options(
+                opts.recent_ratio if recent_ratio is None else recent_ratio,
+                opts.recent_steps if recent_steps is None else recent_steps,
+                opts.replacement if replacement is None else replacement,
+            )
+        limiter = self._limiter
+        if limiter is not None:  # waits without the lock: writers need it to pay for samples
+            limiter.await_sample(batch_size, timeout)
+        try:
+            with self._lock:
+                self._check_open()
+                if self._shared is not None:  # redraws a batch a writer overwrote meanwhile
+                    batch = self._shared.sample(self, batch_size, opts)
+                else:
+                    batch = sample_batch(self, batch_size, opts, out, SamplingMixin)  # one kernel
+                batch = self._transformed(batch, transform)
+        except BaseException:
+            if limiter is not None:
+                limiter.cancel_sample(batch_size)  # nothing was drawn: nothing to pay for
+            raise
+        return batch if output is None else output(batch)
+
+    def get_transitions(self, ids: Any) -> Batch:
+        """Assemble the transitions with the given ids (each must be sampleable now).
+
+        Args:
+            ids: Transition ids, as returned by :meth:`add` or found in ``batch.ids``.
+
+        Returns:
+            A :class:`Batch` like :meth:`sample`'s, in the order of ``ids``.
+
+        Raises:
+            InvalidIdError: An id never issued, overwritten, or not sampleable (yet).
+        """
+        with self._lock:
+            self._check_open()
+            env_ids, t, _ = self._index.split_ids(ids)
+            if env_ids.ndim != 1:
+                raise InvalidIdError(f"ids: expected a 1-D array, got shape {env_ids.shape}")
+            bad = ~self._index.sampleable(env_ids, t)
+            if bad.any():
+                raise InvalidIdError(
+                    f"ids: {np.asarray(ids)[bad][:5].tolist()} are not sampleable (overwritten, "
+                    "or their window or frame stack is not complete)"
+                )
+            return self._batch(env_ids, t, {"weights": np.ones(t.shape[0], np.float32)})
+
+    def _draw(self, batch_size: int, opts: DrawOptions) -> tuple[Array, Array, dict[str, Array]]:
+        """Choose ``(env_ids, t)`` to sample, plus per-draw arrays such as ``weights``.
+
+        Subclasses override this (prioritized sampling); the base draws uniformly, mixing in
+        recent data and avoiding duplicates as ``opts`` asks.
+        """
+        sizes = self._index.sizes()
+        total = int(sizes.sum())
+        if not total:
+            raise EmptyBufferError(
+                f"sample: nothing is sampleable yet ({len(self)} stored transitions; a "
+                f"transition becomes sampleable once its {self.n_step}-step window is known)"
+            )
+        env = self._index.env
+        if opts.recent_ratio == 0 and opts.replacement:
+            env_ids, t = draw_uniform(env[:, LO], sizes, batch_size, self._rng, total)
+        else:
+            env_ids, t = draw_mixed(
+                env[:, LO], env[:, LO] + sizes, batch_size, self._rng,
+                recent_ratio=opts.recent_ratio, recent_steps=opts.recent_steps,
+                replacement=opts.replacement,
+            )  # fmt: skip
+        t = self._index.unhole(env_ids, t)  # drawn over ranges compressed past the holes
+        return env_ids, t, {"weights": np.ones(batch_size, np.float32)}
+
+    def _bind(self, fn: Transform) -> None:
+        if not callable(fn):
+            raise ConfigError(f"transforms: expected callables Batch -> Batch, got {fn!r}")
+        if isinstance(fn, BindableTransform):
+            fn.bind(self)
+
+    def _transformed(self, batch: Batch, transform: Transform | None) -> Batch:
+        for fn in self.transforms:
+            batch = apply_transform(fn, batch)
+        if transform is not None:
+            self._bind(transform)
+            batch = apply_transform(transform, batch)
+        return batch
+
+    def _batch(self, env_ids: Array, t: Array, extra: dict[str, Array]) -> Batch:
+        data = assemble_transitions(
+            self._cols,
+            self._index,
+            env_ids,
+            t,
+            n_step=self.n_step,
+            gamma=self.gamma,
+            frame_stack=self.frame_stack,
+            zero_pad=self.stack_pad == "zero",
+            next_fields=self.next_fields,
+        )
+        data["env_ids"] = env_ids
+        data.update(extra)
+        return Batch(data)
