@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from rlreplay.errors import CheckpointError
 from rlreplay.spec.schema import Schema
 from rlreplay.storage.backends import Backend
 
@@ -46,7 +47,7 @@ def _take(items: Array, col: Array, rows: Array) -> Array:
 
 
 class Columns:
-    """Per-field column arrays of one buffer.
+    """Per-field column arrays of one buffer (a :class:`rlreplay.storage.Storage`).
 
     Args:
         schema: The buffer's fields.
@@ -164,3 +165,55 @@ class Columns:
         out.update({f"finals/{k}": v for k, v in self.finals.items()})
         out.update({f"derived/{k}": v for k, v in self.derived.items()})
         return out
+
+    def state_dict(self) -> dict[str, Any]:
+        """``{"finals_capacity": F, "arrays": {name: copy}}``, the arrays of
+        :meth:`state_arrays` copied (later writes leave it unchanged)."""
+        arrays = {k: np.array(v) for k, v in self.state_arrays().items()}
+        return {"finals_capacity": self.finals_capacity, "arrays": arrays}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Restore a :meth:`state_dict` of columns with the same schema, sizes and derived
+        columns: step and derived columns are copied into in place, finals columns reallocated
+        first if the state's capacity differs.
+
+        Raises:
+            CheckpointError: A state without ``finals_capacity`` and ``arrays``, a capacity that
+                is not a positive int, a missing or unexpected array, or one of another dtype
+                or shape. Checked before anything changes: the columns are then unchanged.
+        """
+        if not isinstance(state, Mapping) or set(state) != {"finals_capacity", "arrays"}:
+            keys = sorted(state) if isinstance(state, Mapping) else type(state).__name__
+            raise CheckpointError(
+                f"columns: expected a state_dict() ({{'finals_capacity', 'arrays'}}), got {keys}"
+            )
+        finals, arrays = state["finals_capacity"], state["arrays"]
+        if isinstance(finals, bool) or not isinstance(finals, int | np.integer) or finals < 1:
+            raise CheckpointError(
+                f"columns: finals_capacity must be a positive int, got {finals!r}"
+            )
+        finals = int(finals)
+        dest = self.state_arrays()
+        if not isinstance(arrays, Mapping) or set(arrays) != set(dest):
+            names = set(arrays) if isinstance(arrays, Mapping) else set()
+            raise CheckpointError(
+                f"columns: arrays {sorted(set(dest) - names)} are missing and "
+                f"{sorted(names - set(dest))} unexpected; give a state_dict() of columns with "
+                "this schema and these derived columns"
+            )
+        for name, arr in arrays.items():
+            want = dest[name].shape
+            if name.startswith("finals/"):  # sized by the state's finals capacity
+                want = (self.num_envs * finals, *want[1:])
+            fits = isinstance(arr, np.ndarray) and arr.dtype == dest[name].dtype
+            if not fits or arr.shape != want:
+                got = (arr.dtype, arr.shape) if isinstance(arr, np.ndarray) else type(arr).__name__
+                raise CheckpointError(
+                    f"columns: array {name!r} must be a {dest[name].dtype} ndarray of shape "
+                    f"{want}, got {got}"
+                )
+        if finals != self.finals_capacity:
+            self.set_finals_capacity(finals)
+            dest = self.state_arrays()
+        for name, arr in arrays.items():
+            dest[name][...] = arr
