@@ -8,7 +8,7 @@ minute on one idle CPU core (it stops once an evaluation reaches 450) and checks
 greedy policy learned (a mean evaluation return of at least 200 of the 500 possible; a random
 policy gets about 20).
 
-    pip install -e ".[demo]" && python examples/dqn_per_torch.py
+    pip install -c constraints.txt -e ".[torch,gym]" && python examples/dqn_per_torch.py
 """
 
 from __future__ import annotations

@@ -21,7 +21,7 @@ the memory; it learns more slowly). The run takes about a minute on one idle CPU
 checks that the greedy policy learned (a mean return of at least 100; random play gets about
 22).
 
-    pip install -e ".[dev]" && python examples/r2d2_jax.py
+    pip install -e ".[jax,gym]" && python examples/r2d2_jax.py
 """
 
 from __future__ import annotations

@@ -9,7 +9,10 @@ Subcommands:
         if its checksums match, 1 if the data is corrupted, 2 if it cannot be read or the
         ``inspect`` extra is missing.
 
+``rlreplay --version`` prints the installed version (from the package's metadata).
+
 Example:
+    $ rlreplay --version
     $ rlreplay demo --seed 1 --out /tmp/curves
     $ rlreplay inspect replay.ckpt --plots /tmp/plots
 """
@@ -22,7 +25,20 @@ from pathlib import Path
 
 from rlreplay import demo
 
-__all__ = ["build_parser", "main"]
+__all__ = ["build_parser", "installed_version", "main"]
+
+
+def installed_version() -> str:
+    """The installed distribution's version (its metadata); ``rlreplay.__version__`` when the
+    package runs from a source tree that was never installed."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("rlreplay")
+    except PackageNotFoundError:
+        import rlreplay
+
+        return rlreplay.__version__
 
 
 def _positive_int(text: str) -> int:
@@ -44,6 +60,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="rlreplay", description="rlreplay: experience replay for reinforcement learning."
     )
+    parser.add_argument(
+        "--version", action="version", version=f"rlreplay {installed_version()}",
+        help="print the installed version and exit",
+    )  # fmt: skip
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     defaults = demo.DemoConfig()
     p = sub.add_parser(

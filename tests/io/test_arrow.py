@@ -1,4 +1,5 @@
-"""to_arrow / to_pandas / to_parquet: every stored step, every field, as added."""
+"""to_arrow / to_pandas / to_parquet: every stored step, every field and every final
+observation, as added."""
 
 from __future__ import annotations
 
@@ -26,20 +27,38 @@ def expected_rows(buf: Any, rec: Any) -> list[dict[str, Any]]:
             t, start = step["_t"], step["_start"]
             abandoned = step["_abandoned"]
             ends = step["terminated"] or step["truncated"] or abandoned
+            final = step["terminated"] or step["truncated"]
             rows.append(
                 {"env_id": e, "episode_id": start * E + e, "step": t - start, "id": t * E + e,
                  "episode_end": ends, "episode_abandoned": abandoned,
-                 **{k: step[k] for k in buf.schema.fields}}
+                 **{k: step[k] for k in buf.schema.fields},
+                 # The final observation on the row that ends its episode, null elsewhere.
+                 **{"next_" + n: step["next_" + n] if final else None
+                    for n in buf.schema.observation_names}}
             )  # fmt: skip
     return rows
+
+
+def final_columns(buf: Any) -> list[str]:
+    return ["next_" + n for n in buf.schema.observation_names]
 
 
 def check_table(table: Any, buf: Any, rec: Any) -> None:
     rows = expected_rows(buf, rec)
     assert table.num_rows == len(rows)
-    assert table.column_names == [*INDEX_COLUMNS, *buf.schema.names]
+    assert table.column_names == [*INDEX_COLUMNS, *buf.schema.names, *final_columns(buf)]
     for name in table.column_names:
         got = column_to_numpy(table, name)
+        if name in final_columns(buf):
+            f = buf.schema.fields[name[len("next_") :]]
+            valid = np.array([r[name] is not None for r in rows], bool)
+            np.testing.assert_array_equal(table.column(name).is_valid().to_numpy(), valid)
+            assert got.dtype == f.dtype and got.shape == (len(rows), *f.shape), name
+            want = np.zeros_like(got)  # null rows come back as zeros
+            for i in np.flatnonzero(valid):
+                want[i] = rows[i][name]
+            np.testing.assert_array_equal(got, want, err_msg=name)
+            continue
         want = np.array([r[name] for r in rows])
         if name in buf.schema.fields:
             f = buf.schema.fields[name]
@@ -57,6 +76,7 @@ def test_arrow_matches_what_was_added(num_envs: int, n_steps: int) -> None:
     check_table(table, buf, rec)
     frame_type = table.schema.field("frame").type
     assert frame_type == pa.list_(pa.list_(pa.uint8(), 2), 2)  # nested fixed-size lists
+    assert table.schema.field("next_frame").type == frame_type
 
 
 def test_prioritized_and_parquet_round_trip(tmp_path: Any) -> None:
@@ -72,11 +92,16 @@ def test_pandas_cells_have_field_shapes() -> None:
     rec = fill(buf, 12, seed=5)
     frame = buf.to_pandas()
     rows = expected_rows(buf, rec)
-    assert list(frame.columns) == [*INDEX_COLUMNS, *buf.schema.names]
+    assert list(frame.columns) == [*INDEX_COLUMNS, *buf.schema.names, *final_columns(buf)]
     assert len(frame) == len(rows)
     for i, row in enumerate(rows):
         for name in buf.schema.names:
             np.testing.assert_array_equal(np.asarray(frame[name].iloc[i]), row[name])
+        for name in final_columns(buf):
+            if row[name] is None:
+                assert frame[name].iloc[i] is None, (i, name)
+            else:
+                np.testing.assert_array_equal(np.asarray(frame[name].iloc[i]), row[name])
     assert frame["episode_id"].tolist() == [r["episode_id"] for r in rows]
 
 

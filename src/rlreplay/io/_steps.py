@@ -26,7 +26,7 @@ import numpy as np
 if TYPE_CHECKING:
     from rlreplay.buffer.replay import ReplayBuffer
 
-__all__ = ["EpisodeRuns", "StoredSteps", "episode_runs", "stored_steps"]
+__all__ = ["EpisodeRuns", "StoredSteps", "episode_runs", "final_observations", "stored_steps"]
 
 Array = np.ndarray[Any, Any]
 
@@ -76,6 +76,29 @@ def stored_steps(buf: ReplayBuffer) -> StoredSteps:
     return StoredSteps(
         env_ids, t, ids, begin.astype(np.int64), step, to_end.astype(np.int64), abandoned
     )
+
+
+def final_observations(buf: ReplayBuffer, steps: StoredSteps) -> tuple[Array, dict[str, Array]]:
+    """The final observation of every episode end among ``steps`` (call under ``buf.atomic()``).
+
+    Returns:
+        ``(has_final, finals)``: ``has_final[i]`` tells whether step ``i`` ends its episode
+        with a final observation (terminated or truncated; not an abandoned end), and
+        ``finals[name][i]`` is that observation for every observation field ``name`` (zeros on
+        the other steps), shape ``(len(steps.ids), *field_shape)``.
+    """
+    has_final = (steps.to_end == 0) & ~steps.abandoned
+    names = buf.schema.observation_names
+    finals = {
+        n: np.zeros((steps.ids.size, *buf.schema.fields[n].shape), buf.schema.fields[n].dtype)
+        for n in names
+    }
+    for i in np.flatnonzero(has_final):
+        # get_episode is the public reader of final observations: its last next_<obs> is one.
+        episode = buf.get_episode(int(steps.ids[i]))
+        for n in names:
+            finals[n][i] = episode["next_" + n][-1]
+    return has_final, finals
 
 
 class EpisodeRuns(NamedTuple):

@@ -391,6 +391,30 @@ def render(report: Report, console: Any = None, max_envs: int = 16) -> None:
     out.print(f"Integrity: {status}: {ok.message} ({ok.data_bytes:,} data bytes)")
 
 
+def _histogram(ax: Any, values: Array, bins: int | None = None) -> None:
+    """A histogram of ``values`` whose ticks are values that can occur.
+
+    Counts are whole numbers, so the count axis gets integer ticks. Whole-number values
+    (episode lengths) get one bin per value while they span at most 50, centred on it, and
+    integer ticks. A single distinct value gets one tick, at that value: matplotlib would
+    otherwise spread fractional ticks over the bin it draws around it.
+    """
+    from matplotlib.ticker import MaxNLocator
+
+    ax.yaxis.set_major_locator(MaxNLocator(integer=True))
+    if not values.size:
+        return
+    lo, hi = float(values.min()), float(values.max())
+    whole = values.dtype.kind in "iub" or bool(np.all(values == np.round(values)))
+    if whole and hi - lo <= 50:
+        ax.hist(values, bins=np.arange(lo, hi + 2) - 0.5)
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    else:
+        ax.hist(values, bins=bins or min(50, max(1, values.size)))
+    if lo == hi:
+        ax.set_xticks([lo])
+
+
 def write_plots(report: Report, directory: str | os.PathLike[str]) -> list[Path]:
     """Write PNGs of episode lengths and returns, priorities and fill per env.
 
@@ -401,6 +425,7 @@ def write_plots(report: Report, directory: str | os.PathLike[str]) -> list[Path]
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
 
     out = Path(directory)
     out.mkdir(parents=True, exist_ok=True)
@@ -417,21 +442,20 @@ def write_plots(report: Report, directory: str | os.PathLike[str]) -> list[Path]
     for values, name, label in ((ep.lengths, "episode_lengths.png", "episode length (steps)"),
                                 (ep.returns, "episode_returns.png", "episode return")):  # fmt: skip
         fig, ax = plt.subplots(figsize=(6, 4))
-        if values.size:
-            ax.hist(values, bins=min(50, max(1, values.size)))
+        _histogram(ax, values)
         ax.set(xlabel=label, ylabel="episodes", title=f"{values.size} complete episodes")
         save(fig, name)
     if report.priorities is not None:
         p = report.priorities.priorities
         fig, ax = plt.subplots(figsize=(6, 4))
-        if p.size:
-            ax.hist(p, bins=50)
+        _histogram(ax, p, bins=50)
         ax.set(xlabel="priority", ylabel="transitions", title="priority distribution")
         ax.set_yscale("log")
         save(fig, "priorities.png")
     fig, ax = plt.subplots(figsize=(6, 4))
     envs = [f.env for f in report.envs]
     ax.bar(envs, [f.stored / f.capacity for f in report.envs])
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # envs are whole numbers
     ax.set(xlabel="env", ylabel="stored / capacity", ylim=(0, 1), title="fill per env")
     save(fig, "fill_per_env.png")
     return written

@@ -12,6 +12,19 @@ from rlreplay.spec.schema import Field
 __all__ = ["field_from_space", "fields_from_spaces"]
 
 
+def _gym_spaces() -> Any:
+    """``gymnasium.spaces``, or an error naming the extra that installs it."""
+    try:
+        from gymnasium import spaces
+    except ImportError as exc:
+        raise ModuleNotFoundError(
+            "from_spaces: expected gymnasium to be installed, but it is not importable "
+            f"({exc}); install it with: pip install 'rlreplay[gym]'",
+            name="gymnasium",
+        ) from exc
+    return spaces
+
+
 def field_from_space(name: str, space: Any, *, observation: bool = False) -> Field:
     """The :class:`Field` that stores one value of a gymnasium ``space``.
 
@@ -21,10 +34,7 @@ def field_from_space(name: str, space: Any, *, observation: bool = False) -> Fie
     Raises:
         ConfigError: Another kind of space (``Tuple``, ``Text``, ``Graph``, ...).
     """
-    try:
-        from gymnasium import spaces
-    except ImportError as exc:  # pragma: no cover - exercised without gymnasium installed
-        raise ImportError("from_spaces needs gymnasium: pip install 'rlreplay[gym]'") from exc
+    spaces = _gym_spaces()
     if isinstance(space, spaces.Box):
         return Field(space.shape, space.dtype, observation=observation)
     if isinstance(space, spaces.Discrete):
@@ -40,8 +50,13 @@ def field_from_space(name: str, space: Any, *, observation: bool = False) -> Fie
 
 
 def fields_from_spaces(observation_space: Any, action_space: Any) -> dict[str, Field]:
-    """Fields for an env: ``obs`` (or one observation field per ``Dict`` key) and ``action``."""
-    from gymnasium import spaces
+    """Fields for an env: ``obs`` (or one observation field per ``Dict`` key) and ``action``.
+
+    Raises:
+        ModuleNotFoundError: gymnasium is not installed (the message names the ``gym`` extra).
+        ConfigError: A space no field can store, or a ``Dict`` key named ``action``.
+    """
+    spaces = _gym_spaces()
 
     fields: dict[str, Field] = {}
     if isinstance(observation_space, spaces.Dict):
