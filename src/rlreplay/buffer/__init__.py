@@ -6,7 +6,7 @@ arithmetic of its own: each part's module does that.
 """
 
 from rlreplay.buffer.episodes import StoredRange
-from rlreplay.buffer.fifo import Atomic
+from rlreplay.buffer.fifo import Atomic, check_timeout
 from rlreplay.buffer.prioritized import PrioritizedReplayBuffer, PriorityMass, PriorityStarts
 from rlreplay.buffer.replay import ReplayBuffer, load
 
@@ -17,5 +17,6 @@ __all__ = [
     "PriorityStarts",
     "ReplayBuffer",
     "StoredRange",
+    "check_timeout",
     "load",
 ]

@@ -1,5 +1,6 @@
 """Samplers and the segment trees behind prioritized sampling."""
 
 from rlreplay.sampling.trees import MaxTree, MinTree, SumTree
+from rlreplay.sampling.uniform import draw_mixed
 
-__all__ = ["MaxTree", "MinTree", "SumTree"]
+__all__ = ["MaxTree", "MinTree", "SumTree", "draw_mixed"]

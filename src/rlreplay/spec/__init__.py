@@ -4,7 +4,7 @@ casts of input values, and fields from gymnasium spaces.
 Knows nothing of storage, episodes or sampling.
 """
 
-from rlreplay.spec.schema import Field, Schema
+from rlreplay.spec.schema import RESERVED_NAMES, Field, Schema, positive_int
 from rlreplay.spec.spaces import fields_from_spaces
 
-__all__ = ["Field", "Schema", "fields_from_spaces"]
+__all__ = ["RESERVED_NAMES", "Field", "Schema", "fields_from_spaces", "positive_int"]

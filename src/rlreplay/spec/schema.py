@@ -563,6 +563,23 @@ def _check_name(name: object) -> None:
 
 
 def positive_int(name: str, value: Any) -> int:
+    """``value`` as an int ``>= 1``, else a :class:`rlreplay.ConfigError` naming it.
+
+    Args:
+        name: The argument's name, for the message.
+        value: An ``int`` or NumPy integer (bools are refused).
+
+    Returns:
+        ``value`` as a Python ``int``.
+
+    Raises:
+        rlreplay.ConfigError: Not an integer, or below 1.
+
+    Example:
+        >>> from rlreplay.spec import positive_int
+        >>> positive_int("batch_size", 32)
+        32
+    """
     if isinstance(value, bool) or not isinstance(value, int | np.integer):
         raise ConfigError(f"{name}: expected a positive int, got {type(value).__name__} {value!r}")
     if value < 1:
