@@ -1,12 +1,17 @@
 """Every front-end uses only the core's public API (issue 13: thin adapters).
 
-Scans every module under ``src/rlreplay/compat/`` (AST) and fails on a private attribute (a
-leading underscore, dunders aside) read or written on a *core object*: the core buffer a
-front-end holds (``self._core._x``, ``core._x``, ``buf._core._x``, ``pcore._x``) or anything
-the module builds from, or annotates with, a class of the core (``self._tree = SumTree(...)``
-then ``self._tree._x``; ``def f(b: ReplayBuffer): b._x``). Also refused: importing a private
-name or module of the core, and ``getattr(core, "_x")``. A front-end's own private attributes
-(``self._x``) are fine, and so are its own private modules.
+Imports: every module under ``src/rlreplay/compat/`` and ``src/rlreplay/distributed/`` takes
+core names only from ``rlreplay`` or a core subpackage (``rlreplay.spec``; never a leaf module
+such as ``rlreplay.spec.schema`` or ``rlreplay.errors``), and only names in that package's
+``__all__`` (read from its ``__init__.py``). Imports inside functions count too.
+
+Private attributes: scans every module under ``src/rlreplay/compat/`` (AST) and fails on a
+private attribute (a leading underscore, dunders aside) read or written on a *core object*: the
+core buffer a front-end holds (``self._core._x``, ``core._x``, ``buf._core._x``, ``pcore._x``)
+or anything the module builds from, or annotates with, a class of the core
+(``self._tree = SumTree(...)`` then ``self._tree._x``; ``def f(b: ReplayBuffer): b._x``). Also
+refused: importing a private name or module of the core, and ``getattr(core, "_x")``. A
+front-end's own private attributes (``self._x``) are fine, and so are its own private modules.
 """
 
 from __future__ import annotations
@@ -17,8 +22,11 @@ from pathlib import Path
 
 import pytest
 
-COMPAT = Path(__file__).resolve().parents[2] / "src" / "rlreplay" / "compat"
+SRC = Path(__file__).resolve().parents[2] / "src"
+COMPAT = SRC / "rlreplay" / "compat"
+DISTRIBUTED = SRC / "rlreplay" / "distributed"
 FILES = sorted(COMPAT.rglob("*.py"))
+FRONT_END_FILES = FILES + sorted(DISTRIBUTED.rglob("*.py"))
 _CORE_NAME = re.compile(r"core", re.IGNORECASE)  # core, _core, pcore, _pcore, core_buffer, ...
 
 
@@ -27,8 +35,9 @@ def _is_private(name: str) -> bool:
 
 
 def _is_core_module(module: str) -> bool:
+    """``rlreplay`` and its modules, the front-ends over it (compat, distributed) aside."""
     return (module == "rlreplay" or module.startswith("rlreplay.")) and not module.startswith(
-        "rlreplay.compat"
+        ("rlreplay.compat", "rlreplay.distributed")
     )
 
 
@@ -206,3 +215,130 @@ def test_the_scanner_finds_private_core_access(source: str) -> None:
 )
 def test_the_scanner_allows_public_and_own_private_access(source: str) -> None:
     assert not private_core_uses(source), source
+
+
+# ---------------------------------------------------------------------- imports of the core
+def declared_all(init: Path) -> frozenset[str]:
+    """The names of the literal ``__all__`` of a package's ``__init__.py`` (none without one)."""
+    for node in ast.parse(init.read_text()).body:
+        if isinstance(node, ast.Assign) and any(
+            isinstance(t, ast.Name) and t.id == "__all__" for t in node.targets
+        ):
+            return frozenset(ast.literal_eval(node.value))
+    return frozenset()
+
+
+def core_packages() -> dict[str, frozenset[str]]:
+    """Each core package (``rlreplay``, ``rlreplay.spec``, ...) -> the names of its ``__all__``."""
+    out = {}
+    for init in (SRC / "rlreplay").rglob("__init__.py"):
+        package = ".".join(init.parent.relative_to(SRC).parts)
+        if _is_core_module(package):
+            out[package] = declared_all(init)
+    return out
+
+
+PUBLIC = core_packages()
+
+
+def non_public_core_imports(source: str) -> list[tuple[int, str]]:
+    """``(line, code)`` of every use of the core from outside its public surface.
+
+    Allowed: ``from P import name`` where ``P`` is a core package and ``name`` is in its
+    ``__all__``; ``import P`` (with or without ``as``), and then ``P.name`` only for a name
+    of that ``__all__`` or a core subpackage of ``P``. Everything else of the core is refused:
+    leaf modules (``rlreplay.spec.schema``, ``rlreplay.errors``) and names outside ``__all__``.
+    """
+    found: list[tuple[int, str]] = []
+    bound: dict[str, str] = {}  # local name -> the core package it is
+    tree = ast.parse(source)
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            names = PUBLIC.get(node.module) if _is_core_module(node.module) else None
+            if _is_core_module(node.module) and (
+                names is None or any(a.name not in names for a in node.names)
+            ):
+                found.append((node.lineno, ast.unparse(node)))
+        elif isinstance(node, ast.Import):
+            for alias in node.names:
+                if not _is_core_module(alias.name):
+                    continue
+                if alias.name not in PUBLIC:
+                    found.append((node.lineno, ast.unparse(node)))
+                elif alias.asname:
+                    bound[alias.asname] = alias.name
+                else:  # ``import rlreplay.spec`` binds ``rlreplay``
+                    bound[alias.name.split(".")[0]] = "rlreplay"
+
+    def package_of(node: ast.expr) -> str | None:
+        if isinstance(node, ast.Name):
+            return bound.get(node.id)
+        if isinstance(node, ast.Attribute):
+            outer = package_of(node.value)
+            full = f"{outer}.{node.attr}"
+            return full if outer is not None and full in PUBLIC else None
+        return None
+
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute):
+            package = package_of(node.value)
+            full = f"{package}.{node.attr}"
+            public = full in PUBLIC or not _is_core_module(full)
+            if package is not None and not public and node.attr not in PUBLIC[package]:
+                found.append((node.lineno, ast.unparse(node)))
+    return found
+
+
+def test_the_public_surface_is_read() -> None:
+    assert {"Field", "ReplayBuffer", "ConfigError"} <= PUBLIC["rlreplay"]
+    assert "Schema" in PUBLIC["rlreplay.spec"] and "as_field" not in PUBLIC["rlreplay.spec"]
+    assert "rlreplay.spec.schema" not in PUBLIC and "rlreplay.compat" not in PUBLIC
+
+
+@pytest.mark.parametrize(
+    "path", FRONT_END_FILES, ids=lambda p: str(p.relative_to(SRC / "rlreplay"))
+)
+def test_front_end_imports_only_the_public_core(path: Path) -> None:
+    found = non_public_core_imports(path.read_text())
+    assert not found, f"{path.relative_to(SRC)} imports the core from outside its public API: " + (
+        "; ".join(f"line {line}: {code}" for line, code in found)
+    )
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        "from rlreplay.buffer.replay import ReplayBuffer",  # a leaf module
+        "from rlreplay.errors import ConfigError",  # a top-level leaf module
+        "from rlreplay.spec import as_field",  # not in rlreplay.spec.__all__
+        "from rlreplay import spec",  # a subpackage is not a name of __all__
+        "from rlreplay import ReplayBuffer, _private",
+        "import rlreplay.spec.schema",
+        "import rlreplay.errors as errors",
+        "import rlreplay as rr\nrr.errors.ConfigError",
+        "import rlreplay as rr\nrr.spec.as_field",
+        "import rlreplay.spec\nrlreplay.spec.schema.Field",
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n"
+        "    from rlreplay.buffer.replay import ReplayBuffer",
+        "def f():\n    from rlreplay.sampling.uniform import draw_mixed",  # deferred: counts
+    ],
+)
+def test_the_import_scanner_finds_non_public_imports(source: str) -> None:
+    assert non_public_core_imports(source), source
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        "from rlreplay import ReplayBuffer as CoreBuffer, ConfigError",
+        "from rlreplay.spec import Schema",
+        "import rlreplay",
+        "import rlreplay as rr\nrr.Field((), float)\nrr.spec.Schema",
+        "import rlreplay.spec as spec\nspec.positive_int",
+        "from rlreplay.compat.alf._nest import pack_rows",  # a front-end's own modules
+        "from rlreplay.distributed.wire import Reply",
+        "import rlreplay.compat.nnabla_rl.random\nrlreplay.compat.nnabla_rl.random.drng",
+    ],
+)
+def test_the_import_scanner_allows_the_public_surface(source: str) -> None:
+    assert not non_public_core_imports(source), source

@@ -31,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from rlreplay.batch import Batch
+from rlreplay import Batch
 from rlreplay.distributed.split import merge_draws, split_batch_size
 from rlreplay.distributed.updates import UpdateQueue
 from rlreplay.distributed.wire import Reply, unpack_columns

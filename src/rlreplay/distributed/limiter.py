@@ -11,7 +11,7 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-from rlreplay.limits import RateLimiter
+from rlreplay import RateLimiter
 
 __all__ = ["LimiterHost"]
 

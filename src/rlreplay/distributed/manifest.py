@@ -17,11 +17,10 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from rlreplay import CheckpointError, ConfigError, Field, RateLimiter
 from rlreplay.distributed.shard import write_json_atomic
 from rlreplay.distributed.writer import call
-from rlreplay.errors import CheckpointError, ConfigError
-from rlreplay.limits import RateLimiter
-from rlreplay.spec.schema import Field, Schema
+from rlreplay.spec import Schema
 
 __all__ = [
     "MANIFEST",

@@ -14,7 +14,16 @@ from typing import Any, Literal, overload
 
 import numpy as np
 
-from rlreplay.batch import Batch
+from rlreplay import (
+    Batch,
+    CheckpointError,
+    ConfigError,
+    Field,
+    PriorityError,
+    RateLimiter,
+    ReplayClosed,
+    ShapeError,
+)
 from rlreplay.distributed.draws import draw_in_one_trip, draw_in_two_trips
 from rlreplay.distributed.limiter import LimiterHost
 from rlreplay.distributed.manifest import (
@@ -33,15 +42,7 @@ from rlreplay.distributed.shard import Shard
 from rlreplay.distributed.split import encode_env_ids, pack_updates, route_ids
 from rlreplay.distributed.updates import UpdateQueue
 from rlreplay.distributed.writer import Writer, call, retried
-from rlreplay.errors import (
-    CheckpointError,
-    ConfigError,
-    PriorityError,
-    ReplayClosed,
-    ShapeError,
-)
-from rlreplay.limits import RateLimiter
-from rlreplay.spec.schema import Field, Schema, positive_int
+from rlreplay.spec import Schema, positive_int
 
 __all__ = ["ReplayService"]
 

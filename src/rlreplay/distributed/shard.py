@@ -33,13 +33,18 @@ from typing import Any
 
 import numpy as np
 
-from rlreplay.batch import Batch
-from rlreplay.buffer.prioritized import PrioritizedReplayBuffer
-from rlreplay.buffer.replay import ReplayBuffer, load
+from rlreplay import (
+    Batch,
+    CheckpointError,
+    ConfigError,
+    Field,
+    PrioritizedReplayBuffer,
+    ReplayBuffer,
+    ReplayError,
+    load,
+)
 from rlreplay.distributed.split import unpack_updates
 from rlreplay.distributed.wire import Reply, pack_columns
-from rlreplay.errors import CheckpointError, ConfigError, ReplayError
-from rlreplay.spec.schema import Field
 
 # A restarted shard's write versions must exceed its dead incarnation's, for the limiter.
 _VERSION_STRIDE = 1 << 40

@@ -23,8 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from rlreplay.batch import Batch
-from rlreplay.errors import EmptyBufferError, InvalidIdError
+from rlreplay import Batch, EmptyBufferError, InvalidIdError
 
 __all__ = [
     "encode_env_ids",

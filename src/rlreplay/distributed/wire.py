@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from rlreplay.errors import ShapeError
+from rlreplay import ShapeError
 
 __all__ = ["PACK_LIMIT", "Layout", "Payload", "Reply", "pack_columns", "unpack_columns"]
 

@@ -9,7 +9,7 @@ from typing import Any, TypeVar
 
 import numpy as np
 
-from rlreplay.errors import FieldError, ReplayClosed, ReplayTimeout, ShapeError
+from rlreplay import FieldError, ReplayClosed, ReplayTimeout, ShapeError
 
 __all__ = ["Writer", "call", "retried"]
 

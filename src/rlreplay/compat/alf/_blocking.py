@@ -16,9 +16,9 @@ from typing import Any, TypeVar
 
 import numpy as np
 
-from rlreplay.buffer.fifo import check_timeout
-from rlreplay.buffer.replay import ReplayBuffer as CoreBuffer
-from rlreplay.errors import ReplayTimeout
+from rlreplay import ReplayBuffer as CoreBuffer
+from rlreplay import ReplayTimeout
+from rlreplay.buffer import check_timeout
 
 __all__ = ["POLL", "deadline_of", "wait_for_empty", "wait_unless_stopped"]
 

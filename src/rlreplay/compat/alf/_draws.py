@@ -6,7 +6,7 @@ keeps every step of a sequence stored):
 
 * uniform: env ``e`` gets ``n // E`` starts and ``n % E`` distinct random envs one more (the
   recent part and the rest are split separately); within an env the core's
-  :func:`~rlreplay.sampling.uniform.draw_mixed` draws them, recent ones among the env's newest
+  :func:`~rlreplay.sampling.draw_mixed` draws them, recent ones among the env's newest
   ``recent_steps`` starts, without duplicates unless ``replacement``;
 * prioritized: the core's :meth:`~rlreplay.PrioritizedReplayBuffer.sample_starts` draws
   starts with ``P(i) = p_i / sum p`` over the possible starts (from its sum tree, redrawing
@@ -24,14 +24,14 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from rlreplay.buffer.prioritized import PrioritizedReplayBuffer
+from rlreplay import PrioritizedReplayBuffer
 from rlreplay.compat.alf._odd import (
     OddPriorities,
     ReplayAssertionError,
     odd_priorities,
     odd_starts,
 )
-from rlreplay.sampling.uniform import draw_mixed
+from rlreplay.sampling import draw_mixed
 
 __all__ = [
     "ReplayAssertionError",

@@ -13,9 +13,9 @@ from typing import Any
 
 import numpy as np
 
-from rlreplay.buffer.replay import ReplayBuffer as CoreBuffer
+from rlreplay import InvalidIdError
+from rlreplay import ReplayBuffer as CoreBuffer
 from rlreplay.compat.alf._nest import flag
-from rlreplay.errors import InvalidIdError
 
 __all__ = [
     "Continuations",

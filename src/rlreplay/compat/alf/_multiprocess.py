@@ -50,8 +50,8 @@ from typing import Any
 
 import torch
 
-from rlreplay.buffer.fifo import check_timeout
-from rlreplay.errors import ConfigError, ReplayClosed, ReplayError, ReplayTimeout
+from rlreplay import ConfigError, ReplayClosed, ReplayError, ReplayTimeout
+from rlreplay.buffer import check_timeout
 
 __all__ = ["SLICE", "Remote", "Sharing", "forward_public", "reduce"]
 

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
+from rlreplay import DTypeError, FieldError, InvalidIdError, ShapeError
 from rlreplay.compat.alf.segment_tree import as_numpy
 from rlreplay.compat.alf.tensor_specs import (
     Path,
@@ -25,7 +26,6 @@ from rlreplay.compat.alf.tensor_specs import (
     pack,
     split_path,
 )
-from rlreplay.errors import DTypeError, FieldError, InvalidIdError, ShapeError
 
 if TYPE_CHECKING:
     from rlreplay.compat.alf._setup import SpecLayout

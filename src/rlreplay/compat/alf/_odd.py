@@ -24,9 +24,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from rlreplay.buffer.prioritized import PrioritizedReplayBuffer
+from rlreplay import PrioritizedReplayBuffer, ReplayError
 from rlreplay.compat.alf.segment_tree import SumSegmentTree
-from rlreplay.errors import ReplayError
 
 __all__ = ["OddPriorities", "ReplayAssertionError", "is_odd", "odd_priorities", "odd_starts"]
 

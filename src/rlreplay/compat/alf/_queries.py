@@ -17,8 +17,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from rlreplay.batch import Batch
-from rlreplay.buffer.replay import ReplayBuffer as CoreBuffer
+from rlreplay import Batch, FieldError, MaxTree
+from rlreplay import ReplayBuffer as CoreBuffer
 from rlreplay.compat.alf._draws import ReplayAssertionError
 from rlreplay.compat.alf._episodic import (
     Continuations,
@@ -29,8 +29,6 @@ from rlreplay.compat.alf._episodic import (
 from rlreplay.compat.alf._nest import broadcast_ids, env_array, field_tensors, to_tensor
 from rlreplay.compat.alf._odd import OddPriorities
 from rlreplay.compat.alf.tensor_specs import Path
-from rlreplay.errors import FieldError
-from rlreplay.sampling.trees import MaxTree
 
 __all__ = ["EpisodicQueries"]
 

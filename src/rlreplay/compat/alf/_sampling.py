@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from rlreplay.buffer.prioritized import PrioritizedReplayBuffer
+from rlreplay import PrioritizedReplayBuffer, ShapeError
 from rlreplay.compat.alf._draws import (
     ReplayAssertionError,
     draw_starts,
@@ -29,7 +29,6 @@ from rlreplay.compat.alf._queries import EpisodicQueries
 from rlreplay.compat.alf._setup import positive
 from rlreplay.compat.alf._types import BatchInfo
 from rlreplay.compat.alf.segment_tree import as_numpy
-from rlreplay.errors import ShapeError
 
 __all__ = ["Sampling"]
 

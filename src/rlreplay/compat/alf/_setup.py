@@ -12,11 +12,9 @@ from typing import Any, NamedTuple
 import numpy as np
 import torch
 
-from rlreplay.buffer.prioritized import PrioritizedReplayBuffer
-from rlreplay.buffer.replay import ReplayBuffer as CoreBuffer
+from rlreplay import ConfigError, Field, PrioritizedReplayBuffer
+from rlreplay import ReplayBuffer as CoreBuffer
 from rlreplay.compat.alf.tensor_specs import Path, TensorSpec, core_field_names, flatten_spec
-from rlreplay.errors import ConfigError
-from rlreplay.spec.schema import Field
 
 __all__ = [
     "ConfigAssertionError",

@@ -53,8 +53,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from rlreplay.batch import Batch
-from rlreplay.buffer.replay import ReplayBuffer as CoreBuffer
+from rlreplay import Batch, DTypeError, EmptyBufferError, MaxTree
+from rlreplay import ReplayBuffer as CoreBuffer
 from rlreplay.compat.alf._blocking import deadline_of, wait_for_empty, wait_unless_stopped
 from rlreplay.compat.alf._draws import (
     ReplayAssertionError,
@@ -86,8 +86,6 @@ from rlreplay.compat.alf._setup import (
 )
 from rlreplay.compat.alf._types import BatchInfo, StepType
 from rlreplay.compat.alf.segment_tree import check_device
-from rlreplay.errors import DTypeError, EmptyBufferError
-from rlreplay.sampling.trees import MaxTree
 
 __all__ = ["BatchInfo", "ReplayAssertionError", "ReplayBuffer", "StepType"]
 

@@ -21,10 +21,17 @@ from typing import Any
 import numpy as np
 import torch
 
+from rlreplay import (
+    ConfigError,
+    DTypeError,
+    InvalidIdError,
+    MaxTree,
+    MinTree,
+    PriorityError,
+    SumTree,
+)
 from rlreplay.compat.alf._descent import find_sum_bound, leaf_nodes
 from rlreplay.compat.alf.tensor_specs import carrier
-from rlreplay.errors import ConfigError, DTypeError, InvalidIdError, PriorityError
-from rlreplay.sampling.trees import MaxTree, MinTree, SumTree
 
 __all__ = ["MaxSegmentTree", "MinSegmentTree", "SegmentTree", "SumSegmentTree"]
 

@@ -20,8 +20,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from rlreplay.errors import ConfigError, FieldError
-from rlreplay.spec.schema import RESERVED_NAMES
+from rlreplay import ConfigError, FieldError
+from rlreplay.spec import RESERVED_NAMES
 
 __all__ = ["TensorSpec"]
 

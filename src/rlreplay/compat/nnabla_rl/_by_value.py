@@ -1,7 +1,7 @@
 """Pickling and copies of the nnabla-rl front-end's buffers (a mixin of ``ReplayBuffer``).
 
 nnabla-rl's buffers are plain objects: ``pickle`` and ``copy.deepcopy`` copy them by value
-(the core copies itself, ``rlreplay.buffer.copying``; the global generator stays global).
+(the core buffer copies itself; the global generator stays global).
 Staged experiences go to the core first, as before any read; the staging rows are a cache,
 made again for the copy. ``copy.copy`` is an alias, as nnabla-rl's shallow copy shares its
 data holder. (``PrioritizedReplayBuffer`` holds its built buffer only: its state is its

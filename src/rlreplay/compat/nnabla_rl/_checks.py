@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from rlreplay.errors import ConfigError, ReplayError
+from rlreplay import ConfigError, ReplayError
 
 __all__ = [
     "CapacityError",

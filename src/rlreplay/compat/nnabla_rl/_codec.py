@@ -24,8 +24,8 @@ from typing import Any
 
 import numpy as np
 
+from rlreplay import Field
 from rlreplay.compat.nnabla_rl._stored import StoredTuple
-from rlreplay.spec.schema import Field
 
 __all__ = [
     "TIMELIMIT_KEY",

@@ -10,15 +10,14 @@ renumbers the ids from 0. Amortised O(1) per append.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-if TYPE_CHECKING:
-    from rlreplay.compat.nnabla_rl.replay_buffer import ReplayBuffer
+from rlreplay.compat.nnabla_rl._host import ColumnarHost
 
 __all__ = ["grow_core"]
 
 
-def grow_core(buffer: ReplayBuffer) -> None:
+def grow_core(buffer: ColumnarHost) -> None:
     """Rebuild ``buffer``'s core with twice the room and re-add every stored step, in order."""
     old = buffer._core
     assert old is not None and buffer._codec is not None

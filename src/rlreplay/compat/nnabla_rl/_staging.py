@@ -34,11 +34,11 @@ from rlreplay.compat.nnabla_rl._codec import (
     is_terminal,
     is_timelimit,
 )
+from rlreplay.compat.nnabla_rl._host import ColumnarHost
 from rlreplay.compat.nnabla_rl._stored import StoredTuple
 
 if TYPE_CHECKING:
-    from rlreplay.buffer.replay import ReplayBuffer as CoreBuffer
-    from rlreplay.compat.nnabla_rl.replay_buffer import ReplayBuffer
+    from rlreplay import ReplayBuffer as CoreBuffer
 
 __all__ = ["Staging", "staging_for", "write_staged"]
 
@@ -301,7 +301,7 @@ class Staging:
         )
 
 
-def staging_for(buffer: ReplayBuffer, base: type) -> Staging | None:
+def staging_for(buffer: ColumnarHost, base: type) -> Staging | None:
     """Staging rows for a bounded, columnar buffer whose appends are ``base``'s own.
 
     None (every append one by one) for an unbounded buffer (it grows its core), a
@@ -342,7 +342,7 @@ def same_rows(a: Array, b: Array) -> Array:
     return out
 
 
-def write_staged(buffer: ReplayBuffer, st: Staging) -> None:
+def write_staged(buffer: ColumnarHost, st: Staging) -> None:
     """Store the staged steps in ``buffer``'s core, cutting episodes where ``s`` changed.
 
     The buffer's ids, side ring and ``_next_id`` were advanced at staging; this writes the

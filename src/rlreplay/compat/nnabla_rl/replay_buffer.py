@@ -57,8 +57,8 @@ from typing import Any, ClassVar
 import numpy as np
 
 import rlreplay.compat.nnabla_rl.random as rl_random
-from rlreplay.batch import Batch
-from rlreplay.buffer.replay import ReplayBuffer as CoreBuffer
+from rlreplay import Batch, Field, ShapeError
+from rlreplay import ReplayBuffer as CoreBuffer
 from rlreplay.compat.nnabla_rl._by_value import ByValue
 from rlreplay.compat.nnabla_rl._checks import (
     Indices,
@@ -75,8 +75,6 @@ from rlreplay.compat.nnabla_rl._codec import TIMELIMIT_KEY, Codec, Row, Unfit, s
 from rlreplay.compat.nnabla_rl._growth import grow_core
 from rlreplay.compat.nnabla_rl._staging import Staging, staging_for, write_staged
 from rlreplay.compat.nnabla_rl._store import ObjectStore
-from rlreplay.errors import ShapeError
-from rlreplay.spec.schema import Field
 
 __all__ = [
     "TIMELIMIT_KEY",

@@ -14,17 +14,17 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from rlreplay import ConfigError, FieldError, ShapeError
 from rlreplay.compat.reagent._assembly import EXTRA
 from rlreplay.compat.reagent._errors import (
     ConfigAssertionError,
     ConfigTypeError,
     ElementAssertionError,
 )
-from rlreplay.errors import ConfigError, FieldError, ShapeError
+from rlreplay.compat.reagent._state import shape_type
 
 if TYPE_CHECKING:
-    from rlreplay.compat.reagent.circular_replay_buffer import shape_type
-    from rlreplay.spec.schema import Schema
+    from rlreplay.spec import Schema
 
 __all__ = [
     "as_shape",

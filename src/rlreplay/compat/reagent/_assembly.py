@@ -3,8 +3,7 @@
 :func:`transition_arrays` turns the core's transitions of a batch of slots into the elements
 ReAgent returns: plain ones, the ``return_everything_as_stack`` stacks of other fields, and the
 ``return_as_timeline_format`` per-step windows. Stacks of fields other than observations are
-raw runs of ``core.get_sequences`` stacked by the core's
-:func:`rlreplay.assemble.transitions.stack_frames`.
+raw runs of ``core.get_sequences`` stacked by the core's :func:`rlreplay.assemble.stack_frames`.
 Arrays are NumPy throughout; :func:`to_torch` makes the returned tensors.
 """
 
@@ -16,12 +15,12 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 
-from rlreplay.assemble.transitions import stack_frames
-from rlreplay.batch import Batch
+from rlreplay import Batch
+from rlreplay.assemble import stack_frames
+from rlreplay.compat.reagent._state import BufferState
 
 if TYPE_CHECKING:
-    from rlreplay.buffer.replay import ReplayBuffer as CoreReplayBuffer
-    from rlreplay.compat.reagent.circular_replay_buffer import ReplayBuffer
+    from rlreplay import ReplayBuffer as CoreReplayBuffer
 
 __all__ = [
     "EXTRA",
@@ -83,7 +82,7 @@ def core_name(name: str) -> str:
     return {"observation": "obs", "action": "action", "reward": "reward"}.get(name, EXTRA + name)
 
 
-def transition_arrays(buf: ReplayBuffer, batch: _Batch) -> dict[str, Any]:
+def transition_arrays(buf: BufferState, batch: _Batch) -> dict[str, Any]:
     """Element name -> NumPy array (or list of arrays in timeline format).
 
     Every row comes from the core (``batch.raw`` is ``None``); ``_slotread.mixed_arrays``
@@ -142,7 +141,7 @@ def transition_arrays(buf: ReplayBuffer, batch: _Batch) -> dict[str, Any]:
 
 
 def after_terminal(
-    buf: ReplayBuffer,
+    buf: BufferState,
     nxt: Array,
     rows: Array,
     out: dict[str, Any],
@@ -183,7 +182,7 @@ def field_stacks(core: CoreReplayBuffer, k: int, ids: Array, names: list[str]) -
 
     Frames before the episode's first step are zero (what ReAgent's padding rows hold). The
     raw runs come from ``core.get_sequences`` and are stacked by the core's
-    :func:`rlreplay.assemble.transitions.stack_frames`.
+    :func:`rlreplay.assemble.stack_frames`.
     """
     b = ids.size
     if b == 0:
@@ -269,7 +268,7 @@ def state_stack(frames: Array, k: int) -> Array:
     return out[:, :, 0] if out.ndim > 2 and out.shape[2] == 1 else out
 
 
-def n_step_reward(buf: ReplayBuffer, ids: Array, m: Array, core_reward: Array) -> Array:
+def n_step_reward(buf: BufferState, ids: Array, m: Array, core_reward: Array) -> Array:
     """The n-step reward as ReAgent computes it: ``sum_{j<m} gamma**j * r_{t+j}``.
 
     ReAgent multiplies the stored rewards by float64 ``gamma ** j`` and sums them in float64

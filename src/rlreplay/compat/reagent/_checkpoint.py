@@ -18,19 +18,17 @@ import os
 import pickle
 import warnings
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
+from rlreplay import CheckpointError
 from rlreplay.compat.reagent import _elements
 from rlreplay.compat.reagent._errors import NotFoundError
 from rlreplay.compat.reagent._pickled import RestrictedUnpickler
 from rlreplay.compat.reagent._ranges import store
 from rlreplay.compat.reagent._slots import write_padding, write_step
-from rlreplay.errors import CheckpointError
-
-if TYPE_CHECKING:
-    from rlreplay.compat.reagent.circular_replay_buffer import ReplayBuffer, shape_type
+from rlreplay.compat.reagent._state import BufferState, shape_type
 
 __all__ = [
     "CHECKPOINT_DURATION",
@@ -141,7 +139,7 @@ def stored_elements(
 
 
 def initialize_from_files(
-    buf: ReplayBuffer, checkpoint_dir: str | os.PathLike[str], suffix: Any
+    buf: BufferState, checkpoint_dir: str | os.PathLike[str], suffix: Any
 ) -> None:
     """Fix an inferring buffer's elements from a checkpoint's ``$store$`` files."""
     if not os.path.isdir(checkpoint_dir):
@@ -155,7 +153,7 @@ def initialize_from_files(
 
 
 def load_files(
-    buf: ReplayBuffer, checkpoint_dir: str | os.PathLike[str], suffix: Any
+    buf: BufferState, checkpoint_dir: str | os.PathLike[str], suffix: Any
 ) -> Array | None:
     """Read, check and replay the files into ``buf``; the validity mask (``None`` if absent)."""
     names = buf._required_files()
@@ -178,7 +176,7 @@ def load_files(
     return valid
 
 
-def store_arrays(buf: ReplayBuffer) -> dict[str, Array | bytes]:
+def store_arrays(buf: BufferState) -> dict[str, Array | bytes]:
     """Attribute name -> array, in Dopamine's layout (store arrays per slot, scalars)."""
     arrays: dict[str, Array | bytes] = {}
     for name, rows in store(buf).items():
@@ -190,7 +188,7 @@ def store_arrays(buf: ReplayBuffer) -> dict[str, Array | bytes]:
     return arrays
 
 
-def padding_slots(buf: ReplayBuffer) -> Array:
+def padding_slots(buf: BufferState) -> Array:
     """The slots holding a padding row: written (``add_count`` reached them), holding no step."""
     cap = buf._replay_capacity
     written = np.arange(cap) < buf._add_count
@@ -198,7 +196,7 @@ def padding_slots(buf: ReplayBuffer) -> Array:
     return out
 
 
-def _check_mask(name: str, mask: Array, buf: ReplayBuffer) -> Array:
+def _check_mask(name: str, mask: Array, buf: BufferState) -> Array:
     cap = buf._replay_capacity
     if mask.shape != (cap,) or mask.dtype != np.bool_:
         raise CheckpointError(f"{name}: expected ({cap},) bool, got {mask.dtype}{mask.shape}")
@@ -279,7 +277,7 @@ def complex_elements(signature: Sequence[shape_type], data: dict[str, Array]) ->
 
 
 def replay_rows(
-    buf: ReplayBuffer, rows: dict[str, Array], add_count: int, data: dict[str, Array]
+    buf: BufferState, rows: dict[str, Array], add_count: int, data: dict[str, Array]
 ) -> None:
     """Rebuild the core and the slot bookkeeping from per-slot rows, oldest first.
 
@@ -319,7 +317,7 @@ def replay_rows(
 
 
 def leading_padding(
-    buf: ReplayBuffer, rows: dict[str, Array], data: dict[str, Array], order: Array
+    buf: BufferState, rows: dict[str, Array], data: dict[str, Array], order: Array
 ) -> int:
     """How many of a wrapped ring's oldest rows are padding rows.
 
@@ -353,7 +351,7 @@ def leading_padding(
     return j
 
 
-def attribute_files(buf: ReplayBuffer) -> dict[str, Array | bytes]:
+def attribute_files(buf: BufferState) -> dict[str, Array | bytes]:
     """The public attributes a user attached to ``buf``, as ReAgent checkpoints them.
 
     ReAgent's ``_return_checkpointable_elements`` saves every member of ``__dict__`` whose
@@ -369,7 +367,7 @@ def attribute_files(buf: ReplayBuffer) -> dict[str, Array | bytes]:
 
 
 def read_attributes(
-    buf: ReplayBuffer, checkpoint_dir: str | os.PathLike[str], suffix: Any
+    buf: BufferState, checkpoint_dir: str | os.PathLike[str], suffix: Any
 ) -> dict[str, Any]:
     """The saved values of ``buf``'s public attributes (ReAgent's load of them).
 

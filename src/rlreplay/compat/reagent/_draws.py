@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 if TYPE_CHECKING:
-    from rlreplay.compat.reagent.circular_replay_buffer import ReplayBuffer
+    from rlreplay.compat.reagent._state import BufferState
     from rlreplay.compat.reagent.sum_tree import SumTree
 
 __all__ = ["prioritized", "uniform"]
@@ -31,7 +31,7 @@ __all__ = ["prioritized", "uniform"]
 Array = np.ndarray[Any, Any]
 
 
-def uniform(buf: ReplayBuffer, batch_size: int) -> Array:
+def uniform(buf: BufferState, batch_size: int) -> Array:
     """``batch_size`` valid slots drawn as reagent 0.1's ``sample_index_batch``.
 
     Raises:
@@ -46,7 +46,7 @@ def uniform(buf: ReplayBuffer, batch_size: int) -> Array:
 
 
 def prioritized(
-    buf: ReplayBuffer, tree: SumTree, batch_size: int, rng: np.random.Generator | None = None
+    buf: BufferState, tree: SumTree, batch_size: int, rng: np.random.Generator | None = None
 ) -> Array:
     """``batch_size`` valid slots drawn as reagent 0.1's prioritized ``sample_index_batch``.
 

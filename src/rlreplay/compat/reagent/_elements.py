@@ -14,14 +14,12 @@ from __future__ import annotations
 
 import collections
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import Any
 
 import numpy as np
 
 from rlreplay.compat.reagent import _args
-
-if TYPE_CHECKING:
-    from rlreplay.compat.reagent.circular_replay_buffer import ReplayBuffer, shape_type
+from rlreplay.compat.reagent._state import BufferState, Declared, ReplayElement, shape_type
 
 _namedtuple: Any = collections.namedtuple  # element names are known only at run time
 
@@ -46,14 +44,6 @@ _DEFAULTS: dict[str, Any] = {
     "reward_shape": (),
     "reward_dtype": np.float32,
 }
-
-
-class Declared(NamedTuple):
-    """What the constructor declared; ``None`` for what is to be inferred."""
-
-    shapes: dict[str, tuple[int, ...] | None]
-    dtypes: dict[str, np.dtype[Any] | None]
-    extras: list[tuple[str, tuple[int, ...], np.dtype[Any]]] | None
 
 
 def declare(
@@ -92,7 +82,7 @@ def declare(
 
 
 def infer(
-    buf: ReplayBuffer, values: Sequence[Any], kwargs: dict[str, Any]
+    buf: BufferState, values: Sequence[Any], kwargs: dict[str, Any]
 ) -> tuple[list[tuple[str, tuple[int, ...], np.dtype[Any]]], frozenset[str]]:
     """Elements ``(name, shape, dtype)`` completed from a first add, and those fully inferred.
 
@@ -122,7 +112,7 @@ def infer(
 
 
 def from_files(
-    buf: ReplayBuffer, found: Sequence[tuple[str, tuple[int, ...], np.dtype[Any]]]
+    buf: BufferState, found: Sequence[tuple[str, tuple[int, ...], np.dtype[Any]]]
 ) -> tuple[list[tuple[str, tuple[int, ...], np.dtype[Any]]], frozenset[str]]:
     """Elements of a checkpoint's files (base four first), the declared ones kept as declared."""
     d = buf._declared
@@ -149,7 +139,7 @@ def declared_elements(d: Declared) -> list[tuple[str, tuple[int, ...], np.dtype[
 
 
 def setup(
-    buf: ReplayBuffer,
+    buf: BufferState,
     elements: Sequence[tuple[str, tuple[int, ...], Any]],
     inferred: frozenset[str],
     *,
@@ -160,8 +150,6 @@ def setup(
     With ``final`` the elements are the buffer's for good (the core is built from them);
     otherwise they are placeholders until an inferring buffer's first add.
     """
-    from rlreplay.compat.reagent.circular_replay_buffer import ReplayElement
-
     (_, buf._observation_shape, obs_dtype) = elements[0]
     (_, buf._action_shape, action_dtype) = elements[1]
     (_, buf._reward_shape, reward_dtype) = elements[2]
@@ -178,7 +166,7 @@ def setup(
     buf._initialized = final
 
 
-def transition_specs(buf: ReplayBuffer, b: int) -> list[shape_type]:
+def transition_specs(buf: BufferState, b: int) -> list[shape_type]:
     """ReAgent's transition elements with nominal shapes, for batch size ``b``.
 
     In order: ``state``, ``action``, ``reward``, ``next_state``, ``next_action``,
@@ -187,8 +175,6 @@ def transition_specs(buf: ReplayBuffer, b: int) -> list[shape_type]:
     ``return_everything_as_stack`` too, as ReAgent declares it. ``terminal`` has
     the stored dtype (uint8) and ``indices`` int32, as ReAgent declares them.
     """
-    from rlreplay.compat.reagent.circular_replay_buffer import ReplayElement
-
     # ReAgent declares every element but the states unstacked, return_everything_as_stack
     # or not (its batches then carry a stack axis that the signature does not show).
     a = (b, *buf._action_shape)

@@ -10,7 +10,7 @@ class below is both.
 
 from __future__ import annotations
 
-from rlreplay.errors import CheckpointError, ConfigError, InvalidIdError, ShapeError
+from rlreplay import CheckpointError, ConfigError, InvalidIdError, ShapeError
 
 __all__ = [
     "ConfigAssertionError",

@@ -8,39 +8,25 @@ methods and the hooks the prioritized buffer overrides; the file handling itself
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING, Any, cast
+from typing import Any
 
 import numpy as np
 
 from rlreplay.compat.reagent import _checkpoint
 from rlreplay.compat.reagent._checkpoint import STORE_FILENAME_PREFIX
-
-if TYPE_CHECKING:
-    from rlreplay.compat.reagent.circular_replay_buffer import ReplayBuffer, shape_type
+from rlreplay.compat.reagent._state import BufferState
 
 __all__ = ["CheckpointFiles"]
 
 Array = np.ndarray[Any, Any]
 
 
-class CheckpointFiles:
+class CheckpointFiles(BufferState):
     """Dopamine's ``save``/``load`` over the buffer's slots (mixed into the ReAgent buffer)."""
-
-    _replay_capacity: int
-    _initialized: bool
-    _is_valid: Array
-    _num_valid_indices: int
-
-    if TYPE_CHECKING:
-
-        def get_storage_signature(self) -> list[shape_type]: ...
-
-    def _buffer(self) -> ReplayBuffer:
-        return cast("ReplayBuffer", self)  # only ever mixed into ReplayBuffer
 
     def _checkpoint_arrays(self) -> dict[str, Array | bytes]:
         """Attribute name -> array, in Dopamine's layout (store arrays per slot, scalars)."""
-        return _checkpoint.store_arrays(self._buffer())
+        return _checkpoint.store_arrays(self)
 
     def _read_file(self, name: str, path: str) -> dict[str, Array]:
         """Hook: the arrays a checkpoint file of attribute ``name`` holds (a plain array)."""
@@ -69,7 +55,7 @@ class CheckpointFiles:
         """
         iteration_number = int(iteration_number)
         os.makedirs(checkpoint_dir, exist_ok=True)
-        files = {**_checkpoint.attribute_files(self._buffer()), **self._checkpoint_arrays()}
+        files = {**_checkpoint.attribute_files(self), **self._checkpoint_arrays()}
         _checkpoint.write_arrays(checkpoint_dir, iteration_number, files)
 
     def load(self, checkpoint_dir: str | os.PathLike[str], suffix: Any) -> None:
@@ -98,10 +84,10 @@ class CheckpointFiles:
         """
         before = dict(self.__dict__)  # _reset() replaces every stateful part, never mutates one
         try:
-            attributes = _checkpoint.read_attributes(self._buffer(), checkpoint_dir, suffix)
+            attributes = _checkpoint.read_attributes(self, checkpoint_dir, suffix)
             if not self._initialized:
-                _checkpoint.initialize_from_files(self._buffer(), checkpoint_dir, suffix)
-            valid = _checkpoint.load_files(self._buffer(), checkpoint_dir, suffix)
+                _checkpoint.initialize_from_files(self, checkpoint_dir, suffix)
+            valid = _checkpoint.load_files(self, checkpoint_dir, suffix)
             self.__dict__.update(attributes)
         except Exception:
             self.__dict__.update(before)  # a failed load changes nothing
@@ -119,7 +105,7 @@ class CheckpointFiles:
 
     def _replay_rows(self, rows: dict[str, Array], add_count: int, data: dict[str, Array]) -> None:
         """Rebuild the core and the slot bookkeeping from per-slot rows, oldest first."""
-        _checkpoint.replay_rows(self._buffer(), rows, add_count, data)
+        _checkpoint.replay_rows(self, rows, add_count, data)
 
     def _loaded_value(
         self, rows: dict[str, Array], data: dict[str, Array], name: str, slot: int

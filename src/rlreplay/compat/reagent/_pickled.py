@@ -36,8 +36,8 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from rlreplay import CheckpointError
 from rlreplay.compat.reagent.sum_tree import SumTree
-from rlreplay.errors import CheckpointError
 
 __all__ = [
     "REAGENT_SUM_TREE",

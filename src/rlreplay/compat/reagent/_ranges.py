@@ -10,16 +10,15 @@ whatever memory held).
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from rlreplay.compat.reagent._assembly import core_name
+from rlreplay.compat.reagent._state import BufferState, shape_type
 
 if TYPE_CHECKING:
-    from rlreplay.buffer.replay import ReplayBuffer as CoreReplayBuffer
-    from rlreplay.compat.reagent.circular_replay_buffer import shape_type
+    from rlreplay import ReplayBuffer as CoreReplayBuffer
 
 __all__ = ["RangeReaders", "slot_rows", "store"]
 
@@ -37,7 +36,7 @@ def slot_rows(core: CoreReplayBuffer, slot_id: Array, element: shape_type, slots
     return out
 
 
-def store(buf: RangeReaders) -> dict[str, Array]:
+def store(buf: BufferState) -> dict[str, Array]:
     """reagent 0.1's ``_store``: element name -> ``(replay_capacity, *shape)`` rows by slot.
 
     Each slot holds the row 0.1 wrote there last: a step's values, zeros for a padding row,
@@ -54,19 +53,8 @@ def store(buf: RangeReaders) -> dict[str, Array]:
     return out
 
 
-class RangeReaders:
+class RangeReaders(BufferState):
     """reagent 0.1's raw slot readers: ``get_range``, the stacks, ``_store``."""
-
-    _replay_capacity: int
-    _stack_size: int
-    _slot_id: Array
-    _terminal_rows: Array
-    _core: CoreReplayBuffer
-
-    # Provided by the ring (SlotRing) and the buffer, which combine this class.
-    cursor: Callable[[], int]
-    is_full: Callable[[], bool]
-    get_storage_signature: Callable[[], list[shape_type]]
 
     def get_range(self, array: Any, start_index: int, end_index: int) -> Any:
         """Returns the range of array at the index handling wraparound if necessary.

@@ -16,23 +16,19 @@ from typing import Any
 import numpy as np
 
 from rlreplay.compat.reagent import _slots
+from rlreplay.compat.reagent._state import BufferState
 
 __all__ = ["SlotRing"]
 
 Array = np.ndarray[Any, Any]
 
 
-class SlotRing:
+class SlotRing(BufferState):
     """ReAgent's ring counters and validity marks over ``replay_capacity`` slots.
 
     Invariants: ``0 <= cursor() < replay_capacity``; :attr:`size` is the number of slots
     marked valid; ``slot_id`` and ``id_slot`` are inverse where both are set.
     """
-
-    _replay_capacity: int
-    _stack_size: int
-    _update_horizon: int
-    _terminal_dtype: np.dtype[Any]
 
     def _reset_ring(self) -> None:
         """Fresh bookkeeping: nothing written, no slot valid, the next add starts an episode."""
@@ -45,7 +41,7 @@ class SlotRing:
         self._terminal_rows = np.zeros(cap, self._terminal_dtype)
         self._num_valid_indices = 0
         # Elements whose loaded $store$ array was complex: 0.1 keeps it and warns on each read.
-        self._complex_store: frozenset[str] = frozenset()
+        self._complex_store = frozenset()
         # Slots the user made valid (set_index_valid_status), not add: they may hold no step
         # the core can draw, so seeded draws are exact over the valid slots while any is left.
         self._forced = np.zeros(cap, np.bool_)

@@ -15,23 +15,21 @@ rows as the buffer's ``_store`` view (:func:`._ranges.slot_rows`, public core re
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
 from rlreplay.compat.reagent import _assembly
 from rlreplay.compat.reagent._assembly import _Batch, state_stack
 from rlreplay.compat.reagent._ranges import slot_rows
-
-if TYPE_CHECKING:
-    from rlreplay.compat.reagent.circular_replay_buffer import ReplayBuffer
+from rlreplay.compat.reagent._state import BufferState
 
 __all__ = ["intact", "mixed_arrays", "read_slots", "window_lengths"]
 
 Array = np.ndarray[Any, Any]
 
 
-def window_lengths(buf: ReplayBuffer, slots: Array) -> Array:
+def window_lengths(buf: BufferState, slots: Array) -> Array:
     """0.1's ``traj_lengths``: ``1 +`` the first terminal flag in ``s .. s + n - 1``, else ``n``."""
     cap, n = buf._replay_capacity, buf._update_horizon
     flags = buf._terminal_rows[(slots[:, None] + np.arange(n)) % cap] != 0
@@ -40,7 +38,7 @@ def window_lengths(buf: ReplayBuffer, slots: Array) -> Array:
     return out
 
 
-def intact(buf: ReplayBuffer, slots: Array) -> Array:
+def intact(buf: BufferState, slots: Array) -> Array:
     """Whether 0.1's read of each slot is the core's transition of the step the slot holds.
 
     True when slot ``s`` holds step ``g`` and the other slots 0.1 reads hold what the core
@@ -72,7 +70,7 @@ def intact(buf: ReplayBuffer, slots: Array) -> Array:
     return ok
 
 
-def read_slots(buf: ReplayBuffer, slots: Array, given: Array | None) -> dict[str, Any]:
+def read_slots(buf: BufferState, slots: Array, given: Array | None) -> dict[str, Any]:
     """0.1's ``sample_transition_batch`` read of ``slots``, in the front-end's layout.
 
     Values are 0.1's: whatever the slots hold (zeros for padding rows and slots never
@@ -127,7 +125,7 @@ def read_slots(buf: ReplayBuffer, slots: Array, given: Array | None) -> dict[str
 
 
 def _timeline(
-    buf: ReplayBuffer, slots: Array, m: Array, rows: Any, stacks: Any, extras: list[str]
+    buf: BufferState, slots: Array, m: Array, rows: Any, stacks: Any, extras: list[str]
 ) -> dict[str, list[Array]]:
     """Per row, the window's ``m`` values read from the slots: rewards at ``s .. s+m-1``,
     next values (and next stacks) at ``s+1 .. s+m``, shaped as the fast path shapes them."""
@@ -152,7 +150,7 @@ def _timeline(
     return out
 
 
-def mixed_arrays(buf: ReplayBuffer, batch: _Batch) -> dict[str, Any]:
+def mixed_arrays(buf: BufferState, batch: _Batch) -> dict[str, Any]:
     """The elements of a batch whose rows ``batch.raw`` are read from the slots (0.1's read)
     and whose other rows come from the core's transitions (``batch.core``)."""
     raw = batch.raw

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from rlreplay import EmptyBufferError, InvalidIdError
 from rlreplay.compat.reagent import _slotread
 from rlreplay.compat.reagent._args import positive_int
 from rlreplay.compat.reagent._assembly import _Batch
@@ -21,11 +22,10 @@ from rlreplay.compat.reagent._errors import (
     SlotRangeError,
     StackedRewardError,
 )
-from rlreplay.errors import EmptyBufferError, InvalidIdError
+from rlreplay.compat.reagent._state import BufferState
 
 if TYPE_CHECKING:
-    from rlreplay.buffer.replay import ReplayBuffer as CoreReplayBuffer
-    from rlreplay.compat.reagent.circular_replay_buffer import ReplayBuffer
+    from rlreplay import ReplayBuffer as CoreReplayBuffer
 
 __all__ = [
     "SlotRangeError",
@@ -47,7 +47,7 @@ Array = np.ndarray[Any, Any]
 
 
 # ---------------------------------------------------------------------- writing
-def write_padding(buf: ReplayBuffer) -> None:
+def write_padding(buf: BufferState) -> None:
     """Write one zero padding row: counted in add_count, stored nowhere.
 
     The slot's validity is left as it is: reagent 0.1 writes the row with ``_add`` (from
@@ -62,7 +62,7 @@ def write_padding(buf: ReplayBuffer) -> None:
     buf._add_count += 1
 
 
-def write_step(buf: ReplayBuffer, step: dict[str, Any], values: Sequence[Any]) -> None:
+def write_step(buf: BufferState, step: dict[str, Any], values: Sequence[Any]) -> None:
     """Store one real step in the core and mark validity exactly as ReAgent's ``add``."""
     cap, n = buf._replay_capacity, buf._update_horizon
     new_id = int(buf._core.add(**step)[0])
@@ -163,7 +163,7 @@ def batch_slots(indices: Any, cap: int, *, wrap: bool = False) -> tuple[Array, A
     return out, raw
 
 
-def refuse_unsampleable(buf: ReplayBuffer) -> None:
+def refuse_unsampleable(buf: BufferState) -> None:
     """Raise where reagent 0.1's ``sample_transition_batch`` fails after its draw.
 
     Raises:
@@ -196,7 +196,7 @@ def slots_of_ids(slot_id: Array, id_slot: Array, ids: Array) -> Array:
     return out
 
 
-def gather(buf: ReplayBuffer, slots: Array, *, check: bool = True) -> _Batch:
+def gather(buf: BufferState, slots: Array, *, check: bool = True) -> _Batch:
     """The data of the given slots: core transitions where the slots hold them, else raw.
 
     A row is the core's transition of the step its slot holds when the slots reagent 0.1
@@ -221,7 +221,7 @@ def gather(buf: ReplayBuffer, slots: Array, *, check: bool = True) -> _Batch:
 
 
 # ---------------------------------------------------------------------- sampling
-def sample_slots(buf: ReplayBuffer, batch_size: int) -> Array:
+def sample_slots(buf: BufferState, batch_size: int) -> Array:
     """``batch_size`` valid slots.
 
     Built without ``seed=``: reagent 0.1's draws (``buf._global_draw``, see ``_draws``).
@@ -256,7 +256,7 @@ def sample_slots(buf: ReplayBuffer, batch_size: int) -> Array:
 
 
 def choose_slots(
-    buf: ReplayBuffer, batch_size: int | None, indices: Any
+    buf: BufferState, batch_size: int | None, indices: Any
 ) -> tuple[Array, Array | None]:
     """The slots of a transition batch: ``indices`` checked, or sampled (``batch_size``).
 

@@ -36,7 +36,8 @@ also holds padding rows), so every step a slot names is still stored there and e
 without ``observation_shape`` (ReAgent's later API), the buffer builds its core at the first
 add, from the elements that add shows.
 
-Private modules: ``_ring`` (the ring's counters and validity marks, the base class),
+Private modules: ``_state`` (the buffer's attributes and hooks, declared once, and the
+element types), ``_ring`` (the ring's counters and validity marks, the base class),
 ``_slots`` (writing rows and marking validity, slot draws), ``_assembly`` (returned
 elements: stacks, timeline format), ``_elements`` (declared and inferred elements),
 ``_checkpoint`` (Dopamine's file layout) and ``_persist`` (``save``/``load``), ``_draws``
@@ -46,14 +47,14 @@ elements: stacks, timeline format), ``_elements`` (declared and inferred element
 
 from __future__ import annotations
 
-import collections
 import math
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
-from rlreplay.buffer.replay import ReplayBuffer as CoreReplayBuffer
+from rlreplay import ConfigError, Field
+from rlreplay import ReplayBuffer as CoreReplayBuffer
 from rlreplay.compat.reagent import _args, _assembly, _draws, _elements, _slotread, _slots
 from rlreplay.compat.reagent._assembly import EXTRA, _Batch
 from rlreplay.compat.reagent._checkpoint import CHECKPOINT_DURATION, STORE_FILENAME_PREFIX
@@ -61,8 +62,7 @@ from rlreplay.compat.reagent._errors import NotFoundError
 from rlreplay.compat.reagent._persist import CheckpointFiles
 from rlreplay.compat.reagent._ranges import RangeReaders
 from rlreplay.compat.reagent._ring import SlotRing
-from rlreplay.errors import ConfigError
-from rlreplay.spec.schema import Field
+from rlreplay.compat.reagent._state import ReplayElement, shape_type
 
 if TYPE_CHECKING:
     import torch
@@ -78,10 +78,6 @@ __all__ = [
 ]
 
 Array = np.ndarray[Any, Any]
-
-shape_type = collections.namedtuple("shape_type", ["name", "shape", "type"])
-#: ``ReplayElement(name, shape, type)``: one stored or returned element (ReAgent's alias).
-ReplayElement = shape_type
 
 
 def invalid_range(cursor: int, replay_capacity: int, stack_size: int, update_horizon: int) -> Array:
@@ -168,22 +164,6 @@ class ReplayBuffer(SlotRing, RangeReaders, CheckpointFiles):
     """
 
     _prioritized: ClassVar[bool] = False
-
-    # The elements, fixed by the constructor or (inferring) by the first add: _elements.setup.
-    _observation_shape: tuple[int, ...]
-    _observation_dtype: np.dtype[Any]
-    _action_shape: tuple[int, ...]
-    _action_dtype: np.dtype[Any]
-    _reward_shape: tuple[int, ...]
-    _reward_dtype: np.dtype[Any]
-    _terminal_dtype: np.dtype[Any]
-    _extra_storage_types: list[shape_type]
-    _inferred: frozenset[str]  # elements whose shape and dtype the first add gave
-    _state_shape: tuple[int, ...]
-    _blank_obs: Array
-    _batch_type: Any
-    _initialized: bool  # False only while an inferring buffer awaits its first add
-    _core: CoreReplayBuffer
 
     def __init__(
         self,

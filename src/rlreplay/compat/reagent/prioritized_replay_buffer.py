@@ -18,19 +18,19 @@ from typing import TYPE_CHECKING, Any, ClassVar, cast
 
 import numpy as np
 
-from rlreplay.buffer.prioritized import PrioritizedReplayBuffer as CorePrioritizedReplayBuffer
+from rlreplay import CheckpointError, PriorityError, ShapeError
+from rlreplay import PrioritizedReplayBuffer as CorePrioritizedReplayBuffer
 from rlreplay.compat.reagent import _draws
 from rlreplay.compat.reagent._assembly import _Batch
 from rlreplay.compat.reagent._errors import IndexAssertionError, SlotRangeError
 from rlreplay.compat.reagent._pickled import dumps_sum_tree, read_sum_tree_file
 from rlreplay.compat.reagent.circular_replay_buffer import ReplayBuffer, ReplayElement, shape_type
 from rlreplay.compat.reagent.sum_tree import SumTree
-from rlreplay.errors import CheckpointError, PriorityError, ShapeError
 
 if TYPE_CHECKING:
     import torch
 
-    from rlreplay.buffer.replay import ReplayBuffer as CoreReplayBuffer
+    from rlreplay import ReplayBuffer as CoreReplayBuffer
 
 __all__ = ["PrioritizedReplayBuffer"]
 

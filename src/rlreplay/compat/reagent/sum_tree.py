@@ -17,13 +17,13 @@ from typing import Any
 
 import numpy as np
 
+from rlreplay import CheckpointError, ConfigError, EmptyBufferError, PriorityError
+from rlreplay import SumTree as _CoreSumTree
 from rlreplay.compat.reagent._errors import (
     ConfigAssertionError,
     IndexAssertionError,
     SlotRangeError,
 )
-from rlreplay.errors import CheckpointError, ConfigError, EmptyBufferError, PriorityError
-from rlreplay.sampling.trees import SumTree as _CoreSumTree
 
 __all__ = ["SumTree"]
 

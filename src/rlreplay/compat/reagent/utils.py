@@ -24,9 +24,9 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from rlreplay import ConfigError, ShapeError
 from rlreplay.compat.reagent._errors import SlotRangeError, StackedRewardError
 from rlreplay.compat.reagent.circular_replay_buffer import ReplayBuffer
-from rlreplay.errors import ConfigError, ShapeError
 
 if TYPE_CHECKING:
     import pandas as pd

@@ -9,7 +9,7 @@ no valid sample can be built) the front-end raises a class that is that built-in
 
 from __future__ import annotations
 
-from rlreplay.errors import ConfigError, EmptyBufferError, ReplayError, ShapeError
+from rlreplay import ConfigError, EmptyBufferError, ReplayError, ShapeError
 
 __all__ = [
     "ActionAssertionError",

@@ -12,8 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from rlreplay.buffer.replay import ReplayBuffer
-from rlreplay.errors import ConfigError
+from rlreplay import ConfigError, ReplayBuffer
 
 __all__ = ["RingViews", "assigned", "check_ring"]
 

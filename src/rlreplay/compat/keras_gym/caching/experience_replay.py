@@ -40,7 +40,7 @@ from typing import Any
 
 import numpy as np
 
-from rlreplay.buffer.replay import ReplayBuffer
+from rlreplay import Field, ReplayBuffer
 from rlreplay.compat.keras_gym.base.errors import (
     EmptyRingError,
     FrameCountError,
@@ -50,7 +50,6 @@ from rlreplay.compat.keras_gym.base.errors import (
 )
 from rlreplay.compat.keras_gym.base.mixins import ActionSpaceMixin, RandomStateMixin, get_env_attr
 from rlreplay.compat.keras_gym.caching._ring import RingViews, assigned, check_ring
-from rlreplay.spec.schema import Field
 
 __all__ = ["ExperienceReplayBuffer"]
 

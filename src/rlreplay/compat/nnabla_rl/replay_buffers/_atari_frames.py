@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from rlreplay.errors import ShapeError
+from rlreplay import ShapeError
 
 __all__ = [
     "FRAME_SHAPE",

@@ -16,9 +16,9 @@ from typing import Any
 
 import numpy as np
 
+from rlreplay import ConfigError, ReplayError
 from rlreplay.compat.nnabla_rl._staging import write_staged
 from rlreplay.compat.nnabla_rl.replay_buffer import Indices, ReplayBuffer
-from rlreplay.errors import ConfigError, ReplayError
 
 __all__ = [
     "EndlessDrawError",

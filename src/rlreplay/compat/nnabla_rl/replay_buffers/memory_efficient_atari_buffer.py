@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from rlreplay import Field
 from rlreplay.compat.nnabla_rl._checks import PositionKeyError
 from rlreplay.compat.nnabla_rl._codec import (
     Codec,
@@ -45,7 +46,6 @@ from rlreplay.compat.nnabla_rl.replay_buffers.prioritized_replay_buffer import (
 from rlreplay.compat.nnabla_rl.replay_buffers.trajectory_replay_buffer import (
     TrajectoryReplayBuffer,
 )
-from rlreplay.spec.schema import Field
 
 __all__ = [
     "MemoryEfficientAtariBuffer",

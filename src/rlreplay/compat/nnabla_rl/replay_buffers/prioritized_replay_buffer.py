@@ -46,6 +46,7 @@ from typing import Any
 
 import numpy as np
 
+from rlreplay import ConfigError
 from rlreplay.compat.nnabla_rl.replay_buffer import Indices, ReplayBuffer
 from rlreplay.compat.nnabla_rl.replay_buffers._prioritized_base import (
     EndlessDrawError,
@@ -64,7 +65,6 @@ from rlreplay.compat.nnabla_rl.replay_buffers._prioritized_trees import (
     kind_of,
 )
 from rlreplay.compat.nnabla_rl.replay_buffers._rank_based import RankBasedPrioritizedReplayBuffer
-from rlreplay.errors import ConfigError
 
 __all__ = [
     "EndlessDrawError",
