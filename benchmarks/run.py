@@ -9,7 +9,7 @@ workload, all libraries in turn, so that a change of machine load hits every col
 Writes ``DIR/results.json`` (every repeat, thread counts, versions, machine, load),
 ``DIR/results.md`` (the table printed at the end) and ``DIR/results.png`` (bar chart).
 
-Small-buffer rows (issue 17; ``--no-small`` leaves them out): ``sample(256)`` with 10^4
+Small-buffer rows (``--no-small`` leaves them out): ``sample(256)`` with 10^4
 transitions stored and Atari ``sample(32)`` with 2·10^4 frames, in µs per call, every library
 in its fastest and its memory-saving setup, measured by the cost-curve cells
 (``benchmarks/curves.py``, ``workers/curve_worker.py``), one subprocess each.
@@ -161,7 +161,7 @@ def small_markdown(rows: dict[str, Any]) -> str:
     """The small-buffer rows as a Markdown table (µs per call; ratio: best peer / rlreplay)."""
     names = sorted({name for row in rows.values() for name in row},
                    key=lambda n: [f"{a} ({b})" for a, b in curves.LINES].index(n))  # fmt: skip
-    lines = ["Small buffers (issue 17): median µs per call, lower is better; `fast`/`memory`: a "
+    lines = ["Small buffers: median µs per call, lower is better; `fast`/`memory`: a "
              "peer's fastest / memory-saving setup; last column: best peer's time over "
              "rlreplay's (above 1: rlreplay is faster).", "",
              "| row | " + " | ".join(names) + " | best peer / rlreplay |",

@@ -4,7 +4,7 @@ A linear Q-function learns on CartPole from a ``ProportionalPrioritizedReplayBuf
 (``normalization_method="batch_max"``, as nnabla-rl's Rainbow builds it): experiences are
 nnabla-rl tuples ``(s, a, r, non_terminal, s_next, info)``, every ``sample`` is followed by
 ``update_priorities(td_errors)``, and the importance weights ``info["weights"]`` scale the
-update. Then the seed's ``PrioritizedReplayBuffer(variant="rank_based")``, a
+update. Then nnabla-rl's documented ``PrioritizedReplayBuffer(variant="rank_based")``, a
 ``BufferIterator`` over an on-policy rollout and a ``ReplacementSamplingReplayBuffer``.
 """
 
@@ -94,7 +94,7 @@ except RuntimeError as e:
     assert "without updating priority" in str(e)
 buffer.update_priorities(np.zeros(BATCH_SIZE))
 
-# The seed's wrapper, rank-based: P(i) ~ rank(i) ** -alpha, rank 1 = largest |TD error|,
+# nnabla-rl's documented wrapper, rank-based: P(i) ~ rank(i) ** -alpha, rank 1 = largest |TD error|,
 # drawn as nnabla-rl draws: one heap position per segment of equal rank mass.
 ranked = PrioritizedReplayBuffer(capacity=1000, variant="rank_based", sort_interval=1)
 ranked.append_all(run_episode(env, weights, epsilon=1.0, seed=100))

@@ -20,7 +20,8 @@ def snippets(text: str | None = None) -> list[str]:
 
 def test_the_doc_has_a_snippet_per_piece() -> None:
     text = "\n".join(snippets())
-    for call in ("to_arrow", "to_pandas", "to_parquet", "to_minari", "from_minari", "convert(",
+    for call in ("to_arrow", "to_pandas", "to_parquet", "from_parquet(", "next_obs", "to_minari",
+                 "from_minari", "convert(",
                  "iterate(", "inspect_checkpoint", 'as_="torch"', 'as_="jax"', "progress=",
                  "sample_episodes(2, as_="):  # fmt: skip
         assert call in text, call
