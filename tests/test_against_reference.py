@@ -12,26 +12,44 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import rlreplay as rr
+from rlreplay.sampling import UniformSampler
 from tests.reference import RefBuffer, assert_batch_matches
 
 Config = dict[str, Any]
 
 
-class Tracking(rr.ReplayBuffer):
+class TrackingSampler(UniformSampler):
     """Keeps the sampleable set incrementally from the write hook (checked against the index)."""
 
-    _tracks_sampleable = True
+    tracks_sampleable = True
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
+    def __init__(self) -> None:
+        super().__init__()
         self.tracked: set[int] = set()
 
-    def _on_write(self, rows_env: Any, rows_t: Any, re: Any, rt: Any, ae: Any, at: Any) -> None:
-        for i in self._index.ids(re, rt).tolist():
+    def on_write(
+        self, index: Any, rows_env: Any, rows_t: Any, re: Any, rt: Any, ae: Any, at: Any
+    ) -> None:
+        for i in index.ids(re, rt).tolist():
             self.tracked.remove(i)  # must have been sampleable
-        for i in self._index.ids(ae, at).tolist():
+        for i in index.ids(ae, at).tolist():
             assert i not in self.tracked
             self.tracked.add(i)
+
+
+class Tracking(rr.ReplayBuffer):
+    """A buffer whose sampler tracks the sampleable set."""
+
+    sampler_class = TrackingSampler
+    _sampler: TrackingSampler
+
+    @property
+    def tracked(self) -> set[int]:
+        return self._sampler.tracked
+
+    @tracked.setter
+    def tracked(self, value: set[int]) -> None:
+        self._sampler.tracked = value
 
 
 @st.composite

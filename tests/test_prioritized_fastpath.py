@@ -20,6 +20,8 @@ from hypothesis import strategies as st
 
 import rlreplay as rr
 from rlreplay.errors import EmptyBufferError
+from rlreplay.sampling import PrioritizedSampler
+from rlreplay.sampling.base import settled_rows
 from rlreplay.sampling.onecall import FastSampler
 from tests.test_small_buffer import _equal  # batches equal bit for bit, signs of zero too
 
@@ -160,10 +162,17 @@ def test_nothing_drawable_raises_the_general_paths_errors() -> None:
         buf.sample(4)
 
 
-class _GeneralSettle(rr.PrioritizedReplayBuffer):
-    """Settles deferred steps through the base class's general path (per-env arrays)."""
+class _GeneralSettleSampler(PrioritizedSampler):
+    """Settles deferred steps through the general path (per-env arrays), as a sampler with its
+    own write hook does."""
 
-    _settled = rr.ReplayBuffer._settled
+    def on_settle(self, index: Any, before: Any, t0: int, n: int) -> None:
+        rows_env, rows_t = settled_rows(index.num_envs, index.env_capacity, t0, n)
+        self.on_write(index, rows_env, rows_t, *index.sampleable_changes(before))
+
+
+class _GeneralSettle(rr.PrioritizedReplayBuffer):
+    sampler_class = _GeneralSettleSampler
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -182,7 +191,7 @@ class _GeneralSettle(rr.PrioritizedReplayBuffer):
 def test_one_env_settle_ranges_equal_the_general_settle(
     capacity: int, variant: str, n_step: int, ops: list[tuple[str, int]]
 ) -> None:
-    """The one-env shortcut of :meth:`PrioritizedReplayBuffer._settled` (slot ranges) leaves
+    """The one-env shortcut of :meth:`PrioritizedSampler.on_settle` (slot ranges) leaves
     the priorities, trees and draws exactly as the general per-env path does."""
     kw: dict[str, Any] = dict(
         capacity=capacity, n_step=n_step, variant=variant, alpha=0.6, seed=3,
@@ -213,14 +222,17 @@ def test_one_env_settle_ranges_equal_the_general_settle(
 
 
 def test_a_subclass_write_hook_still_sees_settled_steps() -> None:
-    """The one-env shortcut is taken only where ``_on_write`` is the class's own: a subclass
-    that overrides the hook still gets every settled step through it."""
+    """The one-env shortcut is taken only where ``on_write`` is the sampler class's own: a
+    subclass that overrides the hook still gets every settled step through it."""
     seen: list[list[int]] = []
 
-    class Watching(rr.PrioritizedReplayBuffer):
-        def _on_write(self, rows_env: Any, rows_t: Any, *rest: Any) -> None:
+    class WatchingSampler(PrioritizedSampler):
+        def on_write(self, index: Any, rows_env: Any, rows_t: Any, *rest: Any) -> None:
             seen.append(rows_t.tolist())
-            super()._on_write(rows_env, rows_t, *rest)
+            super().on_write(index, rows_env, rows_t, *rest)
+
+    class Watching(rr.PrioritizedReplayBuffer):
+        sampler_class = WatchingSampler
 
     buf = Watching(8, {"obs": rr.Field((2,), np.float32)}, seed=0)
     for t in range(3):

@@ -250,8 +250,9 @@ def test_prioritized_buffers_keep_their_own_draw() -> None:
     buf = rr.PrioritizedReplayBuffer(64, {"obs": rr.Field((2,), np.float32)}, seed=0)
     _fill(buf, 40, seed=0, end_p=0.1, trunc_p=0.0)
     batch = buf.sample(16)
-    assert not buf.__dict__["_fast_sampler"].eligible
-    assert batch.weights.dtype == np.float32
+    # the uniform kernel never draws for it: only the prioritized one was planned
+    assert "_fast_sampler" not in buf.__dict__ and "_fast_prio_sampler" in buf.__dict__
+    assert batch.weights.dtype == np.float32 and "probabilities" in batch
 
 
 # ---------------------------------------------------------------------- add, NumPy scalars

@@ -27,9 +27,9 @@ from typing import Any, NamedTuple
 import numba
 import numpy as np
 
+from rlreplay.assemble.powers import reward_powers
 from rlreplay.codegen.prefetch import prefetch_slot
 from rlreplay.episodes.index import FINAL_FID, EpisodeIndex
-from rlreplay.sampling.batch_kernels import reward_powers
 from rlreplay.storage.columns import Columns
 
 __all__ = ["Window", "assemble_transitions", "nstep_window", "stack_frames", "stack_pair"]
@@ -112,7 +112,7 @@ def _window_kernel(
     (``final_pos`` -1 unless the window reached its episode's end), ``out_r[i]`` the reward,
     ``out_f[i]`` the discount and ``out_b[:, i] = (terminated, truncated, ended)``. The reward
     sum uses the NumPy path's operations (``powers`` from
-    :func:`rlreplay.sampling.batch_kernels.reward_powers`): ``float32(gamma ** j) * r`` added in
+    :func:`rlreplay.assemble.powers.reward_powers`): ``float32(gamma ** j) * r`` added in
     float32 for a float32 reward, ``(gamma ** j) * r`` added in float64 for a float64 one; one
     step is the reward itself.
 

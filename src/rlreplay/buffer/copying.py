@@ -44,6 +44,7 @@ import numpy as np
 from rlreplay.buffer.host import BufferHost
 from rlreplay.errors import ConfigError, ReplayClosed
 from rlreplay.limits import RateLimiter
+from rlreplay.sampling.registry import sampler_from_config
 from rlreplay.spec.schema import Schema
 
 __all__ = ["CopyMixin"]
@@ -55,6 +56,8 @@ def _constructed(cls: type[Any], config: Mapping[str, Any]) -> Any:
     fields = Schema.from_json(kwargs.pop("fields")).fields
     if "rate_limiter" in kwargs:  # its parameters; its counters are in the state's meta
         kwargs["rate_limiter"] = RateLimiter.from_json(kwargs["rate_limiter"])
+    if "sampler" in kwargs:  # a sampler given to the constructor: a new one like it
+        kwargs["sampler"] = sampler_from_config(kwargs["sampler"])
     capacity = kwargs.pop("capacity")
     return cls(capacity, fields, **kwargs)
 

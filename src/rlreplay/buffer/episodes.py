@@ -11,7 +11,7 @@ from typing import Any, Literal, NamedTuple, overload
 
 import numpy as np
 
-from rlreplay.assemble.sequences import draw_sequence_starts, gather_runs, run_lengths
+from rlreplay.assemble.sequences import gather_runs, run_lengths
 from rlreplay.batch import Batch
 from rlreplay.buffer.host import Array, BufferHost
 from rlreplay.episodes.index import COUNT, HEAD
@@ -117,9 +117,11 @@ class EpisodesMixin(BufferHost):
         try:
             with self._lock:
                 self._check_open()
-                env_ids, t0, extra = self._draw_starts(
-                    batch_size, length, within_episode, pad, balance_envs
-                )
+                drawn = self._sampler.draw_starts(
+                    self._index, batch_size, self._rng, length=length,
+                    within_episode=within_episode, pad=pad, balance_envs=balance_envs,
+                )  # fmt: skip
+                env_ids, t0, extra = drawn.env_ids, drawn.t, drawn.extra()
                 n_real = run_lengths(self._index, env_ids, t0, length, within_episode)
                 data = gather_runs(self._cols, self._index, env_ids, t0, n_real, length)
                 data["ids"] = self._index.ids(env_ids, t0)
@@ -153,16 +155,6 @@ class EpisodesMixin(BufferHost):
             data["ids"] = self._index.ids(env_ids, t0)
             data["env_ids"] = env_ids
             return Batch(data)
-
-    def _draw_starts(
-        self, batch_size: int, length: int, within_episode: bool, pad: bool, balance_envs: bool
-    ) -> tuple[Array, Array, dict[str, Array]]:
-        """Choose sequence starts; subclasses override (prioritized starts)."""
-        env_ids, t0 = draw_sequence_starts(
-            self._index, self._rng, batch_size, length,
-            within_episode=within_episode, pad=pad, balance_envs=balance_envs,
-        )  # fmt: skip
-        return env_ids, t0, {"weights": np.ones(batch_size, np.float32)}
 
     @overload
     def sample_episodes(

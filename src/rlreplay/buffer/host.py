@@ -23,6 +23,7 @@ import numpy as np
 from rlreplay.batch import Batch
 from rlreplay.episodes.index import EpisodeIndex
 from rlreplay.limits import RateLimiter
+from rlreplay.sampling.base import Sampler
 from rlreplay.sampling.uniform import DrawOptions
 from rlreplay.spec.schema import Schema
 from rlreplay.storage import Columns
@@ -58,7 +59,9 @@ class BufferHost:
     default_return: float
     draw_options: DrawOptions
     transforms: tuple[Callable[[Batch], Batch], ...]
-    _tracks_sampleable: ClassVar[bool]
+    _tracks_sampleable: bool  # the sampler's: it hears of every change of the sampleable set
+    _sampler: Sampler
+    sampler_class: ClassVar[type[Any]]
     _env_capacity: int
     _backend: Backend
     _finals0: int

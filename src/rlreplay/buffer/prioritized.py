@@ -1,72 +1,27 @@
-"""Prioritized experience replay (Schaul et al., 2015) over the core buffer."""
+"""Prioritized experience replay (Schaul et al., 2015): the core buffer with a prioritized
+sampler (:class:`rlreplay.sampling.PrioritizedSampler`).
+
+The buffer builds its sampler from its keyword arguments and forwards the prioritized calls to
+it under the buffer's lock; the law, its trees and its state are the sampler's.
+"""
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
-from typing import Any, NamedTuple
+from typing import Any, ClassVar
 
 import numpy as np
 
-from rlreplay.assemble.sequences import valid_sequence_starts
-from rlreplay.buffer.prioritized_args import _check_uniform_only, _clip_range, _real, _reduce_steps
 from rlreplay.buffer.replay import ReplayBuffer
-from rlreplay.episodes.index import HI, LO, expand_ranges
-from rlreplay.errors import (
-    CheckpointError,
-    ConfigError,
-    EmptyBufferError,
-    InvalidIdError,
-    PriorityError,
-    ShapeError,
-)
-from rlreplay.sampling.priorities import VARIANTS, Priorities
-from rlreplay.sampling.uniform import DrawOptions
-from rlreplay.spec.schema import Field, int_at_least, positive_int
+from rlreplay.errors import ConfigError, InvalidIdError, PriorityError, ShapeError
+from rlreplay.sampling.priorities import Priorities
+from rlreplay.sampling.prioritized import PrioritizedSampler, PriorityMass, PriorityStarts
+from rlreplay.sampling.prioritized_args import _reduce_steps
+from rlreplay.spec.schema import Field, positive_int
 
 __all__ = ["PrioritizedReplayBuffer", "PriorityMass", "PriorityStarts"]
 
 Array = np.ndarray[Any, Any]
-
-_REJECTION_ROUNDS = 64  # redraws of out-of-bounds starts before the exact O(N) fallback
-
-
-class PriorityStarts(NamedTuple):
-    """Starts drawn by :meth:`PrioritizedReplayBuffer.sample_starts`.
-
-    Attributes:
-        env_ids: int64 ``(n,)``: the env of each start.
-        steps: int64 ``(n,)``: its absolute step (see :class:`rlreplay.StoredRange`).
-        ids: int64 ``(n,)``: its id, ``steps * num_envs + env_ids``.
-        probabilities: float64 ``(n,)``: ``P(i) = m_i / M`` of each start, ``m_i`` its
-            sampling mass and ``M`` the total mass of the allowed starts.
-        candidates: How many allowed starts have a mass ``> 0`` (``N``; ``N * P(i)`` is
-            ALF's importance weight).
-    """
-
-    env_ids: Array
-    steps: Array
-    ids: Array
-    probabilities: Array
-    candidates: int
-
-
-class PriorityMass(NamedTuple):
-    """The sampling masses of a prioritized buffer, read at one instant
-    (:meth:`PrioritizedReplayBuffer.priority_mass`).
-
-    Attributes:
-        total: ``M = sum_i m_i`` over the sampleable transitions, ``m_i`` each one's sampling
-            mass (``p_i ** alpha``, or its rank mass); ``P(i) = m_i / M``.
-        smallest: The smallest mass ``> 0`` (``P_min * M``, what importance weights are
-            normalised by); ``inf`` when no transition has a mass ``> 0``.
-        sampleable: The sampleable transitions
-            (:attr:`~rlreplay.ReplayBuffer.num_sampleable`).
-    """
-
-    total: float
-    smallest: float
-    sampleable: int
 
 
 class PrioritizedReplayBuffer(ReplayBuffer):
@@ -140,7 +95,10 @@ class PrioritizedReplayBuffer(ReplayBuffer):
         (dtype('float32'), dtype('float64'))
     """
 
-    _tracks_sampleable = True
+    _sampler: PrioritizedSampler
+    #: The sampler class built from the constructor's arguments (a subclass may name a
+    #: subclass of :class:`~rlreplay.sampling.PrioritizedSampler`).
+    sampler_class: ClassVar[type[Any]] = PrioritizedSampler
 
     def __init__(
         self,
@@ -159,48 +117,76 @@ class PrioritizedReplayBuffer(ReplayBuffer):
         sort_interval: int | None = None,
         **kwargs: Any,
     ) -> None:
-        self.alpha = _real("alpha", alpha)
-        self._beta0 = _real("beta", beta)
-        self.beta_final = _real("beta_final", beta_final)
-        self.beta_steps = int_at_least("beta_steps", beta_steps, 0)
-        self.eps = _real("eps", eps)
-        if variant not in VARIANTS:
-            raise ConfigError(f"variant: expected one of {VARIANTS}, got {variant!r}")
-        self.variant = variant
-        self.initial_priority = _real("initial_priority", initial_priority)
-        if self.initial_priority <= 0.0:
-            raise ConfigError(f"initial_priority: expected a value > 0, got {initial_priority}")
-        self.priority_clip = _clip_range(priority_clip)
-        if not isinstance(stratified, bool | np.bool_):
-            raise ConfigError(f"stratified: expected a bool, got {stratified!r}")
-        self.stratified = bool(stratified)
-        if sort_interval is not None:
-            if variant != "rank_based":
-                raise ConfigError("sort_interval: applies to variant='rank_based' only")
-            sort_interval = int_at_least("sort_interval", sort_interval, 1)
-        self.sort_interval = sort_interval
-        super().__init__(capacity, fields, **kwargs)
-        _check_uniform_only(self.draw_options)
-        self._beta_step = 0
-        self._max_priority = 0.0
-        self._priorities = Priorities(
-            self.num_envs,
-            self.env_capacity,
-            alpha=self.alpha,
-            variant=variant,
-            sort_interval=sort_interval,
-        )
-        try:
-            self._prios.check_priority(self.initial_priority)
-        except PriorityError as exc:
-            raise ConfigError(f"initial_priority: {exc}") from None
+        if "sampler" in kwargs:
+            raise ConfigError(
+                "sampler: a PrioritizedReplayBuffer builds its own sampler from alpha, beta, "
+                "...; pass sampler= to rr.ReplayBuffer instead"
+            )
+        sampler = self.sampler_class(
+            alpha=alpha, beta=beta, beta_final=beta_final, beta_steps=beta_steps, eps=eps,
+            variant=variant, initial_priority=initial_priority, priority_clip=priority_clip,
+            stratified=stratified, sort_interval=sort_interval,
+        )  # fmt: skip
+        super().__init__(capacity, fields, sampler=sampler, **kwargs)
 
-    # ------------------------------------------------------------------ properties
+    # ------------------------------------------------------------------ parameters
+    @property
+    def alpha(self) -> float:
+        """Prioritization exponent."""
+        return self._sampler.alpha
+
+    @property
+    def beta_final(self) -> float:
+        """Importance exponent reached after ``beta_steps`` samples."""
+        return self._sampler.beta_final
+
+    @property
+    def beta_steps(self) -> int:
+        """Samples over which ``beta`` is annealed (0: constant)."""
+        return self._sampler.beta_steps
+
+    @property
+    def eps(self) -> float:
+        """Added to every priority given to :meth:`update_priorities`."""
+        return self._sampler.eps
+
+    @property
+    def variant(self) -> str:
+        """``"proportional"`` or ``"rank_based"``."""
+        return self._sampler.variant
+
+    @property
+    def initial_priority(self) -> float:
+        """Priority of new transitions before any update."""
+        return self._sampler.initial_priority
+
+    @property
+    def priority_clip(self) -> tuple[float, float] | None:
+        """``(lo, hi)`` that updates are clipped to, or ``None``."""
+        return self._sampler.priority_clip
+
+    @property
+    def stratified(self) -> bool:
+        """Whether draws are stratified over equal slices of the total mass (settable: either
+        way each draw has law ``P``)."""
+        return self._sampler.stratified
+
+    @stratified.setter
+    def stratified(self, value: bool) -> None:
+        if not isinstance(value, bool | np.bool_):
+            raise ConfigError(f"stratified: expected a bool, got {value!r}")
+        with self._lock:
+            self._sampler.stratified = bool(value)
+
+    @property
+    def sort_interval(self) -> int | None:
+        """Rank-based: changes between re-sorts (``None``: 1% of the ranked transitions)."""
+        return self._sampler.sort_interval
+
     @property
     def _prios(self) -> Priorities:
-        """The priorities, up to date: steps the index deferred are accounted for first."""
-        self._index.settle()
-        return self._priorities
+        """The sampler's priorities, up to date (deferred steps accounted for first)."""
+        return self._sampler.priorities(self._index)
 
     @property
     def beta(self) -> float:
@@ -210,23 +196,18 @@ class PrioritizedReplayBuffer(ReplayBuffer):
         when ``beta_steps == 0``.
         """
         with self._lock:
-            if self.beta_steps == 0:
-                return self._beta0
-            frac = min(1.0, self._beta_step / self.beta_steps)
-            return self._beta0 + (self.beta_final - self._beta0) * frac
+            return self._sampler.beta
 
     @property
     def max_priority(self) -> float:
         """Largest priority ever applied by :meth:`update_priorities` (0 before any)."""
         with self._lock:
-            return self._max_priority
+            return self._sampler.max_priority
 
-    @property
-    def nbytes(self) -> int:
-        """Bytes allocated for stored data, the index, the priorities and their trees."""
-        with self._lock:
-            return super().nbytes + self._prios.nbytes
+    def _sampler_config(self) -> dict[str, Any]:
+        return self._sampler.config()  # flat: the constructor's own keyword arguments
 
+    # ------------------------------------------------------------------ priorities
     def priority_mass(self) -> PriorityMass:
         """The total and smallest sampling mass and the sampleable count, read together.
 
@@ -252,54 +233,7 @@ class PrioritizedReplayBuffer(ReplayBuffer):
         """
         with self._lock:
             self._check_open()
-            prios = self._prios  # settles deferred steps first
-            if prios.rank_based and prios.changes >= prios._sort_threshold():
-                prios.resort()
-            count = int(self._index.sizes().sum())
-            return PriorityMass(float(prios.sum_tree.total), float(prios.min_tree.min), count)
-
-    def _new_priority(self) -> float:
-        return max(self.initial_priority, self._max_priority)
-
-    # ------------------------------------------------------------------ writing
-    def _settled(self, before: Array, t0: int, n: int) -> None:
-        """:meth:`ReplayBuffer._settled` for one env without holes: the slots of the written,
-        removed and added steps are ranges, so they go to the priorities without the general
-        path's per-env arrays (e.g. one ``add`` then a read: ~5 µs instead of ~35)."""
-        if (
-            self.num_envs != 1
-            or self._index.has_cuts
-            or type(self)._on_write is not PrioritizedReplayBuffer._on_write  # a subclass's hook
-        ):
-            super()._settled(before, t0, n)
-            return
-        C = self._env_capacity
-        lo0, hi0 = int(before[0, 0]), int(before[0, 1])
-        after = self._index.env[0]  # (settled: the index reset its counters before the hook)
-        lo1, hi1 = int(after[LO]), int(after[HI])
-        self._priorities.on_write(
-            np.arange(lo0, min(hi0, lo1)) % C,  # as sampleable_delta: removed, then added
-            np.arange(max(t0, t0 + n - C), t0 + n) % C,
-            self._new_priority(),
-            np.arange(max(hi0, lo1), hi1) % C,
-        )
-
-    def _on_write(
-        self,
-        rows_env: Array,
-        rows_t: Array,
-        removed_env: Array,
-        removed_t: Array,
-        added_env: Array,
-        added_t: Array,
-    ) -> None:
-        slots = self._index.slots
-        self._prios.on_write(
-            slots(removed_env, removed_t),
-            slots(rows_env, rows_t),
-            self._new_priority(),
-            slots(added_env, added_t),
-        )
+            return self._sampler.mass(self._index)
 
     def update_priorities(
         self, ids: Any, priorities: Any, *, mask: Any = None, eta: float = 0.9
@@ -350,14 +284,7 @@ class PrioritizedReplayBuffer(ReplayBuffer):
         p = np.ascontiguousarray(p, np.float64).reshape(-1)
         with self._lock:
             self._check_open()
-            env_ids, t, slots, stale, n_stale = self._index.locate(id_arr.reshape(-1))
-            if self._index.has_cuts:  # steps abandoned episodes left never sampleable: as stale
-                live = np.flatnonzero(~stale)
-                stale[live] = self._index.in_hole(env_ids[live], t[live])
-                n_stale = int(stale.sum())
-            top = self._prios.update(slots, stale, p, self.priority_clip, self.eps)
-            self._max_priority = max(self._max_priority, top)
-            return n_stale
+            return self._sampler.update(self._index, id_arr, p)
 
     def get_priorities(self, ids: Any) -> Array:
         """Current priorities (float64) of stored transitions, in the order of ``ids``.
@@ -374,86 +301,6 @@ class PrioritizedReplayBuffer(ReplayBuffer):
                 )
             out: Array = self._prios.prio[self._index.slots(env_ids, t)]
             return out
-
-    # ------------------------------------------------------------------ sampling
-    def _draw(
-        self, batch_size: int, opts: DrawOptions | None = None
-    ) -> tuple[Array, Array, dict[str, Array]]:
-        if opts is not None:
-            _check_uniform_only(opts)
-        index = self._index
-        prios = self._prios  # settles the index first
-        if not prios.drawable:
-            if not index.sizes().any():
-                raise EmptyBufferError(
-                    f"sample: nothing is sampleable yet ({len(self)} stored transitions; a "
-                    f"transition becomes sampleable once its {self.n_step}-step window is known)"
-                )
-            raise EmptyBufferError(
-                "sample: every sampleable transition has priority 0; give some a priority > 0 "
-                "with update_priorities"
-            )
-        env_ids, t, probabilities, weights = prios.draw(
-            batch_size, self._rng, self.stratified, self.beta, index.env[:, LO]
-        )
-        self._beta_step += 1
-        return env_ids, t, {"weights": weights, "probabilities": probabilities}
-
-    def _fast_draw_args(self) -> tuple[Array, Array, float, float, bool] | None:
-        """What the one-kernel sample draws from (:func:`rlreplay.sampling.onecall.sample_batch`):
-        ``(sums, levels, min_mass, beta, stratified)`` of the sum tree, after the rank-based
-        re-sort :meth:`Priorities.draw` would make; ``None`` when the general path must answer
-        (a subclass drawing its own way, or nothing drawable: it raises the error)."""
-        if type(self)._draw is not PrioritizedReplayBuffer._draw:
-            return None
-        prios = self._prios  # settles the index first
-        if not prios.drawable:
-            return None
-        if prios.rank_based and prios.changes >= prios._sort_threshold():
-            prios.resort()
-        return (*prios.tree_args(), self.beta, bool(self.stratified))
-
-    def _fast_drawn(self) -> None:
-        """A one-kernel sample was drawn: the beta schedule's step, as :meth:`_draw` takes it."""
-        self._beta_step += 1
-
-    def _draw_starts(
-        self,
-        batch_size: int,
-        length: int,
-        within_episode: bool,
-        pad: bool,
-        balance_envs: bool = False,
-    ) -> tuple[Array, Array, dict[str, Array]]:
-        """Sequence starts by priority (R2D2): a sequence carries its first step's priority.
-
-        Starts are drawn among the sampleable transitions (those holding a priority), with the
-        same ``weights``, ``probabilities`` and ``beta`` schedule as :meth:`sample`; update a
-        sequence's priority through its ``batch.ids`` (first steps). With ``pad=False`` only
-        starts whose ``length`` steps are all real qualify and ``P`` is renormalised over
-        them: that draw enumerates the candidates, ``O(N)`` per call.
-        """
-        if balance_envs:
-            raise ConfigError(
-                "balance_envs: prioritized sequence starts are drawn by priority over all envs"
-            )
-        if pad:
-            return self._draw(batch_size)
-        index = self._index
-        env_ids, t = index.sampleable_steps()
-        ok = valid_sequence_starts(index, env_ids, t, length, within_episode)
-        env_ids, t = env_ids[ok], t[ok]
-        try:
-            pos, probabilities, weights = self._prios.draw_among(
-                index.slots(env_ids, t), batch_size, self._rng, self.stratified, self.beta
-            )
-        except EmptyBufferError:
-            raise EmptyBufferError(
-                f"sample_sequences: no start with a priority > 0 has {length} real steps "
-                f"(pad=False; {self.num_sampleable} sampleable transitions)"
-            ) from None
-        self._beta_step += 1
-        return env_ids[pos], t[pos], {"weights": weights, "probabilities": probabilities}
 
     def sample_starts(self, n: int, first: Any, end: Any) -> PriorityStarts:
         """Draw ``n`` starts by priority among the sampleable steps within per-env bounds.
@@ -502,24 +349,7 @@ class PrioritizedReplayBuffer(ReplayBuffer):
         with self._lock:
             self._check_open()
             lo, hi = self._step_bounds("first", first), self._step_bounds("end", end)
-            index, prios = self._index, self._prios  # settles deferred steps first
-            env = index.env
-            a_lo = np.maximum(env[:, LO], lo)
-            a_env, a_t = expand_ranges(a_lo, np.maximum(np.minimum(env[:, HI], hi) - a_lo, 0))
-            if prios.rank_based and prios.changes >= prios._sort_threshold():
-                prios.resort()  # the masses read below are the ones the draws use
-            masses = prios.sum_tree.get(index.slots(a_env, a_t))
-            total = float(masses.sum())
-            if not total > 0.0:
-                raise EmptyBufferError(
-                    f"sample_starts: no start in [first, end) = [{lo.tolist()}, {hi.tolist()}) "
-                    f"has a priority > 0 ({a_t.shape[0]} sampleable starts there)"
-                )
-            env_ids, t = self._draw_in_bounds(n, lo, hi, a_env, a_t, masses, total)
-            m = prios.sum_tree.get(index.slots(env_ids, t))
-            return PriorityStarts(
-                env_ids, t, index.ids(env_ids, t), m / total, int(np.count_nonzero(masses))
-            )
+            return self._sampler.sample_starts(self._index, self._rng, n, lo, hi)
 
     def _step_bounds(self, name: str, value: Any) -> Array:
         arr = np.asarray(value)
@@ -529,69 +359,3 @@ class PrioritizedReplayBuffer(ReplayBuffer):
                 f"env), got {arr.dtype} of shape {arr.shape}"
             )
         return arr.astype(np.int64)
-
-    def _draw_in_bounds(
-        self, n: int, lo: Array, hi: Array, a_env: Array, a_t: Array, masses: Array, total: float
-    ) -> tuple[Array, Array]:
-        """``n`` draws by mass from the tree, redrawing those outside ``[lo, hi)``."""
-        prios, start = self._prios, self._index.env[:, LO]
-        env_ids, t, _, _ = prios.draw(n, self._rng, self.stratified, 0.0, start)
-        for _ in range(_REJECTION_ROUNDS):
-            bad = (t < lo[env_ids]) | (t >= hi[env_ids])
-            if not bad.any():
-                return env_ids, t
-            k = int(bad.sum())
-            env_ids[bad], t[bad], _, _ = prios.draw(k, self._rng, self.stratified, 0.0, start)
-        bad = (t < lo[env_ids]) | (t >= hi[env_ids])
-        if bad.any():  # the excluded starts hold nearly all the mass: draw the rest exactly
-            pick = self._rng.choice(a_t.shape[0], size=int(bad.sum()), p=masses / total)
-            env_ids[bad], t[bad] = a_env[pick], a_t[pick]
-        return env_ids, t
-
-    # ------------------------------------------------------------------ state
-    def _config(self) -> dict[str, Any]:
-        config = super()._config()
-        config.update(
-            alpha=self.alpha,
-            beta=self._beta0,
-            beta_final=self.beta_final,
-            beta_steps=self.beta_steps,
-            eps=self.eps,
-            variant=self.variant,
-            initial_priority=self.initial_priority,
-            priority_clip=None if self.priority_clip is None else list(self.priority_clip),
-            stratified=self.stratified,
-            sort_interval=self.sort_interval,
-        )
-        return config
-
-    def _state_meta(self) -> dict[str, Any]:
-        meta = super()._state_meta()
-        meta["priorities"] = {
-            "beta_step": self._beta_step,
-            "max_priority": self._max_priority,
-            **self._prios.state_meta(),
-        }
-        return meta
-
-    def _state_arrays(self) -> dict[str, Array]:
-        arrays = super()._state_arrays()
-        arrays.update({f"priorities/{k}": v for k, v in self._prios.state_arrays().items()})
-        return arrays
-
-    def _load_meta(self, meta: Mapping[str, Any]) -> None:
-        super()._load_meta(meta)
-        own = dict(meta["priorities"])
-        beta_step, top = int(own["beta_step"]), float(own["max_priority"])
-        if beta_step < 0 or not (math.isfinite(top) and 0.0 <= top <= self._prios._limit):
-            raise CheckpointError(
-                f"checkpoint: beta_step {beta_step} (expected >= 0) or max_priority {top!r} "
-                f"(expected finite in [0, {self._prios._limit:.3g}]) is out of range"
-            )
-        self._beta_step, self._max_priority = beta_step, top
-        self._prios.load_meta(own)
-
-    def _after_load(self) -> None:
-        super()._after_load()
-        env_ids, t = self._index.sampleable_steps()
-        self._prios.restore(self._index.slots(env_ids, t))

@@ -26,7 +26,7 @@ from rlreplay.buffer.sampling import SamplingMixin
 from rlreplay.buffer.state import StateMixin
 from rlreplay.buffer.writing import WritingMixin
 from rlreplay.checkpoint.file import CheckpointReader
-from rlreplay.episodes.index import EpisodeIndex, sampleable_delta
+from rlreplay.episodes.index import EpisodeIndex
 from rlreplay.errors import (
     CheckpointError,
     ConfigError,
@@ -34,7 +34,10 @@ from rlreplay.errors import (
 )
 from rlreplay.io.frameworks import Output, buffer_output
 from rlreplay.limits import RateLimiter
+from rlreplay.sampling.base import Sampler
+from rlreplay.sampling.registry import sampler_from_config
 from rlreplay.sampling.uniform import draw_options
+from rlreplay.sampling.uniform_sampler import UniformSampler
 from rlreplay.spec.schema import Field, Schema, clip_pair, positive_int
 from rlreplay.storage import Columns, make_backend
 from rlreplay.transforms import Transform
@@ -107,6 +110,11 @@ class ReplayBuffer(
             :class:`Batch`), ``"torch"`` or ``"jax"`` (a :class:`~rlreplay.io.TensorBatch`;
             :mod:`rlreplay.io.frameworks`). ``device``: where those go (``"cpu"``, ``"cuda:0"``).
             Both are checked here and kept in checkpoints.
+        sampler: Advanced: the :class:`~rlreplay.sampling.Sampler` that chooses each batch's
+            transitions (default: a new :attr:`sampler_class`, a
+            :class:`~rlreplay.sampling.UniformSampler`); for
+            example ``rlreplay.sampling.PrioritizedSampler(alpha=0.6)``, which is what
+            :class:`PrioritizedReplayBuffer` builds. A sampler belongs to one buffer.
 
     Cost: :meth:`add` is O(fields) plus O(1) bookkeeping; :meth:`sample` is O(B * window)
     vectorised gathers, independent of the buffer's size. All public methods are thread-safe
@@ -126,9 +134,10 @@ class ReplayBuffer(
     """
 
     _registry: ClassVar[dict[str, type[ReplayBuffer]]] = {}
-    #: Subclasses that keep per-transition sampling state (priorities) set this to be told, on
-    #: every write, which transitions became sampleable and which stopped being so.
-    _tracks_sampleable: ClassVar[bool] = False
+    #: The sampler a buffer of this class builds when ``sampler=`` is not given (a subclass
+    #: with another default sets its own); a buffer whose sampler is of another class records
+    #: that sampler in its configuration (checkpoints, copies).
+    sampler_class: ClassVar[type[Any]] = UniformSampler
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -158,8 +167,20 @@ class ReplayBuffer(
         rate_limiter: RateLimiter | None = None,
         as_: str = "numpy",
         device: Any = None,
+        sampler: Sampler | None = None,
     ) -> None:
         self.schema = Schema.build(fields)
+        if sampler is None:
+            sampler = self.sampler_class()
+        elif not isinstance(sampler, Sampler):
+            raise ConfigError(
+                f"sampler: expected an rlreplay.sampling.Sampler (UniformSampler, "
+                f"PrioritizedSampler, ...), got {type(sampler).__name__}"
+            )
+        self._sampler: Sampler = sampler
+        # A sampler with per-transition state (priorities) hears of every change of the
+        # sampleable set: on every write, and when deferred steps are accounted for.
+        self._tracks_sampleable = bool(sampler.tracks_sampleable)
         self._output: Output | None = buffer_output(as_, device)  # None: NumPy batches
         num_envs = positive_int("num_envs", num_envs)
         n_step = positive_int("n_step", n_step)
@@ -264,6 +285,7 @@ class ReplayBuffer(
 
             self._index.on_settle = on_settle
         self.draw_options = draw_options(recent_ratio, recent_steps, replacement)
+        sampler.bind(self._index, self.draw_options)
         self.transforms: tuple[Transform, ...] = tuple(transforms)
         for fn in self.transforms:
             self._bind(fn)
@@ -317,7 +339,7 @@ class ReplayBuffer(
         """Bytes allocated for stored data (columns, final observations and the index)."""
         with self._lock:
             index = sum(a.nbytes for a in self._index.state_arrays().values())
-            return self._cols.nbytes + index
+            return self._cols.nbytes + index + self._sampler.nbytes
 
     @property
     def env_capacity(self) -> int:
@@ -332,51 +354,15 @@ class ReplayBuffer(
         )
 
     def _settled(self, before: Array, t0: int, n: int) -> None:
-        """The write hook for deferred plain steps ``t0 .. t0+n-1`` of every env.
-
-        Called by the index when it accounts for them, which happens before anything reads
-        it (the prioritized buffer also settles before reading its priorities).
-        """
-        first = max(t0, t0 + n - self._env_capacity)  # earlier ones were overwritten since
-        E = self.num_envs
-        rows_t = np.repeat(np.arange(first, t0 + n, dtype=np.int64), E)
-        rows_env = np.tile(np.arange(E, dtype=np.int64), t0 + n - first)
-        self._notify_sampleable(before, rows_env, rows_t)
+        """The index accounted for deferred plain steps ``t0 .. t0+n-1`` of every env (before
+        anything reads it): the sampler hears of them."""
+        self._sampler.on_settle(self._index, before, t0, n)
 
     def _notify_sampleable(self, before: Array, rows_env: Array, rows_t: Array) -> None:
-        removed_env, removed_t, added_env, added_t = sampleable_delta(before, self._index.bounds())
-        if self._index.has_cuts and added_t.shape[0]:
-            # [lo, hi) grew over the holes of abandoned episodes: those never become sampleable.
-            keep = ~self._index.in_hole(added_env, added_t)
-            added_env, added_t = added_env[keep], added_t[keep]
-        self._on_write(rows_env, rows_t, removed_env, removed_t, added_env, added_t)
-
-    def _on_write(
-        self,
-        rows_env: Array,
-        rows_t: Array,
-        removed_env: Array,
-        removed_t: Array,
-        added_env: Array,
-        added_t: Array,
-    ) -> None:
-        """Hook for subclasses with ``_tracks_sampleable``: called after writes.
-
-        Steps stored by the per-step fast path are reported together, when the index accounts
-        for them (:meth:`EpisodeIndex.settle`: before anything reads the index, at the latest
-        after 4096 of them); every other write is reported as it happens. Either way the hook
-        has run before any read of the buffer sees the steps.
-
-        Args:
-            rows_env: Env of each step just written.
-            rows_t: Absolute step of each step just written.
-            removed_env: Env of each transition that is no longer sampleable (overwritten,
-                cleared, or its frame stack lost); apply these before ``added``, since an
-                added transition may reuse a removed one's slot.
-            removed_t: Their absolute steps.
-            added_env: Env of each transition that just became sampleable.
-            added_t: Their absolute steps.
-        """
+        """Steps ``(rows_env, rows_t)`` were written and the sampleable set moved from
+        ``before`` (an index :meth:`~EpisodeIndex.bounds` snapshot): the sampler hears of it."""
+        changes = self._index.sampleable_changes(before)
+        self._sampler.on_write(self._index, rows_env, rows_t, *changes)
 
     def close(self) -> None:
         """Flush storage and release it (a memmap directory becomes free for another buffer).
@@ -445,6 +431,8 @@ class ReplayBuffer(
             config["rate_limiter"] = RateLimiter.from_json(config["rate_limiter"])
         if "as_" in overrides:  # another format: the file's device was for the file's format
             overrides.setdefault("device", None)
+        if "sampler" in config:  # a sampler given to the constructor: a new one like it
+            config["sampler"] = sampler_from_config(config["sampler"])
         config.update(overrides)
         capacity = config.pop("capacity")
         fields = config.pop("fields")

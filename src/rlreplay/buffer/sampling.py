@@ -1,10 +1,11 @@
-"""Sampling of a replay buffer: ``sample``, ``get_transitions`` and the draw/assemble steps.
+"""Sampling of a replay buffer: ``sample``, ``get_transitions`` and the assembly step.
 
 A part of :class:`rlreplay.ReplayBuffer` (see :mod:`rlreplay.buffer.host`).
-:meth:`SamplingMixin.sample` waits on the rate limiter without the lock, then draws and
-assembles under it in one kernel (:mod:`rlreplay.sampling.onecall`) while ``_draw`` is this
-class's; a subclass that overrides ``_draw`` (prioritized sampling) goes through ``_draw`` then
-``_batch``. Conversion to torch/JAX happens after the lock is released.
+:meth:`SamplingMixin.sample` waits on the rate limiter without the lock, then, under it, the
+buffer's sampler (:mod:`rlreplay.sampling`) chooses the transitions and the assembler
+(:mod:`rlreplay.assemble`) builds their arrays: in one kernel (:mod:`rlreplay.sampling.onecall`)
+where the sampler's ``kernel`` names one, else through ``sampler.draw`` then ``_batch``.
+Conversion to torch/JAX happens after the lock is released.
 """
 
 from __future__ import annotations
@@ -16,11 +17,10 @@ import numpy as np
 from rlreplay.assemble.transitions import assemble_transitions
 from rlreplay.batch import Batch
 from rlreplay.buffer.host import Array, BufferHost
-from rlreplay.episodes.index import LO
-from rlreplay.errors import ConfigError, EmptyBufferError, InvalidIdError
+from rlreplay.errors import ConfigError, InvalidIdError
 from rlreplay.io.frameworks import TensorBatch, choose_output
 from rlreplay.sampling.onecall import sample_batch
-from rlreplay.sampling.uniform import DrawOptions, draw_mixed, draw_options, draw_uniform
+from rlreplay.sampling.uniform import draw_options
 from rlreplay.spec.schema import positive_int
 from rlreplay.transforms import BindableTransform, Transform, apply_transform
 
@@ -110,7 +110,8 @@ class SamplingMixin(BufferHost):
                 if self._shared is not None:  # redraws a batch a writer overwrote meanwhile
                     batch = self._shared.sample(self, batch_size, opts)
                 else:
-                    batch = sample_batch(self, batch_size, opts, out, SamplingMixin)  # one kernel
+                    plain = type(self)._batch is SamplingMixin._batch  # the kernel assembles so
+                    batch = sample_batch(self, batch_size, opts, out, plain)
                 batch = self._transformed(batch, transform)
         except BaseException:
             if limiter is not None:
@@ -142,31 +143,6 @@ class SamplingMixin(BufferHost):
                     "or their window or frame stack is not complete)"
                 )
             return self._batch(env_ids, t, {"weights": np.ones(t.shape[0], np.float32)})
-
-    def _draw(self, batch_size: int, opts: DrawOptions) -> tuple[Array, Array, dict[str, Array]]:
-        """Choose ``(env_ids, t)`` to sample, plus per-draw arrays such as ``weights``.
-
-        Subclasses override this (prioritized sampling); the base draws uniformly, mixing in
-        recent data and avoiding duplicates as ``opts`` asks.
-        """
-        sizes = self._index.sizes()
-        total = int(sizes.sum())
-        if not total:
-            raise EmptyBufferError(
-                f"sample: nothing is sampleable yet ({len(self)} stored transitions; a "
-                f"transition becomes sampleable once its {self.n_step}-step window is known)"
-            )
-        env = self._index.env
-        if opts.recent_ratio == 0 and opts.replacement:
-            env_ids, t = draw_uniform(env[:, LO], sizes, batch_size, self._rng, total)
-        else:
-            env_ids, t = draw_mixed(
-                env[:, LO], env[:, LO] + sizes, batch_size, self._rng,
-                recent_ratio=opts.recent_ratio, recent_steps=opts.recent_steps,
-                replacement=opts.replacement,
-            )  # fmt: skip
-        t = self._index.unhole(env_ids, t)  # drawn over ranges compressed past the holes
-        return env_ids, t, {"weights": np.ones(batch_size, np.float32)}
 
     def _bind(self, fn: Transform) -> None:
         if not callable(fn):

@@ -54,26 +54,40 @@ class StateMixin(BufferHost):
             "recent_steps": self.draw_options.recent_steps,
             "replacement": self.draw_options.replacement,
         }
+        config.update(self._sampler_config())
         if self._limiter is not None:  # absent otherwise: files without a limiter unchanged
             config["rate_limiter"] = self._limiter.to_json()
         if self._output is not None:  # the default of as_/device; NumPy buffers' files unchanged
             config.update(as_=self._output.as_, device=self._output.device)
         return config
 
+    def _sampler_config(self) -> dict[str, Any]:
+        """The sampler's part of the configuration: nothing for a sampler of the class's
+        default ``sampler_class`` built without arguments, else ``{"sampler": {"name": ...,
+        **config}}`` (a class whose constructor builds its sampler from its own arguments
+        records them its own way)."""
+        sampler = self._sampler
+        if type(sampler) is type(self).sampler_class and not sampler.config():
+            return {}
+        return {"sampler": {"name": sampler.name, **sampler.config()}}
+
     def _state_meta(self) -> dict[str, Any]:
-        """Scalars of the state (JSON-able); subclasses extend it."""
+        """Scalars of the state (JSON-able): the index's, the generator's, the sampler's and
+        the rate limiter's."""
         meta = {
             "finals_capacity": self._index.finals_capacity,
             "rng": self._rng.bit_generator.state,
+            **self._sampler.state_meta(),
         }
         if self._limiter is not None:
             meta["rate_limiter"] = self._limiter_counts()
         return meta
 
     def _state_arrays(self) -> dict[str, Array]:
-        """Arrays of the state (live views); subclasses extend it."""
+        """Arrays of the state (live views): the index's, the columns' and the sampler's."""
         out = {f"index/{k}": v for k, v in self._index.state_arrays().items()}
         out.update({f"columns/{k}": v for k, v in self._cols.state_arrays().items()})
+        out.update(self._sampler.state_arrays())
         return out
 
     def _load_meta(self, meta: Mapping[str, Any]) -> None:
@@ -83,16 +97,19 @@ class StateMixin(BufferHost):
         self._index.set_finals_capacity(finals)
         self._cols.set_finals_capacity(finals)
         self._rng.bit_generator.state = meta["rng"]
+        self._sampler.load_meta(meta)
 
     def _after_load(self) -> None:
         """Rebuild what is derived from the state after its arrays were restored in place.
 
-        Called at the end of :meth:`load_state_dict` and of loading a checkpoint; the base keeps
-        nothing derived. Subclasses rebuild caches here (e.g. segment trees from priorities).
+        Called at the end of :meth:`load_state_dict` and of loading a checkpoint: the index's
+        tables are checked, the rate limiter resized and the sampler rebuilds what it derives
+        (segment trees from priorities).
         """
         steps = self._cols.steps  # CheckpointError for tables no writes produce:
         self._index.check_loaded(steps["terminated"], steps["truncated"])
         self._limiter_resized()  # the rate limiter's size is the restored sampleable count
+        self._sampler.after_load(self._index)
 
     def state_dict(self) -> dict[str, Any]:
         """The full state: ``{"class", "config", "meta", "arrays"}`` (arrays are copies)."""

@@ -457,6 +457,17 @@ class EpisodeIndex:
         """A copy of the per-env ``[lo, hi]`` columns (``(E, 2)`` int64)."""
         return self.env[:, LO : HI + 1].copy()
 
+    def sampleable_changes(self, before: Array) -> tuple[Array, Array, Array, Array]:
+        """``(removed_env, removed_t, added_env, added_t)``: the transitions that left and
+        joined the sampleable set since ``before`` (a :meth:`bounds` snapshot), env by env in
+        time order. Steps in the holes of abandoned episodes never join it."""
+        removed_env, removed_t, added_env, added_t = sampleable_delta(before, self.bounds())
+        if self.has_cuts and added_t.shape[0]:
+            # [lo, hi) grew over the holes of abandoned episodes: those never become sampleable.
+            keep = ~self.in_hole(added_env, added_t)
+            added_env, added_t = added_env[keep], added_t[keep]
+        return removed_env, removed_t, added_env, added_t
+
     def sizes(self) -> Array:
         """Number of sampleable steps per env (int64, shape ``(E,)``): ``hi - lo`` less holes."""
         out: Array = np.maximum(self.env[:, HI] - self.env[:, LO], 0)

@@ -18,7 +18,7 @@ from numba import literal_unroll
 from rlreplay.codegen.prefetch import prefetch_slot
 from rlreplay.sampling.tree_kernels import _LANE, _SHIFT, _descend_all
 
-__all__ = ["_fill_powers", "_prio_kernel", "_sample_kernel", "reward_powers"]
+__all__ = ["_prio_kernel", "_sample_kernel"]
 
 Array = np.ndarray[Any, Any]
 # Compiled without Numba's reference-counting runtime: arrays are unboxed into plain structs,
@@ -30,30 +30,6 @@ _NO_NRT: dict[str, Any] = {"cache": True, "_nrt": False}
 def _2d(a: Array) -> Array:  # pragma: no cover - compiled
     """``a`` as ``(rows, items per row)``: a view (C-contiguous arrays only)."""
     return a.reshape(a.shape[0], a.size // max(a.shape[0], 1))
-
-
-@numba.njit(cache=True)
-def _fill_powers(gamma: float, powers: Array) -> None:  # pragma: no cover - compiled
-    for j in range(powers.shape[1]):
-        powers[0, j] = np.float32(gamma**j)
-        powers[1, j] = np.float32(gamma**j)
-
-
-def reward_powers(gamma: float, n: int, reward_dtype: np.dtype[Any]) -> Array:
-    """``(2, n + 1)`` powers of ``gamma`` for the kernels' n-step windows.
-
-    Row 0 multiplies the rewards, row 1 is the discount (``float32(gamma ** m)``, float32
-    values whatever the reward). For a float32 reward both rows are ``float32(gamma ** j)``
-    (:func:`_fill_powers`); for a float64 reward row 0 is Python's ``gamma ** j`` in float64,
-    so the sums are the NumPy path's (``(gamma ** j) * rew`` added in float64).
-    """
-    p32 = np.zeros((2, n + 1), np.float32)
-    _fill_powers(float(gamma), p32)
-    if reward_dtype == np.float32:
-        return p32
-    p64 = p32.astype(np.float64)
-    p64[0] = [gamma**j for j in range(n + 1)]
-    return p64
 
 
 @numba.njit(**_NO_NRT)
@@ -268,8 +244,9 @@ def _sample_kernel(
     stacked ``obs`` (outs of shape ``(B, k, ...)``), ``nexts`` pairs ``(column, out)`` of
     ``next_fields``; a tuple with nothing to do holds one placeholder with 0 output rows.
     Positions map to steps as :func:`positions_to_steps` maps them, and windows are
-    :func:`_window_kernel`'s, operation for operation (``powers`` from :func:`reward_powers`:
-    row 0 multiplies the rewards, in the reward's dtype, row 1 holds the float32 discounts).
+    :func:`_window_kernel`'s, operation for operation (``powers`` from
+    :func:`rlreplay.assemble.powers.reward_powers`: row 0 multiplies the rewards, in the
+    reward's dtype, row 1 holds the float32 discounts).
     """
     B = u.shape[0]
     E = env.shape[0]

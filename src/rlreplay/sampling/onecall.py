@@ -28,10 +28,11 @@ from typing import Any
 import numba
 import numpy as np
 
+from rlreplay.assemble.powers import reward_powers
 from rlreplay.batch import Batch
 from rlreplay.codegen import define
 from rlreplay.episodes.index import EpisodeIndex
-from rlreplay.sampling.batch_kernels import _prio_kernel, _sample_kernel, reward_powers
+from rlreplay.sampling.batch_kernels import _prio_kernel, _sample_kernel
 from rlreplay.storage.columns import Columns
 
 __all__ = ["FastSampler", "sample_batch"]
@@ -274,24 +275,23 @@ class FastSampler:
         return arrays
 
 
-def sample_batch(buf: Any, batch_size: int, opts: Any, out: Any, uniform_type: type) -> Batch:
+def sample_batch(buf: Any, batch_size: int, opts: Any, out: Any, plain: bool) -> Batch:
     """:meth:`ReplayBuffer.sample`'s draw and assembly, under the buffer's lock.
 
-    One :class:`FastSampler` call for a uniform draw with replacement and no recency mix,
-    from a buffer whose class draws and assembles as ``uniform_type`` does; the general path
-    (``buf._draw`` then ``buf._batch``, copied into ``out`` if given) otherwise, and when
-    nothing is sampleable (it raises the error). A buffer that draws by priority and offers
-    ``_fast_draw_args()`` (:class:`rlreplay.PrioritizedReplayBuffer`) gets the prioritized
-    kernel the same way.
+    One :class:`FastSampler` call when the buffer's sampler names a kernel (its ``kernel``:
+    ``"uniform"`` for a uniform draw with replacement and no recency mix, ``"prioritized"``
+    when its ``fast_draw_args`` gives a tree to draw from) and the buffer assembles as the
+    core does (``plain``); the general path (``sampler.draw`` then ``buf._batch``, copied into
+    ``out`` if given) otherwise, and when nothing is sampleable (it raises the error).
     """
+    kernel = buf._sampler.kernel
+    if kernel == "prioritized":
+        return _sample_prioritized(buf, batch_size, opts, out, plain)
     fast = buf.__dict__.get("_fast_sampler")
     if fast is None or not fast.valid_for(buf._cols, buf._index):
-        fast = _plan(buf, uniform_type, prioritized=False)
-        cls: Any = type(buf)
-        fast.eligible &= cls._draw is uniform_type._draw  # type: ignore[attr-defined]
+        fast = _plan(buf, prioritized=False)
+        fast.eligible &= plain and kernel == "uniform"
         buf.__dict__["_fast_sampler"] = fast
-    if not fast.eligible and hasattr(type(buf), "_fast_draw_args"):
-        return _sample_prioritized(buf, batch_size, opts, out, uniform_type)
     arrays = None if out is None else fast.arrays_of(out, batch_size)
     index = buf._index
     if (
@@ -320,29 +320,26 @@ def sample_batch(buf: Any, batch_size: int, opts: Any, out: Any, uniform_type: t
     return _general(buf, batch_size, opts, out, arrays, fast)
 
 
-def _plan(buf: Any, uniform_type: type, prioritized: bool) -> FastSampler:
-    fast = FastSampler(
+def _plan(buf: Any, prioritized: bool) -> FastSampler:
+    return FastSampler(
         buf._cols, buf._index, frame_stack=buf.frame_stack,
         zero_pad=buf.stack_pad == "zero", next_fields=buf.next_fields, n_step=buf.n_step,
         gamma=buf.gamma, prioritized=prioritized,
     )  # fmt: skip
-    cls: Any = type(buf)
-    fast.eligible &= cls._batch is uniform_type._batch  # type: ignore[attr-defined]
-    return fast
 
 
-def _sample_prioritized(
-    buf: Any, batch_size: int, opts: Any, out: Any, uniform_type: type
-) -> Batch:
+def _sample_prioritized(buf: Any, batch_size: int, opts: Any, out: Any, plain: bool) -> Batch:
     """The prioritized twin of :func:`sample_batch`: one :func:`_prio_kernel` call when the
-    buffer's ``_fast_draw_args()`` gives a tree to draw from (``None``: the general path,
-    which raises what it must), then ``_fast_drawn()`` (the beta schedule's step)."""
+    sampler's ``fast_draw_args`` gives a tree to draw from (``None``: the general path, which
+    raises what it must), then its ``drawn()`` (the beta schedule's step)."""
     fast = buf.__dict__.get("_fast_prio_sampler")
     if fast is None or not fast.valid_for(buf._cols, buf._index):
-        fast = buf.__dict__["_fast_prio_sampler"] = _plan(buf, uniform_type, prioritized=True)
+        fast = buf.__dict__["_fast_prio_sampler"] = _plan(buf, prioritized=True)
+        fast.eligible &= plain
     arrays = None if out is None else fast.arrays_of(out, batch_size)
     if fast.eligible and opts.recent_ratio == 0 and opts.replacement:
-        prio = buf._fast_draw_args()
+        sampler = buf._sampler
+        prio = sampler.fast_draw_args(buf._index)
         if prio is not None:
             try:
                 data = fast.run(buf._rng, batch_size, arrays, prio)
@@ -351,7 +348,7 @@ def _sample_prioritized(
                     raise
                 data = -1
             if type(data) is dict:
-                buf._fast_drawn()
+                sampler.drawn()
                 return out if isinstance(out, Batch) else _new_batch(data)
             raise ValueError("sample(out=...): an output's shape changed since it was checked")
     return _general(buf, batch_size, opts, out, arrays, fast)
@@ -360,9 +357,9 @@ def _sample_prioritized(
 def _general(
     buf: Any, batch_size: int, opts: Any, out: Any, arrays: Any, fast: FastSampler
 ) -> Batch:
-    """The general path (``buf._draw`` then ``buf._batch``), copied into ``out`` if given."""
-    env_ids, t, extra = buf._draw(batch_size, opts)
-    batch: Batch = buf._batch(env_ids, t, extra)
+    """The general path (``sampler.draw`` then ``buf._batch``), copied into ``out`` if given."""
+    drawn = buf._sampler.draw(buf._index, batch_size, buf._rng, opts)
+    batch: Batch = buf._batch(drawn.env_ids, drawn.t, drawn.extra())
     if arrays is None:
         return batch
     if set(batch) != set(fast.keys):

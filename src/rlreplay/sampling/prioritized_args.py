@@ -1,4 +1,4 @@
-"""Argument checks of :class:`rlreplay.PrioritizedReplayBuffer` (split from ``prioritized``).
+"""Argument checks of prioritized sampling (:class:`rlreplay.PrioritizedReplayBuffer`).
 
 Validation of the constructor's numbers and clip range, the uniform-only draw options, and
 R2D2's reduction of per-step sequence priorities to one per sequence.

@@ -179,10 +179,12 @@ class SharedState:
     def sample(self, buf: Any, batch_size: int, opts: DrawOptions) -> Any:
         """``buf``'s draw and assembly, again until no writer overtook the batch."""
         deadline = time.monotonic() + self.timeout
-        beta_step = getattr(buf, "_beta_step", None)
+        sampler = buf._sampler
+        beta_step = getattr(sampler, "beta_step", None)
         while True:
-            env_ids, t, extra = buf._draw(batch_size, opts)
-            batch = buf._batch(env_ids, t, extra)
+            drawn = sampler.draw(buf._index, batch_size, buf._rng, opts)
+            env_ids, t = drawn.env_ids, drawn.t
+            batch = buf._batch(env_ids, t, drawn.extra())
             if self.intact(env_ids, t, buf.frame_stack):
                 return batch
             self.retries += 1
@@ -192,7 +194,7 @@ class SharedState:
                     "use a larger capacity"
                 )
             if beta_step is not None:
-                buf._beta_step = beta_step  # one schedule step per sample, not per attempt
+                sampler.beta_step = beta_step  # one schedule step per sample, not per attempt
             self.fold(buf)
 
 
