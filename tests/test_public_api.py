@@ -363,3 +363,17 @@ def test_sample_starts_errors() -> None:
     buf.close()
     with pytest.raises(rr.ReplayClosed):
         buf.sample_starts(4, [0, 0], [10, 10])
+
+
+# ---------------------------------------------------------------------- config
+def test_config_is_the_checkpointed_configuration() -> None:
+    import json
+
+    for cls, kw in ((rr.ReplayBuffer, {"n_step": 3}), (rr.PrioritizedReplayBuffer, {"alpha": 0.5})):
+        buf = cls(16, FIELDS, seed=1, **kw)
+        config = buf.config()
+        assert json.loads(json.dumps(config)) == config == buf.state_dict()["config"]
+        assert config is not buf.config()  # a fresh dict each call
+        twin = cls(16, FIELDS, seed=1, **kw)
+        assert twin.config() == config
+        assert cls(16, FIELDS, seed=2, **kw).config() != config

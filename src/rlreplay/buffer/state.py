@@ -36,6 +36,17 @@ class StateMixin(BufferHost):
         """
         return self._rng
 
+    def config(self) -> dict[str, Any]:
+        """The buffer's configuration as JSON-able data: its constructor's arguments that are
+        data (not functions such as transforms), as checkpoints record them and
+        :meth:`state_dict` gives them under ``"config"``.
+
+        Two buffers with equal configurations hold, sample and save alike given the same
+        calls (with equal seeds); a sharded service uses it to check that a loaded shard fits.
+        """
+        with self._lock:
+            return self._config()
+
     def _config(self) -> dict[str, Any]:
         config = {
             "capacity": self.capacity,

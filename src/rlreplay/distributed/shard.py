@@ -177,8 +177,8 @@ class Shard:
     def _replace(self, buffer: ReplayBuffer) -> None:
         """Swap in a loaded buffer after checking it fits this shard's configuration."""
         old = self.buffer
-        mine = {k: v for k, v in old._config().items() if k != "seed"}
-        theirs = {k: v for k, v in buffer._config().items() if k != "seed"}
+        mine = {k: v for k, v in old.config().items() if k != "seed"}
+        theirs = {k: v for k, v in buffer.config().items() if k != "seed"}
         if type(buffer) is not type(old) or mine != theirs:
             diff = sorted(k for k in mine.keys() | theirs.keys() if mine.get(k) != theirs.get(k))
             buffer.close()
