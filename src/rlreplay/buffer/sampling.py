@@ -110,8 +110,7 @@ class SamplingMixin(BufferHost):
                 if self._shared is not None:  # redraws a batch a writer overwrote meanwhile
                     batch = self._shared.sample(self, batch_size, opts)
                 else:
-                    plain = type(self)._batch is SamplingMixin._batch  # the kernel assembles so
-                    batch = sample_batch(self, batch_size, opts, out, plain)
+                    batch = sample_batch(self, batch_size, opts, out, SamplingMixin)
                 batch = self._transformed(batch, transform)
         except BaseException:
             if limiter is not None:

@@ -89,9 +89,7 @@ class Sampler(Protocol):
 
     name: str
     tracks_sampleable: bool
-
-    @property
-    def kernel(self) -> str | None: ...
+    kernel: str | None
 
     def bind(self, index: EpisodeIndex, options: DrawOptions) -> None:
         """Attach to a buffer's episode index (once; a second buffer raises ``ConfigError``)

@@ -275,22 +275,23 @@ class FastSampler:
         return arrays
 
 
-def sample_batch(buf: Any, batch_size: int, opts: Any, out: Any, plain: bool) -> Batch:
+def sample_batch(buf: Any, batch_size: int, opts: Any, out: Any, uniform_type: type) -> Batch:
     """:meth:`ReplayBuffer.sample`'s draw and assembly, under the buffer's lock.
 
     One :class:`FastSampler` call when the buffer's sampler names a kernel (its ``kernel``:
     ``"uniform"`` for a uniform draw with replacement and no recency mix, ``"prioritized"``
-    when its ``fast_draw_args`` gives a tree to draw from) and the buffer assembles as the
-    core does (``plain``); the general path (``sampler.draw`` then ``buf._batch``, copied into
-    ``out`` if given) otherwise, and when nothing is sampleable (it raises the error).
+    when its ``fast_draw_args`` gives a tree to draw from) and the buffer assembles as
+    ``uniform_type`` does (its ``_batch``); the general path (``sampler.draw`` then
+    ``buf._batch``, copied into ``out`` if given) otherwise, and when nothing is sampleable
+    (it raises the error).
     """
     kernel = buf._sampler.kernel
     if kernel == "prioritized":
-        return _sample_prioritized(buf, batch_size, opts, out, plain)
+        return _sample_prioritized(buf, batch_size, opts, out, uniform_type)
     fast = buf.__dict__.get("_fast_sampler")
     if fast is None or not fast.valid_for(buf._cols, buf._index):
-        fast = _plan(buf, prioritized=False)
-        fast.eligible &= plain and kernel == "uniform"
+        fast = _plan(buf, uniform_type, prioritized=False)
+        fast.eligible &= kernel == "uniform"
         buf.__dict__["_fast_sampler"] = fast
     arrays = None if out is None else fast.arrays_of(out, batch_size)
     index = buf._index
@@ -320,22 +321,26 @@ def sample_batch(buf: Any, batch_size: int, opts: Any, out: Any, plain: bool) ->
     return _general(buf, batch_size, opts, out, arrays, fast)
 
 
-def _plan(buf: Any, prioritized: bool) -> FastSampler:
-    return FastSampler(
+def _plan(buf: Any, uniform_type: type, prioritized: bool) -> FastSampler:
+    fast = FastSampler(
         buf._cols, buf._index, frame_stack=buf.frame_stack,
         zero_pad=buf.stack_pad == "zero", next_fields=buf.next_fields, n_step=buf.n_step,
         gamma=buf.gamma, prioritized=prioritized,
     )  # fmt: skip
+    cls: Any = type(buf)
+    fast.eligible &= cls._batch is uniform_type._batch  # type: ignore[attr-defined]
+    return fast
 
 
-def _sample_prioritized(buf: Any, batch_size: int, opts: Any, out: Any, plain: bool) -> Batch:
+def _sample_prioritized(
+    buf: Any, batch_size: int, opts: Any, out: Any, uniform_type: type
+) -> Batch:
     """The prioritized twin of :func:`sample_batch`: one :func:`_prio_kernel` call when the
     sampler's ``fast_draw_args`` gives a tree to draw from (``None``: the general path, which
     raises what it must), then its ``drawn()`` (the beta schedule's step)."""
     fast = buf.__dict__.get("_fast_prio_sampler")
     if fast is None or not fast.valid_for(buf._cols, buf._index):
-        fast = buf.__dict__["_fast_prio_sampler"] = _plan(buf, prioritized=True)
-        fast.eligible &= plain
+        fast = buf.__dict__["_fast_prio_sampler"] = _plan(buf, uniform_type, prioritized=True)
     arrays = None if out is None else fast.arrays_of(out, batch_size)
     if fast.eligible and opts.recent_ratio == 0 and opts.replacement:
         sampler = buf._sampler

@@ -129,6 +129,11 @@ class PrioritizedSampler:
         self.beta_step = 0  # samples drawn so far: the beta schedule's step
         self.max_priority = 0.0  # largest priority applied by update()
         self._priorities: Priorities | None = None
+        #: The one-call kernel that reproduces :meth:`draw`: none for a subclass that draws
+        #: its own way.
+        self.kernel: str | None = (
+            "prioritized" if type(self).draw is PrioritizedSampler.draw else None
+        )
 
     # ------------------------------------------------------------------ binding
     def bind(self, index: EpisodeIndex, options: DrawOptions) -> None:
@@ -150,11 +155,6 @@ class PrioritizedSampler:
 
     def check_options(self, options: DrawOptions) -> None:
         _check_uniform_only(options)
-
-    @property
-    def kernel(self) -> str | None:
-        """``"prioritized"`` unless a subclass draws its own way."""
-        return "prioritized" if type(self).draw is PrioritizedSampler.draw else None
 
     @property
     def raw(self) -> Priorities:

@@ -53,11 +53,9 @@ class UniformSampler:
 
     def __init__(self) -> None:
         self._bound = False
-
-    @property
-    def kernel(self) -> str | None:
-        """``"uniform"`` unless a subclass draws its own way."""
-        return "uniform" if type(self).draw is UniformSampler.draw else None
+        #: The one-call kernel that reproduces :meth:`draw`: none for a subclass that draws
+        #: its own way.
+        self.kernel: str | None = "uniform" if type(self).draw is UniformSampler.draw else None
 
     def bind(self, index: EpisodeIndex, options: DrawOptions) -> None:
         if self._bound:
