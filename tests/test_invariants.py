@@ -341,9 +341,8 @@ def test_front_ends_use_only_the_public_api_and_the_core_imports_none() -> None:
             if module not in front:
                 assert not any(t.startswith("rlreplay.compat") for t in targets), module
                 continue
-            if imported.startswith("rlreplay.compat") or not imported.startswith("rlreplay"):
+            if imported.startswith("rlreplay.compat") or imported.split(".")[0] != "rlreplay":
                 continue
-            assert names, f"{module}: 'import {imported}' (use 'from rlreplay import ...')"
             assert (SRC / imported.replace(".", "/") / "__init__.py").exists(), (
                 f"{module} imports from {imported}, a leaf module of the core"
             )
