@@ -37,24 +37,8 @@ def indexes_in(tables: str) -> Iterator[IndexFactory]:
             backend.close()
 
 
-# Growing the final records with tables in shared memory reads the old owner table after its
-# segment was unmapped (a crash, so these are not run); shared buffers start with F = C, which
-# grows only once C stored steps of an env all end their episodes.
-CRASHES = {
-    ("shared", "check_final_records_grow_and_stay_owned"),
-    ("shared", "check_random_operations_match_a_reference"),
-}
-SHARED_GROWTH_CRASHES = pytest.mark.xfail(
-    run=False,
-    reason="shared backend: reallocating an array unmaps the old one while it is still read",
-)
 CASES = [
-    pytest.param(
-        tables,
-        check,
-        id=f"{tables}-{check.__name__}",
-        marks=[SHARED_GROWTH_CRASHES] if (tables, check.__name__) in CRASHES else [],
-    )
+    pytest.param(tables, check, id=f"{tables}-{check.__name__}")
     for tables in TABLES
     for check in index_checks()
 ]

@@ -43,25 +43,8 @@ def columns_on(backend: str, tmp_path: Path) -> Iterator[StorageFactory]:
             made.close()
 
 
-# Growing the finals on the shared backend reads memory that is no longer mapped (a crash, so
-# these are not run): SharedBackend.allocate releases the array it replaces by closing its
-# segment, and NumPy arrays made on a segment's buffer do not keep the mapping alive, so the
-# live records can no longer be copied out of the old column.
-CRASHES = {
-    ("shared", "check_grow_finals_keeps_contents"),
-    ("shared", "check_random_writes_and_growth_match_a_reference"),
-}
-SHARED_GROWTH_CRASHES = pytest.mark.xfail(
-    run=False,
-    reason="shared backend: reallocating an array unmaps the old one while it is still read",
-)
 CASES = [
-    pytest.param(
-        backend,
-        check,
-        id=f"{backend}-{check.__name__}",
-        marks=[SHARED_GROWTH_CRASHES] if (backend, check.__name__) in CRASHES else [],
-    )
+    pytest.param(backend, check, id=f"{backend}-{check.__name__}")
     for backend in BACKENDS
     for check in storage_checks()
 ]

@@ -6,6 +6,8 @@ import gc
 import multiprocessing as mp
 import os
 import signal
+import subprocess
+import sys
 import time
 from typing import Any
 
@@ -375,3 +377,26 @@ def test_random_writer_operations_fold_like_one_buffer(
     assert_same_sampleable(buf, ref)
     w.close()
     buf.close()
+
+
+def test_growing_final_records_keeps_the_arrays_in_use_mapped() -> None:
+    """A shared buffer whose final-observation records grow (every step ends an episode)
+    replaces those arrays while the index and columns still read the old ones: the old
+    mappings must stay alive until then (they used to be unmapped at once, a segfault)."""
+    code = """
+import gc, numpy as np, rlreplay as rr
+buf = rr.ReplayBuffer(8, {"obs": rr.Field((2,), np.float32)}, storage="shared", seed=0)
+for t in range(40):
+    buf.add(obs=np.full(2, t, np.float32), reward=1.0, terminated=True, truncated=False,
+            next_obs=np.full(2, -t, np.float32))
+b = buf.sample(16)
+assert (b.next_obs[:, 0] == -b.obs[:, 0]).all() and (b.obs[:, 0] >= 32).all()
+buf.close()
+del buf, b
+gc.collect()
+print("ok")
+"""
+    done = subprocess.run(
+        [sys.executable, "-W", "error", "-c", code], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr[-2000:]

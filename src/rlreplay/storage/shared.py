@@ -130,7 +130,13 @@ class SharedBackend:
         self.release(name)
         self._segments[name] = seg
         self._layout[name] = (seg_name, tuple(shape), np.dtype(dtype).str)
-        arr: Array = np.ndarray(shape, dtype, buffer=seg.buf)
+        # frombuffer holds an export of the segment's buffer for as long as the array (or a
+        # view of it) lives, so the mapping cannot be closed under it (ndarray(buffer=...)
+        # would not: it releases the export at once, and a later close() unmaps live arrays).
+        count = int(np.prod(shape, dtype=np.int64))
+        view = seg.buf
+        assert view is not None  # a segment just created is mapped
+        arr: Array = np.frombuffer(view, dtype, count).reshape(shape)
         return arr  # zero-filled: a new segment is (sparse) zeros
 
     def release(self, name: str) -> None:
@@ -148,17 +154,34 @@ class SharedBackend:
         return None
 
     def close(self) -> None:
-        """Unlink every segment (arrays already handed out stay readable until dropped)."""
+        """Unlink every segment; arrays already handed out stay readable until dropped (they
+        hold their mapping), and the memory is freed with the last of them."""
         self._finalizer()
 
 
 def _unlink(seg: shared_memory.SharedMemory) -> None:
-    # Unlink first: close() fails while NumPy views still export the buffer, and the mapping
-    # then lives on until they are dropped, which is what the arrays handed out need.
+    """Unlink ``seg``'s name and let go of it: the mapping is closed now if no array uses it,
+    else when its last array is dropped (the arrays hold it through their buffer export)."""
     with contextlib.suppress(FileNotFoundError):
         seg.unlink()
-    with contextlib.suppress(BufferError):  # live views: the mapping goes with them
+    try:
         seg.close()
+    except BufferError:  # arrays still use the mapping: they keep it alive
+        _detach(seg)
+
+
+def _detach(seg: shared_memory.SharedMemory) -> None:
+    """Drop ``seg``'s own references to its mapping without closing it, and close its file
+    descriptor, so that neither a later ``close()`` nor its finaliser can unmap memory that
+    arrays still read (the mapping is freed with the last array's buffer export)."""
+    own: Any = seg  # SharedMemory's private fields (POSIX): _fd, _buf, _mmap
+    fd = getattr(own, "_fd", -1)
+    if isinstance(fd, int) and fd >= 0:
+        with contextlib.suppress(OSError):
+            os.close(fd)
+        own._fd = -1
+    own._buf = None
+    own._mmap = None
 
 
 def _unlink_all(segments: dict[str, shared_memory.SharedMemory]) -> None:
