@@ -12,11 +12,13 @@ calls before first use; it then runs under the buffer's lock.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, Protocol, TypeAlias, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, TypeAlias, runtime_checkable
 
 from rlreplay.batch import Batch
-from rlreplay.buffer.host import BufferHost
 from rlreplay.transforms.hindsight import HindsightRelabel
+
+if TYPE_CHECKING:  # (at run time the buffer imports this package, never the reverse)
+    from rlreplay.buffer.host import BufferHost
 
 __all__ = ["BindableTransform", "HindsightRelabel", "Transform", "apply_transform"]
 
