@@ -50,3 +50,24 @@ def test_episode_index_passes_its_contract(
 ) -> None:
     with indexes_in(tables) as make:
         check(make)
+
+
+def test_nbytes_is_the_tables_and_reading_it_keeps_the_index_as_it_was() -> None:
+    """``nbytes`` sums the three tables, and reading it (``buf.nbytes``) changes nothing of the
+    index (no cache is dropped, no counter reset)."""
+    import numpy as np
+
+    import rlreplay as rr
+
+    buf = rr.ReplayBuffer(16, {"obs": rr.Field((), np.float32)}, num_envs=2, seed=0)
+    for t in range(9):
+        buf.add(obs=np.full(2, t, np.float32), reward=np.ones(2), terminated=[False, t == 4],
+                truncated=[False, False], next_obs=np.zeros(2, np.float32))  # fmt: skip
+    index = buf._index
+    tables = (index.env, index.slot_meta, index.final_owner)
+    assert index.nbytes == sum(a.nbytes for a in tables)
+    before = dict(vars(index))
+    _ = buf.nbytes
+    assert {k: v for k, v in vars(index).items() if not isinstance(v, np.ndarray)} == {
+        k: v for k, v in before.items() if not isinstance(v, np.ndarray)
+    }

@@ -338,8 +338,7 @@ class ReplayBuffer(
     def nbytes(self) -> int:
         """Bytes allocated for stored data (columns, final observations and the index)."""
         with self._lock:
-            index = sum(a.nbytes for a in self._index.state_arrays().values())
-            return self._cols.nbytes + index + self._sampler.nbytes
+            return self._cols.nbytes + self._index.nbytes + self._sampler.nbytes
 
     @property
     def env_capacity(self) -> int:

@@ -526,6 +526,11 @@ class EpisodeIndex:
         return env_ids, t, slots, stale, n_stale
 
     # ------------------------------------------------------------------ state
+    @property
+    def nbytes(self) -> int:
+        """Bytes of the index's tables (read without touching its caches)."""
+        return int(self.env.nbytes + self.slot_meta.nbytes + self.final_owner.nbytes)
+
     def state_arrays(self) -> dict[str, Array]:
         """The arrays that make up the index (live views, for checkpoints and loading)."""
         arrays = {"env": self.env, "slot_meta": self.slot_meta, "final_owner": self.final_owner}
