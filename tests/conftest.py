@@ -11,6 +11,9 @@ the default run derandomized: the examples depend only on each test's source, so
 reproducible and a random example can't make a submission flaky. Exploration with fresh random
 examples is what local runs and the ``slow`` profile are for.
 
+``RLREPLAY_BACKGROUND_COMPILE=0`` makes the sampling kernels compile in the first call that
+needs them (see below).
+
 The suite runs in parallel (pytest-xdist, ``-n auto --dist loadfile`` in pyproject's ``addopts``):
 each test file runs whole on one worker, so its module fixtures are built once.
 """
@@ -23,6 +26,12 @@ import pytest
 from hypothesis import HealthCheck, settings
 
 SLOW_EXAMPLES = 10_000
+
+# The one-call sampling kernels compile in the first call that needs them, as they did before
+# the background compile existed: tests that check what the kernel path does (``out=``
+# errors, equality with the general path) take it from the first sample even with a cold
+# Numba cache. tests/test_cold_start.py sets it back to test the background compile.
+os.environ.setdefault("RLREPLAY_BACKGROUND_COMPILE", "0")
 
 settings.register_profile(
     "slow",

@@ -22,6 +22,9 @@ call, so a reused batch can never be written out of bounds.
 
 from __future__ import annotations
 
+import logging
+import os
+import threading
 from collections.abc import Mapping
 from typing import Any
 
@@ -38,6 +41,16 @@ from rlreplay.storage.columns import Columns
 __all__ = ["FastSampler", "sample_batch"]
 
 Array = np.ndarray[Any, Any]
+
+_log = logging.getLogger("rlreplay")
+_announced = False  # the background compile is announced once per process
+# Samples a plan takes through the general path before its kernel (not in Numba's cache yet)
+# starts compiling in a background thread. Numba compiles under one process-wide lock, so a
+# compile started at the first sample would hold up every other first-time compile of the
+# caller's first steps (the general path's own small kernels, a checkpoint's): a quick
+# script then waits for the whole kernel. By the time a loop has sampled this often, those
+# are compiled.
+_GENERAL_FIRST = 16
 
 _PLAIN0 = (np.zeros((1, 1), np.uint8), np.zeros((0, 1), np.uint8))
 _QUAD0 = (*_PLAIN0, np.zeros((0, 1), np.uint8), np.zeros((0, 1), np.uint8))
@@ -139,13 +152,25 @@ class FastSampler:
         self._last_arrays: list[Array] = []
         self._scratch = [np.empty((3, 256), np.int64)]  # per row: slot, next slot, final
         self._masses = [np.empty(256, np.float64)]  # prioritized: each draw's mass
-        self.run = self._generate(steps, derived, powers, n_step, frame_stack, zero_pad)
+        self._capture = _Capture()
+        self.run, self._types_of = self._generate(
+            steps, derived, powers, n_step, frame_stack, zero_pad
+        )
+        #: Whether the kernel is compiled for the argument types of this plan's calls; until
+        #: then :func:`sample_batch` takes the general path (same batches) while a thread
+        #: compiles it (see :meth:`kernel_ready`).
+        self.ready = False
+        self._sig: tuple[Any, ...] | None = None
+        self._general_calls = 0
+        self._warming: threading.Thread | None = None
 
     def _generate(
         self, steps: dict[str, Array], derived: dict[str, Array], powers: Array, n: int,
         k: int, zero_pad: bool,
-    ) -> Any:  # fmt: skip
-        """``run(rng, B, arrays[, prio]) -> dict | None``: one sample, in straight-line code.
+    ) -> tuple[Any, Any]:  # fmt: skip
+        """``run(rng, B, arrays[, prio]) -> dict | None``: one sample, in straight-line code;
+        and its twin that calls :class:`_Capture` instead of the kernel (the arguments a call
+        would pass, from which the kernel's signature is typed without running it).
 
         Prioritized: ``prio`` is ``(sums, levels, min_mass, beta, stratified)`` of a sum tree
         whose total is ``> 0`` (the caller checks it).
@@ -236,7 +261,49 @@ class FastSampler:
             "        return done",
             "    return {" + ", ".join(f"{key!r}: {var[key]}" for key in self.keys) + "}",
         ]  # fmt: skip
-        return define(lines, "run", consts, "<rlreplay sample>")
+        capture = dict(consts, kernel=self._capture, pkernel=self._capture)
+        return (
+            define(lines, "run", consts, "<rlreplay sample>"),
+            define(lines, "run", capture, "<rlreplay sample types>"),
+        )
+
+    def kernel_ready(self, batch_size: int, arrays: Any, prio: Any = None) -> bool:
+        """Whether :attr:`run` may be called now without compiling the kernel.
+
+        The first time, the kernel's signature for this plan's calls is typed from the
+        arguments a call would pass (no draw from the buffer's generator, nothing written).
+        A kernel already compiled in this process, or in Numba's on-disk cache (a load of a
+        few milliseconds), is ready at once. Otherwise the caller takes the general path,
+        which gives the same batches from the same draws, and after :data:`_GENERAL_FIRST`
+        such samples a daemon thread compiles the kernel (announced once on the ``rlreplay``
+        logger); the plan switches to it when it is done. ``RLREPLAY_BACKGROUND_COMPILE=0``
+        in the environment compiles it in the first call instead.
+        """
+        if self.ready:
+            return True
+        if os.environ.get("RLREPLAY_BACKGROUND_COMPILE", "1") == "0":
+            self.ready = True  # compiled by the first call, in the caller's thread
+            return True
+        dispatcher = _prio_kernel if self.prioritized else _sample_kernel
+        if self._sig is None:
+            self._types_of(np.random.default_rng(0), batch_size, arrays,
+                           *(() if prio is None else (prio,)))  # fmt: skip
+            typeof: Any = numba.typeof
+            self._sig = tuple(typeof(a) for a in self._capture.take())
+            if self._sig in dispatcher.overloads or _in_disk_cache(dispatcher, self._sig):
+                dispatcher.compile(self._sig)  # a load (or nothing at all)
+                self.ready = True
+                return True
+        if self._warming is None:
+            self._general_calls += 1
+            if self._general_calls >= _GENERAL_FIRST:
+                _announce()
+                self._warming = threading.Thread(
+                    target=_compile, args=(dispatcher, self._sig, self),
+                    name="rlreplay-compile", daemon=True,
+                )  # fmt: skip
+                self._warming.start()
+        return self.ready
 
     def valid_for(self, cols: Columns, index: EpisodeIndex) -> bool:
         """Whether this plan still describes the buffer's storage."""
@@ -300,6 +367,7 @@ def sample_batch(buf: Any, batch_size: int, opts: Any, out: Any, uniform_type: t
         and opts.recent_ratio == 0
         and opts.replacement
         and index.fast_draws_ok(batch_size)
+        and (fast.ready or fast.kernel_ready(batch_size, arrays))
     ):
         # The kernel draws over [lo, hi), holes of abandoned episodes included: a batch that
         # hits one is drawn again (so each row is uniform over the sampleable steps), at most
@@ -345,7 +413,7 @@ def _sample_prioritized(
     if fast.eligible and opts.recent_ratio == 0 and opts.replacement:
         sampler = buf._sampler
         prio = sampler.fast_draw_args(buf._index)
-        if prio is not None:
+        if prio is not None and (fast.ready or fast.kernel_ready(batch_size, arrays, prio)):
             try:
                 data = fast.run(buf._rng, batch_size, arrays, prio)
             except numba.core.errors.TypingError:
@@ -372,3 +440,53 @@ def _general(
     for key, a in zip(fast.keys, arrays, strict=True):
         a[...] = batch[key]
     return out if isinstance(out, Batch) else _new_batch(dict(zip(fast.keys, arrays, strict=True)))
+
+
+class _Capture:
+    """Stands in for a kernel: keeps the arguments of the call and returns 0 (no batch)."""
+
+    def __init__(self) -> None:
+        self._args: tuple[Any, ...] = ()
+
+    def __call__(self, *args: Any) -> int:
+        self._args = args
+        return 0
+
+    def take(self) -> tuple[Any, ...]:
+        args, self._args = self._args, ()
+        return args
+
+
+def _compile(dispatcher: Any, sig: tuple[Any, ...], fast: FastSampler) -> None:
+    """Compile (or load from the cache) ``dispatcher`` for ``sig``, then mark ``fast`` ready.
+
+    A failure is left to the first real call, which compiles again and raises where the
+    caller sees it.
+    """
+    try:
+        dispatcher.compile(sig)
+    except Exception:  # raised again by the next call that dispatches
+        pass
+    finally:
+        fast.ready = True
+
+
+def _in_disk_cache(dispatcher: Any, sig: tuple[Any, ...]) -> bool:
+    """Whether Numba's on-disk cache holds ``dispatcher`` compiled for ``sig`` (read through
+    the dispatcher's cache object; any change of that internal reads as "no", and the kernel
+    is then compiled in the background as for a cold cache)."""
+    try:
+        return dispatcher._cache.load_overload(sig, dispatcher.targetctx) is not None
+    except Exception:  # an internal API of Numba: a miss, never an error
+        return False
+
+
+def _announce() -> None:
+    global _announced
+    if not _announced:
+        _announced = True
+        _log.info(
+            "rlreplay: compiling the one-call sampling kernel for this buffer's fields in the "
+            "background (first use; cached on disk afterwards); samples take the NumPy path, "
+            "with the same results, until it is ready"
+        )
