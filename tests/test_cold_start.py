@@ -116,3 +116,30 @@ print(fast.ready, fast._warming is None, len(onecall._sample_kernel.overloads))
     )
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.split() == ["False", "True", "0"]
+
+
+def test_a_fork_waits_for_background_compiles(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A fork while a kernel compiles in the background waits for it: the child inherits no
+    compiler lock held by a thread it does not have."""
+    import os
+    import threading
+
+    started, release = threading.Event(), threading.Event()
+
+    def slow(*args: Any) -> None:
+        started.set()
+        release.wait(10)
+        onecall._compiling.discard(threading.current_thread())
+
+    thread = threading.Thread(target=slow, daemon=True)
+    onecall._compiling.add(thread)
+    thread.start()
+    started.wait(10)
+    threading.Timer(0.3, release.set).start()
+    t0 = time.monotonic()
+    pid = os.fork()
+    if pid == 0:  # the child: nothing to do
+        os._exit(0)
+    waited = time.monotonic() - t0
+    os.waitpid(pid, 0)
+    assert waited >= 0.25 and not thread.is_alive() and thread not in onecall._compiling

@@ -51,6 +51,18 @@ _announced = False  # the background compile is announced once per process
 # script then waits for the whole kernel. By the time a loop has sampled this often, those
 # are compiled.
 _GENERAL_FIRST = 16
+_compiling: set[threading.Thread] = set()  # background compiles running now
+
+
+def _join_compiles() -> None:
+    """Before a fork: let background compiles finish, so that no child inherits Numba's
+    compiler lock held by a thread that does not exist in it (its first compile would hang)."""
+    for thread in list(_compiling):
+        thread.join()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(before=_join_compiles)
 
 _PLAIN0 = (np.zeros((1, 1), np.uint8), np.zeros((0, 1), np.uint8))
 _QUAD0 = (*_PLAIN0, np.zeros((0, 1), np.uint8), np.zeros((0, 1), np.uint8))
@@ -302,6 +314,7 @@ class FastSampler:
                     target=_compile, args=(dispatcher, self._sig, self),
                     name="rlreplay-compile", daemon=True,
                 )  # fmt: skip
+                _compiling.add(self._warming)
                 self._warming.start()
         return self.ready
 
@@ -469,6 +482,7 @@ def _compile(dispatcher: Any, sig: tuple[Any, ...], fast: FastSampler) -> None:
         pass
     finally:
         fast.ready = True
+        _compiling.discard(threading.current_thread())
 
 
 def _in_disk_cache(dispatcher: Any, sig: tuple[Any, ...]) -> bool:
