@@ -377,3 +377,10 @@ def test_config_is_the_checkpointed_configuration() -> None:
         twin = cls(16, FIELDS, seed=1, **kw)
         assert twin.config() == config
         assert cls(16, FIELDS, seed=2, **kw).config() != config
+
+
+def test_version_is_the_installed_metadata() -> None:
+    from importlib.metadata import version
+
+    assert rr.__version__ == version("rlreplay")
+    assert "__version__" in rr.__all__

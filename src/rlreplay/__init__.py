@@ -8,6 +8,8 @@ Example:
     >>> buf = rr.ReplayBuffer(capacity=100, fields={"obs": rr.Field((4,), np.float32)}, seed=0)
 """
 
+from typing import Any
+
 from rlreplay.batch import Batch
 from rlreplay.buffer.episodes import StoredRange
 from rlreplay.buffer.fifo import Atomic
@@ -33,7 +35,21 @@ from rlreplay.sharing.handle import SharedHandle, SharedWriter, attach
 from rlreplay.spec.schema import Field
 from rlreplay.transforms import HindsightRelabel
 
-__version__ = "0.1.0"
+
+def __getattr__(name: str) -> Any:
+    """``__version__``: the installed distribution's version, read from its metadata on first
+    use (so that ``import rlreplay`` does not pay for reading it)."""
+    if name == "__version__":
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            found = version("rlreplay")
+        except PackageNotFoundError:  # run from a source tree that was never installed
+            found = "0+unknown"
+        globals()["__version__"] = found
+        return found
+    raise AttributeError(f"module 'rlreplay' has no attribute {name!r}")
+
 
 __all__ = [
     "Atomic",

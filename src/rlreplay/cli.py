@@ -29,16 +29,11 @@ __all__ = ["build_parser", "installed_version", "main"]
 
 
 def installed_version() -> str:
-    """The installed distribution's version (its metadata); ``rlreplay.__version__`` when the
-    package runs from a source tree that was never installed."""
-    from importlib.metadata import PackageNotFoundError, version
+    """The installed distribution's version (:data:`rlreplay.__version__`, from its metadata)."""
+    import rlreplay
 
-    try:
-        return version("rlreplay")
-    except PackageNotFoundError:
-        import rlreplay
-
-        return rlreplay.__version__
+    version: str = rlreplay.__version__
+    return version
 
 
 def _positive_int(text: str) -> int:
