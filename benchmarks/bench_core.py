@@ -19,6 +19,10 @@ import numpy as np
 
 import rlreplay as rr
 
+# Kernels compile in the untimed warm-up, never in the background during a timed window.
+os.environ.setdefault("RLREPLAY_BACKGROUND_COMPILE", "0")
+
+
 Array = np.ndarray[Any, Any]
 
 

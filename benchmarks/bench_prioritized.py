@@ -42,6 +42,10 @@ from typing import Any
 
 import numpy as np
 
+# Kernels compile in the untimed warm-up, never in the background during a timed window.
+os.environ.setdefault("RLREPLAY_BACKGROUND_COMPILE", "0")
+
+
 Array = np.ndarray[Any, Any]
 
 E = 16  # envs

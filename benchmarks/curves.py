@@ -38,6 +38,10 @@ import time
 from pathlib import Path
 from typing import Any
 
+# Kernels compile in the untimed warm-up, never in the background during a timed window.
+os.environ.setdefault("RLREPLAY_BACKGROUND_COMPILE", "0")
+
+
 HERE = Path(__file__).resolve().parent
 WORKER = HERE / "workers" / "curve_worker.py"
 

@@ -38,6 +38,10 @@ import numpy as np
 
 import rlreplay as rr
 
+# Kernels compile in the untimed warm-up, never in the background during a timed window.
+os.environ.setdefault("RLREPLAY_BACKGROUND_COMPILE", "0")
+
+
 FIELDS = {"obs": rr.Field((4,), np.float32), "action": rr.Field((), np.int64)}
 B = 256
 ANCHORS = {"insert": 8.6e3, "uniform": 48e3, "per": 40e3, "update_calls": 1.65e3}

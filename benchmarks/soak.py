@@ -62,6 +62,10 @@ import numpy as np
 
 import rlreplay as rr
 
+# Kernels compile in the untimed warm-up, never in the background during a timed window.
+os.environ.setdefault("RLREPLAY_BACKGROUND_COMPILE", "0")
+
+
 WRITERS = 4
 SAMPLERS = 2
 OBS = 4
