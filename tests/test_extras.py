@@ -26,8 +26,8 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 DOC = ROOT / "docs" / "install.md"
 CONSTRAINTS = ROOT / "constraints.txt"
-#: Extras that are not features: tools, peers and their union.
-NOT_FEATURES = {"bench", "dev", "all"}
+#: Extras that are not features: tools (tests, the documentation site), peers and their union.
+NOT_FEATURES = {"bench", "dev", "docs", "all"}
 #: Snippets too slow for the fast suite (a Ray session; a short training run).
 SLOW_SNIPPETS = {"ray", "demo"}
 

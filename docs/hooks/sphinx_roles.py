@@ -1,0 +1,59 @@
+"""A Griffe extension for mkdocstrings: Sphinx roles become cross-references, and "Example:"
+sections are read as Google style's examples.
+
+rlreplay's docstrings follow Google style, and name other objects with Sphinx roles
+(``:class:`ReplayBuffer```, ``:meth:`add```, ``:mod:`rlreplay.io```). Markdown has no such
+syntax, so each role is rewritten before the docstring is parsed: the name is resolved in the
+scope of the documented object, and becomes an optional cross-reference (a link where the
+target is rendered on some page of the site, inline code otherwise). The source files are not
+changed.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import griffe
+
+# Google style's examples section is "Examples:"; the docstrings also write "Example:", which
+# Griffe would read as an admonition titled Example (doctest lines shown as quotes).
+_EXAMPLE = re.compile(r"^(\s*)Example:[ \t]*$", re.MULTILINE)
+_ROLE = re.compile(r":(?:py:)?(?:class|meth|func|attr|mod|data|obj|exc|const):`([^`]+)`")
+
+
+def _target(obj: griffe.Object, name: str) -> str | None:
+    """The full path ``name`` refers to in the scope of ``obj`` (None when unknown)."""
+    if name.startswith("rlreplay."):
+        return name
+    head, _, rest = name.partition(".")
+    try:
+        path = obj.resolve(head)
+    except (griffe.NameResolutionError, AttributeError, KeyError):
+        return None
+    return f"{path}.{rest}" if rest else path
+
+
+class SphinxRoles(griffe.Extension):
+    """Rewrites ``:role:`name``` into optional autorefs links."""
+
+    def on_object(self, *, obj: griffe.Object, **kwargs: Any) -> None:
+        docstring = obj.docstring
+        if docstring is None:
+            return
+        docstring.value = _EXAMPLE.sub(r"\1Examples:", docstring.value)
+        if ":`" not in docstring.value:
+            return
+        scope = obj if obj.is_class or obj.is_module else (obj.parent or obj)
+
+        def replace(match: re.Match[str]) -> str:
+            text = match.group(1).strip().lstrip("!")
+            short = text.startswith("~")
+            name = text.lstrip("~.").removesuffix("()")
+            shown = name.rsplit(".", 1)[-1] if short else name
+            target = _target(scope, name)
+            if target is None:
+                return f"`{shown}`"
+            return f'<autoref identifier="{target}" optional><code>{shown}</code></autoref>'
+
+        docstring.value = _ROLE.sub(replace, docstring.value)
