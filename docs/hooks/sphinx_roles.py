@@ -1,5 +1,5 @@
-"""A Griffe extension for mkdocstrings: Sphinx roles become cross-references, and "Example:"
-sections are read as Google style's examples.
+"""A Griffe extension for mkdocstrings: Sphinx roles become cross-references, "Example:"
+sections are read as Google style's examples, and "text::" loses its second colon.
 
 rlreplay's docstrings follow Google style, and name other objects with Sphinx roles
 (``:class:`ReplayBuffer```, ``:meth:`add```, ``:mod:`rlreplay.io```). Markdown has no such
@@ -19,6 +19,9 @@ import griffe
 # Google style's examples section is "Examples:"; the docstrings also write "Example:", which
 # Griffe would read as an admonition titled Example (doctest lines shown as quotes).
 _EXAMPLE = re.compile(r"^(\s*)Example:[ \t]*$", re.MULTILINE)
+# reStructuredText's "text::" introduces the indented literal block that follows; Markdown shows
+# that block as code by its indentation alone, so one colon is kept.
+_LITERAL = re.compile(r"(\S)::[ \t]*$", re.MULTILINE)
 _ROLE = re.compile(r":(?:py:)?(?:class|meth|func|attr|mod|data|obj|exc|const):`([^`]+)`")
 
 
@@ -41,7 +44,7 @@ class SphinxRoles(griffe.Extension):
         docstring = obj.docstring
         if docstring is None:
             return
-        docstring.value = _EXAMPLE.sub(r"\1Examples:", docstring.value)
+        docstring.value = _LITERAL.sub(r"\1:", _EXAMPLE.sub(r"\1Examples:", docstring.value))
         if ":`" not in docstring.value:
             return
         scope = obj if obj.is_class or obj.is_module else (obj.parent or obj)
