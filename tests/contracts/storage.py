@@ -8,6 +8,16 @@ over one implementation with ``pytest.mark.parametrize`` (see ``test_storage.py`
 
 Values are compared bit for bit (``tobytes``): random bytes make floats with NaN payloads and
 negative zeros, which a value comparison would let through.
+
+A storage whose arrays are not NumPy arrays (tensors on a device) gives the checks three hooks,
+as methods; a NumPy storage needs none, and its arrays are read and written as they are:
+
+* ``to_numpy(array, dtype)``: a host copy of one of its arrays (a column, or what ``take``
+  returned); ``dtype`` is the field's NumPy dtype (``None`` for a derived column), which it may
+  use only to give the copy the byte order of ``dtype`` when its own arrays cannot hold it;
+* ``assign(array, index, values)``: ``array[index] = values`` with host ``values``;
+* ``column_address(array)``: ``(address of its first byte, row stride in bytes)``, what
+  ``array.ctypes.data, array.strides[0]`` are for a NumPy column.
 """
 
 from __future__ import annotations
@@ -24,7 +34,7 @@ import rlreplay as rr
 from rlreplay.spec.schema import Schema
 from rlreplay.storage import Storage
 
-__all__ = ["StorageFactory", "check_storage", "contract_schema", "storage_checks"]
+__all__ = ["StorageFactory", "check_storage", "contract_schema", "host", "storage_checks"]
 
 Array = np.ndarray[Any, Any]
 StorageFactory = Callable[[Schema, int, int, int], Storage]
@@ -70,6 +80,48 @@ def step_values(
     return out
 
 
+def host(s: Storage, array: Any, dtype: np.dtype[Any] | None = None) -> Array:
+    """``array`` (one of ``s``'s arrays) as a NumPy array: itself for a NumPy storage, else the
+    storage's ``to_numpy`` copy (``dtype``: the field's, see the module docstring)."""
+    to_numpy = getattr(s, "to_numpy", None)
+    return np.asarray(array) if to_numpy is None else np.asarray(to_numpy(array, dtype))
+
+
+def assign(s: Storage, array: Any, index: Any, values: Any) -> None:
+    """``array[index] = values`` for one of ``s``'s arrays (through its ``assign``, if any)."""
+    hook = getattr(s, "assign", None)
+    if hook is None:
+        array[index] = values
+    else:
+        hook(array, index, values)
+
+
+def column_address(s: Storage, array: Any) -> tuple[int, int]:
+    """``(address, row stride in bytes)`` of one of ``s``'s columns."""
+    hook = getattr(s, "column_address", None)
+    if hook is None:
+        return array.ctypes.data, array.strides[0]
+    address, stride = hook(array)
+    return int(address), int(stride)
+
+
+def flip_bits(s: Storage, array: Any, dtype: np.dtype[Any]) -> None:
+    """Overwrite every byte of ``array`` (one of ``s``'s arrays, of a field of ``dtype``) with
+    its complement (a bool with its negation)."""
+    if getattr(s, "assign", None) is None:
+        array.view(np.uint8)[...] ^= 0xFF
+        return
+    now = host(s, array, dtype)
+    flipped = ~now if now.dtype == np.bool_ else (now.view(np.uint8) ^ 0xFF).view(now.dtype)
+    assign(s, array, Ellipsis, flipped)
+
+
+def _dtype_of(s: Storage, name: str) -> np.dtype[Any] | None:
+    """The field dtype of checkpoint array ``name`` (``None`` for a derived column)."""
+    kind, _, field = name.partition("/")
+    return s.schema.fields[field].dtype if kind in ("steps", "finals") else None
+
+
 def assert_bits(got: Any, want: Any, what: str = "") -> None:
     """Same dtype, same shape, same bytes."""
     got, want = np.asarray(got), np.asarray(want)
@@ -80,7 +132,8 @@ def assert_bits(got: Any, want: Any, what: str = "") -> None:
 
 def snapshot(s: Storage) -> dict[str, bytes]:
     """Every column's bytes, by checkpoint name."""
-    return {k: np.ascontiguousarray(v).tobytes() for k, v in s.state_arrays().items()}
+    arrays = s.state_arrays().items()
+    return {k: np.ascontiguousarray(host(s, v, _dtype_of(s, k))).tobytes() for k, v in arrays}
 
 
 def filled(
@@ -105,12 +158,14 @@ def assert_holds(s: Storage, steps: Mapping[str, Array], finals: Mapping[str, Ar
     and the live columns)."""
     for name, want in steps.items():
         rows = np.arange(want.shape[0], dtype=np.int64)
-        assert_bits(s.take(name, rows), want, f"take({name!r})")
-        assert_bits(s.steps[name], want, f"steps[{name!r}]")
+        dtype = s.schema.fields[name].dtype
+        assert_bits(host(s, s.take(name, rows), dtype), want, f"take({name!r})")
+        assert_bits(host(s, s.steps[name], dtype), want, f"steps[{name!r}]")
     for name, want in finals.items():
         rows = np.arange(want.shape[0], dtype=np.int64)
-        assert_bits(s.take_finals(name, rows), want, f"take_finals({name!r})")
-        assert_bits(s.finals[name], want, f"finals[{name!r}]")
+        dtype = s.schema.fields[name].dtype
+        assert_bits(host(s, s.take_finals(name, rows), dtype), want, f"take_finals({name!r})")
+        assert_bits(host(s, s.finals[name], dtype), want, f"finals[{name!r}]")
 
 
 # ---------------------------------------------------------------------- the checks
@@ -133,10 +188,12 @@ def check_fresh_layout(make: StorageFactory) -> None:
     assert list(s.finals) == list(schema.observation_names) == ["obs", "pixels", "goal"]
     assert dict(s.derived) == {}
     for name, f in schema.fields.items():
-        assert_bits(s.steps[name], np.zeros((E * C, *f.shape), f.dtype), f"steps[{name!r}]")
+        zeros = np.zeros((E * C, *f.shape), f.dtype)
+        assert_bits(host(s, s.steps[name], f.dtype), zeros, f"steps[{name!r}]")
     for name in schema.observation_names:
         f = schema.fields[name]
-        assert_bits(s.finals[name], np.zeros((E * F, *f.shape), f.dtype), f"finals[{name!r}]")
+        zeros = np.zeros((E * F, *f.shape), f.dtype)
+        assert_bits(host(s, s.finals[name], f.dtype), zeros, f"finals[{name!r}]")
     names = [f"steps/{n}" for n in schema.fields]
     names += [f"finals/{n}" for n in schema.observation_names]
     assert list(s.state_arrays()) == names
@@ -163,11 +220,12 @@ def check_rows_round_trip_bit_for_bit(make: StorageFactory) -> None:
     write(np.array([11, 5], np.int64), (2,))  # row 11 again: the last write wins
     slots = np.array([[0, 11], [7, 7], [2, 8]], np.int64)  # 2-D, with repeats
     for name, f in schema.fields.items():
-        assert_bits(s.take(name, slots), want[name][slots], f"take({name!r}, 2-D slots)")
+        got = host(s, s.take(name, slots), f.dtype)
+        assert_bits(got, want[name][slots], f"take({name!r}, 2-D slots)")
         one = s.take(name, np.array([7], np.int64))
-        assert_bits(one, want[name][[7]], f"take({name!r}, [7])")
-        assert one.shape == (1, *f.shape)
-        assert_bits(s.steps[name], want[name], f"steps[{name!r}]")
+        assert_bits(host(s, one, f.dtype), want[name][[7]], f"take({name!r}, [7])")
+        assert tuple(one.shape) == (1, *f.shape)
+        assert_bits(host(s, s.steps[name], f.dtype), want[name], f"steps[{name!r}]")
 
 
 def check_take_returns_fresh_arrays(make: StorageFactory) -> None:
@@ -177,10 +235,10 @@ def check_take_returns_fresh_arrays(make: StorageFactory) -> None:
     for name, f in s.schema.fields.items():
         got = s.take(name, np.array([1, 4, 9], np.int64))
         if f.nbytes:
-            got.view(np.uint8)[...] ^= 0xFF
+            flip_bits(s, got, f.dtype)
     for name in s.finals:
         got = s.take_finals(name, np.array([0, 5], np.int64))
-        got.view(np.uint8)[...] ^= 0xFF
+        flip_bits(s, got, s.schema.fields[name].dtype)
     assert snapshot(s) == before
     assert_holds(s, steps, finals)
 
@@ -225,7 +283,7 @@ def check_final_observations_round_trip(make: StorageFactory) -> None:
         for name in finals:
             finals[name][positions] = batch["next_" + name][[1, 3]]
         assert_holds(s, steps, finals)  # the step columns are untouched
-    got = s.take_finals("pixels", np.array([[5, 0], [4, 4]], np.int64))
+    got = host(s, s.take_finals("pixels", np.array([[5, 0], [4, 4]], np.int64)))
     assert_bits(got, finals["pixels"][np.array([[5, 0], [4, 4]])], "take_finals(2-D)")
 
 
@@ -257,14 +315,15 @@ def check_derived_columns(make: StorageFactory) -> None:
     in ``derived`` and ``state_arrays`` (``derived/<name>``); the other columns are untouched."""
     s, steps, finals = filled(make)
     col = s.add_derived("discounted_return", np.dtype(np.float32), -1000.0)
-    assert_bits(col, np.full(15, -1000.0, np.float32), "derived column")
+    assert_bits(host(s, col), np.full(15, -1000.0, np.float32), "derived column")
     assert s.derived["discounted_return"] is col
     assert s.state_arrays()["derived/discounted_return"] is not None
-    col[[2, 14]] = [0.5, -0.0]
+    assign(s, col, [2, 14], [0.5, -0.0])
     want = np.full(15, -1000.0, np.float32)
     want[[2, 14]] = [0.5, -0.0]
-    assert_bits(s.derived["discounted_return"], want, "derived after a write")
-    assert_bits(s.state_arrays()["derived/discounted_return"], want, "derived state array")
+    assert_bits(host(s, s.derived["discounted_return"]), want, "derived after a write")
+    state_array = s.state_arrays()["derived/discounted_return"]
+    assert_bits(host(s, state_array), want, "derived state array")
     assert_holds(s, steps, finals)
 
 
@@ -287,12 +346,13 @@ def check_grow_finals_keeps_contents(make: StorageFactory) -> None:
     for name, old in finals.items():
         want = np.zeros((E * F2, *old.shape[1:]), old.dtype)
         want[new_pos] = old[old_pos]
-        assert_bits(s.finals[name], want, f"finals[{name!r}] after growing")
-        got = s.take_finals(name, new_pos)
+        assert_bits(host(s, s.finals[name], old.dtype), want, f"finals[{name!r}] after growing")
+        got = host(s, s.take_finals(name, new_pos), old.dtype)
         assert_bits(got, old[old_pos], f"take_finals({name!r}) after growing")
     for name, arr in s.steps.items():
         assert arr is step_arrays[name], f"steps[{name!r}] moved"
-        assert_bits(arr, steps[name], f"steps[{name!r}] after growing")
+        got = host(s, arr, steps[name].dtype)
+        assert_bits(got, steps[name], f"steps[{name!r}] after growing")
 
 
 def check_set_finals_capacity_empties_the_finals(make: StorageFactory) -> None:
@@ -303,7 +363,8 @@ def check_set_finals_capacity_empties_the_finals(make: StorageFactory) -> None:
     assert s.finals_capacity == 6
     for name, col in s.finals.items():
         f = s.schema.fields[name]
-        assert_bits(col, np.zeros((E * 6, *f.shape), f.dtype), f"finals[{name!r}]")
+        zeros = np.zeros((E * 6, *f.shape), f.dtype)
+        assert_bits(host(s, col, f.dtype), zeros, f"finals[{name!r}]")
     assert_holds(s, steps, {})
 
 
@@ -315,10 +376,10 @@ def check_step_columns_never_move(make: StorageFactory) -> None:
     s, _, _ = filled(make)
     derived = s.add_derived("r", np.dtype(np.float32), 0.0)
     arrays = dict(s.steps)
-    addresses = {n: a.ctypes.data for n, a in arrays.items()}
+    addresses = {n: column_address(s, a)[0] for n, a in arrays.items()}
     table = np.array(s.prefetch_table)
     assert table.dtype == np.int64 and table.ndim == 2 and table.shape[1] == 2
-    known = {(a.ctypes.data, a.strides[0]) for a in arrays.values()}
+    known = {column_address(s, a) for a in arrays.values()}
     assert {(int(p), int(q)) for p, q in table} <= known
     other, _, _ = filled(make, seed=5)
     other.add_derived("r", np.dtype(np.float32), 2.0)
@@ -333,7 +394,8 @@ def check_step_columns_never_move(make: StorageFactory) -> None:
     s.set_finals_capacity(5)
     s.load_state_dict(state)
     for name, arr in s.steps.items():
-        assert arr is arrays[name] and arr.ctypes.data == addresses[name], f"{name!r} moved"
+        moved = arr is not arrays[name] or column_address(s, arr)[0] != addresses[name]
+        assert not moved, f"{name!r} moved"
     assert s.derived["r"] is derived
     assert_bits(s.prefetch_table, table, "prefetch_table")
 
@@ -346,11 +408,11 @@ def check_state_arrays_are_live_views(make: StorageFactory) -> None:
     arrays = s.state_arrays()
     for name in steps:
         new = random_rows(rng, steps[name].dtype, steps[name].shape)
-        arrays[f"steps/{name}"][...] = new
+        assign(s, arrays[f"steps/{name}"], Ellipsis, new)
         steps[name] = new
     for name in finals:
         new = random_rows(rng, finals[name].dtype, finals[name].shape)
-        arrays[f"finals/{name}"][...] = new
+        assign(s, arrays[f"finals/{name}"], Ellipsis, new)
         finals[name] = new
     assert_holds(s, steps, finals)
 
@@ -360,7 +422,7 @@ def check_state_dict_round_trips(make: StorageFactory) -> None:
     of another finals capacity, every column reads back bit for bit, as does the capacity."""
     s, steps, finals = filled(make, 3, 5, 4)
     s.add_derived("discounted_return", np.dtype(np.float32), -3.0)
-    s.derived["discounted_return"][[0, 7]] = [1.5, np.nan]
+    assign(s, s.derived["discounted_return"], [0, 7], [1.5, np.nan])
     state = s.state_dict()
     saved = snapshot(s)
     assert state["finals_capacity"] == 4
@@ -543,9 +605,11 @@ def _random_operations(make: StorageFactory, grow: bool) -> None:
             assert s.finals_capacity == model.F
             for name, rows in model.steps.items():
                 got = s.take(name, np.arange(E * C, dtype=np.int64))
+                got = host(s, got, schema.fields[name].dtype)
                 assert [r.tobytes() for r in got] == rows, name
             for name, rows in model.finals.items():
                 got = s.take_finals(name, np.arange(E * model.F, dtype=np.int64))
+                got = host(s, got, schema.fields[name].dtype)
                 assert [r.tobytes() for r in got] == rows, name
 
     run()
