@@ -16,7 +16,8 @@ waits until calls on the other side bring it back. :class:`MinSize` and
 :class:`SampleToInsertRatio` are Reverb's two presets, with its argument checks.
 
 Waiting calls (:meth:`RateLimiter.await_insert`, :meth:`RateLimiter.await_sample`) take a
-``timeout`` and raise :class:`rlreplay.ReplayTimeout` when it runs out, and
+``timeout`` (``None`` or ``inf``: for ever; NaN or a negative number: :class:`rlreplay.ConfigError`;
+see :mod:`rlreplay.spec.arguments`) and raise :class:`rlreplay.ReplayTimeout` when it runs out, and
 :class:`rlreplay.ReplayClosed` when :meth:`RateLimiter.close` wakes them. A request for ``n``
 items is granted whole (Reverb's ``CanSample(n)`` / ``CanInsert(n)``): a batch of ``B``
 samples counts ``B`` samples, a vector step of ``E`` envs ``E`` inserts. A limiter whose band
@@ -54,6 +55,7 @@ from typing import Any
 import numpy as np
 
 from rlreplay.errors import ConfigError, ReplayClosed, ReplayTimeout
+from rlreplay.spec.arguments import shown, timeout_seconds
 
 __all__ = ["LimiterStats", "MinSize", "RateLimiter", "SampleToInsertRatio", "waits_end_when"]
 
@@ -197,9 +199,12 @@ class RateLimiter:
 
         Args:
             n: Items to insert (``>= 1``).
-            timeout: Most seconds to wait; ``None`` waits for ever, ``0`` does not wait.
+            timeout: Most seconds to wait; ``None`` (or ``inf``) waits for ever, ``0`` does not
+                wait.
 
         Raises:
+            ConfigError: ``n`` is not an int ``>= 1``, or ``timeout`` is NaN, negative or not
+                a number.
             ReplayTimeout: Not granted within ``timeout``.
             ReplayClosed: The limiter is (or got) closed.
         """
@@ -216,11 +221,12 @@ class RateLimiter:
         the store, which accounts for items overwritten or deleted by it.
         """
         n = _count("n", n)
+        size = _counter("size", size)
         with self._cond:
             if n > self._pending:
                 raise ConfigError(f"commit_insert: {n} inserts committed, {self._pending} pending")
             self._pending -= n
-            self._size = int(size)
+            self._size = size
             self._cond.notify_all()
 
     def cancel_insert(self, n: int) -> None:
@@ -235,8 +241,9 @@ class RateLimiter:
 
     def set_size(self, size: int) -> None:
         """The owner's size changed without an insert (items deleted or cleared)."""
+        size = _counter("size", size)
         with self._cond:
-            self._size = int(size)
+            self._size = size
             self._cond.notify_all()
 
     def await_sample(self, n: int = 1, timeout: float | None = None) -> None:
@@ -244,10 +251,12 @@ class RateLimiter:
 
         Args:
             n: Items to sample (``>= 1``): a batch counts its size.
-            timeout: Most seconds to wait; ``None`` waits for ever, ``0`` does not wait.
+            timeout: Most seconds to wait; ``None`` (or ``inf``) waits for ever, ``0`` does not
+                wait.
 
         Raises:
-            ConfigError: ``n`` exceeds ``max_diff - min_diff - samples_per_insert``: inserts
+            ConfigError: ``n`` is not an int ``>= 1``, ``timeout`` is NaN, negative or not a
+                number, or ``n`` exceeds ``max_diff - min_diff - samples_per_insert``: inserts
                 stop before ``diff`` can reach ``min_diff + n`` (once the table is past its free
                 stage), so the batch could be granted at best by luck; sample smaller batches
                 or widen the limiter's band.
@@ -284,10 +293,7 @@ class RateLimiter:
         self, kind: int, ready: Callable[[], bool], timeout: float | None, what: str
     ) -> None:
         """Return holding the lock once ``ready()``; raise (lock released) otherwise."""
-        if timeout is not None and (
-            isinstance(timeout, bool) or not isinstance(timeout, int | float) or timeout < 0
-        ):
-            raise ConfigError(f"timeout: expected None or a number >= 0, got {timeout!r}")
+        seconds = timeout_seconds(timeout)  # NaN/negative refused; inf: for ever (None)
         self._cond.acquire()
         try:
             if self._closed:
@@ -298,9 +304,9 @@ class RateLimiter:
             start = time.monotonic()
             stopped: Callable[[], bool] | None = getattr(_local, "stopped", None)
             if stopped is None:
-                done = self._cond.wait_for(lambda: self._closed or ready(), timeout)
+                done = self._cond.wait_for(lambda: self._closed or ready(), seconds)
             else:
-                done = self._wait_in_slices(ready, timeout, stopped)
+                done = self._wait_in_slices(ready, seconds, stopped)
             self._blocked[kind] += time.monotonic() - start
             if self._closed:
                 raise ReplayClosed(f"{type(self).__name__} was closed while a {what} waited")
@@ -437,18 +443,25 @@ class RateLimiter:
             }
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        """Restore counters saved by :meth:`state_dict` of a limiter with equal parameters."""
+        """Restore counters saved by :meth:`state_dict` of a limiter with equal parameters.
+
+        Raises:
+            ConfigError: Other parameters, a counter that is not an int ``>= 0``, or inserts
+                being stored now; nothing changes then.
+        """
+        keys = ("config", "inserts", "samples", "size")
+        if not isinstance(state, Mapping) or any(k not in state for k in keys):
+            raise ConfigError(f"load_state_dict: expected a mapping with keys {keys}")
+        config = state["config"]
+        counts = [_counter(f"load_state_dict: {k}", state[k]) for k in keys[1:]]
         with self._cond:
-            if dict(state["config"]) != self.config():
+            if not isinstance(config, Mapping) or dict(config) != self.config():
                 raise ConfigError(
-                    f"load_state_dict: parameters {dict(state['config'])} differ from "
-                    f"{self.config()}"
+                    f"load_state_dict: parameters {shown(config)} differ from {self.config()}"
                 )
             if self._pending:
                 raise ConfigError("load_state_dict: inserts are being stored; try again later")
-            self._inserts = int(state["inserts"])
-            self._samples = int(state["samples"])
-            self._size = int(state["size"])
+            self._inserts, self._samples, self._size = counts
             self._cond.notify_all()
 
     def __getstate__(self) -> dict[str, Any]:
@@ -565,22 +578,47 @@ _CLASSES: dict[str, type[RateLimiter]] = {
 _PARAMS = ("samples_per_insert", "min_size_to_sample", "min_diff", "max_diff")
 
 
+# Counts beyond this are refused: every count stays exact in a float64 (the ratio's arithmetic)
+# and in an int64 (checkpoints), far beyond any run (10^6 items a second for 285 years).
+_MAX_COUNT = 1 << 53
+
+
 def _number(name: str, value: Any) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float | np.integer | np.floating):
-        raise ConfigError(f"{name}: expected a finite number, got {value!r}")
-    out = float(value)
+    if isinstance(value, bool | np.timedelta64) or not isinstance(
+        value, int | float | np.integer | np.floating
+    ):
+        raise ConfigError(f"{name}: expected a finite number, got {shown(value)}")
+    try:
+        out = float(value)
+    except OverflowError:  # an int past float max
+        out = math.inf
     if not math.isfinite(out):
-        raise ConfigError(f"{name}: expected a finite number, got {value!r}")
+        raise ConfigError(f"{name}: expected a finite number, got {shown(value)}")
     return out
 
 
 def _int_at_least(name: str, value: Any, lowest: int) -> None:
-    """A Python ``int`` (not a bool) of at least ``lowest``, or :class:`ConfigError`."""
-    if isinstance(value, bool) or not isinstance(value, int) or value < lowest:
-        raise ConfigError(f"{name}: expected an int >= {lowest}, got {value!r}")
+    """A Python ``int`` (not a bool) in ``[lowest, 2**53]``, or :class:`ConfigError`."""
+    if isinstance(value, bool) or not isinstance(value, int) or not lowest <= value <= _MAX_COUNT:
+        raise ConfigError(f"{name}: expected an int in [{lowest}, 2**53], got {shown(value)}")
 
 
 def _count(name: str, value: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < 1:
-        raise ConfigError(f"{name}: expected an int >= 1, got {value!r}")
+    if (
+        isinstance(value, bool | np.timedelta64)
+        or not isinstance(value, int | np.integer)
+        or not 1 <= value <= _MAX_COUNT
+    ):
+        raise ConfigError(f"{name}: expected an int in [1, 2**53], got {shown(value)}")
+    return int(value)
+
+
+def _counter(name: str, value: Any) -> int:
+    """A counter or size: an int (NumPy's too) in ``[0, 2**53]``, else :class:`ConfigError`."""
+    if (
+        isinstance(value, bool | np.timedelta64)
+        or not isinstance(value, int | np.integer)
+        or not 0 <= value <= _MAX_COUNT
+    ):
+        raise ConfigError(f"{name}: expected an int in [0, 2**53], got {shown(value)}")
     return int(value)

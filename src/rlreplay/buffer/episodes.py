@@ -13,11 +13,15 @@ import numpy as np
 
 from rlreplay.assemble.sequences import gather_runs, run_lengths
 from rlreplay.batch import Batch
+from rlreplay.buffer.budget import check_result
+from rlreplay.buffer.fifo import check_timeout, flag
 from rlreplay.buffer.host import Array, BufferHost
+from rlreplay.buffer.sampling import rollback_point
 from rlreplay.episodes.index import COUNT, HEAD
-from rlreplay.errors import EmptyBufferError, FieldError, InvalidIdError
+from rlreplay.errors import ConfigError, EmptyBufferError, FieldError, InvalidIdError
 from rlreplay.io.frameworks import TensorBatch, choose_output
 from rlreplay.sampling.uniform import draw_uniform
+from rlreplay.spec.arguments import shown
 from rlreplay.spec.schema import positive_int
 from rlreplay.transforms import Transform, apply_transform
 
@@ -89,9 +93,10 @@ class EpisodesMixin(BufferHost):
                 start, then its start uniformly within that env (ALF ``get_batch``), instead
                 of uniformly over all stored steps. Rows come ordered by env.
             transform: A function ``Batch -> Batch`` applied to the result (the buffer's
-                ``transforms`` are for transitions and are not applied here).
+                ``transforms`` are for transitions and are not applied here). If it raises,
+                the draw is rolled back (as in :meth:`~rlreplay.ReplayBuffer.sample`).
             timeout: The most seconds to wait for the ``rate_limiter`` (one sample per
-                sequence; ``None``: for ever).
+                sequence; ``None`` or ``inf``: for ever).
             as_: ``"numpy"``, ``"torch"`` or ``"jax"`` (default: the buffer's; see
                 :meth:`~rlreplay.ReplayBuffer.sample`).
             device: Where torch/JAX arrays go (default: see :meth:`~rlreplay.ReplayBuffer.sample`).
@@ -104,10 +109,22 @@ class EpisodesMixin(BufferHost):
         Raises:
             EmptyBufferError: No start can be drawn.
             ReplayTimeout: The ``rate_limiter`` did not allow ``batch_size`` samples in time.
-            ConfigError: An unknown ``as_`` or an unusable ``device``.
+            ConfigError: ``batch_size`` or ``length`` not a positive int, ``B * L`` steps
+                above the size budget (:func:`rlreplay.spec.size_budget`), a bad ``timeout``
+                or flag, a ``transform`` that is not callable, an unknown ``as_`` or an
+                unusable ``device``; nothing is drawn then.
         """
         batch_size = positive_int("batch_size", batch_size)
         length = positive_int("length", length)
+        within_episode, pad = flag("within_episode", within_episode), flag("pad", pad)
+        balance_envs = flag("balance_envs", balance_envs)
+        if timeout is not None:
+            timeout = check_timeout(timeout)
+        # (B, L) steps, and the draw's scratch per sequence
+        check_result(self, "batch_size, length", (batch_size, length),
+                     batch_size * (length + 1), "sample_sequences", "step")  # fmt: skip
+        if transform is not None and not callable(transform):
+            raise ConfigError(f"transform: expected a callable Batch -> Batch, got {transform!r}")
         output = self._output
         if as_ is not None or device is not None:
             output = choose_output(output, as_, device)
@@ -117,25 +134,46 @@ class EpisodesMixin(BufferHost):
         try:
             with self._lock:
                 self._check_open()
-                drawn = self._sampler.draw_starts(
-                    self._index, batch_size, self._rng, length=length,
-                    within_episode=within_episode, pad=pad, balance_envs=balance_envs,
-                )  # fmt: skip
-                env_ids, t0, extra = drawn.env_ids, drawn.t, drawn.extra()
-                n_real = run_lengths(self._index, env_ids, t0, length, within_episode)
-                data = gather_runs(self._cols, self._index, env_ids, t0, n_real, length)
-                data["ids"] = self._index.ids(env_ids, t0)
-                data["env_ids"] = env_ids
-                data.update(extra)
-                batch = Batch(data)
-                if transform is not None:
-                    self._bind(transform)
-                    batch = apply_transform(transform, batch)
+                undo = None if transform is None else rollback_point(self)
+                try:
+                    batch = self._sequences(
+                        batch_size, length, within_episode, pad, balance_envs, transform
+                    )
+                except BaseException:
+                    if undo is not None:
+                        undo()  # a transform that raised: as if nothing was drawn
+                    raise
         except BaseException:
             if limiter is not None:
                 limiter.cancel_sample(batch_size)
             raise
         return batch if output is None else output(batch)  # converted without the lock
+
+    def _sequences(
+        self,
+        batch_size: int,
+        length: int,
+        within_episode: bool,
+        pad: bool,
+        balance_envs: bool,
+        transform: Transform | None,
+    ) -> Batch:
+        """Draw and gather the sequences, then ``transform`` (under the lock)."""
+        drawn = self._sampler.draw_starts(
+            self._index, batch_size, self._rng, length=length,
+            within_episode=within_episode, pad=pad, balance_envs=balance_envs,
+        )  # fmt: skip
+        env_ids, t0, extra = drawn.env_ids, drawn.t, drawn.extra()
+        n_real = run_lengths(self._index, env_ids, t0, length, within_episode)
+        data = gather_runs(self._cols, self._index, env_ids, t0, n_real, length)
+        data["ids"] = self._index.ids(env_ids, t0)
+        data["env_ids"] = env_ids
+        data.update(extra)
+        batch = Batch(data)
+        if transform is not None:
+            self._bind(transform)
+            batch = apply_transform(transform, batch)
+        return batch
 
     def get_sequences(self, ids: Any, length: int, *, within_episode: bool = True) -> Batch:
         """The sequences of ``length`` steps starting at the stored steps ``ids``.
@@ -144,12 +182,17 @@ class EpisodesMixin(BufferHost):
 
         Raises:
             InvalidIdError: An id never issued or overwritten.
+            ConfigError: ``length`` not a positive int, or ``len(ids) * length`` steps above
+                the size budget.
         """
         length = positive_int("length", length)
+        within_episode = flag("within_episode", within_episode)
         with self._lock:
             env_ids, t0, _ = self._stored_steps(ids)
             if env_ids.ndim != 1:
                 raise InvalidIdError(f"ids: expected a 1-D array, got shape {env_ids.shape}")
+            rows = env_ids.shape[0] * length
+            check_result(self, "length", length, rows, "get_sequences", "step")
             n_real = run_lengths(self._index, env_ids, t0, length, within_episode)
             data = gather_runs(self._cols, self._index, env_ids, t0, n_real, length)
             data["ids"] = self._index.ids(env_ids, t0)
@@ -182,9 +225,13 @@ class EpisodesMixin(BufferHost):
 
         Raises:
             EmptyBufferError: No complete episode is stored.
-            ConfigError: An unknown ``as_`` or an unusable ``device``.
+            ConfigError: ``n`` not a positive int, or ``n`` episodes above the size budget
+                (:func:`rlreplay.spec.size_budget`: checked with ``n`` rings of an env when
+                those fit, else with the drawn episodes' longest, the draw then rolled back),
+                an unknown ``as_`` or an unusable ``device``.
         """
         n = positive_int("n", n)
+        check_result(self, "n", n, n, "sample_episodes", "step")  # the draw's own arrays
         output = self._output
         if as_ is not None or device is not None:
             output = choose_output(output, as_, device)
@@ -193,12 +240,23 @@ class EpisodesMixin(BufferHost):
             first, sizes = self._index.complete_episode_records()
             if not sizes.any():
                 raise EmptyBufferError("sample_episodes: no complete episode is stored")
+            undo = None
+            try:  # n episodes as long as an env's ring fit: nothing to check after the draw
+                check_result(self, "n", n, n * self._env_capacity, "sample_episodes", "step")
+            except ConfigError:
+                undo = rollback_point(self)  # the draw's longest episode decides
             env_ids, fid = draw_uniform(first, sizes, n, self._rng)
             end = self._index.final_owner[
                 env_ids * self._index.finals_capacity + fid % self._index.finals_capacity
             ]
             start = self._index.ep_start[self._index.slots(env_ids, end)]
             lengths = end - start + 1
+            if undo is not None:
+                try:
+                    check_result(self, "n", n, n * int(lengths.max()), "sample_episodes", "step")
+                except ConfigError:
+                    undo()  # refused: the generator as if nothing was drawn
+                    raise
             data = gather_runs(self._cols, self._index, env_ids, start, lengths, int(lengths.max()))
             data.update(ids=self._index.ids(env_ids, start), env_ids=env_ids, lengths=lengths)
         return Batch(data) if output is None else output(data)
@@ -211,8 +269,12 @@ class EpisodesMixin(BufferHost):
         ``ids`` and ``env_ids`` per step.
 
         Raises:
-            InvalidIdError: ``id`` never issued or overwritten.
+            InvalidIdError: ``id`` never issued or overwritten, or not one int.
         """
+        if type(id) is not int and (
+            isinstance(id, bool | np.timedelta64) or not isinstance(id, int | np.integer)
+        ):
+            raise InvalidIdError(f"id: expected one int id, got {type(id).__name__} {shown(id)}")
         with self._lock:
             env_ids, _, slots = self._stored_steps(np.array([id]))
             start = np.maximum(self._index.ep_start[slots], self._index.env[env_ids, HEAD])
@@ -294,8 +356,10 @@ class EpisodesMixin(BufferHost):
             InvalidIdError: An id that was never issued or is overwritten.
         """
         with self._lock:
-            if name not in self.schema.fields:
-                raise FieldError(f"get_field: unknown field {name!r}; stored: {self.schema.names}")
+            if not isinstance(name, str) or name not in self.schema.fields:
+                raise FieldError(
+                    f"get_field: unknown field {shown(name)}; stored: {self.schema.names}"
+                )
             _, _, slots = self._stored_steps(ids)
             out: Array = self._cols.steps[name][slots]
             return out

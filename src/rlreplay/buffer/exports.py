@@ -160,15 +160,17 @@ class IOMixin:
                 to every sampling call, which converts after releasing the buffer's lock.
             device: Where torch/JAX arrays go (default: as in
                 :meth:`~rlreplay.ReplayBuffer.sample`).
-            timeout: Most seconds one ``next`` waits (``None``: for ever).
+            timeout: Most seconds one ``next`` waits (``None`` or ``inf``: for ever).
             **sample_kwargs: Passed to the sampling method on every call.
 
         Returns:
             A :class:`rlreplay.io.iterate.Prefetcher` (an iterator and a context manager).
 
         Raises:
-            ConfigError: An unknown ``method`` or ``as_``, or an unusable ``device`` (before
-                the thread starts).
+            ConfigError: An unknown ``method`` or ``as_``, an unusable ``device``, a
+                ``batch_size`` or ``prefetch`` that is not a positive int, a bad ``timeout``,
+                or (``method="sample"``) ``prefetch + 2`` batches above the size budget;
+                checked before the thread starts.
 
         Example:
             >>> import numpy as np, rlreplay as rr
@@ -179,14 +181,24 @@ class IOMixin:
             ...     [next(batches).obs.shape for _ in range(2)]
             [(4,), (4,)]
         """
+        from rlreplay.buffer.budget import check_result
+        from rlreplay.buffer.fifo import check_timeout
         from rlreplay.errors import ConfigError
         from rlreplay.io.frameworks import choose_output
         from rlreplay.io.iterate import Prefetcher
+        from rlreplay.spec.arguments import shown
+        from rlreplay.spec.schema import positive_int
 
-        if method not in _SAMPLERS:
-            raise ConfigError(f"method: expected one of {_SAMPLERS}, got {method!r}")
+        if not isinstance(method, str) or method not in _SAMPLERS:
+            raise ConfigError(f"method: expected one of {_SAMPLERS}, got {shown(method)}")
         buf = self._io_self()
-        choose_output(buf._output, as_, device)  # its errors here, not in the first next()
+        # Its errors here, not in the first next(): the thread would start for nothing.
+        batch_size = positive_int("batch_size", batch_size)
+        prefetch = positive_int("prefetch", prefetch)
+        timeout = check_timeout(timeout)
+        if method == "sample":  # the batches made ahead, one being made and one taken
+            check_result(buf, "prefetch", prefetch, (prefetch + 2) * batch_size, "iterate")
+        choose_output(buf._output, as_, device)
         draw = getattr(buf, method)
 
         def produce() -> Any:

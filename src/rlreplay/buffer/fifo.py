@@ -20,9 +20,10 @@ from rlreplay.batch import Batch
 from rlreplay.buffer.host import Array, BufferHost
 from rlreplay.episodes.index import HEAD
 from rlreplay.errors import ConfigError, EmptyBufferError, ReplayTimeout, ShapeError
+from rlreplay.spec.arguments import shown, timeout_seconds
 from rlreplay.spec.schema import positive_int
 
-__all__ = ["Atomic", "FifoMixin", "check_timeout"]
+__all__ = ["Atomic", "FifoMixin", "check_timeout", "flag"]
 
 _B = TypeVar("_B", bound=BufferHost)
 
@@ -84,12 +85,15 @@ class FifoMixin(BufferHost):
         return Atomic(self)
 
     def _wait(self, ready: Callable[[], bool], timeout: float | None, what: str) -> None:
-        """Wait (releasing the lock) until ``ready()``; ``queue.Queue`` timeout semantics."""
+        """Wait (releasing the lock) until ``ready()``; ``queue.Queue`` timeout semantics, with
+        ``inf`` (or more than the platform can wait) for ever and NaN refused
+        (:func:`check_timeout`)."""
+        seconds = check_timeout(timeout)
         if ready():
             return
         self._waiting += 1
         try:
-            done = self._cond.wait_for(lambda: self._closed or ready(), timeout)
+            done = self._cond.wait_for(lambda: self._closed or ready(), seconds)
         finally:
             self._waiting -= 1
         self._check_open()
@@ -124,18 +128,23 @@ class FifoMixin(BufferHost):
             n: Steps per env.
             env_ids: Which envs (default: all).
             block: Wait until every named env holds ``n`` steps (``queue.Queue.get``).
-            timeout: With ``block``, the most seconds to wait (``None``: for ever).
+            timeout: With ``block``, the most seconds to wait (``None`` or ``inf``: for ever;
+                see :func:`check_timeout`). Checked with or without ``block``.
 
         Returns:
             Raw per-step fields shaped ``(len(env_ids), n, ...)``, with ``next_<obs>``,
             ``next_known``, per-step ``ids`` and ``env_ids``.
 
         Raises:
+            ConfigError: ``n`` is not a positive int, ``timeout`` is not a valid timeout.
+            ShapeError: ``n`` is more than an env can hold.
             EmptyBufferError: Not enough steps and ``block`` is False.
             ReplayTimeout: ``block`` and not enough steps within ``timeout``.
             ReplayClosed: The buffer is (or got) closed.
         """
         n = positive_int("n", n)
+        seconds = check_timeout(timeout)
+        block = flag("block", block)
         with self._lock:
             self._check_open()
             envs = self._all_envs if env_ids is None else self._writer.check_env_ids(env_ids)
@@ -143,7 +152,6 @@ class FifoMixin(BufferHost):
             def ready() -> bool:
                 return bool((self._index.stored_per_env()[envs] >= n).all())
 
-            check_timeout(timeout)
             if n > self._env_capacity:
                 raise ShapeError(
                     f"n: {n} steps per env can never be stored (env_capacity "
@@ -152,7 +160,7 @@ class FifoMixin(BufferHost):
             if not block and not ready():
                 have = self._index.stored_per_env()[envs].tolist()
                 raise EmptyBufferError(f"dequeue: {n} steps per env requested, envs hold {have}")
-            self._wait(ready, timeout, "dequeue(block=True)")
+            self._wait(ready, seconds, "dequeue(block=True)")
             data = self._runs_from_heads(envs, np.full(envs.shape[0], n), n)
             before = self._index.bounds() if self._tracks_sampleable else None
             self._index.dequeue(envs, n)
@@ -183,9 +191,29 @@ class FifoMixin(BufferHost):
         return data
 
 
-def check_timeout(timeout: float | None) -> None:
-    """``queue.Queue`` rules: ``None`` or a non-negative number, checked on every call."""
-    if timeout is not None and (
-        isinstance(timeout, bool) or not isinstance(timeout, int | float) or timeout < 0
-    ):
-        raise ConfigError(f"timeout: expected None or a non-negative number, got {timeout!r}")
+def check_timeout(timeout: Any) -> float | None:
+    """Check a blocking call's ``timeout``: the seconds to wait, or ``None`` for ever.
+
+    ``None``: for ever; a finite number ``>= 0``: at most that many seconds (``0``: no wait);
+    ``inf``, or at least :data:`threading.TIMEOUT_MAX` seconds: for ever, as ``None``. Checked on
+    every call that takes a timeout, whether or not it ends up waiting.
+
+    Raises:
+        ConfigError: NaN, a negative number, one too large for a float, a bool or anything
+            that is not a number (naming ``timeout`` and the value).
+
+    Example:
+        >>> from rlreplay.buffer import check_timeout
+        >>> check_timeout(2), check_timeout(float("inf"))
+        (2.0, None)
+    """
+    return timeout_seconds(timeout)
+
+
+def flag(name: str, value: Any) -> bool:
+    """A call's boolean option: a ``bool`` or NumPy bool, else :class:`ConfigError` naming it."""
+    if value is True or value is False:
+        return value
+    if isinstance(value, np.bool_):
+        return bool(value)
+    raise ConfigError(f"{name}: expected True or False, got {type(value).__name__} {shown(value)}")

@@ -17,6 +17,7 @@ from rlreplay.errors import ConfigError, InvalidIdError, PriorityError, ShapeErr
 from rlreplay.sampling.priorities import Priorities
 from rlreplay.sampling.prioritized import PrioritizedSampler, PriorityMass, PriorityStarts
 from rlreplay.sampling.prioritized_args import _reduce_steps
+from rlreplay.spec.arguments import as_array
 from rlreplay.spec.schema import Field, positive_int
 
 __all__ = ["PrioritizedReplayBuffer", "PriorityMass", "PriorityStarts"]
@@ -271,8 +272,8 @@ class PrioritizedReplayBuffer(ReplayBuffer):
 
         Nothing is changed when an error is raised.
         """
-        p = np.asarray(priorities)
-        id_arr = np.asarray(ids)
+        p = as_array("priorities", priorities)
+        id_arr = as_array("ids", ids)
         if p.ndim == id_arr.ndim + 1 and p.shape[:-1] == id_arr.shape:
             p = _reduce_steps(p, mask, eta)
         if p.shape != id_arr.shape:

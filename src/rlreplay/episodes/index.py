@@ -506,7 +506,10 @@ class EpisodeIndex:
         Raises:
             InvalidIdError: Non-integer ids, or an id that was never issued.
         """
-        arr = np.asarray(ids)
+        try:
+            arr = np.asarray(ids)
+        except (ValueError, TypeError, OverflowError):  # ragged nests, unconvertible objects
+            arr = np.empty(0, object)
         if arr.dtype.kind not in "iu":
             raise InvalidIdError(f"{name}: expected integer ids, got dtype {arr.dtype}")
         flat = np.ascontiguousarray(arr, np.int64).reshape(-1)

@@ -34,6 +34,7 @@ import numpy as np
 
 from rlreplay.batch import Batch
 from rlreplay.errors import ConfigError
+from rlreplay.spec.arguments import shown
 
 __all__ = [
     "FORMATS",
@@ -252,6 +253,8 @@ def resolve_output(as_: str, device: Any) -> Output | None:
             device without CUDA), or a device other than the CPU for NumPy.
         ImportError: The framework is not installed.
     """
+    if not isinstance(as_, str):
+        raise ConfigError(f"as_: expected one of {FORMATS}, got {shown(as_)}")
     if as_ == "numpy":
         if device is not None and str(device) != "cpu":
             raise ConfigError(
@@ -260,7 +263,7 @@ def resolve_output(as_: str, device: Any) -> Output | None:
             )
         return None
     if as_ not in FORMATS:
-        raise ConfigError(f"as_: expected one of {FORMATS}, got {as_!r}")
+        raise ConfigError(f"as_: expected one of {FORMATS}, got {shown(as_)}")
     return Output(as_, device)
 
 
@@ -292,6 +295,8 @@ def choose_output(default: Output | None, as_: str | None, device: Any) -> Outpu
     Raises:
         ConfigError: As :func:`resolve_output`.
     """
+    if as_ is not None and not isinstance(as_, str):  # (an array would compare elementwise)
+        raise ConfigError(f"as_: expected one of {FORMATS} or None, got {shown(as_)}")
     if as_ is None or as_ == ("numpy" if default is None else default.as_):
         if device is None:
             return default

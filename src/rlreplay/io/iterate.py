@@ -24,6 +24,7 @@ from typing import Any, Generic, TypeVar
 
 from rlreplay.errors import ReplayClosed, ReplayTimeout
 from rlreplay.limits import waits_end_when
+from rlreplay.spec.arguments import timeout_seconds
 from rlreplay.spec.schema import positive_int
 
 __all__ = ["Prefetcher"]
@@ -125,8 +126,8 @@ class Prefetcher(Generic[T], Iterator[T]):
         closed: Callable[[], bool] | None = None,
     ) -> None:
         self.prefetch = positive_int("prefetch", prefetch)
-        self.timeout = timeout
-        self.join_timeout = float(join_timeout)
+        self.timeout = timeout_seconds(timeout)  # NaN refused, inf: for ever (None)
+        self.join_timeout = timeout_seconds(join_timeout, "join_timeout")
         self._queue: queue.Queue[Any] = queue.Queue(maxsize=self.prefetch)
         self._stop = threading.Event()
         self._finished = False

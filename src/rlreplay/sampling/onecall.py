@@ -35,6 +35,7 @@ from rlreplay.assemble.powers import reward_powers
 from rlreplay.batch import Batch
 from rlreplay.codegen import define
 from rlreplay.episodes.index import EpisodeIndex
+from rlreplay.errors import ConfigError
 from rlreplay.sampling.batch_kernels import _prio_kernel, _sample_kernel
 from rlreplay.storage.columns import Columns
 
@@ -327,8 +328,8 @@ class FastSampler:
         if out is self._last_out and self._last_arrays[0].shape[0] == batch_size:
             return self._last_arrays
         if not isinstance(out, Mapping) or set(out) != set(self.keys):
-            got = sorted(out) if isinstance(out, Mapping) else type(out).__name__
-            raise ValueError(
+            got = sorted(map(str, out)) if isinstance(out, Mapping) else type(out).__name__
+            raise ConfigError(
                 f"sample(out=...): expected a batch with keys {sorted(self.keys)}, got {got}"
             )
         arrays = []
@@ -337,17 +338,17 @@ class FastSampler:
             shape = (batch_size, *tail)
             if type(a) is not np.ndarray or a.dtype != dt or a.shape != shape:
                 what = f"{a.dtype}{list(a.shape)}" if isinstance(a, np.ndarray) else type(a)
-                raise ValueError(
+                raise ConfigError(
                     f"sample(out=...): {key} must be a {dt}{list(shape)} ndarray, got {what}"
                 )
             if not (a.flags.c_contiguous and a.flags.writeable):
-                raise ValueError(f"sample(out=...): {key} must be C-contiguous and writable")
+                raise ConfigError(f"sample(out=...): {key} must be C-contiguous and writable")
             arrays.append(a)
         cols = self.cols
         stored = [*cols.steps.values(), *cols.finals.values(), *cols.derived.values()]
         for j, a in enumerate(arrays):
             if any(np.may_share_memory(a, other) for other in arrays[j + 1 :] + stored):
-                raise ValueError(
+                raise ConfigError(
                     f"sample(out=...): {self.keys[j]} shares memory with another output or "
                     "with the buffer's storage"
                 )
@@ -397,7 +398,7 @@ def sample_batch(buf: Any, batch_size: int, opts: Any, out: Any, uniform_type: t
                     continue
                 return out if isinstance(out, Batch) else _new_batch(data)
             if data is not None and data < 0:
-                raise ValueError("sample(out=...): an output's shape changed since it was checked")
+                raise ConfigError("sample(out=...): an output's shape changed since it was checked")
             break
     return _general(buf, batch_size, opts, out, arrays, fast)
 
@@ -436,7 +437,7 @@ def _sample_prioritized(
             if type(data) is dict:
                 sampler.drawn()
                 return out if isinstance(out, Batch) else _new_batch(data)
-            raise ValueError("sample(out=...): an output's shape changed since it was checked")
+            raise ConfigError("sample(out=...): an output's shape changed since it was checked")
     return _general(buf, batch_size, opts, out, arrays, fast)
 
 
@@ -449,7 +450,7 @@ def _general(
     if arrays is None:
         return batch
     if set(batch) != set(fast.keys):
-        raise ValueError(f"sample(out=...): this buffer's batches hold {sorted(batch)}")
+        raise ConfigError(f"sample(out=...): this buffer's batches hold {sorted(batch)}")
     for key, a in zip(fast.keys, arrays, strict=True):
         a[...] = batch[key]
     return out if isinstance(out, Batch) else _new_batch(dict(zip(fast.keys, arrays, strict=True)))

@@ -11,8 +11,9 @@ from typing import Any
 
 import numpy as np
 
-from rlreplay.errors import ConfigError, PriorityError, ShapeError
+from rlreplay.errors import ConfigError, DTypeError, PriorityError, ShapeError
 from rlreplay.sampling.uniform import DrawOptions
+from rlreplay.spec.arguments import as_array, shown
 
 __all__ = ["_check_uniform_only", "_clip_range", "_real", "_reduce_steps"]
 
@@ -29,11 +30,22 @@ def _check_uniform_only(opts: DrawOptions) -> None:
 
 def _reduce_steps(p: Array, mask: Any, eta: float) -> Array:
     """R2D2's sequence priority: ``eta * max + (1 - eta) * mean`` over each row's real steps."""
-    if not 0.0 <= eta <= 1.0:
-        raise ConfigError(f"eta: expected a value in [0, 1], got {eta}")
+    if (
+        isinstance(eta, bool | np.timedelta64)
+        or not isinstance(eta, int | float | np.integer | np.floating)
+        or not 0 <= eta <= 1
+    ):
+        raise ConfigError(f"eta: expected a number in [0, 1], got {shown(eta)}")
+    eta = float(eta)
     if p.dtype.kind not in "iuf":
         raise PriorityError(f"priorities: expected real numbers, got dtype {p.dtype}")
-    m = np.ones(p.shape, bool) if mask is None else np.asarray(mask, bool)
+    if mask is None:
+        m = np.ones(p.shape, bool)
+    else:
+        m = as_array("mask", mask)
+        if m.dtype.kind not in "biu":
+            raise DTypeError(f"mask: expected booleans (batch.mask), got dtype {m.dtype}")
+        m = m.astype(bool)
     if m.shape != p.shape:
         raise ShapeError(f"mask: expected shape {p.shape}, got {m.shape}")
     if not m.any(axis=-1).all():
@@ -47,11 +59,16 @@ def _reduce_steps(p: Array, mask: Any, eta: float) -> Array:
 
 def _real(name: str, value: Any) -> float:
     """A finite float ``>= 0`` from a real number (bools refused)."""
-    if isinstance(value, bool) or not isinstance(value, int | float | np.integer | np.floating):
-        raise ConfigError(f"{name}: expected a finite number >= 0, got {value!r}")
-    out = float(value)
+    if isinstance(value, bool | np.timedelta64) or not isinstance(
+        value, int | float | np.integer | np.floating
+    ):
+        raise ConfigError(f"{name}: expected a finite number >= 0, got {shown(value)}")
+    try:
+        out = float(value)
+    except OverflowError:  # an int past float max
+        out = math.inf
     if not math.isfinite(out) or out < 0.0:
-        raise ConfigError(f"{name}: expected a finite number >= 0, got {value!r}")
+        raise ConfigError(f"{name}: expected a finite number >= 0, got {shown(value)}")
     return out
 
 

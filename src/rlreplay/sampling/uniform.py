@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from rlreplay.errors import ConfigError
+from rlreplay.spec.arguments import shown
 from rlreplay.spec.schema import positive_int
 
 __all__ = [
@@ -159,12 +160,15 @@ class DrawOptions:
 
 
 def draw_options(recent_ratio: Any, recent_steps: Any, replacement: Any) -> DrawOptions:
-    if isinstance(recent_ratio, bool) or not isinstance(recent_ratio, int | float | np.number):
-        raise ConfigError(f"recent_ratio: expected a number in [0, 1], got {recent_ratio!r}")
-    if not 0.0 <= float(recent_ratio) <= 1.0:
-        raise ConfigError(f"recent_ratio: expected a number in [0, 1], got {recent_ratio}")
+    if isinstance(recent_ratio, bool | np.timedelta64) or not isinstance(
+        recent_ratio, int | float | np.integer | np.floating
+    ):
+        raise ConfigError(f"recent_ratio: expected a number in [0, 1], got {shown(recent_ratio)}")
+    # (an int is compared as it is: float() of a huge one would overflow)
+    if not 0 <= recent_ratio <= 1 or not 0.0 <= float(recent_ratio) <= 1.0:
+        raise ConfigError(f"recent_ratio: expected a number in [0, 1], got {shown(recent_ratio)}")
     if not isinstance(replacement, bool | np.bool_):
-        raise ConfigError(f"replacement: expected a bool, got {replacement!r}")
+        raise ConfigError(f"replacement: expected a bool, got {shown(replacement)}")
     return DrawOptions(
         float(recent_ratio), positive_int("recent_steps", recent_steps), bool(replacement)
     )

@@ -28,6 +28,7 @@ import numpy as np
 
 from rlreplay.codegen import define
 from rlreplay.errors import ConfigError, DTypeError, FieldError, ShapeError
+from rlreplay.spec.arguments import shown
 
 __all__ = [
     "BUILTIN_FIELDS",
@@ -580,17 +581,25 @@ def positive_int(name: str, value: Any) -> int:
         >>> positive_int("batch_size", 32)
         32
     """
-    if isinstance(value, bool) or not isinstance(value, int | np.integer):
-        raise ConfigError(f"{name}: expected a positive int, got {type(value).__name__} {value!r}")
+    if type(value) is not int and (
+        isinstance(value, bool | np.timedelta64) or not isinstance(value, int | np.integer)
+    ):
+        raise ConfigError(
+            f"{name}: expected a positive int, got {type(value).__name__} {shown(value)}"
+        )
     if value < 1:
-        raise ConfigError(f"{name}: expected a positive int, got {value}")
+        raise ConfigError(f"{name}: expected a positive int, got {shown(value)}")
     return int(value)
 
 
 def int_at_least(name: str, value: Any, minimum: int) -> int:
     """``value`` as an int ``>= minimum`` (bools rejected), else ``ConfigError`` naming it."""
-    if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < minimum:
-        raise ConfigError(f"{name}: expected an int >= {minimum}, got {value!r}")
+    if (
+        isinstance(value, bool | np.timedelta64)
+        or not isinstance(value, int | np.integer)
+        or value < minimum
+    ):
+        raise ConfigError(f"{name}: expected an int >= {minimum}, got {shown(value)}")
     return int(value)
 
 

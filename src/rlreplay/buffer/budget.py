@@ -1,0 +1,64 @@
+"""The size budget of a buffer's calls: the bytes one row of each kind of result takes.
+
+A part of :class:`rlreplay.ReplayBuffer` (see :mod:`rlreplay.buffer.host`). Every call whose
+result is sized by its arguments checks ``rows * row bytes`` against the size budget
+(:func:`rlreplay.spec.check_rows`) before it draws or allocates anything. A row's bytes are
+an upper estimate, computed once per buffer from its fields:
+
+* a transition (``sample``, ``get_transitions``): every field once, each observation field
+  twice (the observation and ``next_<obs>``; ``obs`` ``2 * frame_stack`` times when frames are
+  stacked), each of ``next_fields`` twice, 8 bytes per derived column, and :data:`OVERHEAD`;
+* a step of a run (``sample_sequences``, ``get_sequences``, ``sample_episodes``): every field
+  once, each observation field twice, 8 bytes per derived column, and :data:`OVERHEAD`.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from rlreplay.buffer.host import BufferHost
+from rlreplay.spec.arguments import check_rows
+
+__all__ = ["OVERHEAD", "check_result", "row_bytes"]
+
+#: Bytes per row for what every result carries besides the fields (``ids``, ``env_ids``,
+#: ``steps``, ``discount``, ``weights``, ``probabilities``, ``mask``, ``next_known``) and the
+#: draw's per-row scratch (positions, slots), rounded up.
+OVERHEAD = 96
+
+
+def row_bytes(buf: BufferHost) -> tuple[int, int]:
+    """``(transition, step)``: bytes of one row of a transition batch and of a run's step."""
+    cached: tuple[int, int] | None = buf.__dict__.get("_row_bytes")
+    if cached is not None:
+        return cached
+    derived = 8 * len(buf._cols.derived)
+    transition = step = OVERHEAD + derived
+    for name, field in buf.schema.fields.items():
+        size = field.nbytes
+        if field.observation:
+            step += 2 * size
+            transition += 2 * size * (buf.frame_stack if name == "obs" else 1)
+        else:
+            step += size
+            transition += size * (2 if name in buf.next_fields else 1)
+    buf.__dict__["_row_bytes"] = out = (transition, step)
+    return out
+
+
+def check_result(
+    buf: BufferHost,
+    name: str,
+    requested: Any,
+    rows: int,
+    what: str,
+    kind: Literal["transition", "step"] = "transition",
+) -> None:
+    """Refuse a result of ``rows`` rows of ``kind`` above the size budget.
+
+    Raises:
+        rlreplay.ConfigError: The result would take more than the budget (naming ``name``,
+            the request and the budget).
+    """
+    transition, step = row_bytes(buf)
+    check_rows(name, requested, rows, transition if kind == "transition" else step, what)
