@@ -1,0 +1,448 @@
+"""The JAX buffer: a static configuration and pure functions over a :class:`BufferState`.
+
+:func:`make_buffer` checks its arguments once, on the host; the :class:`JaxBuffer` it returns
+holds no data, only the configuration and its functions, each compiled by :func:`jax.jit` on
+first use and callable as well inside a user's ``jit``, ``lax.scan`` or ``vmap``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from rlreplay.errors import ConfigError, DTypeError, FieldError, ReplayError, ShapeError
+from rlreplay.jax import prioritized as per
+from rlreplay.jax._lib import jax, jnp, lax, require_jax
+from rlreplay.jax.assemble import transitions
+from rlreplay.jax.batch import JaxBatch, register_batch
+from rlreplay.jax.config import BufferConfig, check_ids_fit, make_config
+from rlreplay.jax.ring import first_sampleable, write_index
+from rlreplay.jax.state import BufferState, init_state
+from rlreplay.spec import Field, Schema, positive_int
+
+__all__ = ["JaxBuffer", "make_buffer"]
+
+
+class JaxBuffer:
+    """An episode-aware replay buffer for JAX: ``init``, ``add``, ``sample`` and the rest are
+    pure functions of a :class:`~rlreplay.jax.BufferState` pytree.
+
+    Semantics are those of :class:`rlreplay.ReplayBuffer` (and, with ``prioritized=True``, of
+    :class:`rlreplay.PrioritizedReplayBuffer` with ``variant="proportional"``) for envs that
+    step together: the same ids (``t * num_envs + e``), the same sampleable transitions and,
+    for every id, the same values bit for bit (n-step rewards and discounts, ``next_obs`` with
+    final observations at episode ends, terminated vs truncated, frame stacks), and the same
+    law for draws (which come from JAX keys, not NumPy's generator). Where they differ:
+
+    * An env keeps the final observations of at most ``finals_per_env`` ended episodes
+      (default ``C // 4``). Ending one more while its ring still holds that many drops the
+      env's oldest stored episode whole, as :meth:`rlreplay.ReplayBuffer.dequeue` would: short
+      episodes then stay in the buffer for less than ``C`` steps. ``finals_per_env=C`` never
+      drops anything, at the cost of ``C`` final observations per env.
+    * ``beta`` moves along its schedule once per :meth:`update_priorities` call (a pure
+      :meth:`sample` returns no state); ``sample(..., beta=b)`` overrides it.
+    * :meth:`update_priorities` gives an id named several times in one call the largest of
+      its values (the NumPy core: the last); a scatter's order is undefined under XLA.
+    * Draws descend a float32 tree: a transition's probability is ``P(i)`` up to float32
+      rounding of the running sums (relative ``~N * 2**-24`` for ``N`` transitions of equal
+      priority); uniform draws use one 32-bit word each (relative ``N * 2**-32``).
+    * Ids, steps and counters are int32 unless ``jax_enable_x64`` is on (then int64), and
+      64-bit fields are stored in 32 bits likewise: ids wrap after ``2**31`` transitions.
+      Probabilities and the priority trees are float32.
+    * Under ``jit`` nothing can raise on values: :meth:`update_priorities` ignores ids never
+      issued or overwritten and values that are negative, NaN or infinite; ``sample`` on a
+      buffer where :meth:`can_sample` is False returns arbitrary rows with weight 0 (uniform:
+      weight 1) instead of raising. Shapes, dtypes and keys are checked when tracing.
+
+    Every function is jitted (``sample``'s ``batch_size`` is static) and works inside
+    ``lax.scan`` and under ``vmap`` (one buffer per seed: ``jax.vmap(lambda _: buf.init())(
+    jnp.arange(n))``); wrap it in ``jax.jit(..., donate_argnums=0)`` to update the state in
+    place.
+
+    Cost: ``add`` writes ``E`` rows per column plus ``O(E)`` bookkeeping (prioritized:
+    ``E * (n_step + frame_stack)`` leaves of two 32-ary trees); ``sample`` and
+    ``get_transitions`` are ``O(B * (n_step + frame_stack))`` gathers, ``update_priorities``
+    ``O(B log B)`` (duplicates are resolved by a sort) plus the trees' ``O(B * 32 * levels)``.
+
+    Example:
+        >>> import jax, numpy as np, rlreplay as rr, rlreplay.jax as rrj
+        >>> buf = rrj.make_buffer(capacity=64, fields={"obs": rr.Field((2,), np.float32)},
+        ...                       num_envs=2, n_step=2)
+        >>> state = buf.init()
+        >>> step = {"obs": np.zeros((2, 2), np.float32), "reward": np.ones(2, np.float32),
+        ...         "terminated": np.array([True, False]), "truncated": np.zeros(2, bool),
+        ...         "next_obs": np.ones((2, 2), np.float32)}
+        >>> state = buf.add(state, step)
+        >>> bool(buf.can_sample(state, 4)), int(buf.num_sampleable(state))
+        (True, 1)
+        >>> batch = buf.sample(state, jax.random.key(0), 4)
+        >>> batch["ids"].tolist(), batch["next_obs"][0].tolist()
+        ([0, 0, 0, 0], [1.0, 1.0])
+    """
+
+    def __init__(self, config: BufferConfig) -> None:
+        require_jax()
+        register_batch()
+        self.config = config
+        self._init = jax.jit(lambda: init_state(config))
+        self._add = jax.jit(self._add_impl)
+        self._sample = jax.jit(self._sample_impl, static_argnames=("batch_size",))
+        self._update = jax.jit(self._update_impl)
+        self._get = jax.jit(self._get_impl)
+        self._can_sample = jax.jit(self._can_sample_impl)
+        self._num_sampleable = jax.jit(self._num_sampleable_impl)
+        self._sampleable = jax.jit(self._sampleable_impl)
+        self._rebuild = jax.jit(
+            lambda s: s._replace(priorities=per.rebuild(config, s, s.priorities))
+        )
+
+    # ------------------------------------------------------------------ sizes
+    @property
+    def capacity(self) -> int:
+        """Transitions stored over all envs (as given to :func:`make_buffer`)."""
+        return self.config.capacity
+
+    @property
+    def num_envs(self) -> int:
+        """Envs that step together (``E``)."""
+        return self.config.num_envs
+
+    @property
+    def env_capacity(self) -> int:
+        """Steps each env keeps (``C = capacity // num_envs``)."""
+        return self.config.env_capacity
+
+    @property
+    def prioritized(self) -> bool:
+        """Whether draws follow priorities."""
+        return self.config.prioritized
+
+    def __repr__(self) -> str:
+        c = self.config
+        return (
+            f"JaxBuffer(capacity={c.capacity}, num_envs={c.num_envs}, n_step={c.n_step}, "
+            f"frame_stack={c.frame_stack}, prioritized={c.prioritized}, "
+            f"fields={list(c.schema.fields)})"
+        )
+
+    # ------------------------------------------------------------------ the functions
+    def init(self) -> BufferState:
+        """An empty buffer's state (arrays of the full capacity, allocated on the device)."""
+        out: BufferState = self._init()
+        return out
+
+    def add(self, state: BufferState, step: Mapping[str, Any]) -> BufferState:
+        """Add one step of every env.
+
+        Args:
+            state: The buffer's state.
+            step: Every declared field, ``reward``, ``terminated``, ``truncated`` and
+                ``next_<obs>`` for each observation field, each with a leading axis ``E``
+                (omittable when ``E == 1``). ``next_<obs>`` is given every step and kept only
+                where the step ends its episode (``terminated`` or ``truncated``): otherwise
+                the next step's observation is the next observation.
+
+        Returns:
+            The new state.
+
+        Raises:
+            rlreplay.FieldError: A key is missing or unknown (when tracing).
+            rlreplay.ShapeError: A value's shape is not ``(E, *field.shape)``.
+            rlreplay.DTypeError: A value that NumPy's ``same_kind`` rule cannot cast.
+        """
+        out: BufferState = self._add(state, step)
+        return out
+
+    def sample(
+        self, state: BufferState, key: Any, batch_size: int, *, beta: Any = None
+    ) -> JaxBatch:
+        """Draw ``batch_size`` transitions with replacement: uniformly, or by priority.
+
+        Args:
+            state: The buffer's state.
+            key: A JAX random key.
+            batch_size: Transitions to draw (static under ``jit``).
+            beta: Prioritized buffers: the importance exponent of this draw (default: the
+                schedule's value at the state's step).
+
+        Returns:
+            A :class:`~rlreplay.jax.JaxBatch` (a mapping with attribute access, and a pytree)
+            of the keys of :meth:`rlreplay.ReplayBuffer.sample`'s batch: every declared field,
+            ``reward``, ``next_<obs>``, ``terminated``, ``truncated``, ``discount``,
+            ``steps``, ``ids``, ``env_ids``, ``weights`` (ones when uniform) and, when
+            prioritized, ``probabilities``. Meaningful only where :meth:`can_sample` is True.
+        """
+        batch_size = positive_int("batch_size", batch_size)
+        out: JaxBatch = self._sample(state, key, batch_size=batch_size, beta=beta)
+        return out
+
+    def update_priorities(self, state: BufferState, ids: Any, priorities: Any) -> BufferState:
+        """Set the priorities of sampled transitions (prioritized buffers).
+
+        ``priorities`` (one per id, usually ``|td_error|``) are clipped to ``priority_clip``
+        and get ``eps`` added; an id given several times gets the largest of its values. Ids
+        overwritten since they were drawn, ids never issued and values that are negative, NaN
+        or infinite are ignored. Advances the ``beta`` schedule by one step.
+
+        Raises:
+            rlreplay.ConfigError: The buffer is not prioritized.
+        """
+        if not self.config.prioritized:
+            raise ConfigError(
+                "update_priorities: this buffer samples uniformly; make it with "
+                "prioritized=True to sample by priority"
+            )
+        out: BufferState = self._update(state, ids, priorities)
+        return out
+
+    def get_transitions(self, state: BufferState, ids: Any) -> JaxBatch:
+        """Assemble the transitions ``ids`` (which should be sampleable: :meth:`sampleable`).
+
+        Returns:
+            A batch like :meth:`sample`'s (``weights`` ones, no ``probabilities``), in the
+            order of ``ids``; rows of ids that are not sampleable hold arbitrary values.
+        """
+        out: JaxBatch = self._get(state, ids)
+        return out
+
+    def can_sample(self, state: BufferState, batch_size: int = 1) -> Any:
+        """A traced bool: whether :meth:`sample` draws real transitions now.
+
+        As :meth:`rlreplay.ReplayBuffer.sample`, a batch of any size is drawn (with
+        replacement) once one transition is sampleable; a prioritized buffer also needs one
+        of priority ``> 0``. For a warm-up size use ``num_sampleable(state) >= n``.
+        """
+        positive_int("batch_size", batch_size)
+        return self._can_sample(state)
+
+    def num_sampleable(self, state: BufferState) -> Any:
+        """A traced int: how many transitions :meth:`sample` draws from."""
+        return self._num_sampleable(state)
+
+    def sampleable(self, state: BufferState, ids: Any) -> Any:
+        """A traced bool per id: whether the transition is sampleable now."""
+        return self._sampleable(state, ids)
+
+    # ------------------------------------------------------------------ implementations
+    def _steps(self, step: Mapping[str, Any]) -> dict[str, Any]:
+        """The step's values checked by name, shape and dtype kind, cast for storage."""
+        c = self.config
+        if not isinstance(step, Mapping):
+            raise FieldError(f"step: expected a mapping of field name -> array, got {step!r}")
+        wanted: dict[str, Field] = dict(c.schema.fields)
+        wanted.update({"next_" + n: c.schema.fields[n] for n in c.observation_names})
+        missing = sorted(set(wanted) - set(step))
+        unknown = sorted(set(step) - set(wanted))
+        if missing or unknown:
+            raise FieldError(
+                f"step: expected the keys {sorted(wanted)}; missing {missing}, unknown {unknown}"
+            )
+        out = {}
+        for name, f in wanted.items():
+            value = jnp.asarray(step[name])
+            if c.num_envs == 1 and value.shape == f.shape:
+                value = value[None]
+            if value.shape != (c.num_envs, *f.shape):
+                raise ShapeError(
+                    f"step[{name!r}]: expected shape {(c.num_envs, *f.shape)} (num_envs, "
+                    f"*field shape), got {value.shape}"
+                )
+            dtype = c.stored[name[len("next_") :] if name not in c.stored else name]
+            if not np.can_cast(value.dtype, dtype, casting="same_kind"):
+                raise DTypeError(
+                    f"step[{name!r}]: expected values castable to {dtype} (NumPy's same_kind "
+                    f"rule), got {value.dtype}"
+                )
+            out[name] = value.astype(dtype)
+        return out
+
+    def _add_impl(self, state: BufferState, step: Mapping[str, Any]) -> BufferState:
+        c = self.config
+        values = self._steps(step)
+        done = values["terminated"] | values["truncated"]
+        new, written = write_index(c, state, done)
+        columns = {
+            name: lax.dynamic_update_slice_in_dim(col, values[name], written.row0, 0)
+            for name, col in state.columns.items()
+        }
+        finals = {
+            name: fin.at[written.final_pos].set(values["next_" + name], mode="drop")
+            for name, fin in state.finals.items()
+        }
+        new = new._replace(columns=columns, finals=finals)
+        new = new._replace(lo=first_sampleable(c, new))
+        if new.priorities is not None:
+            new = new._replace(priorities=per.after_write(c, new, new.priorities, written))
+        return new
+
+    def _sample_impl(self, state: BufferState, key: Any, batch_size: int, beta: Any) -> JaxBatch:
+        c = self.config
+        if state.priorities is not None:
+            pri = state.priorities
+            b = per.beta_at(c, pri.beta_step) if beta is None else jnp.float32(beta)
+            env, t, probabilities, weights = per.draw(c, state, pri, key, batch_size, b)
+            out = transitions(c, state, env, t)
+            out["weights"] = weights.astype(jnp.float32)
+            out["probabilities"] = probabilities
+            return JaxBatch(out)
+        env, t = _uniform(state, key, batch_size)
+        out = transitions(c, state, env, t)
+        out["weights"] = jnp.ones(batch_size, jnp.float32)
+        return JaxBatch(out)
+
+    def _update_impl(self, state: BufferState, ids: Any, priorities: Any) -> BufferState:
+        if state.priorities is None:
+            raise ConfigError("update_priorities: the state holds no priorities (a uniform one)")
+        pri = per.update(self.config, state, state.priorities, ids, priorities)
+        return state._replace(priorities=pri)
+
+    def _get_impl(self, state: BufferState, ids: Any) -> JaxBatch:
+        E = self.config.num_envs
+        ids = jnp.asarray(ids).astype(state.count.dtype).reshape(-1)
+        env = jnp.mod(ids, E)
+        out = transitions(self.config, state, env, jnp.floor_divide(ids, E))
+        out["weights"] = jnp.ones(ids.shape[0], jnp.float32)
+        return JaxBatch(out)
+
+    def _num_sampleable_impl(self, state: BufferState) -> Any:
+        return jnp.sum(jnp.maximum(state.hi - state.lo, 0))
+
+    def _sampleable_impl(self, state: BufferState, ids: Any) -> Any:
+        ids = jnp.asarray(ids).astype(state.count.dtype)
+        env = jnp.mod(ids, self.config.num_envs)
+        t = jnp.floor_divide(ids, self.config.num_envs)
+        return (ids >= 0) & (t >= state.lo[env]) & (t < state.hi[env])
+
+    def _can_sample_impl(self, state: BufferState) -> Any:
+        if state.priorities is not None:
+            return state.priorities.nodes[-1][0, 0] > 0
+        return jnp.any(state.hi > state.lo)
+
+
+def _uniform(state: BufferState, key: Any, batch_size: int) -> tuple[Any, Any]:
+    """``batch_size`` steps drawn uniformly from the union of the envs' ``[lo, hi)``."""
+    sizes = jnp.maximum(state.hi - state.lo, 0)
+    ends = jnp.cumsum(sizes)
+    pos = below(jax.random.bits(key, (batch_size,), jnp.uint32), ends[-1])
+    pos = pos.astype(state.count.dtype)
+    env = jnp.searchsorted(ends, pos, side="right", method="compare_all")
+    env = jnp.minimum(env, sizes.shape[0] - 1).astype(state.count.dtype)
+    return env, state.lo[env] + pos - (ends[env] - sizes[env])
+
+
+def below(bits: Any, n: Any) -> Any:
+    """``floor(bits * n / 2**32)``: uint32 random bits to integers in ``[0, n)`` (0 if ``n`` is 0).
+
+    One 32-bit word per draw (half of what :func:`jax.random.randint` draws, and the bulk of a
+    sample's cost on a CPU): each integer has probability ``1/n`` up to a relative error of
+    ``n / 2**32`` (``2.3e-5`` at 100,000 transitions). The 64-bit product is formed from
+    16-bit halves, so it needs no 64-bit integers.
+    """
+    n = jnp.asarray(n).astype(jnp.uint32)
+    mask = jnp.uint32(0xFFFF)
+    rh, rl = bits >> 16, bits & mask
+    nh, nl = n >> 16, n & mask
+    mid1, mid2 = rh * nl, rl * nh
+    carry = ((rl * nl) >> 16) + (mid1 & mask) + (mid2 & mask)
+    return rh * nh + (mid1 >> 16) + (mid2 >> 16) + (carry >> 16)
+
+
+def make_buffer(
+    capacity: int,
+    fields: Mapping[str, Field | tuple[Any, Any]],
+    *,
+    num_envs: int = 1,
+    n_step: int = 1,
+    gamma: float = 0.99,
+    frame_stack: int = 1,
+    stack_pad: str = "zero",
+    next_fields: Sequence[str] = (),
+    finals_per_env: int | None = None,
+    prioritized: bool = False,
+    alpha: float = 0.6,
+    beta: float = 0.4,
+    beta_final: float = 1.0,
+    beta_steps: int = 0,
+    eps: float = 1e-6,
+    variant: str = "proportional",
+    initial_priority: float = 1.0,
+    priority_clip: tuple[float, float] | None = None,
+    stratified: bool = True,
+) -> JaxBuffer:
+    """A replay buffer of pure JAX functions (see :class:`JaxBuffer`).
+
+    Args:
+        capacity: Transitions stored over all envs; at least ``num_envs * (n_step +
+            frame_stack)``. Each env keeps ``capacity // num_envs`` steps.
+        fields: Name -> :class:`rlreplay.Field`, as for :class:`rlreplay.ReplayBuffer`
+            (``obs`` is an observation field; ``reward``, ``terminated``, ``truncated`` are
+            built in; the reward must be float32, or float64 with ``jax_enable_x64``).
+        num_envs: ``E``: every :meth:`~JaxBuffer.add` takes one step of each env.
+        n_step: Window length.
+        gamma: Discount in ``[0, 1]``.
+        frame_stack: ``k``: sampled ``obs``/``next_obs`` are ``(B, k, *frame)`` stacks.
+        stack_pad: ``"zero"`` or ``"first"``: what fills a stack before an episode's start.
+        next_fields: Non-observation fields also read at step ``t+m`` (zeros at episode ends).
+        finals_per_env: Final observations kept per env (default ``env_capacity // 4``; see
+            :class:`JaxBuffer` for what happens beyond).
+        prioritized: Sample by priority (proportional) with importance weights.
+        alpha, beta, beta_final, beta_steps, eps, variant, initial_priority, priority_clip,
+            stratified: The law, as for :class:`rlreplay.PrioritizedReplayBuffer`
+            (``variant="proportional"`` only).
+
+    Raises:
+        rlreplay.ConfigError: An argument out of range, naming it.
+        ImportError: JAX is not installed.
+
+    Example:
+        >>> import numpy as np, rlreplay as rr, rlreplay.jax as rrj
+        >>> buf = rrj.make_buffer(capacity=1000, fields={"obs": rr.Field((4,), np.float32)},
+        ...                       num_envs=4, n_step=3, prioritized=True)
+        >>> buf.env_capacity
+        250
+    """
+    jax_module = require_jax()
+    x64 = bool(jax_module.config.jax_enable_x64)
+    try:
+        key = _config_key(capacity, fields, locals())
+    except (TypeError, ReplayError):  # unhashable, or invalid: make_config says which
+        key = None
+    if key is not None and key in _BUFFERS:
+        return _BUFFERS[key]
+    config = make_config(
+        capacity, fields, num_envs=num_envs, n_step=n_step, gamma=gamma,
+        frame_stack=frame_stack, stack_pad=stack_pad, next_fields=next_fields,
+        finals_per_env=finals_per_env, prioritized=prioritized, x64=x64, alpha=alpha, beta=beta,
+        beta_final=beta_final, beta_steps=beta_steps, eps=eps, variant=variant,
+        initial_priority=initial_priority, priority_clip=priority_clip, stratified=stratified,
+    )  # fmt: skip
+    check_ids_fit(config)
+    buf = JaxBuffer(config)
+    if key is not None:
+        if len(_BUFFERS) >= 64:
+            _BUFFERS.pop(next(iter(_BUFFERS)))
+        _BUFFERS[key] = buf
+    return buf
+
+
+# Buffers by configuration: a JaxBuffer holds no data, so equal configurations share one (and
+# its compiled functions: a second make_buffer, or from_replay_buffer, compiles nothing anew).
+_BUFFERS: dict[Any, JaxBuffer] = {}
+
+
+def _config_key(capacity: Any, fields: Any, args: Mapping[str, Any]) -> Any:
+    """A hashable key of :func:`make_buffer`'s arguments (``TypeError`` if one is not)."""
+    described = tuple(
+        (name, f.shape, f.dtype.str, f.observation)
+        for name, f in Schema.build(fields).fields.items()
+    )
+    rest = tuple(
+        (k, tuple(v) if isinstance(v, list) else v)
+        for k, v in sorted(args.items())
+        if k not in ("capacity", "fields", "jax_module")
+    )
+    key = (capacity, described, rest)
+    hash(key)
+    return key

@@ -1,0 +1,149 @@
+"""Proportional prioritized replay over a sum and min tree: writes, updates, draws.
+
+The law is :class:`rlreplay.PrioritizedReplayBuffer`'s (``variant="proportional"``): over the
+sampleable transitions, ``P(i) = p_i ** alpha / sum_k p_k ** alpha``; a transition of priority
+0 is never drawn; importance weights are ``(P_min / P(i)) ** beta`` with ``P_min`` the smallest
+probability over the whole buffer (the tree root's min); a new transition gets
+``max(initial_priority, largest priority applied so far)``; updates are clipped to
+``priority_clip``, ``eps`` is added, and ids whose transition was overwritten are ignored.
+
+A leaf holds a slot's mass only while the slot's step is sampleable (:mod:`rlreplay.jax.tree`
+has the layout). One :meth:`add` changes
+the sampleable set of each env in two bounded places (see :mod:`rlreplay.jax.ring`): the
+newest ``n_step + 1`` steps (``hi`` moves) and the ``frame_stack - 1`` steps at the head
+(``lo`` moves past a cut episode's start); their leaves are recomputed, ``E * (n_step +
+frame_stack)`` in all. Only an eviction (an env dropping its oldest episode for a final
+record, see :attr:`~rlreplay.jax.config.BufferConfig.can_evict`) moves ``lo`` further: that
+write rebuilds the tree, ``O(E * C)``, under :func:`jax.lax.cond` (which ``vmap`` turns into
+both branches: with ``finals_per_env >= env_capacity`` the rebuild is not even compiled).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rlreplay.jax import tree
+from rlreplay.jax._lib import jax, jnp, lax
+from rlreplay.jax.config import BufferConfig, tree_levels
+from rlreplay.jax.ring import Written, rows_of, sampleable, step_in_row
+from rlreplay.jax.state import BufferState, PriorityState
+
+__all__ = ["after_write", "beta_at", "draw", "priorities_of", "rebuild", "update"]
+
+
+def mass_of(config: BufferConfig, prio: Any) -> Any:
+    """The sampling mass of priorities (0 stays 0, even with ``alpha = 0``)."""
+    return jnp.where(prio > 0, jnp.power(prio, jnp.float32(config.alpha)), 0.0)
+
+
+def rebuild(config: BufferConfig, state: BufferState, pri: PriorityState) -> PriorityState:
+    """The masses and the tree from the priorities and the sampleable ranges: ``O(E * C)``."""
+    n = config.num_slots
+    rows = jnp.arange(n, dtype=state.count.dtype)
+    env, t = step_in_row(config, state, rows)
+    prio = pri.leaves[:n, 0]
+    mass = jnp.where(sampleable(state, env, t), mass_of(config, prio), 0.0)
+    leaves = pri.leaves.at[:n, 1].set(mass)
+    return pri._replace(leaves=leaves, nodes=tree.build(leaves, tree_levels(n)))
+
+
+def priorities_of(pri: PriorityState, num_slots: int) -> Any:
+    """``(E * C,)`` the priority of each slot's occupant."""
+    return pri.leaves[:num_slots, 0]
+
+
+def after_write(
+    config: BufferConfig, state: BufferState, pri: PriorityState, written: Written
+) -> PriorityState:
+    """The priorities after one write: the new steps get the new-transition priority, and the
+    leaves of every step whose sampleability the write may have changed are recomputed."""
+    E, n, k = config.num_envs, config.n_step, config.frame_stack
+    t = state.count - 1  # the step just written
+    new = jnp.maximum(jnp.float32(config.initial_priority), pri.max_priority)
+    envs = jnp.arange(E, dtype=t.dtype)
+    # t .. t - n: the new step and where hi moved; head .. head + k - 2: where lo moved.
+    back = t - jnp.arange(n + 1, dtype=t.dtype)
+    steps = jnp.concatenate(
+        [jnp.broadcast_to(back[:, None], (n + 1, E)), state.head + jnp.arange(k - 1)[:, None]]
+    )
+    env = jnp.broadcast_to(envs, steps.shape)
+    rows = rows_of(config, steps, env)
+    # A step before the first or past the newest is no step: its row is left alone.
+    real = (steps >= 0) & (steps <= t)
+    # (The new leaves depend on this read of the old ones: XLA orders it first and updates in
+    # place; see rlreplay.jax.ring.write_index.)
+    prio = jnp.where(steps == t, new, pri.leaves.at[rows, 0].get(mode="clip"))
+    mass = jnp.where(sampleable(state, env, steps), mass_of(config, prio), 0.0)
+    leaves, nodes = tree.set_leaves(
+        pri.leaves, pri.nodes, rows.ravel(), prio.ravel(), mass.ravel(), real.ravel()
+    )
+    pri = pri._replace(leaves=leaves, nodes=nodes)
+    if config.can_evict:
+        pri = lax.cond(written.evicted, lambda p: rebuild(config, state, p), lambda p: p, pri)
+    return pri
+
+
+def update(
+    config: BufferConfig, state: BufferState, pri: PriorityState, ids: Any, priorities: Any
+) -> PriorityState:
+    """Apply ``priorities`` to ``ids``.
+
+    An id given several times gets the largest of its priorities (the NumPy core applies them
+    in call order, so there the last wins): a scatter's order is undefined in XLA, and
+    resolving duplicates by their order costs a sort or a ``B x B`` comparison per call. Ids
+    never issued or overwritten, and values that are NaN, infinite or negative, are ignored
+    (under ``jit`` nothing can be raised).
+    """
+    E = config.num_envs
+    ids = jnp.asarray(ids).astype(state.count.dtype).reshape(-1)
+    p = jnp.asarray(priorities).astype(jnp.float32).reshape(-1)
+    env = jnp.mod(ids, E)
+    t = jnp.floor_divide(ids, E)
+    ok = (ids >= 0) & (t >= state.head[env]) & (t < state.count) & (p >= 0) & (p < jnp.inf)
+    if config.priority_clip is not None:
+        p = jnp.clip(p, config.priority_clip[0], config.priority_clip[1])
+    p = p + jnp.float32(config.eps)
+    rows = rows_of(config, t, env)
+    mass = jnp.where(sampleable(state, env, t), mass_of(config, p), 0.0)
+    leaves, nodes = tree.set_leaves(pri.leaves, pri.nodes, rows, p, mass, ok, largest=True)
+    top = jnp.max(jnp.where(ok, p, 0.0), initial=0.0)
+    return pri._replace(
+        leaves=leaves,
+        nodes=nodes,
+        max_priority=jnp.maximum(pri.max_priority, top),
+        beta_step=pri.beta_step + 1,
+    )
+
+
+def beta_at(config: BufferConfig, step: Any) -> Any:
+    """``beta`` after ``step`` schedule steps (linear to ``beta_final`` over ``beta_steps``)."""
+    if config.beta_steps == 0:
+        return jnp.float32(config.beta)
+    frac = jnp.minimum(1.0, step.astype(jnp.float32) / config.beta_steps)
+    return jnp.float32(config.beta) + jnp.float32(config.beta_final - config.beta) * frac
+
+
+def draw(
+    config: BufferConfig, state: BufferState, pri: PriorityState, key: Any, batch_size: int,
+    beta: Any,
+) -> tuple[Any, Any, Any, Any]:  # fmt: skip
+    """``batch_size`` draws by mass: ``(env, t, probabilities, weights)``.
+
+    Stratified (the default): draw ``i`` falls in the ``i``-th of ``batch_size`` equal slices
+    of the total mass; otherwise the draws are independent. Either way each draw has law
+    ``P``. With nothing drawable the draws are arbitrary rows with probability and weight 0.
+    """
+    total, smallest = pri.nodes[-1][0, 0], pri.nodes[-1][0, 1]
+    u = jax.random.uniform(key, (batch_size,), jnp.float32)
+    if config.stratified:
+        target = (jnp.arange(batch_size, dtype=jnp.float32) + u) * (total / batch_size)
+    else:
+        target = u * total
+    leaf = tree.descend(pri.leaves, pri.nodes, target).astype(state.count.dtype)
+    env, t = step_in_row(config, state, leaf)
+    m = pri.leaves[leaf, 1]
+    positive = m > 0
+    safe = jnp.where(positive, m, 1.0)
+    probabilities = jnp.where(positive, m / total, 0.0)
+    weights = jnp.where(positive, jnp.power(smallest / safe, beta), 0.0)
+    return env, t, probabilities, weights
