@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections import Counter
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import torch
@@ -55,3 +56,19 @@ class CountSyncs(TorchFunctionMode):
                 if isinstance(src, torch.Tensor) and src.device.type != "cpu":
                     self.calls["copy_(to cpu)"] += 1
         return func(*args, **kwargs)
+
+
+@contextlib.contextmanager
+def no_host_sync(device: str) -> Iterator[CountSyncs]:
+    """A :class:`CountSyncs` over the block; on a CUDA device also torch's sync debug mode set
+    to ``"error"`` (any synchronising CUDA call raises)."""
+    cuda = torch.device(device).type == "cuda"
+    previous = torch.cuda.get_sync_debug_mode() if cuda else 0
+    if cuda:
+        torch.cuda.set_sync_debug_mode("error")
+    try:
+        with CountSyncs() as counter:
+            yield counter
+    finally:
+        if cuda:
+            torch.cuda.set_sync_debug_mode(previous)

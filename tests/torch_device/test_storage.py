@@ -16,7 +16,7 @@ from rlreplay.spec.schema import Schema
 from rlreplay.storage import Columns, MemoryBackend
 from rlreplay.storage.torch import TorchStorage
 from tests.contracts.storage import contract_schema, step_values
-from tests.torch_device.helpers import CountSyncs
+from tests.torch_device.helpers import no_host_sync
 
 Array = np.ndarray[Any, Any]
 E, C, F = 3, 5, 2
@@ -165,7 +165,8 @@ def test_awkward_host_inputs_are_written_without_warnings(device: str) -> None:
 def test_writes_and_reads_do_not_synchronise(device: str) -> None:
     """write, write_finals (bool mask and row numbers on the device, one unbatched step), take,
     take_finals, grow_finals, set_finals_capacity, add_derived and nbytes, given tensors on
-    the device, read no device value on the host."""
+    the device, read no device value on the host (on a CUDA device: make no synchronising
+    CUDA call)."""
     schema = contract_schema()
     s = TorchStorage(schema, E, C, F, device)
     rng = np.random.default_rng(2)
@@ -173,18 +174,20 @@ def test_writes_and_reads_do_not_synchronise(device: str) -> None:
     one = on_device(step_values(schema, rng, ()), device)
     slots = torch.tensor([0, 6, 12], device=device)
     mask = torch.tensor([True, False, True], device=device)
-    with CountSyncs() as counter:
+    pos = [torch.tensor(p, device=device) for p in ([1, 2], [3], [5], [1, 5], [1, 9])]
+    row_one = torch.tensor([1], device=device)
+    with no_host_sync(device) as counter:  # every input already on the device
         s.write(slots, rows)
         s.write(slice(1, None, C), rows)
         s.write(4, one)
-        s.write_finals(torch.tensor([1, 2], device=device), rows, mask)
-        s.write_finals(torch.tensor([3], device=device), rows, torch.tensor([1], device=device))
-        s.write_finals(torch.tensor([5], device=device), one, None)
+        s.write_finals(pos[0], rows, mask)
+        s.write_finals(pos[1], rows, row_one)
+        s.write_finals(pos[2], one, None)
         for name in schema.fields:
             s.take(name, slots.reshape(3, 1))
         for name in schema.observation_names:
-            s.take_finals(name, torch.tensor([1, 5], device=device))
-        s.grow_finals(4, torch.tensor([1, 5], device=device), torch.tensor([1, 9], device=device))
+            s.take_finals(name, pos[3])
+        s.grow_finals(4, pos[3], pos[4])
         s.add_derived("r", np.dtype(np.float32), 0.0)
         assert s.nbytes > 0
         s.set_finals_capacity(2)

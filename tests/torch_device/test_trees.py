@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 import rlreplay as rr
 from rlreplay.sampling import MaxTree, MinTree, SumTree
 from rlreplay.sampling.torch_trees import TorchMaxTree, TorchMinTree, TorchSumTree
-from tests.torch_device.helpers import CountSyncs
+from tests.torch_device.helpers import CountSyncs, no_host_sync
 
 Array = np.ndarray[Any, Any]
 
@@ -277,7 +277,8 @@ def test_the_sync_counter_sees_host_reads() -> None:
 
 def test_updates_and_descents_do_not_synchronise(device: str) -> None:
     """set (tensor inputs, small and whole-level batches), sample, find_prefix_sum, get, and
-    the roots read no device value on the host."""
+    the roots read no device value on the host (on a CUDA device: make no synchronising CUDA
+    call)."""
     capacity = 100_000
     gen = torch.Generator(device=device).manual_seed(0)
     tree, mins = TorchSumTree(capacity, device), TorchMinTree(capacity, device)
@@ -285,7 +286,7 @@ def test_updates_and_descents_do_not_synchronise(device: str) -> None:
         idx = torch.randint(0, capacity, (k,), device=device, generator=gen)
         vals = torch.rand(k, dtype=torch.float64, device=device, generator=gen)
         u = torch.rand(256, dtype=torch.float64, device=device, generator=gen)
-        with CountSyncs() as counter:
+        with no_host_sync(device) as counter:
             tree.set(idx, vals)
             mins.set(idx, vals)
             leaves = tree.sample(u)

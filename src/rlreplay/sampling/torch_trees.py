@@ -71,6 +71,12 @@ _LAST = _K + 1
 _ROW = _LAST + 1
 
 
+def _to(t: Tensor, device: torch.device, dtype: torch.dtype | None = None) -> Tensor:
+    """``t`` on ``device`` (as ``dtype``): a copy from the host is queued without waiting; a copy
+    from a device to the host waits for it (its result is read at once)."""
+    return t.to(device=device, dtype=dtype, non_blocking=t.device.type == "cpu")
+
+
 class _TorchSegmentTree:
     """Shared layout, updates and state of the torch trees (not public)."""
 
@@ -141,7 +147,7 @@ class _TorchSegmentTree:
             kind = indices.dtype
             if kind.is_floating_point or kind.is_complex or kind == torch.bool:
                 raise DTypeError(f"indices must be integers; got dtype {kind}")
-            t = indices.to(device=self.device, dtype=torch.int64, non_blocking=True)
+            t = _to(indices, self.device, torch.int64)
             return t.reshape(-1)
         idx = np.asarray(indices)
         if idx.dtype.kind not in "iu":
@@ -164,7 +170,7 @@ class _TorchSegmentTree:
         import torch
 
         if isinstance(values, torch.Tensor):
-            t = values.to(device=self.device, dtype=torch.float64, non_blocking=True)
+            t = _to(values, self.device, torch.float64)
             if t.dim() == 0:
                 return t.expand(count)
             if tuple(t.shape) != shape:
@@ -381,7 +387,7 @@ class TorchSumTree(_TorchSegmentTree):
         """
         import torch
 
-        m = masses.to(device=self.device, dtype=torch.float64, non_blocking=True)
+        m = _to(masses, self.device, torch.float64)
         return self._descend(m.reshape(-1)).reshape(m.shape)
 
     def sample(self, uniforms: Tensor, *, stratified: bool = True) -> Tensor:
@@ -400,7 +406,7 @@ class TorchSumTree(_TorchSegmentTree):
         """
         import torch
 
-        u = uniforms.to(device=self.device, dtype=torch.float64, non_blocking=True).reshape(-1)
+        u = _to(uniforms, self.device, torch.float64).reshape(-1)
         n = u.shape[0]
         total = self._nodes[self._root, 0]
         if stratified:

@@ -20,15 +20,17 @@ Inputs and outputs. :meth:`TorchStorage.write`, :meth:`~TorchStorage.write_final
 to the device once). :meth:`~TorchStorage.take` and :meth:`~TorchStorage.take_finals` return
 fresh tensors on the device.
 
-Host synchronisation. Those methods, :meth:`~TorchStorage.add_derived`,
-:meth:`~TorchStorage.set_finals_capacity` and :attr:`~TorchStorage.nbytes` never wait for the
-device: they read no device value on the host (no ``.item()``, ``.cpu()``, ``.tolist()`` or
-``bool()`` of a device tensor) and make no data-dependent shape (a bool mask of rows on the
-device is turned into row numbers with a stable sort, whose size is known). NumPy inputs are
-copied to the device without waiting for it to finish (the host's copy is made before the call
-returns). What reads device data on the host, and so waits for the device, is named as such:
-:meth:`~TorchStorage.to_numpy`, :meth:`~TorchStorage.state_dict` (the checkpoint's arrays are
-NumPy arrays), and :meth:`~TorchStorage.load_state_dict` (it copies host arrays in).
+Host synchronisation. Given tensors on the device, those methods,
+:meth:`~TorchStorage.add_derived`, :meth:`~TorchStorage.set_finals_capacity` and
+:attr:`~TorchStorage.nbytes` never wait for the device: they read no device value on the host
+(no ``.item()``, ``.cpu()``, ``.tolist()`` or ``bool()`` of a device tensor) and make no
+data-dependent shape (a bool mask of rows on the device is turned into row numbers with a
+stable sort, whose size is known). A NumPy input costs one host-to-device copy, which a CUDA
+device may order after the work already queued on it. What reads device data on the host, and
+so waits for the device, says so: :meth:`~TorchStorage.to_numpy`,
+:meth:`~TorchStorage.state_dict` (the checkpoint's arrays are NumPy arrays), and
+:meth:`~TorchStorage.load_state_dict` and :meth:`~TorchStorage.assign` (they copy host arrays
+in).
 
 Checkpoints. :meth:`~TorchStorage.state_dict` gives the arrays of the NumPy storage's format
 (same names, NumPy dtypes including byte order, shapes), and
@@ -92,6 +94,12 @@ def numpy_dtype(dtype: torch.dtype) -> np.dtype[Any]:
 
     out: np.dtype[Any] = torch.empty(0, dtype=dtype).numpy().dtype
     return out
+
+
+def _to(t: Tensor, device: torch.device, dtype: torch.dtype | None = None) -> Tensor:
+    """``t`` on ``device`` (as ``dtype``): a copy from the host is queued without waiting; a copy
+    from a device to the host waits for it (its result is read at once)."""
+    return t.to(device=device, dtype=dtype, non_blocking=t.device.type == "cpu")
 
 
 def _raw(t: Tensor) -> Tensor:
@@ -219,7 +227,7 @@ class TorchStorage:
         if t.dtype != torch.int64:
             t = t.to(torch.int64)
         if t.device != self.device:
-            t = t.to(self.device, non_blocking=True)
+            t = _to(t, self.device)
         return t.reshape(-1)
 
     def _values(self, value: Any, col: _Column) -> Tensor:
@@ -234,7 +242,7 @@ class TorchStorage:
             native = col.dtype.newbyteorder("=")
             t = torch.from_numpy(_host_array(a if a.dtype == native else a.astype(native)))
         if t.device != self.device:
-            t = t.to(self.device, non_blocking=True)
+            t = _to(t, self.device)
         return _raw(t)
 
     def _rows(self, rows: Any, count: int) -> Tensor:
@@ -244,7 +252,7 @@ class TorchStorage:
         import torch
 
         if isinstance(rows, torch.Tensor) and rows.dtype == torch.bool:
-            mask = rows.to(self.device, non_blocking=True).reshape(-1)
+            mask = _to(rows, self.device).reshape(-1)
             # The True entries' numbers, in order, without reading the mask on the host: a
             # stable sort puts them first, and there are count of them.
             return torch.argsort(mask.logical_not().to(torch.uint8), stable=True)[:count]
@@ -264,7 +272,8 @@ class TorchStorage:
                 given ``dtype``'s byte order (so a ``">f8"`` field reads back as ``">f8"``).
                 It never casts to another kind or size.
         """
-        out: Array = np.array(array.detach().to("cpu").numpy())
+        host = array.detach().resolve_conj().resolve_neg().to("cpu")
+        out: Array = np.array(host.numpy())
         if dtype is not None:
             want = np.dtype(dtype)
             if want != out.dtype and want.newbyteorder("=") == out.dtype:
