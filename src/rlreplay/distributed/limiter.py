@@ -61,6 +61,10 @@ class LimiterHost:
         """:meth:`RateLimiter.await_sample`."""
         self.limiter.await_sample(n, timeout)
 
+    def cancel_sample(self, n: int) -> None:
+        """:meth:`RateLimiter.cancel_sample`: a granted batch that never reached its caller."""
+        self.limiter.cancel_sample(n)
+
     def stats(self) -> dict[str, Any]:
         """The limiter's counters."""
         return dict(self.limiter.stats.to_dict())

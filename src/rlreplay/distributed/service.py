@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import shutil
 import tempfile
@@ -22,6 +23,7 @@ from rlreplay import (
     PriorityError,
     RateLimiter,
     ReplayClosed,
+    ReplayError,
     ShapeError,
 )
 from rlreplay.distributed.draws import draw_in_one_trip, draw_in_two_trips
@@ -42,7 +44,7 @@ from rlreplay.distributed.shard import Shard
 from rlreplay.distributed.split import encode_env_ids, pack_updates, route_ids
 from rlreplay.distributed.updates import UpdateQueue
 from rlreplay.distributed.writer import Writer, call, retried
-from rlreplay.spec import Schema, positive_int
+from rlreplay.spec import Schema, as_array, check_rows, positive_int, shown, timeout_seconds
 
 __all__ = ["ReplayService"]
 
@@ -102,8 +104,9 @@ class ReplayService:
             cluster give a directory every node sees, as for :meth:`save`.
         **buffer_options: Other core buffer arguments (``frame_stack``, ``eps``, ...).
 
-    Every blocking call takes ``timeout`` (seconds, ``None``: wait for ever) and raises
-    :class:`rlreplay.ReplayTimeout` when it runs out; calls after :meth:`close` raise
+    Every blocking call takes ``timeout`` (seconds; ``None`` or ``inf``: wait for ever; NaN,
+    a negative number or a non-number: :class:`rlreplay.ConfigError` before anything is sent)
+    and raises :class:`rlreplay.ReplayTimeout` when it runs out; calls after :meth:`close` raise
     :class:`rlreplay.ReplayClosed`.
 
     Example:
@@ -142,6 +145,7 @@ class ReplayService:
         recovery_dir: str | os.PathLike[str] | None = None,
         **buffer_options: Any,
     ) -> None:
+        _check_numbers(alpha, beta, beta_final, beta_steps, gamma, n_step)
         ray = _ray()
         # What a checkpoint's manifest records to build the same service again.
         self._config: dict[str, Any] = dict(
@@ -236,9 +240,12 @@ class ReplayService:
             flush_every: Steps buffered before they are sent (``flush()`` sends earlier).
         """
         self._check_open()
-        envs = np.atleast_1d(np.asarray(env_ids))
+        envs = np.atleast_1d(as_array("env_ids", env_ids))
         if envs.ndim != 1 or envs.dtype.kind not in "iu" or envs.shape[0] == 0:
-            raise ShapeError(f"env_ids: expected a non-empty 1-D sequence of ints, got {env_ids}")
+            raise ShapeError(
+                f"env_ids: expected a non-empty 1-D sequence of ints, got {shown(env_ids)}"
+            )
+        flush_every = positive_int("flush_every", flush_every)
         if envs.min() < 0 or envs.max() >= self.num_envs or np.unique(envs).shape[0] < len(envs):
             raise ShapeError(
                 f"env_ids: expected unique ints in [0, {self.num_envs}), got {envs.tolist()}"
@@ -248,7 +255,7 @@ class ReplayService:
             env_ids=[int(e) for e in envs],
             num_shards=self.num_shards,
             next_names=tuple("next_" + n for n in self.schema.observation_names),
-            flush_every=positive_int("flush_every", flush_every),
+            flush_every=flush_every,
             limiter=self._limiter,
             limiter_config=self._limiter_config,
             scalar=isinstance(env_ids, int | np.integer),
@@ -273,14 +280,49 @@ class ReplayService:
         Raises:
             EmptyBufferError: Nothing is sampleable in any shard.
             ReplayTimeout: The rate limiter or a shard did not answer within ``timeout``.
+            ConfigError: ``batch_size`` not a positive int, above the size budget or more than
+                the rate limiter could ever grant, or a bad ``timeout`` (``None`` or ``inf``:
+                for ever); nothing is drawn then.
+
+        A sample that raises (a timeout included) is rolled back unless another sample of
+        this service ran meanwhile: its generator and ``beta`` step are as before, and the
+        rate limiter does not count it. A shard that answers after the timeout has drawn for
+        nothing (its draw is dropped).
         """
         batch_size = positive_int("batch_size", batch_size)
+        timeout = timeout_seconds(timeout)
+        self._check_request(batch_size, 1)
+        bits = self._rng.bit_generator
         with self._rng_lock:
             self._check_open()
             beta = self.beta
+            before = bits.state  # (a dict: ~1 µs against a round trip's milliseconds)
             self._samples += 1
             seed = int(self._rng.integers(2**63))
-        return self._sample(batch_size, [(beta, np.random.default_rng(seed))], timeout)[0]
+            after = bits.state
+        try:
+            return self._sample(batch_size, [(beta, np.random.default_rng(seed))], timeout)[0]
+        except BaseException:
+            with self._rng_lock:
+                if bits.state == after:  # no other sample since: as if this one never ran
+                    bits.state = before
+                    self._samples -= 1
+            raise
+
+    def _check_request(self, batch_size: int, batches: int) -> None:
+        """Refuse, before the generator moves, a request the size budget or the rate limiter
+        would refuse (the limiter's own check, made again here, runs in its actor)."""
+        n = batch_size * batches
+        check_rows("batch_size", batch_size, n, self._row_bytes * self.num_shards, "sample")
+        cfg = self._limiter_config
+        if cfg is not None:
+            width = cfg["max_diff"] - cfg["min_diff"] - cfg["samples_per_insert"]
+            if n > width:
+                raise ConfigError(
+                    f"batch_size: a request of {n} samples needs max_diff - min_diff - "
+                    f"samples_per_insert >= {n}, the rate limiter has {width:g}; sample at "
+                    f"most {math.floor(width)} at once or widen error_buffer"
+                )
 
     def _sample(
         self,
@@ -296,8 +338,16 @@ class ReplayService:
             call(ray, self._limiter.await_sample.remote(n, timeout), None, "sample")
         one_trip = self._row_bytes * n * (self.num_shards - 1) <= self.one_trip_bytes
         fetch = draw_in_one_trip if one_trip else draw_in_two_trips
-        # The queued priority updates ride on the draw calls, applied before the draw.
-        return fetch(ray, self._shards, batch_size, draws, timeout, self.prioritized, self._updates)
+        try:
+            # The queued priority updates ride on the draw calls, applied before the draw.
+            return fetch(
+                ray, self._shards, batch_size, draws, timeout, self.prioritized, self._updates
+            )
+        except BaseException:
+            if self._limiter is not None:  # the batch never reached the caller: no sample
+                with contextlib.suppress(ReplayError):
+                    call(ray, self._limiter.cancel_sample.remote(n), None, "sample")
+            raise
 
     def iterate(
         self,
@@ -317,10 +367,23 @@ class ReplayService:
 
         Raises:
             ReplayClosed: The service was closed (ends the iteration).
+            ConfigError: A count that is not a positive int, ``prefetch * per_call`` batches
+                above the size budget, or a bad ``timeout``: raised by this call, before any
+                request is made.
         """
         batch_size = positive_int("batch_size", batch_size)
         prefetch = positive_int("prefetch", prefetch)
         per_call = positive_int("per_call", per_call)
+        timeout = timeout_seconds(timeout)
+        self._check_request(batch_size, per_call)
+        check_rows("prefetch", prefetch, prefetch * per_call * batch_size, self._row_bytes,
+                   "iterate")  # fmt: skip
+        return self._batches(batch_size, prefetch, per_call, timeout)
+
+    def _batches(
+        self, batch_size: int, prefetch: int, per_call: int, timeout: float | None
+    ) -> Iterator[Batch]:
+        """:meth:`iterate`'s generator (its arguments checked)."""
         pool = ThreadPoolExecutor(max_workers=prefetch, thread_name_prefix="rlreplay-prefetch")
         pending: list[Future[list[Batch]]] = []
         try:
@@ -373,10 +436,14 @@ class ReplayService:
             PriorityError: As the core's.
         """
         self._check_open()
-        p = np.asarray(priorities)
-        if p.shape != np.shape(ids):
+        timeout = timeout_seconds(timeout)
+        if not isinstance(wait, bool | np.bool_):
+            raise ConfigError(f"wait: expected True or False, got {shown(wait)}")
+        p = as_array("priorities", priorities)
+        id_shape = as_array("ids", ids).shape
+        if p.shape != id_shape:
             raise ShapeError(
-                f"priorities: expected one per id, shape {np.shape(ids)}, got shape {p.shape}"
+                f"priorities: expected one per id, shape {id_shape}, got shape {p.shape}"
             )
         if p.dtype.kind not in "iuf":  # the core's check, before the cast to float64
             raise PriorityError(f"priorities: expected real numbers, got dtype {p.dtype}")
@@ -398,8 +465,10 @@ class ReplayService:
     def get_transitions(self, ids: Any, *, timeout: float | None = None) -> Batch:
         """The transitions with service ids ``ids`` (each sampleable now), in order."""
         self._check_open()
-        ids = np.asarray(ids)
+        timeout = timeout_seconds(timeout)
         shard, local = route_ids(ids, self.num_shards)
+        ids = np.asarray(ids)
+        check_rows("ids", ids.shape, ids.size, self._row_bytes, "get_transitions")
         ks = [k for k in range(self.num_shards) if (shard == k).any()]
         got = self._ask("get_transitions", timeout, {k: (local[shard == k],) for k in ks})
         flat = ids.reshape(-1)
@@ -442,6 +511,7 @@ class ReplayService:
         ``abandoned``, ``stored`` and ``sampleable`` are also summed over shards.
         """
         self._check_open()
+        timeout = timeout_seconds(timeout)
         ray = _ray()
         self._updates.send()
         self._updates.harvest(_ray(), timeout)
@@ -491,6 +561,7 @@ class ReplayService:
             ReplayTimeout: The shards did not finish within ``timeout``.
         """
         self._check_open()
+        timeout = timeout_seconds(timeout)
         self._updates.send()
         ray = _ray()
         config = checked_config({"fields": self.schema.to_json(), **self._config})
@@ -535,6 +606,7 @@ class ReplayService:
             CheckpointError: A missing, corrupt or foreign manifest or shard file.
             ReplayTimeout: The shards did not load within ``timeout``.
         """
+        timeout = timeout_seconds(timeout)
         m = read_manifest(directory)
         num_shards, capacity, fields, kwargs = service_arguments(m, directory)
         try:
@@ -582,3 +654,32 @@ class ReplayService:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _check_numbers(
+    alpha: Any, beta: Any, beta_final: Any, beta_steps: Any, gamma: Any, n_step: Any
+) -> None:
+    """The service's own numeric arguments, checked before Ray or any actor is touched (the
+    shards check them again, as every core buffer does)."""
+    for name, value in (("alpha", alpha), ("beta", beta), ("beta_final", beta_final)):
+        if name == "beta_final" and value is None:
+            continue
+        if isinstance(value, bool | np.timedelta64) or not isinstance(
+            value, int | float | np.integer | np.floating
+        ):
+            raise ConfigError(f"{name}: expected a finite number >= 0, got {shown(value)}")
+        if not (0 <= value < math.inf):
+            raise ConfigError(f"{name}: expected a finite number >= 0, got {shown(value)}")
+    if (
+        isinstance(gamma, bool | np.timedelta64)
+        or not isinstance(gamma, int | float | np.integer | np.floating)
+        or not 0 <= gamma <= 1
+    ):
+        raise ConfigError(f"gamma: expected a number in [0, 1], got {shown(gamma)}")
+    if (
+        isinstance(beta_steps, bool)
+        or not isinstance(beta_steps, int | np.integer)
+        or beta_steps < 0
+    ):
+        raise ConfigError(f"beta_steps: expected an int >= 0, got {shown(beta_steps)}")
+    positive_int("n_step", n_step)

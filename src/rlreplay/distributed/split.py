@@ -80,7 +80,10 @@ def route_ids(ids: Any, num_shards: int) -> tuple[Array, Array]:
     Raises:
         InvalidIdError: Non-integer or negative ids (never issued by any shard).
     """
-    arr = np.asarray(ids)
+    try:
+        arr = np.asarray(ids)
+    except (ValueError, TypeError, OverflowError):  # ragged nests, unconvertible objects
+        arr = np.empty(0, object)
     if arr.dtype.kind not in "iu":
         raise InvalidIdError(f"ids: expected integer ids, got dtype {arr.dtype}")
     flat = arr.reshape(-1).astype(np.int64)

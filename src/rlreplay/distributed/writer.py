@@ -10,6 +10,7 @@ from typing import Any, TypeVar
 import numpy as np
 
 from rlreplay import FieldError, ReplayClosed, ReplayTimeout, ShapeError
+from rlreplay.spec import as_array, shown, timeout_seconds
 
 __all__ = ["Writer", "call", "retried"]
 
@@ -117,7 +118,8 @@ class Writer:
 
         Args:
             env_ids: A subset of the writer's envs.
-            timeout: For the flush this add may trigger.
+            timeout: For the flush this add may trigger (``None`` or ``inf``: for ever; NaN
+                or a negative number: :class:`rlreplay.ConfigError`, checked on every call).
             **values: One value per field.
 
         Raises:
@@ -127,6 +129,8 @@ class Writer:
         """
         if self._closed:
             raise ReplayClosed("Writer is closed")
+        if timeout is not None:
+            timeout = timeout_seconds(timeout)  # checked on every call, as the core's
         given = values  # kwargs: a fresh dict this writer may keep
         if any(v is None for v in values.values()):
             given = {k: v for k, v in values.items() if v is not None}
@@ -144,11 +148,11 @@ class Writer:
         if env_ids is None and self._scalar:
             self._steps.append((self.env_ids[0], given))
         else:
-            envs = self.env_ids if env_ids is None else [int(e) for e in env_ids]
+            envs = self.env_ids if env_ids is None else self._envs(env_ids)
             unknown = sorted(set(envs) - set(self.env_ids))
             if unknown:
                 raise ShapeError(f"env_ids: {unknown} are not this writer's {self.env_ids}")
-            arrays = {k: np.asarray(v) for k, v in given.items()}
+            arrays = {k: as_array(k, v) for k, v in given.items()}
             for k, v in arrays.items():
                 if v.ndim == 0 or v.shape[0] != len(envs):
                     raise ShapeError(
@@ -159,6 +163,12 @@ class Writer:
                 self._steps.append((env, {k: v[i] for k, v in arrays.items()}))
         if len(self._steps) >= self.flush_every:
             self.flush(timeout=timeout)
+
+    def _envs(self, env_ids: Any) -> list[int]:
+        arr = as_array("env_ids", env_ids)
+        if arr.ndim != 1 or arr.dtype.kind not in "iu":
+            raise ShapeError(f"env_ids: expected a 1-D sequence of ints, got {shown(env_ids)}")
+        return [int(e) for e in arr]
 
     def flush(self, *, timeout: float | None = None) -> int:
         """Send every buffered step; returns how many were sent.
@@ -177,6 +187,7 @@ class Writer:
         """
         import ray
 
+        timeout = timeout_seconds(timeout)
         sent = 0
         while self._steps:
             piece = self._steps[: self._grant_size()]
@@ -253,6 +264,7 @@ class Writer:
 
     def close(self, *, timeout: float | None = None) -> None:
         """Flush, then refuse further steps. Closing twice is harmless."""
+        timeout = timeout_seconds(timeout)
         if not self._closed:
             self.flush(timeout=timeout)
             self._closed = True

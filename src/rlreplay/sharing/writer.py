@@ -20,6 +20,7 @@ import numpy as np
 
 from rlreplay.errors import ConfigError, InvalidIdError, ReplayClosed
 from rlreplay.sharing.fastpath import build_add
+from rlreplay.spec.arguments import as_array, shown, timeout_seconds
 from rlreplay.spec.schema import Schema
 from rlreplay.storage.shared import MappedSegment, fence, store_release
 
@@ -170,19 +171,21 @@ def _unmap(name: str) -> None:
             entry[0].close()
 
 
-def attach(handle: SharedHandle, *, timeout: float = 0.0) -> SharedWriter:
+def attach(handle: SharedHandle, *, timeout: float | None = 0.0) -> SharedWriter:
     """Map a shared buffer in this process and own the handle's envs for writing.
 
     Args:
         handle: From ``buf.share(env_ids)`` in the owning process.
-        timeout: Seconds to wait for envs still attached elsewhere to become free (0: none).
+        timeout: Seconds to wait for envs still attached elsewhere to become free (0: none;
+            ``None`` or ``inf``: for ever; NaN or negative: :class:`rlreplay.ConfigError`).
 
     Returns:
         A :class:`SharedWriter`.
 
     Raises:
-        ConfigError: An env is attached by another live writer (after ``timeout``), or the
-            buffer is gone.
+        ConfigError: An env is attached by another live writer (after ``timeout``), the
+            buffer is gone, ``handle`` is not a :class:`~rlreplay.SharedHandle` or ``timeout``
+            is not a valid timeout.
     """
     return SharedWriter(handle, timeout)
 
@@ -199,7 +202,12 @@ class SharedWriter:
         timeout: As in :func:`attach`.
     """
 
-    def __init__(self, handle: SharedHandle, timeout: float = 0.0) -> None:
+    def __init__(self, handle: SharedHandle, timeout: float | None = 0.0) -> None:
+        seconds = timeout_seconds(timeout)  # before anything is mapped or locked
+        if not isinstance(handle, SharedHandle):
+            raise ConfigError(
+                f"handle: expected the SharedHandle of buf.share(), got {type(handle).__name__}"
+            )
         self.handle = handle
         self.schema = Schema.from_json(handle.fields)
         self.num_envs, C = handle.num_envs, handle.env_capacity
@@ -229,7 +237,7 @@ class SharedWriter:
         self._closed = False
         self._due = [0.0]  # when the owner's liveness is to be checked next
         try:
-            self._acquire(timeout)
+            self._acquire(seconds)
         except BaseException:
             self.close()
             raise
@@ -243,8 +251,8 @@ class SharedWriter:
             self._install_fast_add()
 
     # ------------------------------------------------------------------ ownership
-    def _acquire(self, timeout: float) -> None:
-        deadline = time.monotonic() + max(0.0, float(timeout))
+    def _acquire(self, timeout: float | None) -> None:
+        deadline = math.inf if timeout is None else time.monotonic() + timeout
         for e in self.env_ids.tolist():
             while True:
                 mine = (self._hdr_seg, e) in _ATTACHED
@@ -313,9 +321,14 @@ class SharedWriter:
                 pass
 
     def _rows(self, env_ids: Any) -> Array:
-        arr = np.asarray(env_ids)
+        try:
+            arr = np.asarray(env_ids)
+        except (ValueError, TypeError, OverflowError):  # ragged nests, unconvertible objects
+            arr = np.empty((), object)
         if arr.ndim != 1 or arr.dtype.kind not in "iu":
-            raise InvalidIdError(f"env_ids: expected a 1-D sequence of ints, got {arr!r}")
+            raise InvalidIdError(
+                f"env_ids: expected a 1-D sequence of ints, got {shown(env_ids)}"
+            )
         arr = arr.astype(np.int64)
         foreign = sorted(set(arr.tolist()) - set(self._locked))
         if foreign or np.unique(arr).size != arr.size:
@@ -357,7 +370,7 @@ class SharedWriter:
         """Store ``T`` consecutive steps of one env (leading axis ``T``)."""
         self._check_alive()
         e = self._locked[0] if env_id is None else int(self._rows([env_id])[0])
-        shape = np.shape(values.get("terminated", 0))
+        shape = as_array("terminated", values.get("terminated", 0)).shape
         if len(shape) != 1:
             raise InvalidIdError(f"terminated: extend expects shape (T,), got {shape}")
         T = shape[0]

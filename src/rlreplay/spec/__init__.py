@@ -5,7 +5,7 @@ gymnasium spaces.
 Knows nothing of storage, episodes or sampling.
 """
 
-from rlreplay.spec.arguments import check_rows, size_budget, timeout_seconds
+from rlreplay.spec.arguments import as_array, check_rows, shown, size_budget, timeout_seconds
 from rlreplay.spec.schema import RESERVED_NAMES, Field, Schema, positive_int
 from rlreplay.spec.spaces import fields_from_spaces
 
@@ -13,9 +13,11 @@ __all__ = [
     "RESERVED_NAMES",
     "Field",
     "Schema",
+    "as_array",
     "check_rows",
     "fields_from_spaces",
     "positive_int",
+    "shown",
     "size_budget",
     "timeout_seconds",
 ]
