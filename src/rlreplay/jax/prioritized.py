@@ -139,9 +139,8 @@ def draw(
         target = (jnp.arange(batch_size, dtype=jnp.float32) + u) * (total / batch_size)
     else:
         target = u * total
-    leaf = tree.descend(pri.leaves, pri.nodes, target).astype(state.count.dtype)
-    env, t = step_in_row(config, state, leaf)
-    m = pri.leaves[leaf, 1]
+    leaf, m = tree.descend(pri.leaves, pri.nodes, target)
+    env, t = step_in_row(config, state, leaf.astype(state.count.dtype))
     positive = m > 0
     safe = jnp.where(positive, m, 1.0)
     probabilities = jnp.where(positive, m / total, 0.0)

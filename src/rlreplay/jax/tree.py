@@ -103,11 +103,15 @@ def build(leaves: Any, sizes: tuple[int, ...]) -> tuple[Any, ...]:
     return tuple(out)
 
 
-def descend(leaves: Any, nodes: tuple[Any, ...], target: Any) -> Any:
-    """The leaf where the running sum of the masses first exceeds ``target``, per target.
+def descend(leaves: Any, nodes: tuple[Any, ...], target: Any) -> tuple[Any, Any]:
+    """``(leaf, mass)``: the leaf where the running sum of the masses first exceeds
+    ``target``, per target, and its mass.
 
     A target at or beyond the total (rounding) gets the last leaf with a mass ``> 0``, so a
-    leaf of mass 0 is never chosen while the total is ``> 0``.
+    leaf of mass 0 is never chosen while the total is ``> 0``. The mass comes from the rows
+    the descent read (not from a read of its own): every read of the tree then feeds the ids
+    drawn, which orders it before a later update of the tree, and XLA updates in place
+    instead of copying the leaves (see :func:`rlreplay.jax.ring.write_index`).
     """
     node = jnp.zeros(target.shape, jnp.int32)
     lanes = jnp.arange(K, dtype=jnp.int32)
@@ -129,4 +133,5 @@ def descend(leaves: Any, nodes: tuple[Any, ...], target: Any) -> Any:
         before = jnp.sum(jnp.where(lanes == (pick - 1)[:, None], running, 0.0), axis=1)
         target = target - before
         node = node * K + pick
-    return node
+    mass = jnp.sum(jnp.where(lanes == pick[:, None], children, 0.0), axis=1)
+    return node, mass
