@@ -46,12 +46,17 @@ def step(e: int, t: int, done: bool = False, truncated: bool = False) -> dict[st
     }
 
 
+# Front-ends: the other libraries' APIs (compat) and the adapters to other frameworks
+# (integrations), which import their framework; the core imports none of them.
+FRONT_ENDS = ("rlreplay.compat", "rlreplay.integrations")
+
+
 def core_modules() -> list[str]:
     """Every module of the core: everything under ``src/rlreplay`` but the front-ends."""
     names = []
     for path in sorted((SRC / "rlreplay").rglob("*.py")):
         name = ".".join(path.relative_to(SRC).with_suffix("").parts).removesuffix(".__init__")
-        if not name.startswith("rlreplay.compat"):
+        if not name.startswith(FRONT_ENDS):
             names.append(name)
     return names
 
@@ -301,7 +306,7 @@ def test_the_core_imports_no_optional_library() -> None:
     assert "rlreplay.buffer.replay" in loaded and "rlreplay.distributed.service" in loaded
     found = sorted(m for m in loaded if m.split(".")[0] in OPTIONAL)
     assert found == []
-    assert sorted(m for m in loaded if m.startswith("rlreplay.compat")) == []
+    assert sorted(m for m in loaded if m.startswith(FRONT_ENDS)) == []
 
 
 def imports_anywhere(path: Path, module: str) -> Iterator[tuple[str, list[str]]]:
@@ -333,15 +338,15 @@ def test_front_ends_use_only_the_public_api_and_the_core_imports_none() -> None:
         ".".join(p.relative_to(SRC).with_suffix("").parts).removesuffix(".__init__"): p
         for p in sorted((SRC / "rlreplay").rglob("*.py"))
     }
-    front = {m for m in modules if m.startswith("rlreplay.compat")}
+    front = {m for m in modules if m.startswith(FRONT_ENDS)}
     assert {"rlreplay.compat.reagent", "rlreplay.compat.alf.replay_buffer"} <= front
     for module, path in modules.items():
         for imported, names in imports_anywhere(path, module):
             targets = [imported, *(f"{imported}.{n}" for n in names)]
             if module not in front:
-                assert not any(t.startswith("rlreplay.compat") for t in targets), module
+                assert not any(t.startswith(FRONT_ENDS) for t in targets), module
                 continue
-            if imported.startswith("rlreplay.compat") or imported.split(".")[0] != "rlreplay":
+            if imported.startswith(FRONT_ENDS) or imported.split(".")[0] != "rlreplay":
                 continue
             assert (SRC / imported.replace(".", "/") / "__init__.py").exists(), (
                 f"{module} imports from {imported}, a leaf module of the core"
