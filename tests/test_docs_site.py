@@ -36,6 +36,8 @@ PUBLIC_MODULES = [
     "rlreplay.io.minari",
     "rlreplay.io.inspect",
     "rlreplay.distributed",
+    "rlreplay.jax",
+    "rlreplay.integrations.sb3",
 ]
 # Front-ends: the classes of their `__all__` (their modules mirror another library's layout).
 FRONT_ENDS = [
