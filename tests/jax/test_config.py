@@ -140,7 +140,8 @@ def test_checkpoints_through_the_core(tmp_path: Path) -> None:
     for name in state.columns:
         np.testing.assert_array_equal(state.columns[name], tw.state.columns[name], name)
     assert state.priorities is not None and tw.state.priorities is not None
-    np.testing.assert_array_equal(state.priorities.leaves, tw.state.priorities.leaves)
+    np.testing.assert_array_equal(state.priorities.prio, tw.state.priorities.prio)
+    np.testing.assert_array_equal(state.priorities.sums[0], tw.state.priorities.sums[0])
     assert int(state.priorities.beta_step) == 1
     for name in ("count", "head", "lo", "hi", "last_end", "f_count", "f_head", "ep_start",
                  "final_fid"):  # fmt: skip

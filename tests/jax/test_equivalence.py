@@ -174,8 +174,11 @@ def test_round_trip_through_the_core_keeps_everything() -> None:
     for name in tw.state.columns:
         np.testing.assert_array_equal(state2.columns[name], tw.state.columns[name], name)
     assert tw.state.priorities is not None and state2.priorities is not None
-    np.testing.assert_array_equal(state2.priorities.leaves, tw.state.priorities.leaves)
-    for a, b in zip(state2.priorities.nodes, tw.state.priorities.nodes, strict=True):
+    np.testing.assert_array_equal(state2.priorities.prio, tw.state.priorities.prio)
+    np.testing.assert_array_equal(state2.priorities.sums[0], tw.state.priorities.sums[0])
+    for a, b in zip(state2.priorities.sums, tw.state.priorities.sums, strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-6)
+    for a, b in zip(state2.priorities.mins, tw.state.priorities.mins, strict=True):
         np.testing.assert_allclose(a, b, rtol=1e-6)
     assert float(state2.priorities.max_priority) == float(tw.state.priorities.max_priority)
     # The same transitions, and the core buffer from it holds the same ones too.

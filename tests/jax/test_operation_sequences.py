@@ -24,14 +24,15 @@ from tests.jax.helpers import (  # noqa: E402
 )
 from tests.jax.test_prioritized import core_priorities, jax_priorities  # noqa: E402
 
-# The configurations of test_equivalence and test_prioritized (compiled once per session), and
-# one that drops episodes for lack of final records.
+# The configurations of the other test files (compiled once per session), two of which drop
+# episodes for lack of final records.
 CONFIGS = [
     dict(capacity=16, num_envs=2, n_step=3, finals_per_env=8),
     dict(capacity=18, num_envs=3, n_step=2, frame_stack=3, finals_per_env=6),
     dict(capacity=20, num_envs=2, n_step=3, frame_stack=2, prioritized=True, finals_per_env=10),
     dict(capacity=40, num_envs=2, n_step=2, prioritized=True, finals_per_env=20, eps=0.0),
     dict(capacity=24, num_envs=2, n_step=2, frame_stack=3, finals_per_env=2),
+    dict(capacity=24, num_envs=2, n_step=2, frame_stack=3, prioritized=True, finals_per_env=2),
 ]
 BATCH = 16  # one compiled sample per configuration
 

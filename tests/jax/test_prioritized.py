@@ -43,7 +43,7 @@ def core_priorities(np_buf: rr.ReplayBuffer, ids: Array) -> Array:
 def jax_priorities(buf: rrj.JaxBuffer, state: rrj.BufferState, ids: Array) -> Array:
     assert state.priorities is not None
     rows = (ids // buf.num_envs) % buf.env_capacity * buf.num_envs + ids % buf.num_envs
-    return np.asarray(state.priorities.leaves)[rows, 0]
+    return np.asarray(state.priorities.prio)[rows]
 
 
 def law(buf: rrj.JaxBuffer, state: rrj.BufferState, ids: Array, alpha: float) -> Array:
@@ -130,8 +130,8 @@ def test_priorities_follow_the_core_through_writes_and_updates() -> None:
     mass = tw.np_buf.priority_mass()
     m = jax_priorities(buf, tw.state, live).astype(np.float64) ** buf.config.alpha
     np.testing.assert_allclose(m.sum(), mass.total, rtol=1e-5)
-    np.testing.assert_allclose(float(tw.state.priorities.nodes[-1][0, 0]), mass.total, rtol=1e-5)
-    np.testing.assert_allclose(float(tw.state.priorities.nodes[-1][0, 1]), mass.smallest, rtol=1e-5)
+    np.testing.assert_allclose(float(tw.state.priorities.sums[-1][0]), mass.total, rtol=1e-5)
+    np.testing.assert_allclose(float(tw.state.priorities.mins[-1][0]), mass.smallest, rtol=1e-5)
 
 
 def test_clip_and_eps_as_the_core() -> None:
@@ -167,12 +167,12 @@ def test_stale_invalid_and_duplicate_ids() -> None:
     tw = Twins(buf)
     for _ in range(30):  # 60 ids issued, 40 stored: 0 .. 19 overwritten
         tw.add(random_step(rng, 2, p_end=0.0, p_trunc=0.0))
-    before = np.asarray(tw.state.priorities.leaves).copy()
+    before = np.asarray(tw.state.priorities.prio).copy()
     ids = np.array([3, 17, 1000, -4, 30, 31, 32])
     values = np.array([9.0, 9.0, 9.0, 9.0, np.nan, -1.0, np.inf])
     state = buf.update_priorities(tw.state, ids, values)
     # Overwritten, never issued, and NaN / negative / infinite values: nothing changes.
-    np.testing.assert_array_equal(np.asarray(state.priorities.leaves), before)
+    np.testing.assert_array_equal(np.asarray(state.priorities.prio), before)
     assert float(state.priorities.max_priority) == 0.0
     assert int(state.priorities.beta_step) == 1  # the schedule still moves
     # An id given several times gets the largest of its values.
@@ -196,9 +196,7 @@ def test_beta_anneals_with_updates_and_can_be_given() -> None:
     b = buf.sample(state, key, 16)
     p, w = np.asarray(b["probabilities"]), np.asarray(b["weights"])
     # One update: beta = 0.4 + 0.6 / 4; the smallest probability is that of priority 1.
-    smallest = np.asarray(state.priorities.nodes[-1])[0, 1] / float(
-        state.priorities.nodes[-1][0, 0]
-    )
+    smallest = float(state.priorities.mins[-1][0]) / float(state.priorities.sums[-1][0])
     np.testing.assert_allclose(w, (smallest / p) ** 0.55, rtol=1e-5)
     w1 = np.asarray(buf.sample(state, key, 16, beta=1.0)["weights"])
     np.testing.assert_allclose(w1, smallest / p, rtol=1e-5)

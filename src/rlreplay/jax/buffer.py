@@ -62,7 +62,7 @@ class JaxBuffer:
     place.
 
     Cost: ``add`` writes ``E`` rows per column plus ``O(E)`` bookkeeping (prioritized:
-    ``E * (n_step + frame_stack)`` leaves of two 32-ary trees); ``sample`` and
+    ``E * (n_step + frame_stack)`` leaves of an 8-ary sum and min tree); ``sample`` and
     ``get_transitions`` are ``O(B * (n_step + frame_stack))`` gathers, ``update_priorities``
     ``O(B log B)`` (duplicates are resolved by a sort) plus the trees' ``O(B * 32 * levels)``.
 
@@ -317,7 +317,7 @@ class JaxBuffer:
 
     def _can_sample_impl(self, state: BufferState) -> Any:
         if state.priorities is not None:
-            return state.priorities.nodes[-1][0, 0] > 0
+            return state.priorities.sums[-1][0] > 0
         return jnp.any(state.hi > state.lo)
 
 

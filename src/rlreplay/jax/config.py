@@ -212,8 +212,8 @@ def make_config(
 
 
 def check_ids_fit(config: BufferConfig) -> None:
-    """Refuse buffers whose slot numbers would not fit the index dtype."""
-    if config.num_slots >= np.iinfo(config.index_dtype).max // 2:
+    """Refuse buffers whose slot numbers would not fit the index dtype (or 32-bit draws)."""
+    if config.num_slots >= min(np.iinfo(config.index_dtype).max // 2, 2**32 - 1):
         raise ConfigError(
             f"capacity: {config.capacity} slots do not fit {config.index_dtype} indices; "
             "enable jax_enable_x64 for buffers this large"

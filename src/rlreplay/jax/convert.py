@@ -136,7 +136,7 @@ def to_replay_buffer(
     meta["finals_capacity"] = F
     if host.priorities is not None:
         pri = host.priorities
-        prio = np.asarray(pri.leaves[: E * C, 0], np.float64)
+        prio = np.asarray(pri.prio[: E * C], np.float64)
         arrays["priorities/prio"] = _env_major(prio, E, C)
         meta["priorities"] = {
             "beta_step": int(pri.beta_step),
@@ -274,11 +274,12 @@ def from_replay_buffer(
     state: BufferState = jax.device_put(host)
     if c.prioritized:
         pmeta = meta["priorities"]
-        leaves, nodes = empty_tree(c)
-        prio = _time_major(arrays["priorities/prio"], E, C).astype(np.float32)
+        prio, sums, mins = empty_tree(c)
+        loaded = _time_major(arrays["priorities/prio"], E, C).astype(np.float32)
         pri = PriorityState(
-            leaves=leaves.at[: E * C, 0].set(prio),
-            nodes=nodes,
+            prio=prio.at[: E * C].set(loaded),
+            sums=sums,
+            mins=mins,
             max_priority=jnp.asarray(pmeta["max_priority"], jnp.float32),
             beta_step=jnp.asarray(pmeta["beta_step"], idt),
         )

@@ -28,7 +28,7 @@ from rlreplay.jax.config import BufferConfig, tree_levels
 from rlreplay.jax.ring import Written, rows_of, sampleable, step_in_row
 from rlreplay.jax.state import BufferState, PriorityState
 
-__all__ = ["after_write", "beta_at", "draw", "priorities_of", "rebuild", "update"]
+__all__ = ["after_write", "beta_at", "draw", "rebuild", "update"]
 
 
 def mass_of(config: BufferConfig, prio: Any) -> Any:
@@ -39,17 +39,15 @@ def mass_of(config: BufferConfig, prio: Any) -> Any:
 def rebuild(config: BufferConfig, state: BufferState, pri: PriorityState) -> PriorityState:
     """The masses and the tree from the priorities and the sampleable ranges: ``O(E * C)``."""
     n = config.num_slots
-    rows = jnp.arange(n, dtype=state.count.dtype)
+    rows = jnp.arange(pri.prio.shape[0], dtype=state.count.dtype)
     env, t = step_in_row(config, state, rows)
-    prio = pri.leaves[:n, 0]
-    mass = jnp.where(sampleable(state, env, t), mass_of(config, prio), 0.0)
-    leaves = pri.leaves.at[:n, 1].set(mass)
-    return pri._replace(leaves=leaves, nodes=tree.build(leaves, tree_levels(n)))
+    live = sampleable(state, env, t) & (rows < n)
+    mass = jnp.where(live, mass_of(config, pri.prio), 0.0)
+    return _with_tree(pri, tree.build(pri.prio, mass, tree_levels(n)))
 
 
-def priorities_of(pri: PriorityState, num_slots: int) -> Any:
-    """``(E * C,)`` the priority of each slot's occupant."""
-    return pri.leaves[:num_slots, 0]
+def _with_tree(pri: PriorityState, t: tree.Tree) -> PriorityState:
+    return pri._replace(prio=t[0], sums=t[1], mins=t[2])
 
 
 def after_write(
@@ -70,14 +68,14 @@ def after_write(
     rows = rows_of(config, steps, env)
     # A step before the first or past the newest is no step: its row is left alone.
     real = (steps >= 0) & (steps <= t)
-    # (The new leaves depend on this read of the old ones: XLA orders it first and updates in
-    # place; see rlreplay.jax.ring.write_index.)
-    prio = jnp.where(steps == t, new, pri.leaves.at[rows, 0].get(mode="clip"))
+    # (The new leaves depend on this read of the old priorities: XLA orders it first and
+    # updates in place; see rlreplay.jax.ring.write_index.)
+    prio = jnp.where(steps == t, new, pri.prio.at[rows].get(mode="clip"))
     mass = jnp.where(sampleable(state, env, steps), mass_of(config, prio), 0.0)
-    leaves, nodes = tree.set_leaves(
-        pri.leaves, pri.nodes, rows.ravel(), prio.ravel(), mass.ravel(), real.ravel()
+    updated = tree.set_leaves(
+        (pri.prio, pri.sums, pri.mins), rows.ravel(), prio.ravel(), mass.ravel(), real.ravel()
     )
-    pri = pri._replace(leaves=leaves, nodes=nodes)
+    pri = _with_tree(pri, updated)
     if config.can_evict:
         pri = lax.cond(written.evicted, lambda p: rebuild(config, state, p), lambda p: p, pri)
     return pri
@@ -105,11 +103,9 @@ def update(
     p = p + jnp.float32(config.eps)
     rows = rows_of(config, t, env)
     mass = jnp.where(sampleable(state, env, t), mass_of(config, p), 0.0)
-    leaves, nodes = tree.set_leaves(pri.leaves, pri.nodes, rows, p, mass, ok, largest=True)
+    updated = tree.set_leaves((pri.prio, pri.sums, pri.mins), rows, p, mass, ok, largest=True)
     top = jnp.max(jnp.where(ok, p, 0.0), initial=0.0)
-    return pri._replace(
-        leaves=leaves,
-        nodes=nodes,
+    return _with_tree(pri, updated)._replace(
         max_priority=jnp.maximum(pri.max_priority, top),
         beta_step=pri.beta_step + 1,
     )
@@ -133,13 +129,13 @@ def draw(
     of the total mass; otherwise the draws are independent. Either way each draw has law
     ``P``. With nothing drawable the draws are arbitrary rows with probability and weight 0.
     """
-    total, smallest = pri.nodes[-1][0, 0], pri.nodes[-1][0, 1]
+    total, smallest = pri.sums[-1][0], pri.mins[-1][0]
     u = jax.random.uniform(key, (batch_size,), jnp.float32)
     if config.stratified:
         target = (jnp.arange(batch_size, dtype=jnp.float32) + u) * (total / batch_size)
     else:
         target = u * total
-    leaf, m = tree.descend(pri.leaves, pri.nodes, target)
+    leaf, m = tree.descend(pri.sums, target)
     env, t = step_in_row(config, state, leaf.astype(state.count.dtype))
     positive = m > 0
     safe = jnp.where(positive, m, 1.0)

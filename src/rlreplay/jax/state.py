@@ -28,17 +28,20 @@ class PriorityState(NamedTuple):
     """Priorities of a prioritized buffer and the tree drawn from (:mod:`rlreplay.jax.tree`).
 
     Attributes:
-        leaves: ``(n0, 2)`` float32, per slot (row of the columns) ``[priority, mass]``: the
-            priority of the slot's occupant, and its mass ``priority ** alpha`` while it is
-            sampleable (0 otherwise, and for the padding past ``E * C``).
-        nodes: The levels above, each ``(n_l, 2)`` ``[sum, min]``; the last is the root: the
-            total mass and the smallest mass ``> 0`` (which normalises importance weights).
+        prio: ``(n0,)`` float32: the priority of each slot's occupant (slot = row of the
+            columns; ``n0 >= E * C`` is padded).
+        sums: The sum tree's levels, leaves first: ``sums[0]`` holds each slot's mass,
+            ``prio ** alpha`` while it is sampleable (0 otherwise); the last is the total.
+        mins: The min tree's levels above the leaves: the smallest mass ``> 0`` below each
+            node; the last is the smallest over the buffer (which normalises importance
+            weights).
         max_priority: The largest priority :meth:`update_priorities` applied (0 before any).
         beta_step: Calls of :meth:`update_priorities` so far: the ``beta`` schedule's step.
     """
 
-    leaves: Any
-    nodes: tuple[Any, ...]
+    prio: Any
+    sums: tuple[Any, ...]
+    mins: tuple[Any, ...]
     max_priority: Any
     beta_step: Any
 
@@ -79,12 +82,12 @@ class BufferState(NamedTuple):
     priorities: PriorityState | None
 
 
-def empty_tree(config: BufferConfig) -> tuple[Any, tuple[Any, ...]]:
-    """``(leaves, nodes)`` with every priority and mass 0."""
+def empty_tree(config: BufferConfig) -> tuple[Any, tuple[Any, ...], tuple[Any, ...]]:
+    """``(prio, sums, mins)`` with every priority and mass 0."""
     sizes = tree_levels(config.num_slots)
-    leaves = jnp.zeros((sizes[0], 2), jnp.float32)
-    node = jnp.array([0.0, jnp.inf], jnp.float32)
-    return leaves, tuple(jnp.tile(node, (n, 1)) for n in sizes[1:])
+    sums = tuple(jnp.zeros(n, jnp.float32) for n in sizes)
+    mins = tuple(jnp.full(n, jnp.inf, jnp.float32) for n in sizes[1:])
+    return jnp.zeros(sizes[0], jnp.float32), sums, mins
 
 
 def init_state(config: BufferConfig) -> BufferState:
@@ -101,10 +104,11 @@ def init_state(config: BufferConfig) -> BufferState:
     }
     priorities = None
     if config.prioritized:
-        leaves, nodes = empty_tree(config)
+        prio, sums, mins = empty_tree(config)
         priorities = PriorityState(
-            leaves=leaves,
-            nodes=nodes,
+            prio=prio,
+            sums=sums,
+            mins=mins,
             max_priority=jnp.zeros((), jnp.float32),
             beta_step=jnp.zeros((), idt),
         )
