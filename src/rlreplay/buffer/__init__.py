@@ -5,6 +5,7 @@ the parts (storage, episode index, sampler, assembler, writer) are called. Holds
 arithmetic of its own: each part's module does that.
 """
 
+from rlreplay.buffer.budget import check_result
 from rlreplay.buffer.episodes import StoredRange
 from rlreplay.buffer.fifo import Atomic, check_timeout
 from rlreplay.buffer.prioritized import PrioritizedReplayBuffer, PriorityMass, PriorityStarts
@@ -17,6 +18,7 @@ __all__ = [
     "PriorityStarts",
     "ReplayBuffer",
     "StoredRange",
+    "check_result",
     "check_timeout",
     "load",
 ]

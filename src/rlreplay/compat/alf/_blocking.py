@@ -36,15 +36,15 @@ def wait_unless_stopped(
         call: Runs the blocking core call with the given timeout; raises
             :class:`rlreplay.ReplayTimeout` when it runs out.
         stopped: Whether the buffer is stopped (checked before every slice).
-        timeout: The caller's timeout in seconds (``None``: for ever).
+        timeout: The caller's timeout in seconds (``None`` or ``inf``: for ever).
         what: The call's name, for the timeout message.
 
     Raises:
         rlreplay.ReplayTimeout: Not done within ``timeout``.
         rlreplay.ConfigError: A bad ``timeout``.
     """
-    check_timeout(timeout)
-    deadline = None if timeout is None else time.monotonic() + timeout
+    seconds = check_timeout(timeout)  # None: for ever (None or inf); NaN, negative: refused
+    deadline = None if seconds is None else time.monotonic() + seconds
     while not stopped():
         left = POLL if deadline is None else min(POLL, max(0.0, deadline - time.monotonic()))
         try:
@@ -57,8 +57,8 @@ def wait_unless_stopped(
 
 def deadline_of(timeout: float | None) -> float | None:
     """The ``time.monotonic()`` at which ``timeout`` seconds from now run out (checked)."""
-    check_timeout(timeout)
-    return None if timeout is None else time.monotonic() + timeout
+    seconds = check_timeout(timeout)
+    return None if seconds is None else time.monotonic() + seconds
 
 
 def wait_for_empty(

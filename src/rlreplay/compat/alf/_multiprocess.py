@@ -150,8 +150,8 @@ def _sliced(method: Callable[..., Any], name: str, args: Any, kwargs: Any) -> An
     if not bound.arguments.get("blocking", False):
         return method(*args, **kwargs)
     timeout = bound.arguments.get("timeout")
-    check_timeout(timeout)
-    deadline = None if timeout is None else time.monotonic() + timeout
+    seconds = check_timeout(timeout)  # None: for ever (None or inf); NaN, negative: refused
+    deadline = None if seconds is None else time.monotonic() + seconds
     while True:
         left = SLICE if deadline is None else min(SLICE, max(0.0, deadline - time.monotonic()))
         bound.arguments["timeout"] = left

@@ -185,6 +185,10 @@ class EpisodicQueries:
                 return
             envs = env_array(env_ids, self._all_envs)
             heads, counts = self._bounds()
+            n = counts.shape[0]
+            out = envs[(envs >= n) | (envs < -n)]
+            if out.size:  # ALF's indexing error, raised before any env is cleared
+                raise IndexError(f"index {int(out[0])} is out of bounds for axis 0 with size {n}")
             for e in envs.tolist():
                 if counts[e] > heads[e]:
                     got = self._core.dequeue(int(counts[e] - heads[e]), [e])

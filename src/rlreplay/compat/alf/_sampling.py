@@ -17,6 +17,7 @@ import numpy as np
 import torch
 
 from rlreplay import PrioritizedReplayBuffer, ShapeError
+from rlreplay.buffer import check_result
 from rlreplay.compat.alf._draws import (
     ReplayAssertionError,
     draw_starts,
@@ -76,6 +77,8 @@ class Sampling(EpisodicQueries):
         """
         B = positive("batch_size", batch_size)
         L = positive("batch_length", batch_length)
+        # B runs of L (+1 for returns) steps, refused before the draw if they cannot be held
+        check_result(self._core, "batch_size", (B, L), B * (L + 1), "get_batch", "step")
         with self._atomic():
             env, t, weights = draw_starts(
                 self._core.rng, self._pcore, *self._bounds(), B, L,

@@ -55,6 +55,7 @@ import torch
 
 from rlreplay import Batch, DTypeError, EmptyBufferError, MaxTree
 from rlreplay import ReplayBuffer as CoreBuffer
+from rlreplay.buffer import check_timeout
 from rlreplay.compat.alf._blocking import deadline_of, wait_for_empty, wait_unless_stopped
 from rlreplay.compat.alf._draws import (
     ReplayAssertionError,
@@ -326,6 +327,8 @@ class ReplayBuffer(Sampling, torch.nn.Module):
         A blocking add while the buffer is stopped (:meth:`stop`) returns at once without
         adding, as in ALF.
         """
+        if timeout is not None:
+            check_timeout(timeout)  # checked whether the call waits or not
         envs = env_array(env_ids, self._all_envs)
         B = envs.shape[0]
         values, disc0 = step_values(batch, self._layout, B, StepType.LAST)
@@ -430,6 +433,8 @@ class ReplayBuffer(Sampling, torch.nn.Module):
             ReplayAssertionError: Not enough data and not ``blocking`` (an AssertionError).
             rlreplay.ReplayTimeout: ``blocking`` and not enough data within ``timeout``.
         """
+        if timeout is not None:
+            check_timeout(timeout)  # checked whether the call waits or not
         envs = env_array(env_ids, self._all_envs)
         with self._atomic():
             if blocking:

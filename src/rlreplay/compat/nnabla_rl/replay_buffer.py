@@ -75,6 +75,7 @@ from rlreplay.compat.nnabla_rl._codec import TIMELIMIT_KEY, Codec, Row, Unfit, s
 from rlreplay.compat.nnabla_rl._growth import grow_core
 from rlreplay.compat.nnabla_rl._staging import Staging, staging_for, write_staged
 from rlreplay.compat.nnabla_rl._store import ObjectStore
+from rlreplay.spec import check_rows
 
 __all__ = [
     "TIMELIMIT_KEY",
@@ -532,6 +533,9 @@ class ReplayBuffer(ByValue):
             raise ValueError(
                 f"num_samples: {num_samples} is greater than the size of buffer: {max_index}"
             )
+        if isinstance(num_samples, int | np.integer) and isinstance(num_steps, int | np.integer):
+            # (before the draw: the reads of so many steps could not be held)
+            check_rows("num_samples", num_samples, int(num_samples) * int(num_steps), 32, "sample")
         indices = self._random_indices(num_samples=num_samples, max_index=max_index)
         return self.sample_indices(indices, num_steps=num_steps)
 
@@ -589,9 +593,29 @@ class ReplayBuffer(ByValue):
         """:meth:`sample_indices`' read of int64 positions ``idx`` (1-D, not empty), steps >= 1."""
         if steps == 1:  # (the prioritized buffers read through here too)
             return self._experiences(self._first_id() + self._positions(idx))
+        self._check_window(idx, steps)
         pos = self._positions((idx[None, :] + np.arange(steps)[:, None]).reshape(-1))
         flat, B = self._experiences(self._first_id() + pos), idx.shape[0]
         return tuple(flat[j * B : (j + 1) * B] for j in range(steps))
+
+    def _check_window(self, idx: Array, steps: int) -> None:
+        """Raise what nnabla-rl's reads would, before ``len(idx) * steps`` positions are made.
+
+        nnabla-rl reads ``buffer[index + j]`` for ``j`` in ``range(steps)``, each index in
+        turn: the first read out of range raises (a ``KeyError`` bounded, an ``IndexError``
+        unbounded). That read is found here in ``O(len(idx))`` and made, so a ``steps`` far
+        beyond the buffer fails as there without allocating; reads that are all in range but
+        would take more than the size budget raise :class:`rlreplay.ConfigError` (a
+        ``ValueError``, as nnabla-rl's refusals of sizes).
+        """
+        n = len(self)
+        lo = 0 if self._bounded() else -n
+        # first j at which index i leaves the range: 0 if it starts outside, else n - i
+        first_bad = np.where((idx < lo) | (idx >= n), 0, n - idx)
+        k = int(np.argmin(first_bad))
+        if int(first_bad[k]) < steps:
+            self._positions(np.array([int(idx[k]) + int(first_bad[k])], np.int64))
+        check_rows("num_steps", steps, idx.shape[0] * steps, 32, "sample_indices")
 
     def update_priorities(self, errors: Any) -> None:
         """Does nothing: only prioritized buffers keep priorities (as in nnabla-rl)."""

@@ -20,6 +20,7 @@ import numpy as np
 
 from rlreplay.compat.reagent import _args
 from rlreplay.compat.reagent._state import BufferState, Declared, ReplayElement, shape_type
+from rlreplay.spec import check_rows
 
 _namedtuple: Any = collections.namedtuple  # element names are known only at run time
 
@@ -194,3 +195,26 @@ def transition_specs(buf: BufferState, b: int) -> list[shape_type]:
         for prefix in ("", "next_"):
             elements.append(ReplayElement(prefix + e.name, (b, *e.shape), e.type))
     return elements
+
+
+def batch_size_of(buf: BufferState, value: Any, what: str) -> int:
+    """A batch size (an int ``>= 0``, as :func:`_args.positive_int` takes it) whose batch fits
+    the size budget (:func:`rlreplay.spec.check_rows`), checked before anything is drawn.
+
+    A row's bytes are those of one transition's elements (:func:`transition_specs`), times
+    ``stack_size`` when everything is returned as stacks, plus the draw's own 64 (a buffer
+    that has not inferred its shapes yet holds nothing to draw). Above the budget: a
+    :class:`rlreplay.ConfigError` (a ``ValueError``, as NumPy's refusal of such a size).
+    """
+    b = _args.positive_int("batch_size", value, 0)
+    row = 64
+    try:  # (shapes still unknown before an inferring buffer's first add)
+        specs = transition_specs(buf, 1)
+    except (AttributeError, TypeError):
+        specs = []
+    for e in specs:
+        row += int(np.prod(e.shape[1:], dtype=np.int64)) * np.dtype(e.type).itemsize
+    if buf._return_everything_as_stack:
+        row *= max(1, buf._stack_size)
+    check_rows("batch_size", b, b, row, what)
+    return b

@@ -17,6 +17,7 @@ from rlreplay import EmptyBufferError, InvalidIdError
 from rlreplay.compat.reagent import _slotread
 from rlreplay.compat.reagent._args import positive_int
 from rlreplay.compat.reagent._assembly import _Batch
+from rlreplay.compat.reagent._elements import batch_size_of
 from rlreplay.compat.reagent._errors import (
     IndexAssertionError,
     SlotRangeError,
@@ -265,6 +266,8 @@ def choose_slots(
         sampled): 0.1 echoes those, a negative one as it is, in the ``indices`` element.
     """
     b = buf._batch_size if batch_size is None else positive_int("batch_size", batch_size, 0)
+    if indices is None:  # a batch that is drawn: sized by b alone, checked before the draw
+        b = batch_size_of(buf, b, "sample_transition_batch")
     if indices is None:
         slots = sample_slots(buf, b)
         if b == 0 and buf._prioritized:

@@ -473,7 +473,9 @@ class ReplayBuffer(SlotRing, RangeReaders, CheckpointFiles):
         import torch
 
         return torch.from_numpy(
-            _slots.sample_slots(self, _args.positive_int("batch_size", batch_size, 0))
+            _slots.sample_slots(
+                self, _elements.batch_size_of(self, batch_size, "sample_index_batch")
+            )
         )
 
     def _global_draw(self, batch_size: int) -> Array:

@@ -216,7 +216,12 @@ class ProportionalPrioritizedReplayBuffer(_PrioritizedReplayBuffer):
             if (positions < limit).all():
                 return self.sample_indices(positions, num_steps)
         rng.bit_generator.state = state  # replay nnabla-rl's draw-by-draw loop exactly
-        return self.sample_indices(self._draw_one_by_one(num_samples, interval, limit), num_steps)
+        try:
+            drawn = self._draw_one_by_one(num_samples, interval, limit)
+        except EndlessDrawError:
+            rng.bit_generator.state = state  # (nnabla-rl would draw for ever): nothing drawn
+            raise
+        return self.sample_indices(drawn, num_steps)
 
     def _draw_one_by_one(self, k: int, interval: float, limit: int) -> list[int]:
         """nnabla-rl's loop: per slice, draw until the index is below ``limit``.
