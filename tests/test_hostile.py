@@ -19,8 +19,9 @@ refused too instead of being allocated on a shared test machine; the tests of th
 use it as it is. Blocking calls get timeouts of at most 10 ms, or invalid ones: ``None`` and
 ``inf`` mean "for ever" (tested apart: they wait until another thread frees them).
 
-The default run is short (:data:`EXAMPLES` per method and kind); ``-m slow`` runs each with
-10^4 examples (the ``slow`` profile of ``tests/conftest.py``).
+The default run is short (:data:`EXAMPLES` per method and kind); ``-m slow`` runs 10^4
+examples per method over the kinds that have it (the ``slow`` profile of
+``tests/conftest.py``).
 """
 
 from __future__ import annotations
@@ -431,10 +432,12 @@ def test_hostile_calls_are_answered_and_refusals_change_nothing(
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize(("kind", "method"), CASES)
+@pytest.mark.parametrize("method", CORE + PRIORITIZED)
 @settings(deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(data=st.data())
-def test_hostile_calls_10k(kind: str, method: str, data: st.DataObject) -> None:
+def test_hostile_calls_10k(method: str, data: st.DataObject) -> None:
+    """10^4 examples per method (the ``slow`` profile), over the kinds that have it."""
+    kind = data.draw(st.sampled_from([k for k, m in CASES if m == method]), label="kind")
     check_call(kind, data.draw(calls(kind, method), label="call"))
 
 
@@ -630,7 +633,7 @@ def test_infinite_timeouts_wait_until_another_thread_frees_the_call(
             done.set()
 
         threading.Thread(target=waiter, daemon=True).start()
-        assert not done.wait(0.2), (what, box)  # waiting, neither refused nor timed out
+        assert not done.wait(0.1), (what, box)  # waiting, neither refused nor timed out
         free(buf)
         assert done.wait(BOUND), f"{what} was not freed"
         assert not isinstance(box[0], BaseException), (what, box[0])
@@ -745,3 +748,81 @@ def test_a_transform_that_is_not_callable_is_refused_before_the_draw() -> None:
         with pytest.raises(rr.ConfigError, match="transform"):
             call(buf)
         twin.assert_untouched(buf, "transform=3")
+
+
+# ---------------------------------------------------------------------- construction
+def test_check_capacity_refuses_storage_beyond_the_budget() -> None:
+    from rlreplay.buffer.budget import check_capacity
+
+    fields = rr.ReplayBuffer(16, FIELDS).schema.fields
+    check_capacity(10**6, fields)
+    for capacity in (10**12, 2**63, 10**400):
+        with pytest.raises(rr.ConfigError, match="capacity"):
+            check_capacity(capacity, fields)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="the constructor (rlreplay.buffer.replay, another owner's module) allocates before "
+    "it checks: it should call rlreplay.buffer.budget.check_capacity after its int checks",
+)
+@pytest.mark.parametrize("capacity", [10**12, 2**63])
+def test_a_capacity_beyond_the_budget_is_refused_before_allocation(capacity: int) -> None:
+    with pytest.raises(rr.ConfigError, match="capacity"):
+        rr.ReplayBuffer(capacity, FIELDS)
+
+
+# ---------------------------------------------------------------------- the rate limiter
+def limiter_calls() -> st.SearchStrategy[tuple[str, Callable[[rr.RateLimiter], Any]]]:
+    def named(what: str, fn: Callable[..., Any], *args: st.SearchStrategy[Any]) -> Any:
+        return st.builds(lambda *a: (what, lambda lim: fn(lim, *a)), *args)
+
+    wait = timeout(True)
+    return st.one_of(
+        named("can_insert", lambda lim, n: lim.can_insert(n), count()),
+        named("can_sample", lambda lim, n: lim.can_sample(n), count()),
+        named("await_insert", lambda lim, n, t: lim.await_insert(n, t), count(), wait),
+        named("await_sample", lambda lim, n, t: lim.await_sample(n, t), count(), wait),
+        named("commit_insert", lambda lim, n, s: lim.commit_insert(n, s), count(), count()),
+        named("cancel_insert", lambda lim, n: lim.cancel_insert(n), count()),
+        named("cancel_sample", lambda lim, n: lim.cancel_sample(n), count()),
+        named("set_size", lambda lim, n: lim.set_size(n), count()),
+        named("load_state_dict", lambda lim, s: lim.load_state_dict(s), st.one_of(
+            hostile(), st.fixed_dictionaries({}, optional={
+                "config": hostile(), "inserts": count(), "samples": count(), "size": count()}))),
+    )  # fmt: skip
+
+
+def limiter_state(lim: rr.RateLimiter) -> tuple[Any, ...]:
+    stats = lim.stats.to_dict()
+    stats.pop("insert_blocked_s")
+    stats.pop("sample_blocked_s")
+    return (lim.state_dict(), stats)
+
+
+@settings(max_examples=EXAMPLES * 4, deadline=None)
+@given(call=limiter_calls())
+def test_hostile_rate_limiter_calls_are_answered_and_refusals_change_nothing(
+    call: tuple[str, Callable[[rr.RateLimiter], Any]],
+) -> None:
+    check_limiter_call(*call)
+
+
+@pytest.mark.slow
+@settings(deadline=None)
+@given(call=limiter_calls())
+def test_hostile_rate_limiter_calls_10k(call: tuple[str, Callable[[rr.RateLimiter], Any]]) -> None:
+    check_limiter_call(*call)
+
+
+def check_limiter_call(what: str, fn: Callable[[rr.RateLimiter], Any]) -> None:
+    lim = rr.SampleToInsertRatio(2.0, 3, error_buffer=8.0)
+    lim.await_insert(3, 0)
+    lim.commit_insert(3, 3)
+    lim.await_insert(1, 0)  # one pending insert
+    before = limiter_state(lim)
+    _, exc = run_bounded(lambda: fn(lim), what)
+    if exc is not None:
+        assert isinstance(exc, rr.ReplayError), f"{what}: {type(exc).__name__}: {exc}"
+        if not isinstance(exc, rr.ReplayTimeout):  # (a timeout counts itself in the stats)
+            assert limiter_state(lim) == before, what

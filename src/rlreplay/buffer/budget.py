@@ -14,12 +14,14 @@ an upper estimate, computed once per buffer from its fields:
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any, Literal
 
 from rlreplay.buffer.host import BufferHost
 from rlreplay.spec.arguments import check_rows
+from rlreplay.spec.schema import Field
 
-__all__ = ["OVERHEAD", "check_result", "row_bytes"]
+__all__ = ["OVERHEAD", "check_capacity", "check_result", "row_bytes"]
 
 #: Bytes per row for what every result carries besides the fields (``ids``, ``env_ids``,
 #: ``steps``, ``discount``, ``weights``, ``probabilities``, ``mask``, ``next_known``) and the
@@ -62,3 +64,18 @@ def check_result(
     """
     transition, step = row_bytes(buf)
     check_rows(name, requested, rows, transition if kind == "transition" else step, what)
+
+
+def check_capacity(capacity: int, fields: Mapping[str, Field]) -> None:
+    """Refuse a ``capacity`` whose storage could not be held, before anything is allocated.
+
+    A slot takes every field once, each observation field twice (its final-observation
+    records may grow to one per slot) and :data:`OVERHEAD` bytes (the episode index's row, a
+    prioritized sampler's tree nodes, with room to spare).
+
+    Raises:
+        rlreplay.ConfigError: ``capacity * slot bytes`` above the size budget, naming
+            ``capacity``.
+    """
+    slot = OVERHEAD + sum(f.nbytes * (2 if f.observation else 1) for f in fields.values())
+    check_rows("capacity", capacity, capacity, slot, "ReplayBuffer")
