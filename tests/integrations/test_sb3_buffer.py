@@ -160,15 +160,15 @@ def test_buffer_dtypes(obs_dtype: type, use_dict: bool, action_space: spaces.Spa
         buffer = ReplayBuffer(1, obs_space, action_space)
         assert buffer.observations.dtype == obs_dtype
     assert buffer.actions.dtype == expected_action
-    # ... and the samples keep them
+    # ... and so do the stored steps (samples: test_sample_shapes_and_dtypes, whose few
+    # dtype combinations keep the Numba kernels compiled for them few)
     obs = {k: np.full((1, 1), 7, obs_dtype) for k in ("obs", "obs_2")} if use_dict else (
         np.full((1, 1), 7, obs_dtype)
     )  # fmt: skip
     buffer.add(obs, obs, np.array([action_space.sample()]), np.ones(1), np.ones(1), [{}])
-    sample = buffer.sample(2)
-    observations = sample.observations["obs"] if use_dict else sample.observations
-    assert observations.dtype == th.from_numpy(np.zeros(1, obs_dtype)).dtype
-    assert sample.actions.dtype == th.from_numpy(np.zeros(1, expected_action)).dtype
+    stored = buffer.observations["obs_2"] if use_dict else buffer.observations
+    assert stored.dtype == obs_dtype and stored[0, 0].tolist() == [7]
+    assert buffer.actions.dtype == expected_action
 
 
 # ---------------------------------------------------------------------- documented behaviour
@@ -209,8 +209,7 @@ def random_steps(buffer: ReplayBuffer, steps: int, *, done_every: int = 7, seed:
         obs = draw() if done[0] else nxt
 
 
-@pytest.mark.parametrize("obs_kind", sorted(SPACES))
-@pytest.mark.parametrize("act_kind", sorted(ACTIONS))
+@pytest.mark.parametrize(("obs_kind", "act_kind"), [(k, k) for k in sorted(SPACES)])
 def test_sample_shapes_and_dtypes(obs_kind: str, act_kind: str) -> None:
     obs_space, obs_shape, obs_dtype = SPACES[obs_kind]
     act_space, action_dim, act_dtype = ACTIONS[act_kind]
@@ -448,3 +447,19 @@ def test_optimize_memory_usage_and_a_second_learn() -> None:
     with pytest.warns(UserWarning, match="will be truncated"):  # SB3's, for its own buffer
         model.learn(40)  # reset_num_timesteps=True: the env is reset mid-episode
     assert model.replay_buffer.size() == 80
+
+
+def test_samples_copy_pickle_and_replace() -> None:
+    import copy
+    import pickle
+
+    buffer = ReplayBuffer(40, spaces.Box(-1, 1, (2,)), spaces.Discrete(2), seed=0)
+    random_steps(buffer, 20)
+    s = buffer.sample(4)
+    for other in (pickle.loads(pickle.dumps(s)), copy.copy(s), copy.deepcopy(s)):
+        assert type(other) is Samples and np.array_equal(other.ids, s.ids)
+        assert th.equal(other.weights, s.weights) and th.equal(other.rewards, s.rewards)
+    changed = s._replace(rewards=s.rewards * 2)
+    assert th.equal(changed.rewards, s.rewards * 2) and changed.ids is s.ids
+    with pytest.raises(ValueError, match="unexpected"):
+        s._replace(nope=1)

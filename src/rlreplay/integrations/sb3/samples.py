@@ -18,7 +18,7 @@ with ``n_step=1``: the algorithm uses its own ``gamma``, as with SB3's ``ReplayB
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 import torch as th
@@ -61,6 +61,11 @@ class Samples(ReplayBufferSamples):
     def __getnewargs_ex__(self) -> tuple[tuple[Any, ...], dict[str, Any]]:
         return tuple(self), {"ids": self.ids, "weights": self.weights}
 
+    def _replace(self, **changes: Any) -> Samples:
+        """A copy with some fields (or ``ids``/``weights``) replaced, as the tuple's
+        ``_replace`` (which would drop ``ids`` and ``weights``)."""
+        return _replaced(self, changes)
+
 
 class DictSamples(DictReplayBufferSamples):
     """SB3's ``DictReplayBufferSamples`` with the core's ``ids`` and importance ``weights``."""
@@ -89,6 +94,23 @@ class DictSamples(DictReplayBufferSamples):
 
     def __getnewargs_ex__(self) -> tuple[tuple[Any, ...], dict[str, Any]]:
         return tuple(self), {"ids": self.ids, "weights": self.weights}
+
+    def _replace(self, **changes: Any) -> DictSamples:
+        """A copy with some fields (or ``ids``/``weights``) replaced, as the tuple's
+        ``_replace`` (which would drop ``ids`` and ``weights``)."""
+        return _replaced(self, changes)
+
+
+_S = TypeVar("_S", Samples, DictSamples)
+
+
+def _replaced(samples: _S, changes: dict[str, Any]) -> _S:
+    ids = changes.pop("ids", samples.ids)
+    weights = changes.pop("weights", samples.weights)
+    values = [changes.pop(f, v) for f, v in zip(samples._fields, samples, strict=True)]
+    if changes:
+        raise ValueError(f"Got unexpected field names: {list(changes)!r}")
+    return type(samples)(*values, ids=ids, weights=weights)
 
 
 def convert(
