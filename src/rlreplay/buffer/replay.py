@@ -17,6 +17,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from rlreplay.buffer.budget import check_capacity
 from rlreplay.buffer.copying import CopyMixin
 from rlreplay.buffer.episodes import EpisodesMixin
 from rlreplay.buffer.exports import IOMixin
@@ -191,6 +192,7 @@ class ReplayBuffer(
         gamma = float(gamma)
         if not 0.0 <= gamma <= 1.0:
             raise ConfigError(f"gamma: expected a value in [0, 1], got {gamma}")
+        check_capacity(capacity, self.schema.fields)  # before anything is allocated
         if capacity < num_envs * (n_step + frame_stack):
             raise ConfigError(
                 f"capacity: expected at least num_envs * (n_step + frame_stack) = "

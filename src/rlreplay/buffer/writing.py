@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from rlreplay.buffer.fifo import check_timeout
+from rlreplay.buffer.fifo import check_timeout, flag
 from rlreplay.buffer.host import Array, BufferHost
 from rlreplay.codegen import define
 from rlreplay.episodes.index import HEAD
@@ -131,7 +131,7 @@ class WritingMixin(BufferHost):
         # The general path. A buffer normally answers `add` with its generated function
         # (_install_fast_add), which comes here for what the fast path does not store.
         env_ids = values.pop("env_ids", None)
-        block = bool(values.pop("block", False))
+        block = flag("block", values.pop("block", False))
         timeout = values.pop("timeout", None)
         if self._limiter is not None:
             return self._limited_commit(
@@ -161,6 +161,7 @@ class WritingMixin(BufferHost):
                 so ``T * samples_per_insert`` must fit its band ``max_diff - min_diff`` once
                 the buffer is past ``min_size_to_sample``: extend in shorter runs otherwise.
         """
+        block = flag("block", block)
         if self._limiter is not None:
             return self._limited_commit(
                 lambda: self._writer.prepare_extend(values, env_id), block, timeout
