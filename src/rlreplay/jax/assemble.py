@@ -23,7 +23,6 @@ import numpy as np
 from rlreplay.assemble.powers import reward_powers
 from rlreplay.jax._lib import jnp, lax
 from rlreplay.jax.config import BufferConfig
-from rlreplay.jax.ring import rows_of
 from rlreplay.jax.state import BufferState
 
 __all__ = ["transitions"]
@@ -49,15 +48,39 @@ def _rounded(x: Any, zero: Any) -> Any:
     return lax.bitcast_convert_type(bits, x.dtype)
 
 
+class _Rows:
+    """Rows of steps ``t + j`` for small offsets ``-C < j < C``, from one remainder per step:
+    ``t % C + j`` wraps at most once, so compares and selects replace the integer division
+    that :func:`rlreplay.jax.ring.rows_of` would repeat (and that XLA recomputes in every
+    fused consumer).
+    """
+
+    def __init__(self, config: BufferConfig, env: Any, t: Any) -> None:
+        self.C, self.E, self.env = config.env_capacity, config.num_envs, env
+        self.tc = lax.rem(jnp.maximum(t, 0), self.C)  # (t >= 0 for any issued id)
+
+    def at(self, j: Any, *, back: bool = False) -> Any:
+        """Rows of ``t + j`` (``back``: ``j`` may be negative); ``j`` of shape ``(B,)`` or
+        ``(B, k)``."""
+        stacked = jnp.ndim(j) == 2
+        tc = self.tc[:, None] if stacked else self.tc
+        env = self.env[:, None] if stacked else self.env
+        r = tc + j
+        r = jnp.where(r >= self.C, r - self.C, r)
+        if back:
+            r = jnp.where(r < 0, r + self.C, r)
+        return r * self.E + env
+
+
 def _window(
-    config: BufferConfig, state: BufferState, env: Any, t: Any
+    config: BufferConfig, state: BufferState, rows: _Rows, t: Any
 ) -> tuple[Any, Any, Any, Any, Any]:
     """``(m, reward, terminated, truncated, ended)`` of the windows at steps ``t``."""
     cols = state.columns
     rew, te_col, tr_col = cols["reward"], cols["terminated"], cols["truncated"]
     n = config.n_step
     if n == 1:
-        slot = rows_of(config, t, env)
+        slot = rows.at(0)
         te, tr = te_col[slot], tr_col[slot]
         return jnp.ones_like(t), rew[slot], te, tr & ~te, te | tr
     mults, _ = _powers(config)
@@ -73,7 +96,7 @@ def _window(
     tr = jnp.zeros(t.shape, bool)
     expand = (slice(None),) + (None,) * (rew.ndim - 1)
     for j in range(n):
-        s = rows_of(config, t + j, env)
+        s = rows.at(j)
         r = rew[s]
         if scalar:  # the core's kernel: ret + p_j * r while the window runs
             ret = jnp.where(alive, ret + _rounded(mults[j] * r, zero), ret)
@@ -98,19 +121,21 @@ def transitions(config: BufferConfig, state: BufferState, env: Any, t: Any) -> d
     """
     E, F, k = config.num_envs, config.finals_per_env, config.frame_stack
     cols = state.columns
-    slot = rows_of(config, t, env)
-    m, reward, te, tr, ended = _window(config, state, env, t)
-    next_row = rows_of(config, t + m, env)
+    rows = _Rows(config, env, t)
+    slot = rows.at(0)
+    m, reward, te, tr, ended = _window(config, state, rows, t)
+    next_row = rows.at(m)
     # The final record of the episode whose last step t+m-1 the window reached.
-    fid = state.final_fid[rows_of(config, t + m - 1, env)]
-    final_pos = env * F + jnp.mod(fid, F)
+    fid = state.final_fid[rows.at(m - 1)]
+    final_pos = env * F + lax.rem(jnp.maximum(fid, 0), F)
     first = state.ep_start[slot][:, None] if k > 1 else None
     lanes = jnp.arange(1 - k, 1, dtype=t.dtype)
 
     def stack(col: Any, last: Any) -> Any:
         """Frames ``last-k+1 .. last`` of each row's episode."""
         pos = last[:, None] + lanes
-        frames = col[rows_of(config, jnp.maximum(pos, first), env[:, None])]
+        offset = jnp.maximum(pos, first) - t[:, None]  # in [1 - k, n_step]
+        frames = col[rows.at(offset, back=True)]
         if config.stack_pad == "zero":
             pad = (pos < first).reshape(pos.shape + (1,) * (col.ndim - 1))
             frames = jnp.where(pad, jnp.zeros((), col.dtype), frames)
