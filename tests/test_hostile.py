@@ -244,11 +244,6 @@ def flags() -> st.SearchStrategy[Any]:
     return st.one_of(st.booleans(), hostile())
 
 
-# add/extend take `block` through bool() (rlreplay.buffer.writing), so an array or an object
-# whose truth is undefined raises NumPy's error there: see test_add_block_is_checked_as_a_flag.
-WRITE_BLOCK = st.one_of(st.booleans(), st.sampled_from([np.True_, np.False_, 0, 1, None]))
-
-
 def maybe(**options: st.SearchStrategy[Any]) -> st.SearchStrategy[dict[str, Any]]:
     """A dict holding any subset of the keyword arguments ``options`` draws."""
     return st.fixed_dictionaries({}, optional=options)
@@ -340,14 +335,14 @@ def calls(kind: str, method: str) -> Strategy:
             lambda v, t, kw: call_of("add", **v, **t, **kw),
             step_values(kind),
             waits(True),
-            maybe(block=WRITE_BLOCK, env_ids=hostile()),
+            maybe(block=flags(), env_ids=hostile()),
         )
     if method == "extend":
         return st.builds(
             lambda v, t, kw: call_of("extend", **v, **t, **kw),
             step_values(kind).map(lambda v: {k: np.asarray(x)[None] for k, x in v.items()}),
             waits(True),
-            maybe(env_id=st.one_of(st.just(0), hostile()), block=WRITE_BLOCK),
+            maybe(env_id=st.one_of(st.just(0), hostile()), block=flags()),
         )
     if method == "end_episode":
         finals = st.dictionaries(st.sampled_from(["next_obs", "obs", "x"]), hostile(), max_size=2)

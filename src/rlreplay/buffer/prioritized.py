@@ -17,7 +17,7 @@ from rlreplay.errors import ConfigError, InvalidIdError, PriorityError, ShapeErr
 from rlreplay.sampling.priorities import Priorities
 from rlreplay.sampling.prioritized import PrioritizedSampler, PriorityMass, PriorityStarts
 from rlreplay.sampling.prioritized_args import _reduce_steps
-from rlreplay.spec.arguments import as_array
+from rlreplay.spec.arguments import as_array, check_rows
 from rlreplay.spec.schema import Field, positive_int
 
 __all__ = ["PrioritizedReplayBuffer", "PriorityMass", "PriorityStarts"]
@@ -330,6 +330,7 @@ class PrioritizedReplayBuffer(ReplayBuffer):
             ``candidates``).
 
         Raises:
+            ConfigError: ``n`` is not a positive int, or ``n`` starts above the size budget.
             ShapeError: ``first`` or ``end`` is not an integer array of shape ``(num_envs,)``.
             EmptyBufferError: No allowed start has a mass ``> 0``.
             ReplayClosed: The buffer is closed.
@@ -347,6 +348,7 @@ class PrioritizedReplayBuffer(ReplayBuffer):
             ([(2, 0.25), (3, 0.75)], 2)
         """
         n = positive_int("n", n)
+        check_rows("n", n, n, 64, "sample_starts")  # (the starts' arrays and the draws')
         with self._lock:
             self._check_open()
             lo, hi = self._step_bounds("first", first), self._step_bounds("end", end)

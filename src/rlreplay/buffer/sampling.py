@@ -177,6 +177,8 @@ class SamplingMixin(BufferHost):
             env_ids, t, _ = self._index.split_ids(ids)
             if env_ids.ndim != 1:
                 raise InvalidIdError(f"ids: expected a 1-D array, got shape {env_ids.shape}")
+            n = env_ids.shape[0]
+            check_result(self, "ids", n, n, "get_transitions")  # (a row is bigger than an id)
             bad = ~self._index.sampleable(env_ids, t)
             if bad.any():
                 raise InvalidIdError(
