@@ -101,7 +101,7 @@ def update(
     if config.priority_clip is not None:
         p = jnp.clip(p, config.priority_clip[0], config.priority_clip[1])
     p = p + jnp.float32(config.eps)
-    rows = rows_of(config, t, env)
+    rows = jnp.mod(ids, config.num_slots)  # (t % C) * E + e, with one remainder
     mass = jnp.where(sampleable(state, env, t), mass_of(config, p), 0.0)
     updated = tree.set_leaves((pri.prio, pri.sums, pri.mins), rows, p, mass, ok, largest=True)
     top = jnp.max(jnp.where(ok, p, 0.0), initial=0.0)
