@@ -62,9 +62,12 @@ class JaxBuffer:
     place.
 
     Cost: ``add`` writes ``E`` rows per column plus ``O(E)`` bookkeeping (prioritized:
-    ``E * (n_step + frame_stack)`` leaves of an 8-ary sum and min tree); ``sample`` and
-    ``get_transitions`` are ``O(B * (n_step + frame_stack))`` gathers, ``update_priorities``
-    ``O(B log B)`` (duplicates are resolved by a sort) plus the trees' ``O(B * 32 * levels)``.
+    ``E * (n_step + frame_stack)`` leaves of an 8-ary sum and min tree, ``O(8 * levels)``
+    each); ``sample`` and ``get_transitions`` are ``O(B * (n_step + frame_stack))`` gathers
+    (prioritized: plus a descent of ``O(B * 8 * levels)``); ``update_priorities`` is
+    ``O(B * 8 * levels)``. Within one jitted step, call :meth:`add` before :meth:`sample`:
+    XLA copies an array that is read and then overwritten without a data dependence between
+    the two (a whole column per step).
 
     Example:
         >>> import jax, numpy as np, rlreplay as rr, rlreplay.jax as rrj
