@@ -70,7 +70,7 @@ class ReplayBuffer(SB3ReplayBuffer):
     ``gamma`` (required with ``n_steps > 1``: give the algorithm's ``gamma``). Samples then
     hold the discounted ``n``-step reward sum, the next observation ``n`` steps on (or the
     episode's final one), ``dones`` = 1 if the episode terminated inside the window, and
-    ``discounts = gamma ** steps``, which SB3's DQN, SAC, TD3 and DDPG (2.6 and later) use in
+    ``discounts = gamma ** steps``, which SB3's DQN, SAC, TD3 and DDPG (2.7 and later) use in
     their targets.
 
     Prioritized replay: ``prioritized=True`` with ``alpha``, ``beta``, ``beta_final``,
