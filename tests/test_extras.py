@@ -79,7 +79,8 @@ def test_snippets_run_here(tmp_path: Path) -> None:
     """The fast snippets in one interpreter of this environment (one import, one compile),
     each in its own namespace and directory."""
     needs = {"gym": "gymnasium", "torch": "torch", "jax": "jax", "arrow": "pyarrow",
-             "minari": "minari", "inspect": "rich", "plot": "matplotlib"}  # fmt: skip
+             "minari": "minari", "inspect": "rich", "plot": "matplotlib",
+             "sb3": "stable_baselines3"}  # fmt: skip
     extras = sorted(set(snippets()) - SLOW_SNIPPETS)
     missing = [
         needs[e] for e in extras if e in needs and importlib.util.find_spec(needs[e]) is None

@@ -44,6 +44,8 @@ SRC = Path(rlreplay.__file__).resolve().parents[1]
 # because rlreplay's own __init__ imports rlreplay.buffer before rlreplay.transforms.
 # Name -> packages of a run-time cycle tolerated for now (none: keep it that way).
 KNOWN_RUNTIME_CYCLES: dict[str, tuple[str, ...]] = {}
+# Environment variables that a framework an integration adapts sets when it is imported.
+FRAMEWORK_ENVIRON = {"PYGAME_HIDE_SUPPORT_PROMPT"}
 
 
 def module_names(root: Path = SRC, package: str = "rlreplay") -> dict[str, Path]:
@@ -147,6 +149,10 @@ def test_module_imports_alone_without_side_effects(
 ) -> None:
     report = import_reports[module]
     assert "error" not in report, "\n".join(report["error"])
+    if module.startswith("rlreplay.integrations"):
+        # An adapter imports its framework, and `import gymnasium` (under Stable-Baselines3)
+        # sets this variable itself; anything else the adapter changes still fails.
+        report = {**report, "environ": sorted(set(report["environ"]) - FRAMEWORK_ENVIRON)}
     assert report == {"events": [], "warnings": [], "threads": [], "environ": []}
 
 
