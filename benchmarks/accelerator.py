@@ -81,9 +81,9 @@ class Runner:
 
 
 def rlreplay_row(prioritized: bool, n_step: int, iters: int) -> Runner:
+    import jax
     import jax.numpy as jnp
 
-    import jax
     import rlreplay as rr
     import rlreplay.jax as rrj
 
@@ -121,9 +121,8 @@ def rlreplay_row(prioritized: bool, n_step: int, iters: int) -> Runner:
 
 def flashbax_row(prioritized: bool, iters: int) -> Runner:
     import flashbax as fbx
-    import jax.numpy as jnp
-
     import jax
+    import jax.numpy as jnp
 
     kwargs = dict(max_length=CAPACITY, min_length=BATCH, sample_batch_size=BATCH, add_batch_size=E)
     if prioritized:
