@@ -326,9 +326,7 @@ class SharedWriter:
         except (ValueError, TypeError, OverflowError):  # ragged nests, unconvertible objects
             arr = np.empty((), object)
         if arr.ndim != 1 or arr.dtype.kind not in "iu":
-            raise InvalidIdError(
-                f"env_ids: expected a 1-D sequence of ints, got {shown(env_ids)}"
-            )
+            raise InvalidIdError(f"env_ids: expected a 1-D sequence of ints, got {shown(env_ids)}")
         arr = arr.astype(np.int64)
         foreign = sorted(set(arr.tolist()) - set(self._locked))
         if foreign or np.unique(arr).size != arr.size:
