@@ -130,8 +130,8 @@ def _torch_device(device: Any) -> Any:
     torch = _torch()
     try:
         dev = torch.device("cpu" if device is None else device)
-    except (RuntimeError, TypeError) as exc:
-        raise ConfigError(f"device: expected a torch device, got {device!r} ({exc})") from None
+    except (RuntimeError, TypeError, ValueError, OverflowError) as exc:
+        raise ConfigError(f"device: expected a torch device, got {shown(device)} ({exc})") from None
     if dev.type == "cuda" and not torch.cuda.is_available():
         raise ConfigError(
             f"device: {device!r} needs CUDA, which this torch ({torch.__version__}) does not "
@@ -181,11 +181,15 @@ def _jax_device(device: Any) -> Any:
     """``device`` as a JAX device (``None`` stays ``None``: JAX's default device).
 
     Raises:
-        ConfigError: No such JAX device.
+        ConfigError: No such JAX device, or neither a string nor a JAX device.
     """
     jax = _jax()
-    if device is None or not isinstance(device, str):
+    if device is None:
         return device
+    if not isinstance(device, str):
+        if hasattr(device, "platform"):  # a jax.Device (checked here, not after a draw)
+            return device
+        raise ConfigError(f"device: expected a JAX device or a string, got {shown(device)}")
     kind, _, index = device.partition(":")
     kind = {"cuda": "gpu"}.get(kind, kind)
     try:
@@ -213,7 +217,7 @@ def to_jax(batch: Mapping[str, Array], device: Any = None) -> TensorBatch:
             ``"cuda:0"``, ``"tpu:0"``.
 
     Raises:
-        ConfigError: No such JAX device.
+        ConfigError: No such JAX device, or neither a string nor a JAX device.
     """
     return _to_jax(batch, _jax_device(device))
 

@@ -51,8 +51,17 @@ def _reduce_steps(p: Array, mask: Any, eta: float) -> Array:
     if not m.any(axis=-1).all():
         raise ShapeError("mask: every sequence needs at least one real step")
     pf = p.astype(np.float64)
+    bad = m & ~(pf >= 0.0)  # (NaN too) refused here: the reduction would hide or overflow
+    if bad.any() or not np.isfinite(pf[m]).all():
+        raise PriorityError(
+            f"priorities: expected finite numbers >= 0, got {pf[m & ~np.isfinite(pf) | bad][:5]}"
+        )
     top = np.where(m, pf, -np.inf).max(axis=-1)
-    mean = np.where(m, pf, 0.0).sum(axis=-1) / m.sum(axis=-1)
+    count = m.sum(axis=-1)
+    with np.errstate(over="ignore"):
+        mean = np.where(m, pf, 0.0).sum(axis=-1) / count
+    if not np.isfinite(mean).all():  # sums of values near float max: each step's share first
+        mean = np.where(m, pf / count[..., None], 0.0).sum(axis=-1)
     out: Array = eta * top + (1.0 - eta) * mean
     return out
 
