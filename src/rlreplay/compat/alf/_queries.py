@@ -189,7 +189,7 @@ class EpisodicQueries:
             out = envs[(envs >= n) | (envs < -n)]
             if out.size:  # ALF's indexing error, raised before any env is cleared
                 raise IndexError(f"index {int(out[0])} is out of bounds for axis 0 with size {n}")
-            for e in envs.tolist():
+            for e in dict.fromkeys(e % n for e in envs.tolist()):  # an env named twice: once
                 if counts[e] > heads[e]:
                     got = self._core.dequeue(int(counts[e] - heads[e]), [e])
                     self._forget(got)
