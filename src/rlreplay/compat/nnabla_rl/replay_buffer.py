@@ -534,8 +534,10 @@ class ReplayBuffer(ByValue):
                 f"num_samples: {num_samples} is greater than the size of buffer: {max_index}"
             )
         if isinstance(num_samples, int | np.integer) and isinstance(num_steps, int | np.integer):
-            # (before the draw: the reads of so many steps could not be held)
-            check_rows("num_samples", num_samples, int(num_samples) * int(num_steps), 32, "sample")
+            # Before the draw: NumPy's draw without replacement permutes max_index positions
+            # (a num_steps below 1 raises it), and the reads of num_steps steps follow.
+            n, k = int(num_samples), max(1, int(num_steps))
+            check_rows("num_samples", num_samples, max(int(max_index), n * k), 32, "sample")
         indices = self._random_indices(num_samples=num_samples, max_index=max_index)
         return self.sample_indices(indices, num_steps=num_steps)
 

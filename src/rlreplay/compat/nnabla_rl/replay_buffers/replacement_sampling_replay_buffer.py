@@ -7,6 +7,7 @@ from typing import Any
 import numpy as np
 
 from rlreplay.compat.nnabla_rl.replay_buffer import ReplayBuffer
+from rlreplay.spec import check_rows
 
 __all__ = ["ReplacementSamplingReplayBuffer"]
 
@@ -58,6 +59,10 @@ class ReplacementSamplingReplayBuffer(ReplayBuffer):
             TypeError: A num_samples NumPy's draw does not take as a size.
         """
         max_index = len(self) - num_steps + 1
+        if isinstance(num_samples, int | np.integer) and isinstance(num_steps, int | np.integer):
+            # (before the draw: num_samples draws, then num_steps reads of each)
+            n, k = int(num_samples), max(1, int(num_steps))
+            check_rows("num_samples", num_samples, n * k, 32, "sample")
         indices = self._random_indices(num_samples=num_samples, max_index=max_index)
         return self.sample_indices(indices, num_steps=num_steps)
 
