@@ -177,7 +177,7 @@ def _priority_state(buf: Any) -> tuple[Any, ...]:
     ids = core.sampleable_ids()
     stored = np.unique(buf._slot_id[buf._slot_id >= 0])
     return (
-        buf.get_priority(np.arange(buf._replay_capacity)).tobytes(),
+        buf.get_priority(np.arange(buf._replay_capacity, dtype=np.int32)).tobytes(),
         buf._max_recorded_priority,
         core.max_priority,
         core.get_priorities(ids).tobytes(),

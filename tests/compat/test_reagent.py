@@ -538,7 +538,7 @@ def test_save_load_round_trip(tmp_path: Any, cls: Any) -> None:
     fill(buf, [6, 5, 9], extra=True)  # wraps the ring
     buf.set_index_valid_status(int(np.flatnonzero(buf._is_valid)[0]), False)
     if cls is PrioritizedReplayBuffer:
-        buf.set_priority(np.arange(24), np.arange(24.0))
+        buf.set_priority(np.arange(24, dtype=np.int32), np.arange(24.0))
     buf.save(tmp_path, 3)
     want = ckpt_names(buf, 3) | (
         {"sum_tree_ckpt.3.gz"} if cls is PrioritizedReplayBuffer else set()
@@ -564,7 +564,8 @@ def test_save_load_round_trip(tmp_path: Any, cls: Any) -> None:
         np.testing.assert_array_equal(x.numpy(), y.numpy())
     if cls is PrioritizedReplayBuffer:
         np.testing.assert_array_equal(
-            loaded.get_priority(np.arange(24)), buf.get_priority(np.arange(24))
+            loaded.get_priority(np.arange(24, dtype=np.int32)),
+            buf.get_priority(np.arange(24, dtype=np.int32)),
         )
     # Adding on continues exactly as in the saved buffer.
     for target in (buf, loaded):
@@ -627,8 +628,8 @@ def test_priorities_get_set_and_probabilities() -> None:
     buf = make(PrioritizedReplayBuffer, stack_size=2, replay_capacity=30)
     fill(buf, [4])  # slot 0 padding, steps 0..3 (priorities 1..4) in slots 1..4
     assert buf.get_priority(np.arange(6, dtype=np.int32)).tolist() == [0, 1, 2, 3, 4, 0]
-    assert buf.get_priority(np.arange(6)).dtype == np.float32
-    buf.set_priority(np.array([1, 2]), np.array([0.0, 8.0]))
+    assert buf.get_priority(np.arange(6, dtype=np.int32)).dtype == np.float32
+    buf.set_priority(np.array([1, 2], np.int32), np.array([0.0, 8.0]))
     buf.set_priority([0], [5.0])  # a padding row: kept as ReAgent's leaf, never drawn
     assert buf.get_priority([0, 1, 2]).tolist() == [5, 0, 8]
     assert buf.sum_tree.get(2) == 8.0 and buf.sum_tree.max_recorded_priority == 8.0
@@ -647,7 +648,7 @@ def test_prioritized_draws_follow_priorities() -> None:
     buf = make(PrioritizedReplayBuffer, seed=2, replay_capacity=20)
     fill(buf, [8])
     prios = np.array([1.0, 2.0, 3.0, 4.0, 0.5, 0.5, 1.0, 8.0])
-    buf.set_priority(np.arange(8), prios)
+    buf.set_priority(np.arange(8, dtype=np.int32), prios)
     draws = np.concatenate([buf.sample_index_batch(500).numpy() for _ in range(8)])
     counts = np.bincount(draws, minlength=8)
     expected = prios / prios.sum() * draws.size
@@ -816,7 +817,7 @@ def test_prioritized_probabilities_agree_with_the_native_core() -> None:
     buf = make(PrioritizedReplayBuffer, replay_capacity=20)
     fill(buf, [4, 3])
     prios = np.array([1.0, 2.0, 0.5, 4.0, 3.0, 0.25, 1.5])
-    buf.set_priority(np.arange(7), prios)
+    buf.set_priority(np.arange(7, dtype=np.int32), prios)
     native = rr.PrioritizedReplayBuffer(
         20, {"obs": rr.Field((2,), np.float32)}, alpha=1.0, beta=1.0, eps=0.0, seed=0
     )
@@ -833,7 +834,9 @@ def test_prioritized_probabilities_agree_with_the_native_core() -> None:
     native.update_priorities(np.arange(7), prios)
     drawn = native.sample(16)
     slots = buf._slots_of_ids(drawn.ids)
-    np.testing.assert_allclose(drawn.probabilities, buf.get_priority(slots) / prios.sum())
+    np.testing.assert_allclose(
+        drawn.probabilities, buf.get_priority(slots.astype(np.int32)) / prios.sum()
+    )
     batch = buf.sample_transition_batch(batch_size=len(slots), indices=slots)
     np.testing.assert_array_equal(
         batch.sampling_probabilities.reshape(-1).numpy(), prios[drawn.ids].astype(np.float32)

@@ -150,7 +150,7 @@ def test_reagent_prioritized_checkpoint_loads(
     ref.save(tmp_path, 7, protocol)
     loaded = make(PrioritizedReplayBuffer, **KW)
     loaded.load(tmp_path, 7)
-    slots = np.arange(13)
+    slots = np.arange(13, dtype=np.int32)
     # The leaves ReAgent's tree holds, per slot, are the loaded priorities.
     np.testing.assert_array_equal(loaded.get_priority(slots), ref.sum_tree.nodes[-1][:13])
     np.testing.assert_array_equal(loaded.get_priority(slots), direct.get_priority(slots))
@@ -182,7 +182,7 @@ def test_reagent_tree_with_torch_priorities_loads(tmp_path: Any, reagent_module:
     ref.save(tmp_path, 2)
     loaded = make(PrioritizedReplayBuffer, **KW)
     loaded.load(tmp_path, 2)
-    slots = np.arange(13)
+    slots = np.arange(13, dtype=np.int32)
     np.testing.assert_array_equal(loaded.get_priority(slots), direct.get_priority(slots))
     assert loaded.sum_tree.max_recorded_priority == 4.0
 
@@ -197,7 +197,9 @@ def test_reagent_tree_padded_past_capacity_loads(tmp_path: Any, reagent_module: 
     ref.save(tmp_path, 0)
     loaded = make(PrioritizedReplayBuffer, **KW)
     loaded.load(tmp_path, 0)
-    np.testing.assert_array_equal(loaded.get_priority(np.arange(13)), ref.sum_tree.nodes[-1][:13])
+    np.testing.assert_array_equal(
+        loaded.get_priority(np.arange(13, dtype=np.int32)), ref.sum_tree.nodes[-1][:13]
+    )
     assert loaded.sum_tree.max_recorded_priority == 9.0
 
 
@@ -229,11 +231,13 @@ def test_hostile_pickles_are_refused_without_running(
     marker = tmp_path / "ran"
     with gzip.open(tmp_path / "sum_tree_ckpt.0.gz", "wb") as f:
         pickle.dump(payload(marker), f)
-    before = buf.get_priority(np.arange(13))
+    before = buf.get_priority(np.arange(13, dtype=np.int32))
     with pytest.raises(rr.CheckpointError, match=refused):
         buf.load(tmp_path, 0)
     assert not marker.exists()  # nothing the pickle names was called
-    np.testing.assert_array_equal(buf.get_priority(np.arange(13)), before)  # load changed nothing
+    np.testing.assert_array_equal(
+        buf.get_priority(np.arange(13, dtype=np.int32)), before
+    )  # load changed nothing
 
 
 @pytest.mark.parametrize(
@@ -333,7 +337,8 @@ def test_saved_checkpoint_is_what_reagent_reads_back(tmp_path: Any, reagent_modu
     loaded = make(PrioritizedReplayBuffer, **KW)
     loaded.load(tmp_path, 4)
     np.testing.assert_array_equal(
-        loaded.get_priority(np.arange(13)), buf.get_priority(np.arange(13))
+        loaded.get_priority(np.arange(13, dtype=np.int32)),
+        buf.get_priority(np.arange(13, dtype=np.int32)),
     )
     assert loaded.sum_tree.max_recorded_priority == buf.sum_tree.max_recorded_priority
 
@@ -357,11 +362,16 @@ def test_earlier_front_end_checkpoints_still_load(tmp_path: Any) -> None:
     drive_both(RefPrioritized(ReAgentSumTree, 13, 2, 2, 0.5), buf, [6, 5])
     buf.save(tmp_path, 0)
     with gzip.open(tmp_path / "sum_tree_ckpt.0.gz", "wb") as f:
-        np.save(f, buf.get_priority(np.arange(13)).astype(np.float64), allow_pickle=False)
+        np.save(
+            f,
+            buf.get_priority(np.arange(13, dtype=np.int32)).astype(np.float64),
+            allow_pickle=False,
+        )
     loaded = make(PrioritizedReplayBuffer, **KW)
     loaded.load(tmp_path, 0)
     np.testing.assert_array_equal(
-        loaded.get_priority(np.arange(13)), buf.get_priority(np.arange(13))
+        loaded.get_priority(np.arange(13, dtype=np.int32)),
+        buf.get_priority(np.arange(13, dtype=np.int32)),
     )
 
 

@@ -194,7 +194,7 @@ def test_sum_tree_attribute_is_a_whole_reagent_sum_tree() -> None:
     fill(buf, [5])  # priorities 1..5 in slots 0..4
     buf.sum_tree.set(4, 0.5)
     ref = SumTree(6)
-    for i, p in enumerate(buf.get_priority(np.arange(6))):
+    for i, p in enumerate(buf.get_priority(np.arange(6, dtype=np.int32))):
         ref.set(i, float(p))
     assert [x.tolist() for x in buf.sum_tree.nodes] == [x.tolist() for x in ref.nodes]
     assert buf.sum_tree._total_priority() == ref._total_priority() == 10.5
@@ -211,8 +211,8 @@ def test_set_priority_count_mismatch_is_refused_not_truncated() -> None:
     # Deliberate difference 7: ReAgent's zip(indices, priorities) drops the surplus silently.
     buf = make(PrioritizedReplayBuffer)
     fill(buf, [4])
-    before = buf.get_priority(np.arange(4))
+    before = buf.get_priority(np.arange(4, dtype=np.int32))
     for idx, prios in (([0, 1, 2], [5.0, 6.0]), ([0], [5.0, 6.0])):
         with pytest.raises(ValueError, match="one per index"):
             buf.set_priority(np.array(idx, np.int32), np.array(prios))
-    np.testing.assert_array_equal(buf.get_priority(np.arange(4)), before)
+    np.testing.assert_array_equal(buf.get_priority(np.arange(4, dtype=np.int32)), before)

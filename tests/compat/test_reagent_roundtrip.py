@@ -90,7 +90,7 @@ def assert_same(a: Any, b: Any) -> None:
         ha[s] = hb[s] = "stale"
     assert ha == hb
     if isinstance(a, PrioritizedReplayBuffer):
-        leaves = np.arange(cap)
+        leaves = np.arange(cap, dtype=np.int32)
         np.testing.assert_array_equal(a.get_priority(leaves), b.get_priority(leaves))
 
 

@@ -206,7 +206,7 @@ class PrioritizedReAgentMachine(ReAgentMachine):
         slots = data.draw(st.lists(st.integers(0, m.cap - 1), min_size=1, max_size=5))
         idx = slots  # a negative index fails ReAgent's tree walk (AssertionError, below)
         values = [data.draw(PRIORITIES) for _ in idx]
-        self.buf.set_priority(np.array(idx), np.array(values))
+        self.buf.set_priority(np.array(idx, np.int32), np.array(values))
         m.set_priority(idx, values)
         refused: list[tuple[type[Exception], Any, Any]] = [
             (ValueError, idx, [*values[:-1], -1.0]),
@@ -221,14 +221,16 @@ class PrioritizedReAgentMachine(ReAgentMachine):
         refused.append((AssertionError, [slots[0] - leaves], [1.0]))
         for error, bad_idx, bad_values in refused:
             with pytest.raises(error):
-                self.buf.set_priority(np.array(bad_idx), np.array(bad_values))
+                self.buf.set_priority(np.array(bad_idx, np.int32), np.array(bad_values))
 
     @precondition(lambda self: hasattr(self, "m"))
     @invariant()
     def priorities_match(self) -> None:
         m = self.m
         every = list(range(-m.leaves.size, m.leaves.size))
-        np.testing.assert_array_equal(self.buf.get_priority(np.array(every)), m.get_priority(every))
+        np.testing.assert_array_equal(
+            self.buf.get_priority(np.array(every, np.int32)), m.get_priority(every)
+        )
         assert self.buf.sum_tree.max_recorded_priority == m.max_recorded
 
 

@@ -61,7 +61,8 @@ class ReplayBufferTest(unittest.TestCase):
     def testWithNontupleObservationShape(self):
         with self.assertRaises(AssertionError):
             _ = circular_replay_buffer.ReplayBuffer(
-                observation_shape=84,
+                # rlreplay: later ReAgent versions read an int n as (n,); a list is refused
+                observation_shape=[84],
                 stack_size=STACK_SIZE,
                 replay_capacity=5,
                 batch_size=BATCH_SIZE,

@@ -82,10 +82,8 @@ class PrioritizedReplayBufferTest(unittest.TestCase):
         index = self.add_blank(memory)
         with self.assertRaises(AssertionError, msg="Indices must be an array."):
             memory.get_priority(index)
-        # rlreplay: issue 13 accepts int64 index arrays (ReAgent's later API: int32 and
-        # int64); 0.1's dtype assertion still refuses an array of floats.
-        with self.assertRaises(AssertionError, msg="Indices must be int32s, given: float64"):
-            memory.get_priority(np.array([float(index)]))
+        with self.assertRaises(AssertionError, msg="Indices must be int32s, given: int64"):
+            memory.get_priority(np.array([index]))
 
     def testSetAndGetPriority(self):
         memory = self.create_default_memory()

@@ -75,10 +75,16 @@ def as_shape(name: str, value: Any) -> tuple[int, ...]:
 
 
 def observation_shape(value: Any) -> tuple[int, ...]:
-    """ReAgent's ``assert isinstance(observation_shape, tuple)``, then :func:`as_shape`."""
+    """ReAgent's ``assert isinstance(observation_shape, tuple)``, then :func:`as_shape`.
+
+    An int ``n`` (later ReAgent versions take one) is the shape ``(n,)``; a bool is not.
+    """
+    if isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_)):
+        value = (int(value),)
     if not isinstance(value, tuple):
         raise ConfigAssertionError(
-            f"observation_shape: expected a tuple (ReAgent asserts it), got {value!r}"
+            "observation_shape: expected a tuple or an int (ReAgent asserts a tuple), "
+            f"got {value!r}"
         )
     return as_shape("observation_shape", value)
 

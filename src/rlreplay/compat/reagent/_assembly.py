@@ -230,8 +230,10 @@ def timeline(
                 rows.append(np.zeros((mi, *fields[c].shape, 0), fields[c].dtype))
                 continue
             if c not in stacks:
-                raw = runs["next_obs"][i, :mi] if c == "obs" else runs[c][i, int(nxt) : mi + nxt]
-                rows.append(raw)
+                if c == "obs":  # stack_size 1: each entry shaped as the plain next_state
+                    rows.append(state_stack(runs["next_obs"][i, :mi], 1))
+                    continue
+                rows.append(runs[c][i, int(nxt) : mi + nxt])
                 continue
             own = stacks[c][lo : lo + mi]
             if not nxt:
@@ -303,9 +305,11 @@ def window_rewards(core: CoreReplayBuffer, ids: Array, m: Array, n: int) -> Arra
 def stack_last(frames: Array, k: int) -> Array:
     """``(B, k, *shape)`` stacks as ReAgent returns them, the stack axis last.
 
-    With ``k == 1`` nothing is stacked (the core returns ``(B, *shape)``): returned unchanged.
+    With ``k == 1`` too: a stack of one step keeps its trailing axis of size 1, as the plain
+    format's ``return_everything_as_stack`` elements do (``(B, *shape, 1)``).
     """
-    return frames if k == 1 else np.moveaxis(frames, 1, -1)
+    del k  # the stack length is the size of axis 1
+    return np.moveaxis(frames, 1, -1)
 
 
 def shift_in(stacks: Array, newest: Array) -> Array:

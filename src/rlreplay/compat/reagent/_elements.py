@@ -56,7 +56,8 @@ def declare(
     """The declared elements; with ``observation_shape`` given, ReAgent's defaults fill in.
 
     Raises:
-        AssertionError: ``observation_shape`` is not a tuple (also :class:`rlreplay.ConfigError`).
+        AssertionError: ``observation_shape`` is neither a tuple nor an int (also
+            :class:`rlreplay.ConfigError`).
     """
     inferring = observation_shape is None
     terminal_dtype = given.pop("terminal_dtype", None)

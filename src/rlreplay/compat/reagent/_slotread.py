@@ -136,7 +136,12 @@ def _timeline(
         out = []
         for s, mi in zip(slots.tolist(), m.tolist(), strict=True):
             at = s + first + np.arange(mi)
-            out.append(_assembly.stack_last(stacks(name, at), k) if stacked else rows(name, at))
+            if stacked:
+                out.append(_assembly.stack_last(stacks(name, at), k))
+            elif name == "observation":  # stack_size 1: shaped as the plain next_state
+                out.append(state_stack(rows(name, at), 1))
+            else:
+                out.append(rows(name, at))
         return out
 
     out = {

@@ -116,7 +116,8 @@ class ReplayBuffer(SlotRing, RangeReaders, CheckpointFiles):
     sampling ``B`` transitions is O(B * (stack_size + update_horizon)) gathers in the core.
 
     Args:
-        observation_shape: Shape of one observation (a frame), a tuple. ``None`` (omitted):
+        observation_shape: Shape of one observation (a frame), a tuple (an int ``n``, as
+            later ReAgent versions take it, is ``(n,)``). ``None`` (omitted):
             ReAgent's later API; every element whose shape and dtype are not given is
             inferred from the first :meth:`add`, extras from its other keyword arguments.
         stack_size: Number of frames in a state (stacked on the last axis).
@@ -147,7 +148,8 @@ class ReplayBuffer(SlotRing, RangeReaders, CheckpointFiles):
             Python's ``random`` (prioritized), so the same seeds and adds give 0.1's batches.
 
     Raises:
-        AssertionError: ``observation_shape`` is not a tuple (also :class:`rlreplay.ConfigError`).
+        AssertionError: ``observation_shape`` is neither a tuple nor an int (also
+            :class:`rlreplay.ConfigError`).
         ValueError: An argument out of range, or the timeline format with
             ``update_horizon == 1`` (:class:`rlreplay.ConfigError`).
 
@@ -167,7 +169,7 @@ class ReplayBuffer(SlotRing, RangeReaders, CheckpointFiles):
 
     def __init__(
         self,
-        observation_shape: tuple[int, ...] | None = None,
+        observation_shape: tuple[int, ...] | int | None = None,
         stack_size: int = 1,
         replay_capacity: int = 10000,
         batch_size: int = 1,

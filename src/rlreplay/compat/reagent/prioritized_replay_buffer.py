@@ -87,7 +87,7 @@ class PrioritizedReplayBuffer(ReplayBuffer):
 
     def __init__(
         self,
-        observation_shape: tuple[int, ...] | None = None,
+        observation_shape: tuple[int, ...] | int | None = None,
         stack_size: int = 1,
         replay_capacity: int = 10000,
         batch_size: int = 1,
@@ -172,18 +172,26 @@ class PrioritizedReplayBuffer(ReplayBuffer):
         and the padding leaves past the capacity read 0.
 
         Args:
-            indices: Integer slots: an array, tensor or list, any shape.
+            indices: Integer slots, any shape: a NumPy array of dtype ``int32`` (as ReAgent
+                documents and asserts), an integer tensor (``batch.indices``) or a list.
 
         Returns:
             float32 array of the priorities, flattened.
 
         Raises:
-            AssertionError: Not integers (also :class:`rlreplay.InvalidIdError`).
+            AssertionError: Not an array, a NumPy array whose dtype is not ``int32``
+                ("Indices must be int32s, given: int64", as ReAgent), or not integers (also
+                :class:`rlreplay.InvalidIdError`).
             IndexError: Outside the tree's leaves.
         """
         if np.ndim(indices.cpu() if hasattr(indices, "cpu") else indices) == 0:
             # ReAgent: assert indices.shape, "Indices must be an array."
             raise IndexAssertionError(f"Indices must be an array, got {indices!r}")
+        _assert_int32(indices, "Indices must be int32s")
+        return self._priorities_of(indices)
+
+    def _priorities_of(self, indices: Any) -> Array:
+        """:meth:`get_priority` of integer indices of any integer dtype (no dtype check)."""
         kind = _numpy(indices).dtype.kind
         if kind not in "iu" and hasattr(indices, "dtype"):  # 0.1 asserts the dtype, even empty
             raise IndexAssertionError(f"Indices must be integers, given: {indices.dtype}")
@@ -201,13 +209,17 @@ class PrioritizedReplayBuffer(ReplayBuffer):
         valid by hand (read as 0.1 reads it); the next row written there resets it.
 
         Args:
-            indices: Integer slots in ``[0, replay_capacity)``, any shape.
+            indices: Integer slots in ``[0, replay_capacity)``, any shape: a NumPy array of
+                dtype ``int32`` (as ReAgent documents and asserts), an integer tensor
+                (``batch.indices``) or a list.
             priorities: One finite priority ``>= 0`` per slot; with duplicates the last wins.
 
         Raises:
             ValueError: A negative or non-finite priority (:class:`rlreplay.PriorityError`), or
                 a count that differs from the number of slots.
-            AssertionError: Indices that are not integers, or a negative index (ReAgent's walk
+            AssertionError: A NumPy array whose dtype is not ``int32`` ("Indices must be
+                integers, given: int64", ReAgent's message), indices that are not integers,
+                or a negative index (ReAgent's walk
                 up its tree then fails its "Sum tree traversal failed" assertion, after
                 writing; here nothing changes).
             IndexError: A padding leaf past ``replay_capacity`` (which ReAgent would then draw
@@ -215,6 +227,7 @@ class PrioritizedReplayBuffer(ReplayBuffer):
 
         As ReAgent walks the pairs in order, the first pair it refuses decides the error.
         """
+        _assert_int32(indices, "Indices must be integers")
         raw = _numpy(indices).reshape(-1)
         if raw.dtype.kind not in "iu" and (raw.size or hasattr(indices, "dtype")):
             raise IndexAssertionError(f"Indices must be integers, given: {raw.dtype}")
@@ -340,7 +353,7 @@ class PrioritizedReplayBuffer(ReplayBuffer):
         # 0.1: get_priority(transition.indices), the indices as given (a negative one reads
         # the tree's leaf level from its end).
         given = batch.slots if batch.given is None else batch.given
-        out["sampling_probabilities"] = self.get_priority(given)
+        out["sampling_probabilities"] = self._priorities_of(given)
         return out
 
     # ------------------------------------------------------------------ checkpoints
@@ -477,6 +490,19 @@ def _refuse_priority_pairs(raw: Array, p: Array, cap: int) -> None:
         f"index {raw[k]} names no slot of the {cap}; a priority there would be drawn as a "
         "missing slot"
     )
+
+
+def _assert_int32(indices: Any, message: str) -> None:
+    """ReAgent's ``assert indices.dtype == np.int32`` for a NumPy array (or NumPy integer).
+
+    Tensors (``batch.indices`` is an int64 one) and lists are read as integers instead.
+
+    Raises:
+        AssertionError: ``f"{message}, given: {indices.dtype}"`` (also
+            :class:`rlreplay.InvalidIdError`).
+    """
+    if isinstance(indices, (np.ndarray, np.generic)) and indices.dtype != np.int32:
+        raise IndexAssertionError(f"{message}, given: {indices.dtype}")
 
 
 def _numpy(value: Any) -> Array:
