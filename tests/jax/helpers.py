@@ -39,13 +39,17 @@ def jax_buffer(
     stratified: bool = True,
     next_fields: tuple[str, ...] = (),
     eps: float = 1e-6,
+    variant: str = "proportional",
+    recent_ratio: float = 0.0,
+    recent_steps: int = 1,
 ) -> rrj.JaxBuffer:
     """One JAX buffer per configuration for the whole test session (compiled once)."""
     return rrj.make_buffer(
         capacity, FIELDS, num_envs=num_envs, n_step=n_step, gamma=gamma,
         frame_stack=frame_stack, stack_pad=stack_pad, prioritized=prioritized,
         finals_per_env=finals_per_env, alpha=alpha, beta=0.4, stratified=stratified,
-        next_fields=next_fields, eps=eps,
+        next_fields=next_fields, eps=eps, variant=variant, recent_ratio=recent_ratio,
+        recent_steps=recent_steps,
     )  # fmt: skip
 
 
@@ -58,7 +62,9 @@ def numpy_twin(buf: rrj.JaxBuffer, seed: int = 0) -> rr.ReplayBuffer:
     )  # fmt: skip
     if c.prioritized:
         return rr.PrioritizedReplayBuffer(c.capacity, FIELDS, **c.prioritized_kwargs(), **kwargs)
-    return rr.ReplayBuffer(c.capacity, FIELDS, **kwargs)
+    return rr.ReplayBuffer(
+        c.capacity, FIELDS, recent_ratio=c.recent_ratio, recent_steps=c.recent_steps, **kwargs
+    )
 
 
 def random_step(
@@ -113,6 +119,11 @@ class Twins:
             self.np_head[e] = head[e]
             self.dropped += n
 
+    def clear(self) -> None:
+        self.state = self.buf.clear(self.state)
+        self.np_buf.clear()
+        self.np_head[:] = self.count
+
 
 def jax_sampleable_ids(buf: rrj.JaxBuffer, state: rrj.BufferState) -> Array:
     """Every sampleable id of a JAX buffer, sorted (from its ranges, on the host)."""
@@ -127,6 +138,16 @@ def padded(ids: Array, size: int) -> Array:
     out = np.full(size, ids[0] if ids.shape[0] else 0, np.int64)
     out[: ids.shape[0]] = ids
     return out
+
+
+def update_padded(
+    buf: rrj.JaxBuffer, state: rrj.BufferState, ids: Array, priorities: Array
+) -> rrj.BufferState:
+    """``update_priorities`` with ids padded to the capacity by -1 (ignored): one compiled
+    shape per configuration."""
+    pad = buf.capacity - ids.shape[0]
+    ids = np.concatenate([ids, np.full(pad, -1)])
+    return buf.update_priorities(state, ids, np.concatenate([priorities, np.zeros(pad)]))
 
 
 def host_batch(batch: Mapping[str, Any], n: int | None = None) -> dict[str, Array]:

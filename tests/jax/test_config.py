@@ -37,6 +37,10 @@ from tests.jax.helpers import (  # noqa: E402
         (dict(capacity=64, next_fields=("obs",)), "next_fields"),
         (dict(capacity=64, prioritized=True, alpha=-1.0), "alpha"),
         (dict(capacity=64, prioritized=True, priority_clip=(2.0, 1.0)), "priority_clip"),
+        (dict(capacity=64, prioritized=True, variant="ranked"), "variant"),
+        (dict(capacity=64, recent_ratio=1.5), "recent_ratio"),
+        (dict(capacity=64, recent_ratio=0.5, recent_steps=0), "recent_steps"),
+        (dict(capacity=64, prioritized=True, recent_ratio=0.5), "uniform-only"),
     ],
 )
 def test_bad_arguments_are_refused(kwargs: dict[str, Any], match: str) -> None:
@@ -89,11 +93,8 @@ def test_conversions_refuse_what_has_no_jax_counterpart() -> None:
     uneven.add(**random_step(np.random.default_rng(0), 1), env_ids=[0])
     with pytest.raises(rr.ConfigError, match="step together"):
         rrj.from_replay_buffer(uneven)
-    ranked = rr.PrioritizedReplayBuffer(16, fields, variant="rank_based")
-    with pytest.raises(rr.ConfigError, match="proportional"):
-        rrj.from_replay_buffer(ranked)
-    with pytest.raises(rr.ConfigError, match="recent_ratio"):
-        rrj.from_replay_buffer(rr.ReplayBuffer(16, fields, recent_ratio=0.5))
+    with pytest.raises(rr.ConfigError, match="replacement"):
+        rrj.from_replay_buffer(rr.ReplayBuffer(16, fields, replacement=False))
     abandoned = rr.ReplayBuffer(16, fields)
     abandoned.add(**{k: v[0] for k, v in random_step(np.random.default_rng(0), 1, 0, 0).items()})
     abandoned.abandon_episode(0)

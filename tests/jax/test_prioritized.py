@@ -224,9 +224,9 @@ def test_empty_and_zero_mass_buffers_sample_without_crashing() -> None:
     assert np.isfinite(np.asarray(b["weights"])).all()
 
 
-def test_rank_based_and_uniform_updates_are_refused() -> None:
-    with pytest.raises(rr.ConfigError, match="rank"):
-        rrj.make_buffer(16, FIELDS, prioritized=True, variant="rank_based")
+def test_stale_rank_sorts_and_uniform_updates_are_refused() -> None:
+    with pytest.raises(rr.ConfigError, match="sort_interval"):
+        rrj.make_buffer(16, FIELDS, prioritized=True, variant="rank_based", sort_interval=5)
     buf = jax_buffer(capacity=16, num_envs=2, n_step=3, finals_per_env=8)
     with pytest.raises(rr.ConfigError, match="prioritized=True"):
         buf.update_priorities(buf.init(), jnp.zeros(2, jnp.int32), jnp.ones(2))

@@ -14,12 +14,15 @@ import numpy as np
 
 from rlreplay.errors import ConfigError, DTypeError, FieldError, ReplayError, ShapeError
 from rlreplay.jax import prioritized as per
+from rlreplay.jax import sequences
 from rlreplay.jax._lib import jax, jnp, lax, require_jax
 from rlreplay.jax.assemble import transitions
 from rlreplay.jax.batch import JaxBatch, register_batch
 from rlreplay.jax.config import BufferConfig, check_ids_fit, make_config
-from rlreplay.jax.ring import first_sampleable, write_index
+from rlreplay.jax.draws import mixed, recent_count, uniform
+from rlreplay.jax.ring import cleared, first_sampleable, write_index
 from rlreplay.jax.state import BufferState, init_state
+from rlreplay.sampling.uniform import draw_options
 from rlreplay.spec import Field, Schema, positive_int
 
 __all__ = ["JaxBuffer", "make_buffer"]
@@ -91,7 +94,13 @@ class JaxBuffer:
         self.config = config
         self._init = jax.jit(lambda: init_state(config))
         self._add = jax.jit(self._add_impl)
-        self._sample = jax.jit(self._sample_impl, static_argnames=("batch_size",))
+        self._sample = jax.jit(self._sample_impl, static_argnames=("batch_size", "recent_ratio"))
+        self._sample_seq = jax.jit(
+            self._sample_seq_impl,
+            static_argnames=("batch_size", "length", "within_episode", "pad"),
+        )
+        self._get_seq = jax.jit(self._get_seq_impl, static_argnames=("length", "within_episode"))
+        self._clear = jax.jit(self._clear_impl)
         self._update = jax.jit(self._update_impl)
         self._get = jax.jit(self._get_impl)
         self._can_sample = jax.jit(self._can_sample_impl)
@@ -159,7 +168,14 @@ class JaxBuffer:
         return out
 
     def sample(
-        self, state: BufferState, key: Any, batch_size: int, *, beta: Any = None
+        self,
+        state: BufferState,
+        key: Any,
+        batch_size: int,
+        *,
+        beta: Any = None,
+        recent_ratio: float | None = None,
+        recent_steps: Any = None,
     ) -> JaxBatch:
         """Draw ``batch_size`` transitions with replacement: uniformly, or by priority.
 
@@ -169,6 +185,10 @@ class JaxBuffer:
             batch_size: Transitions to draw (static under ``jit``).
             beta: Prioritized buffers: the importance exponent of this draw (default: the
                 schedule's value at the state's step).
+            recent_ratio: Overrides the buffer's ``recent_ratio`` for this draw (static under
+                ``jit``): ``ceil(recent_ratio * batch_size)`` draws, first in the batch, are
+                uniform over the ``recent_steps`` newest sampleable transitions of each env.
+            recent_steps: Overrides the buffer's ``recent_steps`` (may be traced).
 
         Returns:
             A :class:`~rlreplay.jax.JaxBatch` (a mapping with attribute access, and a pytree)
@@ -176,9 +196,111 @@ class JaxBuffer:
             ``reward``, ``next_<obs>``, ``terminated``, ``truncated``, ``discount``,
             ``steps``, ``ids``, ``env_ids``, ``weights`` (ones when uniform) and, when
             prioritized, ``probabilities``. Meaningful only where :meth:`can_sample` is True.
+
+        Raises:
+            rlreplay.ConfigError: ``batch_size`` not a positive int; a recency option out of
+                range, or given to a prioritized buffer.
         """
         batch_size = positive_int("batch_size", batch_size)
-        out: JaxBatch = self._sample(state, key, batch_size=batch_size, beta=beta)
+        if recent_ratio is not None or recent_steps is not None:
+            recent_ratio, recent_steps = self._recency(recent_ratio, recent_steps)
+        out: JaxBatch = self._sample(
+            state, key, batch_size=batch_size, beta=beta, recent_ratio=recent_ratio,
+            recent_steps=recent_steps,
+        )  # fmt: skip
+        return out
+
+    def _recency(self, recent_ratio: Any, recent_steps: Any) -> tuple[float, Any]:
+        """The recency options of one draw, checked as the core checks them."""
+        c = self.config
+        ratio = c.recent_ratio if recent_ratio is None else recent_ratio
+        steps = c.recent_steps if recent_steps is None else recent_steps
+        traced = not isinstance(steps, int | np.integer)  # a traced recent_steps: as it is
+        options = draw_options(ratio, 1 if traced else steps, True)
+        if c.prioritized and options.recent_ratio > 0:
+            raise ConfigError(
+                "recent_ratio: prioritized sampling draws by priority; recency mixing is "
+                "uniform-only (as in rlreplay.PrioritizedReplayBuffer)"
+            )
+        return options.recent_ratio, steps if traced else options.recent_steps
+
+    def sample_sequences(
+        self,
+        state: BufferState,
+        key: Any,
+        batch_size: int,
+        length: int,
+        *,
+        within_episode: bool = True,
+        pad: bool = True,
+        beta: Any = None,
+    ) -> JaxBatch:
+        """Draw ``batch_size`` sequences of ``length`` consecutive stored steps (R2D2, ALF),
+        as :meth:`rlreplay.ReplayBuffer.sample_sequences` draws them.
+
+        Starts are uniform over the stored steps (prioritized: by priority over the
+        sampleable ones, with ``weights`` and ``probabilities`` as :meth:`sample`'s). Per-step
+        fields are the raw stored ones, shaped ``(B, L, ...)`` (``obs`` a single frame even
+        with frame stacking), zero on masked steps, plus each step's ``next_<obs>`` (the next
+        step's observation, or the final one where a step ends its episode; zero where
+        neither is known, see ``next_known``). ``mask`` ``(B, L)`` marks real steps and is a
+        prefix: a sequence stops at the newest stored step of its env and, with
+        ``within_episode``, at its episode's last step.
+
+        Args:
+            state: The buffer's state.
+            key: A JAX random key.
+            batch_size: Sequences ``B`` (static under ``jit``).
+            length: Steps per sequence ``L`` (static).
+            within_episode: Stop sequences at episode ends (static).
+            pad: If False, only starts whose ``L`` steps are all real are drawn (static).
+                Uniform buffers redraw other starts up to 16 times, then draw the rest
+                exactly among all such starts (``O(capacity)``, skipped by
+                :func:`jax.lax.cond` when no draw needs it); prioritized buffers renormalise
+                the law over those starts (``O(capacity)`` per draw), as the core does.
+            beta: Prioritized buffers: the importance exponent (default: the schedule's).
+
+        Returns:
+            A :class:`~rlreplay.jax.JaxBatch`: per-step fields, ``next_<obs>``, ``mask``,
+            ``next_known``, ``ids`` (first steps, ``(B,)``), ``env_ids``, ``weights`` and,
+            when prioritized, ``probabilities``. Meaningful only where :meth:`can_sample`
+            is True (``pad=False``: where some start is whole).
+
+        Raises:
+            rlreplay.ConfigError: ``batch_size`` or ``length`` not a positive int, or a flag
+                that is not a bool.
+        """
+        out: JaxBatch = self._sample_seq(
+            state, key, beta=beta, batch_size=positive_int("batch_size", batch_size),
+            length=positive_int("length", length),
+            within_episode=_flag("within_episode", within_episode), pad=_flag("pad", pad),
+        )  # fmt: skip
+        return out
+
+    def get_sequences(
+        self, state: BufferState, ids: Any, length: int, *, within_episode: bool = True
+    ) -> JaxBatch:
+        """The sequences of ``length`` steps starting at the stored steps ``ids``: what
+        :meth:`sample_sequences` returns for those starts, without ``weights`` and
+        ``probabilities`` (as :meth:`rlreplay.ReplayBuffer.get_sequences`); rows of ids that
+        are not stored hold arbitrary values."""
+        out: JaxBatch = self._get_seq(
+            state, ids, length=positive_int("length", length),
+            within_episode=_flag("within_episode", within_episode),
+        )  # fmt: skip
+        return out
+
+    def clear(self, state: BufferState) -> BufferState:
+        """Drop every stored transition, as :meth:`rlreplay.ReplayBuffer.clear` does.
+
+        Ids keep counting (the next :meth:`add` writes the ids it would have written), so
+        ids issued before stay recognisably stale; priorities of a prioritized buffer no
+        longer matter, while the largest one applied and ``beta``'s step stay. An episode
+        running across the call goes on: its steps after it are stored and sampleable as
+        those of an episode whose start was overwritten. ``O(capacity)`` for a prioritized
+        buffer (its tree is emptied), ``O(num_envs)`` otherwise.
+        """
+        out: BufferState = self._clear(state)
         return out
 
     def update_priorities(self, state: BufferState, ids: Any, priorities: Any) -> BufferState:
@@ -280,7 +402,10 @@ class JaxBuffer:
             new = new._replace(priorities=per.after_write(c, new, new.priorities, written))
         return new
 
-    def _sample_impl(self, state: BufferState, key: Any, batch_size: int, beta: Any) -> JaxBatch:
+    def _sample_impl(
+        self, state: BufferState, key: Any, batch_size: int, beta: Any,
+        recent_ratio: float | None, recent_steps: Any,
+    ) -> JaxBatch:  # fmt: skip
         c = self.config
         if state.priorities is not None:
             pri = state.priorities
@@ -290,10 +415,46 @@ class JaxBuffer:
             out["weights"] = weights.astype(jnp.float32)
             out["probabilities"] = probabilities
             return JaxBatch(out)
-        env, t = _uniform(state, key, batch_size)
+        recent = recent_count(c.recent_ratio if recent_ratio is None else recent_ratio, batch_size)
+        if recent:
+            steps = c.recent_steps if recent_steps is None else recent_steps
+            env, t = mixed(state.lo, state.hi, key, batch_size, recent, steps)
+        else:
+            env, t = uniform(state.lo, state.hi, key, batch_size)
         out = transitions(c, state, env, t)
         out["weights"] = jnp.ones(batch_size, jnp.float32)
         return JaxBatch(out)
+
+    def _sample_seq_impl(
+        self, state: BufferState, key: Any, beta: Any, batch_size: int, length: int,
+        within_episode: bool, pad: bool,
+    ) -> JaxBatch:  # fmt: skip
+        c = self.config
+        if state.priorities is not None:
+            beta = per.beta_at(c, state.priorities.beta_step) if beta is None else beta
+            beta = jnp.float32(beta)
+        env, t0, weights, probabilities = sequences.starts(
+            c, state, key, batch_size, length, within_episode, pad, beta
+        )
+        out = sequences.gather(c, state, env, t0, length, within_episode)
+        out["weights"] = weights
+        if probabilities is not None:
+            out["probabilities"] = probabilities
+        return JaxBatch(out)
+
+    def _get_seq_impl(
+        self, state: BufferState, ids: Any, length: int, within_episode: bool
+    ) -> JaxBatch:
+        E = self.config.num_envs
+        ids = jnp.asarray(ids).astype(state.count.dtype).reshape(-1)
+        env, t0 = jnp.mod(ids, E), jnp.floor_divide(ids, E)
+        return JaxBatch(sequences.gather(self.config, state, env, t0, length, within_episode))
+
+    def _clear_impl(self, state: BufferState) -> BufferState:
+        new = cleared(state)
+        if new.priorities is not None:
+            new = new._replace(priorities=per.clear(new.priorities))
+        return new
 
     def _update_impl(self, state: BufferState, ids: Any, priorities: Any) -> BufferState:
         if state.priorities is None:
@@ -324,32 +485,10 @@ class JaxBuffer:
         return jnp.any(state.hi > state.lo)
 
 
-def _uniform(state: BufferState, key: Any, batch_size: int) -> tuple[Any, Any]:
-    """``batch_size`` steps drawn uniformly from the union of the envs' ``[lo, hi)``."""
-    sizes = jnp.maximum(state.hi - state.lo, 0)
-    ends = jnp.cumsum(sizes)
-    pos = below(jax.random.bits(key, (batch_size,), jnp.uint32), ends[-1])
-    pos = pos.astype(state.count.dtype)
-    env = jnp.searchsorted(ends, pos, side="right", method="compare_all")
-    env = jnp.minimum(env, sizes.shape[0] - 1).astype(state.count.dtype)
-    return env, state.lo[env] + pos - (ends[env] - sizes[env])
-
-
-def below(bits: Any, n: Any) -> Any:
-    """``floor(bits * n / 2**32)``: uint32 random bits to integers in ``[0, n)`` (0 if ``n`` is 0).
-
-    One 32-bit word per draw (half of what :func:`jax.random.randint` draws, and the bulk of a
-    sample's cost on a CPU): each integer has probability ``1/n`` up to a relative error of
-    ``n / 2**32`` (``2.3e-5`` at 100,000 transitions). The 64-bit product is formed from
-    16-bit halves, so it needs no 64-bit integers.
-    """
-    n = jnp.asarray(n).astype(jnp.uint32)
-    mask = jnp.uint32(0xFFFF)
-    rh, rl = bits >> 16, bits & mask
-    nh, nl = n >> 16, n & mask
-    mid1, mid2 = rh * nl, rl * nh
-    carry = ((rl * nl) >> 16) + (mid1 & mask) + (mid2 & mask)
-    return rh * nh + (mid1 >> 16) + (mid2 >> 16) + (carry >> 16)
+def _flag(name: str, value: Any) -> bool:
+    if not isinstance(value, bool | np.bool_):
+        raise ConfigError(f"{name}: expected a bool, got {value!r}")
+    return bool(value)
 
 
 def make_buffer(
@@ -373,6 +512,9 @@ def make_buffer(
     initial_priority: float = 1.0,
     priority_clip: tuple[float, float] | None = None,
     stratified: bool = True,
+    sort_interval: int | None = None,
+    recent_ratio: float = 0.0,
+    recent_steps: int = 1,
 ) -> JaxBuffer:
     """A replay buffer of pure JAX functions (see :class:`JaxBuffer`).
 
@@ -390,10 +532,15 @@ def make_buffer(
         next_fields: Non-observation fields also read at step ``t+m`` (zeros at episode ends).
         finals_per_env: Final observations kept per env (default ``env_capacity // 4``; see
             :class:`JaxBuffer` for what happens beyond).
-        prioritized: Sample by priority (proportional) with importance weights.
+        prioritized: Sample by priority with importance weights.
         alpha, beta, beta_final, beta_steps, eps, variant, initial_priority, priority_clip,
             stratified: The law, as for :class:`rlreplay.PrioritizedReplayBuffer`
-            (``variant="proportional"`` only).
+            (``"proportional"`` or ``"rank_based"``).
+        sort_interval: Rank-based: ``None`` or ``1``; the JAX buffer ranks exactly at every
+            draw, which is the core's ``sort_interval=1`` (see :mod:`rlreplay.jax.rank`).
+        recent_ratio, recent_steps: Uniform buffers: ``ceil(recent_ratio * B)`` draws of a
+            batch of ``B`` are uniform over the ``recent_steps`` newest sampleable
+            transitions of each env, as for :class:`rlreplay.ReplayBuffer`.
 
     Raises:
         rlreplay.ConfigError: An argument out of range, naming it.
@@ -420,6 +567,7 @@ def make_buffer(
         finals_per_env=finals_per_env, prioritized=prioritized, x64=x64, alpha=alpha, beta=beta,
         beta_final=beta_final, beta_steps=beta_steps, eps=eps, variant=variant,
         initial_priority=initial_priority, priority_clip=priority_clip, stratified=stratified,
+        sort_interval=sort_interval, recent_ratio=recent_ratio, recent_steps=recent_steps,
     )  # fmt: skip
     check_ids_fit(config)
     buf = JaxBuffer(config)

@@ -16,6 +16,7 @@ import numpy as np
 
 from rlreplay.errors import ConfigError
 from rlreplay.sampling import PrioritizedSampler
+from rlreplay.sampling.uniform import draw_options
 from rlreplay.spec import Field, Schema, positive_int
 
 __all__ = [
@@ -73,6 +74,14 @@ class BufferConfig:
     initial_priority: float
     priority_clip: tuple[float, float] | None
     stratified: bool
+    variant: str
+    recent_ratio: float
+    recent_steps: int
+
+    @property
+    def rank_based(self) -> bool:
+        """Whether draws follow ranks of priorities (``variant="rank_based"``)."""
+        return self.variant == "rank_based"
 
     @property
     def observation_names(self) -> tuple[str, ...]:
@@ -104,6 +113,9 @@ class BufferConfig:
             "initial_priority": self.initial_priority,
             "priority_clip": self.priority_clip,
             "stratified": self.stratified,
+            "variant": self.variant,
+            # Ranks are exact at every draw here, which is the core's sort_interval=1.
+            "sort_interval": 1 if self.rank_based else None,
         }
 
 
@@ -128,6 +140,8 @@ def make_config(
     finals_per_env: int | None,
     prioritized: bool,
     x64: bool,
+    recent_ratio: float = 0.0,
+    recent_steps: int = 1,
     **per: Any,
 ) -> BufferConfig:
     """Check the arguments of :func:`rlreplay.jax.make_buffer` as the NumPy core checks its
@@ -176,15 +190,19 @@ def make_config(
             f"fields['reward']: the JAX buffer sums rewards in their own dtype, float32 (or "
             f"float64 with jax_enable_x64); got {schema.fields['reward'].dtype}"
         )
-    # The NumPy core's sampler checks the law's arguments with its own messages.
+    # The NumPy core checks the law's arguments and the draw options with its own messages.
     sampler = PrioritizedSampler(**per)
-    if sampler.variant != "proportional":
+    if sampler.sort_interval not in (None, 1):
         raise ConfigError(
-            f"variant: the JAX buffer samples proportionally to priority ** alpha; got "
-            f"{sampler.variant!r} (rank-based replay is the NumPy core's)"
+            f"sort_interval: the JAX buffer ranks every draw exactly (the core's "
+            f"sort_interval=1); expected None or 1, got {sampler.sort_interval!r}"
         )
-    if sampler.sort_interval is not None:
-        raise ConfigError("sort_interval: applies to rank-based replay, which is NumPy-only")
+    options = draw_options(recent_ratio, recent_steps, True)
+    if prioritized and options.recent_ratio > 0:
+        raise ConfigError(
+            "recent_ratio: prioritized sampling draws by priority; recency mixing is "
+            "uniform-only (as in rlreplay.PrioritizedReplayBuffer)"
+        )
     clip = sampler.priority_clip
     return BufferConfig(
         capacity=capacity,
@@ -208,6 +226,9 @@ def make_config(
         initial_priority=sampler.initial_priority,
         priority_clip=None if clip is None else (float(clip[0]), float(clip[1])),
         stratified=sampler.stratified,
+        variant=sampler.variant,
+        recent_ratio=options.recent_ratio,
+        recent_steps=options.recent_steps,
     )
 
 

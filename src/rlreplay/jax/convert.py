@@ -72,7 +72,10 @@ def _numpy_buffer(config: BufferConfig, seed: int | None) -> ReplayBuffer:
         return PrioritizedReplayBuffer(
             config.capacity, fields, **config.prioritized_kwargs(), **kwargs
         )
-    return ReplayBuffer(config.capacity, fields, **kwargs)
+    return ReplayBuffer(
+        config.capacity, fields, recent_ratio=config.recent_ratio,
+        recent_steps=config.recent_steps, **kwargs,
+    )  # fmt: skip
 
 
 def to_replay_buffer(
@@ -142,8 +145,13 @@ def to_replay_buffer(
             "beta_step": int(pri.beta_step),
             "max_priority": float(pri.max_priority),
             "snapshot_size": 0,
-            "changes": 0,
+            # Rank-based: one change pending, so the core (sort_interval=1) ranks exactly
+            # before its first draw, as the JAX buffer ranks at every draw.
+            "changes": 1 if c.rank_based else 0,
         }
+        if c.rank_based:
+            arrays["priorities/rank"] = np.ones(E * C, np.int64)
+            arrays["priorities/snapshot"] = np.zeros(E * C, np.float64)
     np_buf.load_state_dict({**sd, "meta": meta, "arrays": arrays})
     return np_buf
 
@@ -154,17 +162,10 @@ def _refuse_unsupported(cls: str, config: dict[str, Any], env: Array) -> None:
             f"from_replay_buffer: a {cls} with its own sampler has no JAX counterpart; "
             "expected an rr.ReplayBuffer or an rr.PrioritizedReplayBuffer"
         )
-    if config.get("variant", "proportional") != "proportional":
-        raise ConfigError(
-            "from_replay_buffer: the JAX buffer samples proportionally; got variant="
-            f"{config['variant']!r}"
-        )
     if config["record_episodic_return"]:
         raise ConfigError("from_replay_buffer: record_episodic_return has no JAX counterpart")
-    if config["recent_ratio"] > 0 or not config["replacement"]:
-        raise ConfigError(
-            "from_replay_buffer: recent_ratio and replacement=False have no JAX counterpart"
-        )
+    if not config["replacement"]:
+        raise ConfigError("from_replay_buffer: replacement=False has no JAX counterpart")
     counts = env[:, COUNT]
     if (counts != counts[0]).any():
         raise ConfigError(
@@ -180,9 +181,10 @@ def from_replay_buffer(
     priorities), with the same configuration.
 
     Args:
-        np_buf: An :class:`rlreplay.ReplayBuffer` (uniform, without recency or
-            ``replacement=False``) or an :class:`rlreplay.PrioritizedReplayBuffer`
-            (proportional) whose envs have all added the same number of steps.
+        np_buf: An :class:`rlreplay.ReplayBuffer` (uniform, without ``replacement=False``)
+            or an :class:`rlreplay.PrioritizedReplayBuffer` whose envs have all added the
+            same number of steps. A rank-based buffer's ranks become exact at every draw
+            (the core's ``sort_interval=1``), whatever its ``sort_interval``.
         finals_per_env: Final observations the JAX buffer keeps per env (default
             ``env_capacity // 4``, or more if the NumPy buffer holds more).
 
@@ -191,7 +193,7 @@ def from_replay_buffer(
 
     Raises:
         rlreplay.ConfigError: A buffer the JAX buffer cannot represent (naming why): other
-            samplers, rank-based priorities, recorded episodic returns, envs at different
+            samplers, draws without replacement, recorded episodic returns, envs at different
             steps, abandoned episodes, ``finals_per_env`` below the final observations held,
             or values that do not fit JAX's 32-bit types (enable ``jax_enable_x64``).
     """
@@ -222,7 +224,7 @@ def from_replay_buffer(
     per_kwargs = {}
     if sd["class"] == "PrioritizedReplayBuffer":
         keys = ("alpha", "beta", "beta_final", "beta_steps", "eps", "initial_priority",
-                "priority_clip", "stratified")  # fmt: skip
+                "priority_clip", "stratified", "variant")  # fmt: skip
         per_kwargs = {k: config[k] for k in keys}
         if per_kwargs["priority_clip"] is not None:
             per_kwargs["priority_clip"] = tuple(per_kwargs["priority_clip"])
@@ -230,7 +232,8 @@ def from_replay_buffer(
         int(config["capacity"]), fields, num_envs=E, n_step=config["n_step"],
         gamma=config["gamma"], frame_stack=config["frame_stack"],
         stack_pad=config["stack_pad"], next_fields=config["next_fields"],
-        finals_per_env=finals_per_env, prioritized=bool(per_kwargs), **per_kwargs,
+        finals_per_env=finals_per_env, prioritized=bool(per_kwargs),
+        recent_ratio=config["recent_ratio"], recent_steps=config["recent_steps"], **per_kwargs,
     )  # fmt: skip
     c = buf.config
     idt = c.index_dtype

@@ -1,38 +1,47 @@
-"""Proportional prioritized replay over a sum and min tree: writes, updates, draws.
+"""Prioritized replay over a sum and min tree: writes, updates, draws.
 
-The law is :class:`rlreplay.PrioritizedReplayBuffer`'s (``variant="proportional"``): over the
+The law is :class:`rlreplay.PrioritizedReplayBuffer`'s. Proportional: over the
 sampleable transitions, ``P(i) = p_i ** alpha / sum_k p_k ** alpha``; a transition of priority
 0 is never drawn; importance weights are ``(P_min / P(i)) ** beta`` with ``P_min`` the smallest
 probability over the whole buffer (the tree root's min); a new transition gets
 ``max(initial_priority, largest priority applied so far)``; updates are clipped to
 ``priority_clip``, ``eps`` is added, and ids whose transition was overwritten are ignored.
+Rank-based: the same, with ranks for priorities (:mod:`rlreplay.jax.rank`).
 
 A leaf holds a slot's mass only while the slot's step is sampleable (:mod:`rlreplay.jax.tree`
-has the layout). One :meth:`add` changes
-the sampleable set of each env in two bounded places (see :mod:`rlreplay.jax.ring`): the
-newest ``n_step + 1`` steps (``hi`` moves) and the ``frame_stack - 1`` steps at the head
-(``lo`` moves past a cut episode's start); their leaves are recomputed, ``E * (n_step +
-frame_stack)`` in all. Only an eviction (an env dropping its oldest episode for a final
-record, see :attr:`~rlreplay.jax.config.BufferConfig.can_evict`) moves ``lo`` further: that
-write rebuilds the tree, ``O(E * C)``, under :func:`jax.lax.cond` (which ``vmap`` turns into
-both branches: with ``finals_per_env >= env_capacity`` the rebuild is not even compiled).
+has the layout). One :meth:`add` changes the sampleable set of each env in two bounded
+places (see :mod:`rlreplay.jax.ring`): the newest ``n_step + 1`` steps (``hi`` moves) and the
+``frame_stack - 1`` steps at the head (``lo`` moves past a cut episode's start); their leaves
+are recomputed, ``E * (n_step + frame_stack)`` in all. Only an eviction (an env dropping its
+oldest episode for a final record, see
+:attr:`~rlreplay.jax.config.BufferConfig.can_evict`) moves ``lo`` further: that write rebuilds
+the tree, ``O(E * C)``, under :func:`jax.lax.cond` (which ``vmap`` turns into both branches:
+with ``finals_per_env >= env_capacity`` the rebuild is not even compiled). :func:`clear`
+empties the tree, ``O(E * C)``.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from rlreplay.jax import tree
+from rlreplay.jax import rank, tree
 from rlreplay.jax._lib import jax, jnp, lax
 from rlreplay.jax.config import BufferConfig, tree_levels
 from rlreplay.jax.ring import Written, rows_of, sampleable, step_in_row
 from rlreplay.jax.state import BufferState, PriorityState
 
-__all__ = ["after_write", "beta_at", "draw", "rebuild", "update"]
+__all__ = ["after_write", "beta_at", "clear", "draw", "pick", "rebuild", "update"]
 
 
 def mass_of(config: BufferConfig, prio: Any) -> Any:
-    """The sampling mass of priorities (0 stays 0, even with ``alpha = 0``)."""
+    """The tree's mass of priorities (0 stays 0, even with ``alpha = 0``).
+
+    Rank-based buffers keep a mass of 1 per drawable transition in the tree (what is drawn
+    from, and :meth:`~rlreplay.jax.JaxBuffer.can_sample`); the rank masses themselves are
+    computed at each draw (:mod:`rlreplay.jax.rank`).
+    """
+    if config.rank_based:
+        return jnp.where(prio > 0, jnp.float32(1.0), jnp.float32(0.0))
     return jnp.where(prio > 0, jnp.power(prio, jnp.float32(config.alpha)), 0.0)
 
 
@@ -128,17 +137,42 @@ def draw(
     Stratified (the default): draw ``i`` falls in the ``i``-th of ``batch_size`` equal slices
     of the total mass; otherwise the draws are independent. Either way each draw has law
     ``P``. With nothing drawable the draws are arbitrary rows with probability and weight 0.
+    Rank-based buffers draw from a tree of rank masses built for the draw (``O(N log N)``).
     """
-    total, smallest = pri.sums[-1][0], pri.mins[-1][0]
+    if config.rank_based:
+        sums, mins = tree.build(pri.prio, rank.masses(config, pri), tree_levels(config.num_slots))[
+            1:
+        ]
+    else:
+        sums, mins = pri.sums, pri.mins
+    leaf, probabilities, weights = pick(config, sums, mins[-1][0], key, batch_size, beta)
+    env, t = step_in_row(config, state, leaf.astype(state.count.dtype))
+    return env, t, probabilities, weights
+
+
+def pick(
+    config: BufferConfig, sums: tuple[Any, ...], smallest: Any, key: Any, batch_size: int,
+    beta: Any,
+) -> tuple[Any, Any, Any]:  # fmt: skip
+    """``(leaf, probabilities, weights)`` of ``batch_size`` draws from the sum tree ``sums``
+    (stratified or not, as configured), weights normalised by the mass ``smallest``."""
+    total = sums[-1][0]
     u = jax.random.uniform(key, (batch_size,), jnp.float32)
     if config.stratified:
         target = (jnp.arange(batch_size, dtype=jnp.float32) + u) * (total / batch_size)
     else:
         target = u * total
-    leaf, m = tree.descend(pri.sums, target)
-    env, t = step_in_row(config, state, leaf.astype(state.count.dtype))
+    leaf, m = tree.descend(sums, target)
     positive = m > 0
     safe = jnp.where(positive, m, 1.0)
     probabilities = jnp.where(positive, m / total, 0.0)
     weights = jnp.where(positive, jnp.power(smallest / safe, beta), 0.0)
-    return env, t, probabilities, weights
+    return leaf, probabilities, weights
+
+
+def clear(pri: PriorityState) -> PriorityState:
+    """No slot drawable: every mass 0 (priorities, the largest one and ``beta``'s step stay)."""
+    return pri._replace(
+        sums=tuple(jnp.zeros_like(x) for x in pri.sums),
+        mins=tuple(jnp.full_like(x, jnp.inf) for x in pri.mins),
+    )

@@ -23,7 +23,15 @@ from rlreplay.jax._lib import jnp, lax
 from rlreplay.jax.config import BufferConfig
 from rlreplay.jax.state import BufferState
 
-__all__ = ["Written", "first_sampleable", "rows_of", "sampleable", "step_in_row", "write_index"]
+__all__ = [
+    "Written",
+    "cleared",
+    "first_sampleable",
+    "rows_of",
+    "sampleable",
+    "step_in_row",
+    "write_index",
+]
 
 
 class Written(NamedTuple):
@@ -123,3 +131,16 @@ def step_in_row(config: BufferConfig, state: BufferState, rows: Any) -> tuple[An
     env = rows % E
     lo = state.lo[env]
     return env, lo + jnp.mod(rows // E - lo, C)
+
+
+def cleared(state: BufferState) -> BufferState:
+    """Nothing stored: ``head = lo = hi = count`` and no live final record, as the core's
+    ``EpisodeIndex.clear``; ``last_end`` and the per-row arrays stay (a running episode goes
+    on, its start now before ``head``)."""
+    count = state.count
+    return state._replace(  # (each from its own input: a donated state holds no array twice)
+        head=jnp.maximum(state.head, count),
+        lo=jnp.maximum(state.lo, count),
+        hi=jnp.maximum(state.hi, count),
+        f_head=jnp.maximum(state.f_head, state.f_count),
+    )
