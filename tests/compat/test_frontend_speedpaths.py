@@ -28,6 +28,7 @@ from hypothesis.extra import numpy as hnp
 
 import rlreplay.compat.reagent._assembly as assembly
 from rlreplay.compat.reagent import PrioritizedReplayBuffer, ReplayBuffer
+from rlreplay.compat.reagent._kernels import interleaved
 
 DTYPES = [np.uint8, np.float32, np.float64, np.int64, np.bool_, np.complex64]
 
@@ -251,3 +252,32 @@ def _apply(buf: Any, log: list[Any], t: int, op: str, x: Any, flag: bool) -> Non
     except Exception as e:  # the same exceptions, at the same operations
         log.append((type(e), str(e)))
     log.append(_priority_state(buf))
+
+
+@pytest.mark.parametrize(
+    ("dtype", "k"),
+    [
+        (np.uint8, 2),
+        (np.uint8, 4),
+        (np.uint8, 8),
+        (np.int16, 2),
+        (np.int16, 4),
+        (np.float32, 2),
+        (np.bool_, 4),
+        (np.float16, 4),
+    ],
+)
+def test_packed_frame_stacks_are_numpy_copies(dtype: Any, k: int) -> None:
+    # The word-per-pixel kernel (frames of 2, 4 or 8 bytes per pixel) against NumPy's copy.
+    frames = (np.random.default_rng(k).standard_normal((3, k, 5, 7)) * 60).astype(dtype)
+    view = np.moveaxis(frames, 1, -1)
+    got = interleaved(view)
+    assert got is not None and got.flags.c_contiguous and got.flags.owndata
+    assert got.dtype == view.dtype and got.shape == view.shape
+    assert got.tobytes() == view.copy(order="C").tobytes()
+
+
+def test_frame_stacks_the_kernel_leaves_to_numpy() -> None:
+    for k, dtype in ((3, np.uint8), (4, np.float64), (2, np.complex64)):
+        assert interleaved(np.moveaxis(np.zeros((2, k, 4), dtype), 1, -1)) is None
+    assert interleaved(np.zeros((2, 4, 4), np.uint8)[..., ::2]) is None  # not a moved stack

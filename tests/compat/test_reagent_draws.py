@@ -18,7 +18,7 @@ import random
 import numpy as np
 import pytest
 
-from rlreplay.compat.reagent import PrioritizedReplayBuffer, ReplayBuffer, _slotread, _slots
+from rlreplay.compat.reagent import PrioritizedReplayBuffer, ReplayBuffer, _draws, _slotread, _slots
 
 
 def uniform_buffer(**kw: object) -> ReplayBuffer:
@@ -130,3 +130,31 @@ def test_intact_rows_are_the_ones_the_core_assembles() -> None:
         drawable = np.isin(slots, _slots.drawable_slots(buf._core, buf._slot_id, slots >= 0))
         assert not (intact & ~drawable).any()
         assert intact[buf._is_valid].all()  # every slot add marked valid is intact
+
+
+@pytest.mark.usefixtures("global_generators")
+def test_uniform_draw_over_valid_slots_is_numpy_choice_over_the_mask() -> None:
+    """``_draws.uniform`` finds ``np.random.choice(p=mask / k)``'s slots over the valid slots
+    only: the same slots and the same generator state after, over many seeds and masks
+    (sparse and dense, one valid slot, valid slots at both ends, k up to 200,003)."""
+    rng = np.random.default_rng(5)
+    buf = ReplayBuffer((1,), 1, 10_000, 32)
+    for trial in range(300):
+        cap = int(rng.choice([1, 2, 7, 100, 10_000, 200_003]))
+        density = float(rng.choice([0.001, 0.3, 0.9, 1.0]))
+        mask = rng.random(cap) < density
+        if trial % 7 == 0:
+            mask[[0, -1]] = True
+        if not mask.any():
+            mask[int(rng.integers(cap))] = True
+        buf._replay_capacity, buf._is_valid = cap, mask
+        buf._num_valid_indices = int(mask.sum())
+        b = int(rng.choice([0, 1, 32, 257]))
+        np.random.seed(trial)  # noqa: NPY002
+        p = mask.astype(np.float64) / float(buf._num_valid_indices)
+        want = np.random.choice(a=cap, size=b, replace=True, p=p)  # noqa: NPY002 - 0.1's draw
+        after = np.random.random_sample()  # noqa: NPY002
+        np.random.seed(trial)  # noqa: NPY002
+        got = _draws.uniform(buf, b)
+        assert got.dtype == np.int64 and got.tolist() == want.tolist(), trial
+        assert np.random.random_sample() == after  # noqa: NPY002 - the same generator calls
