@@ -281,3 +281,89 @@ def test_frame_stacks_the_kernel_leaves_to_numpy() -> None:
     for k, dtype in ((3, np.uint8), (4, np.float64), (2, np.complex64)):
         assert interleaved(np.moveaxis(np.zeros((2, k, 4), dtype), 1, -1)) is None
     assert interleaved(np.zeros((2, 4, 4), np.uint8)[..., ::2]) is None  # not a moved stack
+
+
+class ImmediatePriorityWrites(PrioritizedReplayBuffer):
+    """Every step priority written at its add (no deferred writes)."""
+
+    def _deferrable(self, p: float) -> bool:
+        return False
+
+
+deferral_ops = st.one_of(
+    st.tuples(
+        st.just("add"),
+        st.sampled_from([None, 0.0, 0.5, 1.0, 7.0, 1e300, 1.7e308]),
+        st.booleans(),
+    ),
+    st.tuples(st.just("adds"), st.integers(1, 40), st.booleans()),
+    st.tuples(st.just("sample"), st.integers(1, 6), st.booleans()),
+    st.tuples(st.just("set"), st.sampled_from([0.0, 0.25, 3.0, 1e300]), st.booleans()),
+    st.tuples(st.just("check"), st.none(), st.booleans()),
+)
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    ops=st.lists(deferral_ops, min_size=1, max_size=40),
+    capacity=st.integers(65, 90),
+    horizon=st.integers(1, 3),
+    stack=st.integers(1, 2),
+    seed=st.integers(0, 1000),
+    seeded=st.booleans(),
+)
+def test_deferred_step_priorities_match_immediate_writes(
+    ops: list[tuple[Any, ...]], capacity: int, horizon: int, stack: int, seed: int, seeded: bool
+) -> None:
+    # Step priorities wait for the next read of a tree; reads between adds ("check": every
+    # priority, the core's too) and draws (0.1's and the core's, seed=) see what immediate
+    # writes give. Bursts of adds ("adds") wrap the ring and fill the deferred list.
+    kwargs: dict[str, Any] = dict(
+        observation_shape=(2,),
+        stack_size=stack,
+        replay_capacity=capacity,
+        batch_size=4,
+        update_horizon=horizon,
+        observation_dtype=np.float32,
+        seed=seed if seeded else None,
+    )
+    logs = []
+    for cls in (PrioritizedReplayBuffer, ImmediatePriorityWrites):
+        buf = cls(**kwargs)
+        log: list[Any] = []
+        random.seed(seed)
+        np.random.seed(seed)  # noqa: NPY002
+        t = 0
+        with warnings.catch_warnings(record=True) as caught:  # float32 reads of 1e300
+            warnings.simplefilter("always")
+            for op, x, flag in ops:
+                if op == "check":
+                    log.append(_priority_state(buf))
+                    continue
+                for _ in range(x if op == "adds" else 1):
+                    p = 1.0 + (t % 5) if op == "adds" else x
+                    _apply_only(buf, log, t, "add" if op == "adds" else op, p, flag)
+                    t += 1
+            log.append(_priority_state(buf))
+        log.append([str(w.message) for w in caught])
+        logs.append(log)
+    assert logs[0] == logs[1]
+
+
+def _apply_only(buf: Any, log: list[Any], t: int, op: str, x: Any, flag: bool) -> None:
+    """:func:`_apply` without the priority state after it (a read that writes what waits)."""
+    try:
+        if op == "add":
+            buf.add(np.full(2, t, np.float32), t % 2, float(t), int(flag and t % 3 == 0), x)
+            log.append("added")
+        elif op == "sample":
+            batch = buf.sample_transition_batch(batch_size=x)
+            log.append([v.numpy().tobytes() for v in batch])
+            if flag:
+                buf.set_priority(batch.indices.reshape(-1).int(), np.full(x, 2.0))
+        else:
+            slots = np.flatnonzero(buf._is_valid)[:2].astype(np.int32)
+            buf.set_priority(slots, np.full(slots.size, x))
+            log.append("set")
+    except Exception as e:  # the same exceptions, at the same operations
+        log.append((type(e), str(e)))

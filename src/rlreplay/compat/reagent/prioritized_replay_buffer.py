@@ -36,6 +36,12 @@ __all__ = ["PrioritizedReplayBuffer"]
 
 Array = np.ndarray[Any, Any]
 
+#: step priorities written together at most (see PrioritizedReplayBuffer._on_step_written)
+_DEFERRED = 16
+_FLOAT_MAX = float(np.finfo(np.float64).max)
+#: a slot tree total up to this leaves room for _DEFERRED more masses within the core's bound
+_TOTAL_BOUND = _FLOAT_MAX / 4
+
 
 class PrioritizedReplayBuffer(ReplayBuffer):
     """ReAgent's prioritized replay buffer: slots drawn with probability ``p_i / sum_j p_j``.
@@ -84,6 +90,10 @@ class PrioritizedReplayBuffer(ReplayBuffer):
 
     _prioritized: ClassVar[bool] = True
     _replaced_id: int  # core id of the step the slot being written held (see _release)
+    _slot_tree_raw: SumTree  # slot priorities, deferred writes not applied (see _slot_tree)
+    _pending: list[tuple[int, int, int, float]]  # deferred (slot, old id, new id, priority)
+    _defer_steps: bool
+    _defer_bound: float
 
     def __init__(
         self,
@@ -137,7 +147,15 @@ class PrioritizedReplayBuffer(ReplayBuffer):
 
     @property
     def _prio_core(self) -> CorePrioritizedReplayBuffer:
+        """The core, with every deferred step priority written (:meth:`_flush_priorities`)."""
+        self._flush_priorities()
         return cast(CorePrioritizedReplayBuffer, self._core)
+
+    @property
+    def _slot_tree(self) -> SumTree:
+        """The slot-ordered tree, with every deferred step priority written."""
+        self._flush_priorities()
+        return self._slot_tree_raw
 
     # ------------------------------------------------------------------ signatures
     def get_add_args_signature(self) -> list[shape_type]:
@@ -264,6 +282,15 @@ class PrioritizedReplayBuffer(ReplayBuffer):
         p = self._priority_of(values)
         slot, old = self.cursor(), self._replaced_id
         self._replaced_id = -1
+        if self._deferrable(p):
+            # Written with the next read of either tree (or after _DEFERRED steps): one core
+            # update and one leaf write for several steps, the same end state.
+            self._pending.append((slot, old, new_id, p))
+            self._max_recorded_priority = max(self._max_recorded_priority, p)
+            if len(self._pending) >= _DEFERRED:
+                self._flush_priorities()
+            return
+        self._flush_priorities()
         # The general sequence is: slot leaf 0 and the replaced step's core priority 0
         # (_release), then the new step's core priority, then its slot leaf. Its end state is
         # reached here with one core update and one leaf write; a call that raises (a priority
@@ -286,6 +313,44 @@ class PrioritizedReplayBuffer(ReplayBuffer):
             raise
         self._max_recorded_priority = max(self._max_recorded_priority, p)
 
+    def _deferrable(self, p: float) -> bool:
+        """Whether the step priority ``p`` may wait for :meth:`_flush_priorities`.
+
+        Only where the deferred writes cannot fail, so that they change nothing but the time
+        of the writes: ``p`` within the core's bound on a mass (``float64 max / (2 *
+        capacity)``, ``alpha = 1``), the slot tree's total far from overflowing, and a ring of
+        more than ``4 * _DEFERRED`` slots, so that no deferred id leaves the core (or is
+        written twice) before the writes.
+        """
+        return (
+            self._defer_steps
+            and p <= self._defer_bound
+            and self._slot_tree_raw._tree.total <= _TOTAL_BOUND
+        )
+
+    def _flush_priorities(self) -> None:
+        """Write the deferred step priorities: core ``old -> 0, new -> p``, slot leaf ``p``.
+
+        The writes of each step in order, so the last write of an id or a leaf wins, as when
+        each step wrote its own (see :meth:`_on_step_written`).
+        """
+        pending = self._pending
+        if not pending:
+            return
+        self._pending = []
+        ids: list[int] = []
+        prios: list[float] = []
+        for _, old, new_id, p in pending:
+            if old >= 0:
+                ids.append(old)
+                prios.append(0.0)
+            ids.append(new_id)
+            prios.append(p)
+        core = cast(CorePrioritizedReplayBuffer, self._core)
+        core.update_priorities(np.array(ids, np.int64), np.array(prios, np.float64))
+        slots = np.array([e[0] for e in pending], np.int64)
+        self._slot_tree_raw._set_many(slots, np.array([e[3] for e in pending], np.float64))
+
     def _write_priority_general(self, slot: int, old: int, new_id: int, p: float) -> None:
         """The general sequence of a step's priority writes (see :meth:`_on_step_written`)."""
         self._slot_tree._set_many(np.array([slot]), np.zeros(1))
@@ -299,8 +364,12 @@ class PrioritizedReplayBuffer(ReplayBuffer):
         # The slot priorities in slot order, as reagent 0.1's sum tree holds them: the draws
         # without seed= walk it with 0.1's query values (the core's tree is in id order), and
         # get_priority and checkpoints read it.
-        self._slot_tree = SumTree(self._replay_capacity)
+        self._slot_tree_raw = SumTree(self._replay_capacity)
         self._replaced_id = -1  # core id of the step the slot being written held (_release)
+        # Step priorities whose writes wait for the next read: (slot, old id, new id, p).
+        self._pending = []
+        self._defer_steps = self._replay_capacity > 4 * _DEFERRED
+        self._defer_bound = _FLOAT_MAX / (2 * self._core_capacity())
 
     def _release(self, slot: int, *, for_step: bool = False) -> None:
         if for_step:  # a new step takes the slot: _on_step_written writes both priorities
@@ -316,6 +385,12 @@ class PrioritizedReplayBuffer(ReplayBuffer):
         super()._release(slot)
 
     # ------------------------------------------------------------------ sampling
+    def sample_transition_batch(self, batch_size: int | None = None, indices: Any = None) -> Any:
+        """As :meth:`ReplayBuffer.sample_transition_batch`, plus ``sampling_probabilities``
+        (the priorities of the slots, ``(B, 1)`` float32)."""
+        self._flush_priorities()  # the core's draws (seed=) read its priorities
+        return super().sample_transition_batch(batch_size=batch_size, indices=indices)
+
     def sample_index_batch(self, batch_size: int) -> torch.Tensor:
         """Returns a batch of valid indices sampled by priority (Schaul et al., 2015).
 
@@ -329,6 +404,7 @@ class PrioritizedReplayBuffer(ReplayBuffer):
             Exception: A ``RuntimeError`` if the batch was not constructed after
                 ``max_sample_attempts`` redraws (or no valid slot has a priority ``> 0``).
         """
+        self._flush_priorities()  # the core's draws (seed=) read its priorities
         return super().sample_index_batch(batch_size)
 
     def _global_draw(self, batch_size: int) -> Array:
