@@ -103,7 +103,7 @@ def join_all(threads: list[threading.Thread], within: float) -> float:
 def test_close_wakes_eight_blocked_threads_within_a_second(timeout: float | None) -> None:
     buf = fifo()
     threads, results = start(blocking_calls(buf, timeout))
-    wait_until_blocked(lambda: buf._waiting, 8)
+    wait_until_blocked(lambda: buf._sync.waiting, 8)
     time.sleep(0.05)  # every thread is inside its wait, not on the way to it
     buf.close()
     elapsed = join_all(threads, within=1.0)
@@ -124,7 +124,7 @@ def test_every_blocking_call_times_out_and_stores_nothing() -> None:
     after = buf.state_dict()["arrays"]
     for name in before:
         np.testing.assert_array_equal(before[name], after[name], err_msg=name)
-    assert buf._waiting == 0
+    assert buf._sync.waiting == 0
 
 
 def test_a_blocked_call_goes_on_when_its_condition_is_met() -> None:
@@ -135,7 +135,7 @@ def test_a_blocked_call_goes_on_when_its_condition_is_met() -> None:
             lambda: buf.dequeue(1, env_ids=[1], block=True, timeout=10),
         ]
     )
-    wait_until_blocked(lambda: buf._waiting, 2)
+    wait_until_blocked(lambda: buf._sync.waiting, 2)
     buf.dequeue(1, env_ids=[0])  # room in env 0: the add goes on
     buf.add(env_ids=[1], **step(8))  # a step in env 1: the dequeue goes on
     join_all(threads, within=5.0)

@@ -60,7 +60,7 @@ def test_general_path_while_compiling_then_the_kernel_same_batches(
     with caplog.at_level(logging.INFO, logger="rlreplay"):
         for _ in range(onecall._GENERAL_FIRST - 1):
             got.append(buf.sample(8))
-        fast = buf.__dict__.get("_fast_sampler") or buf.__dict__["_fast_prio_sampler"]
+        fast = buf._draws.fast_uniform or buf._draws.fast_prio
         assert not fast.ready and fast._warming is None and not calls  # general path so far
         got.append(buf.sample(8))
         assert fast._warming is not None and len(calls) == 1
@@ -88,10 +88,10 @@ def test_a_kernel_compiled_in_this_process_is_used_at_once(
     for t in range(20):
         a.add(obs=np.full(2, t, np.float32), reward=1.0, terminated=False, truncated=False)
     a.sample(4)
-    a.__dict__["_fast_sampler"].ready = False  # as a new plan of the same layout would be
-    a.__dict__["_fast_sampler"]._sig = None
+    a._draws.fast_uniform.ready = False  # as a new plan of the same layout would be
+    a._draws.fast_uniform._sig = None
     a.sample(4)
-    assert a.__dict__["_fast_sampler"].ready
+    assert a._draws.fast_uniform.ready
 
 
 def test_the_quick_start_does_not_wait_for_the_kernel(tmp_path: Any) -> None:
@@ -106,7 +106,7 @@ for t in range(300):
             next_obs=np.ones(4, np.float32))
 b = buf.sample(256)
 assert b.obs.shape == (256, 4)
-fast = buf.__dict__["_fast_sampler"]
+fast = buf._draws.fast_uniform
 print(fast.ready, fast._warming is None, len(onecall._sample_kernel.overloads))
 """
     env = {**__import__("os").environ, "NUMBA_CACHE_DIR": str(tmp_path / "numba"),

@@ -501,10 +501,8 @@ def test_the_budget_is_the_machines_memory() -> None:
 
 
 def test_a_batch_within_the_budget_is_drawn_and_one_byte_over_is_refused() -> None:
-    from rlreplay.buffer.budget import row_bytes
-
     buf = twin_of("uniform").fresh()
-    transition, _ = row_bytes(buf)
+    transition = buf._budget.transition
     with budget(transition * 10):
         assert buf.sample(10).obs.shape == (10, 2)
         with pytest.raises(rr.ConfigError, match="batch_size"):
@@ -514,11 +512,9 @@ def test_a_batch_within_the_budget_is_drawn_and_one_byte_over_is_refused() -> No
 def test_sample_episodes_checks_the_drawn_episodes_and_rolls_the_draw_back() -> None:
     """With ``n`` rings of an env above the budget, the drawn episodes' longest decides; a
     refused draw leaves the generator as it was."""
-    from rlreplay.buffer.budget import row_bytes
-
     twin = twin_of("uniform")
     buf = twin.fresh()
-    _, step = row_bytes(buf)
+    step = buf._budget.step
     longest = 5  # episodes of the fixture end every 5 steps
     with budget(step * 3 * longest):  # 3 episodes fit, 3 rings of 16 do not
         assert buf.sample_episodes(3).mask.shape[0] == 3

@@ -99,10 +99,10 @@ for attr in ("start_new_thread", "start_joinable_thread"):
         setattr(_thread, attr, counted(getattr(_thread, attr)))
 # A site hook (a .pth file) may have imported threading already, which then holds its own
 # reference: wrap that one too.
-if "threading" in sys.modules:
-    for attr in ("_start_new_thread", "_start_joinable_thread"):
-        if hasattr(sys.modules["threading"], attr):
-            setattr(sys.modules["threading"], attr, counted(getattr(sys.modules["threading"], attr)))
+threading_module = sys.modules.get("threading")
+for attr in ("_start_new_thread", "_start_joinable_thread"):
+    if threading_module is not None and hasattr(threading_module, attr):
+        setattr(threading_module, attr, counted(getattr(threading_module, attr)))
 import importlib, json, threading, warnings
 environ = dict(os.environ)
 with warnings.catch_warnings(record=True) as caught:

@@ -35,7 +35,7 @@ def _general_only(buf: rr.PrioritizedReplayBuffer) -> rr.PrioritizedReplayBuffer
         next_fields=buf.next_fields, n_step=buf.n_step, gamma=buf.gamma, prioritized=True,
     )  # fmt: skip
     fs.eligible = False
-    buf.__dict__["_fast_prio_sampler"] = fs
+    buf._draws.fast_prio = fs
     return buf
 
 
@@ -99,7 +99,7 @@ def test_one_kernel_prioritized_batches_equal_the_general_paths(
         assert fast.beta == general.beta
         new = rng.integers(0, 4, batch).astype(np.float64)  # zeros too: masses of 0
         assert fast.update_priorities(got.ids, new) == general.update_priorities(expected.ids, new)
-    assert fast.__dict__["_fast_prio_sampler"].eligible
+    assert fast._draws.fast_prio.eligible
 
 
 def test_a_draw_against_a_slow_reference() -> None:

@@ -30,7 +30,7 @@ def _general_only(buf: rr.ReplayBuffer) -> rr.ReplayBuffer:
         next_fields=buf.next_fields, n_step=buf.n_step, gamma=buf.gamma,
     )  # fmt: skip
     fs.eligible = False
-    buf.__dict__["_fast_sampler"] = fs
+    buf._draws.fast_uniform = fs
     return buf
 
 
@@ -127,7 +127,7 @@ def test_one_kernel_batches_equal_the_general_paths(
             continue
         got = fast.sample(batch)
         _equal(got, expected)
-    assert fast.__dict__["_fast_sampler"].eligible
+    assert fast._draws.fast_uniform.eligible
 
 
 def test_the_plain_case_against_a_slow_reference() -> None:
@@ -251,7 +251,7 @@ def test_prioritized_buffers_keep_their_own_draw() -> None:
     _fill(buf, 40, seed=0, end_p=0.1, trunc_p=0.0)
     batch = buf.sample(16)
     # the uniform kernel never draws for it: only the prioritized one was planned
-    assert "_fast_sampler" not in buf.__dict__ and "_fast_prio_sampler" in buf.__dict__
+    assert buf._draws.fast_uniform is None and buf._draws.fast_prio is not None
     assert batch.weights.dtype == np.float32 and "probabilities" in batch
 
 

@@ -74,7 +74,7 @@ class FifoMachine(BufferMachine):
             return
         flags = (flags + [(False, False)] * need)[:need]
         waiter = Blocked(lambda: self.b.dequeue(n, env_ids=[env], block=True, timeout=30))
-        assert wait_for(lambda: self.b._waiting >= 1), "the dequeue never waited"
+        assert wait_for(lambda: self.b._sync.waiting >= 1), "the dequeue never waited"
         steps = [self.values(f) for f in flags]
         ids = self.b.extend(env_id=env, **self.batched(steps, none_next=False))
         assert ids.tolist() == [self.ref.add(env, s) for s in steps]
@@ -91,7 +91,7 @@ class FifoMachine(BufferMachine):
         step = self.values(flags)
         values = self.batched([step], none_next=False)
         waiter = Blocked(lambda: self.b.add(env_ids=[env], block=True, timeout=30, **values))
-        assert wait_for(lambda: self.b._waiting >= 1), "the add never waited"
+        assert wait_for(lambda: self.b._sync.waiting >= 1), "the add never waited"
         m = min(m, self.stored(env))
         self.expect_dequeued(self.b.dequeue(m, env_ids=[env]), [env], m)
         assert waiter.result().tolist() == [self.ref.add(env, step)]
@@ -99,7 +99,7 @@ class FifoMachine(BufferMachine):
     @invariant()
     def nobody_waits(self) -> None:
         if self.buf is not None:
-            assert self.b._waiting == 0
+            assert self.b._sync.waiting == 0
 
 
 def test_fifo_state_machine() -> None:

@@ -12,9 +12,10 @@ from typing import Any
 
 from rlreplay.batch import Batch
 from rlreplay.buffer.episodes import StoredRange
-from rlreplay.buffer.fifo import Atomic
+from rlreplay.buffer.loading import load
 from rlreplay.buffer.prioritized import PrioritizedReplayBuffer, PriorityStarts
-from rlreplay.buffer.replay import ReplayBuffer, load
+from rlreplay.buffer.replay import ReplayBuffer
+from rlreplay.buffer.sync import Atomic
 from rlreplay.errors import (
     CheckpointError,
     ConfigError,

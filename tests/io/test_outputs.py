@@ -160,14 +160,14 @@ def test_out_is_numpy_only() -> None:
 
 def test_rate_limited_refusal_costs_no_sample() -> None:
     buf = make(rate_limiter=rr.MinSize(1))
-    before = buf._limiter_counts()
+    before = buf._pacing.counts()
     with pytest.raises(rr.ConfigError, match="as_"):
         buf.sample(4, as_="tf")
     with pytest.raises(rr.ConfigError, match="as_"):
         buf.sample_sequences(4, 3, as_="tf")
-    assert buf._limiter_counts() == before
+    assert buf._pacing.counts() == before
     assert isinstance(buf.sample(4, as_="torch"), TensorBatch)
-    assert buf._limiter_counts() != before
+    assert buf._pacing.counts() != before
 
 
 def test_constructor_checks_the_default() -> None:

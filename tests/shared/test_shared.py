@@ -97,7 +97,7 @@ def test_four_writer_processes_feed_one_buffer(cls: Any, N: int) -> None:
         assert buf._prios.drawable and (buf.get_priorities(ids_of(buf)) > 0).all()
     env = buf._index.env
     ids = np.concatenate([np.arange(env[e, 3], env[e, 4]) * E + e for e in range(E)])
-    assert ids.size > E * (C - buf._shared.guard - 2)
+    assert ids.size > E * (C - buf._sync.shared.guard - 2)
     got, want = buf.get_transitions(ids), ref.get_transitions(ids)
     for k in want:
         np.testing.assert_array_equal(got[k], want[k], err_msg=k)
@@ -245,7 +245,7 @@ def assert_same_sampleable(buf: rr.ReplayBuffer, ref: rr.ReplayBuffer) -> None:
     env, renv = buf._index.env, ref._index.env
     for e in range(E):
         assert env[e, 4] == renv[e, 4]  # the same newest sampleable step
-        assert renv[e, 3] <= env[e, 3] <= renv[e, 3] + buf._shared.guard + ref.frame_stack
+        assert renv[e, 3] <= env[e, 3] <= renv[e, 3] + buf._sync.shared.guard + ref.frame_stack
     ids = np.concatenate([np.arange(env[e, 3], env[e, 4]) * E + e for e in range(E)])
     got, want = buf.get_transitions(ids), ref.get_transitions(ids)
     for k in want:

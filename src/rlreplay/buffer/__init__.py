@@ -7,9 +7,10 @@ arithmetic of its own: each part's module does that.
 
 from rlreplay.buffer.budget import check_result
 from rlreplay.buffer.episodes import StoredRange
-from rlreplay.buffer.fifo import Atomic, check_timeout
+from rlreplay.buffer.loading import load
 from rlreplay.buffer.prioritized import PrioritizedReplayBuffer, PriorityMass, PriorityStarts
-from rlreplay.buffer.replay import ReplayBuffer, load
+from rlreplay.buffer.replay import ReplayBuffer
+from rlreplay.buffer.sync import Atomic, check_timeout
 
 __all__ = [
     "Atomic",

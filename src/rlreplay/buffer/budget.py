@@ -1,6 +1,6 @@
 """The size budget of a buffer's calls: the bytes one row of each kind of result takes.
 
-A part of :class:`rlreplay.ReplayBuffer` (see :mod:`rlreplay.buffer.host`). Every call whose
+A part of :class:`rlreplay.ReplayBuffer`. Every call whose
 result is sized by its arguments checks ``rows * row bytes`` against the size budget
 (:func:`rlreplay.spec.check_rows`) before it draws or allocates anything. A row's bytes are
 an upper estimate, computed once per buffer from its fields:
@@ -17,11 +17,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Literal
 
-from rlreplay.buffer.host import BufferHost
 from rlreplay.spec.arguments import check_rows
 from rlreplay.spec.schema import Field
 
-__all__ = ["OVERHEAD", "check_capacity", "check_result", "row_bytes"]
+__all__ = ["OVERHEAD", "ResultBudget", "check_capacity", "check_result"]
 
 #: Bytes per row for what every result carries besides the fields (``ids``, ``env_ids``,
 #: ``steps``, ``discount``, ``weights``, ``probabilities``, ``mask``, ``next_known``) and the
@@ -29,41 +28,68 @@ __all__ = ["OVERHEAD", "check_capacity", "check_result", "row_bytes"]
 OVERHEAD = 96
 
 
-def row_bytes(buf: BufferHost) -> tuple[int, int]:
-    """``(transition, step)``: bytes of one row of a transition batch and of a run's step."""
-    cached: tuple[int, int] | None = buf.__dict__.get("_row_bytes")
-    if cached is not None:
-        return cached
-    derived = 8 * len(buf._cols.derived)
-    transition = step = OVERHEAD + derived
-    for name, field in buf.schema.fields.items():
-        size = field.nbytes
-        if field.observation:
-            step += 2 * size
-            transition += 2 * size * (buf.frame_stack if name == "obs" else 1)
-        else:
-            step += size
-            transition += size * (2 if name in buf.next_fields else 1)
-    buf.__dict__["_row_bytes"] = out = (transition, step)
-    return out
+class ResultBudget:
+    """Bytes of one row of a buffer's results, to refuse results above the size budget.
+
+    ``transition``: a row of a transition batch (stacked observations, ``next_<obs>``,
+    ``next_fields``); ``step``: a step of a run (sequences, episodes, dequeued steps).
+    """
+
+    __slots__ = ("step", "transition")
+
+    def __init__(
+        self,
+        fields: Mapping[str, Field],
+        derived: int,
+        frame_stack: int,
+        next_fields: tuple[str, ...],
+    ) -> None:
+        transition = step = OVERHEAD + 8 * derived
+        for name, field in fields.items():
+            size = field.nbytes
+            if field.observation:
+                step += 2 * size
+                transition += 2 * size * (frame_stack if name == "obs" else 1)
+            else:
+                step += size
+                transition += size * (2 if name in next_fields else 1)
+        self.transition, self.step = transition, step
+
+    def check(
+        self,
+        name: str,
+        requested: Any,
+        rows: int,
+        what: str,
+        kind: Literal["transition", "step"] = "transition",
+    ) -> None:
+        """Refuse a result of ``rows`` rows of ``kind`` above the size budget.
+
+        Raises:
+            rlreplay.ConfigError: The result would take more than the budget (naming ``name``,
+                the request and the budget).
+        """
+        check_rows(name, requested, rows, self.transition if kind == "transition" else self.step,
+                   what)  # fmt: skip
 
 
 def check_result(
-    buf: BufferHost,
+    buf: Any,
     name: str,
     requested: Any,
     rows: int,
     what: str,
     kind: Literal["transition", "step"] = "transition",
 ) -> None:
-    """Refuse a result of ``rows`` rows of ``kind`` above the size budget.
+    """Refuse a result of ``rows`` rows of ``kind`` from the buffer ``buf`` (a
+    :class:`rlreplay.ReplayBuffer`) above the size budget: for front-ends that assemble results
+    from a buffer's public queries.
 
     Raises:
         rlreplay.ConfigError: The result would take more than the budget (naming ``name``,
             the request and the budget).
     """
-    transition, step = row_bytes(buf)
-    check_rows(name, requested, rows, transition if kind == "transition" else step, what)
+    buf._budget.check(name, requested, rows, what, kind)
 
 
 def check_capacity(capacity: int, fields: Mapping[str, Field]) -> None:

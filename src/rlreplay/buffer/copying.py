@@ -1,14 +1,15 @@
 """Pickling and copying of a replay buffer (``pickle``, ``copy.deepcopy``, ``copy.copy``).
 
-A part of :class:`rlreplay.ReplayBuffer` (see :mod:`rlreplay.buffer.host`). A buffer pickles
-*by value*, through the same state a checkpoint holds (:mod:`rlreplay.buffer.state`: the
-configuration, the scalars of ``meta`` with the RNG state and counters, and the state arrays of
-the episode index, the columns and, for a prioritized buffer, the priorities). Unpickling builds
-a buffer of the same class and configuration and installs that state, checked as
-:func:`rlreplay.load` checks a file. So a copy holds the same steps, episodes (abandoned ones
-included), priorities, id counters, ``beta`` step, rate-limiter counters and RNG state, and the
-same further calls give the same results on the copy as on the original; the two are
-independent from then on. Locks and conditions are new ones; nothing waits on the copy.
+Used by :class:`rlreplay.ReplayBuffer`'s ``__reduce__``, ``__copy__`` and ``__deepcopy__``. A
+buffer pickles *by value*, through the same state a checkpoint holds
+(:mod:`rlreplay.buffer.state`: the configuration, the scalars of ``meta`` with the RNG state
+and counters, and the state arrays of the episode index, the columns and, for a prioritized
+buffer, the priorities). Unpickling builds a buffer of the same class and configuration and
+installs that state, checked as :func:`rlreplay.load` checks a file. So a copy holds the same
+steps, episodes (abandoned ones included), priorities, id counters, ``beta`` step, rate-limiter
+counters and RNG state, and the same further calls give the same results on the copy as on the
+original; the two are independent from then on. Locks and conditions are new ones; nothing
+waits on the copy.
 
 What else travels, and how:
 
@@ -41,13 +42,12 @@ from typing import Any
 
 import numpy as np
 
-from rlreplay.buffer.host import BufferHost
 from rlreplay.errors import ConfigError, ReplayClosed
 from rlreplay.limits import RateLimiter
 from rlreplay.sampling.registry import sampler_from_config
 from rlreplay.spec.schema import Schema
 
-__all__ = ["CopyMixin"]
+__all__ = ["clone", "reduce"]
 
 
 def _constructed(cls: type[Any], config: Mapping[str, Any]) -> Any:
@@ -68,87 +68,69 @@ def _unpickle(
     """Rebuild a pickled buffer (module level: pickles refer to it by name)."""
     buf = _constructed(cls, config)
     try:
-        buf._install(meta, arrays)
+        buf._state.install(meta, arrays)
     except BaseException:
         buf.close()
         raise
     return buf
 
 
-class CopyMixin(BufferHost):
-    """``__reduce__``, ``__setstate__``, ``__copy__`` and ``__deepcopy__`` of a buffer."""
-
-    def _check_copyable(self, what: str) -> None:
-        """Refuse what cannot be copied by value (the buffer is left as it is)."""
-        if self._closed:
-            raise ReplayClosed(
-                f"{what}: {type(self).__name__} is closed; its storage was released (copy or "
-                "save a buffer before close())"
-            )
-        if self._backend.kind == "shared" or self._shared is not None:
-            raise ConfigError(
-                f"{what}: storage='shared' buffers are not copied by value (their arrays are "
-                "shared with writer processes); give another process the buffer with "
-                "buffer.share() and rlreplay.attach(handle), or copy it with save() and "
-                "rlreplay.load()"
-            )
-
-    def _snapshot(self, what: str, copy_arrays: bool) -> tuple[dict[str, Any], ...]:
-        """``(config, meta, arrays)`` now (under the lock), arrays copied or live views."""
-        self._check_copyable(what)
-        self._backend.flush()
-        live = self._state_arrays()
-        return (
-            self._config(),
-            copy.deepcopy(self._state_meta()),
-            {k: np.array(v) for k, v in live.items()} if copy_arrays else live,
+def check_copyable(buf: Any, what: str) -> None:
+    """Refuse what cannot be copied by value (the buffer is left as it is)."""
+    if buf._sync.closed:
+        raise ReplayClosed(
+            f"{what}: {type(buf).__name__} is closed; its storage was released (copy or "
+            "save a buffer before close())"
+        )
+    if buf._backend.kind == "shared" or buf._sync.shared is not None:
+        raise ConfigError(
+            f"{what}: storage='shared' buffers are not copied by value (their arrays are "
+            "shared with writer processes); give another process the buffer with "
+            "buffer.share() and rlreplay.attach(handle), or copy it with save() and "
+            "rlreplay.load()"
         )
 
-    def __reduce__(self) -> tuple[Any, ...]:
-        """Pickle by value: ``(rebuild, (class, config, meta, arrays), {"transforms": ...})``.
 
-        The transforms go in the state part, which pickle fills in after the new buffer
-        exists, so a transform that refers back to the buffer gets the new one.
+def snapshot(buf: Any, what: str, copy_arrays: bool) -> tuple[dict[str, Any], ...]:
+    """``(config, meta, arrays)`` of ``buf`` now (under its lock), arrays copied or live views."""
+    check_copyable(buf, what)
+    buf._backend.flush()
+    state = buf._state
+    live = state.arrays()
+    return (
+        buf._config(),
+        copy.deepcopy(state.meta()),
+        {k: np.array(v) for k, v in live.items()} if copy_arrays else live,
+    )
 
-        Raises:
-            ConfigError: ``storage="shared"`` (use ``share()`` / :func:`rlreplay.attach`).
-            ReplayClosed: The buffer is closed.
-        """
-        with self._lock:
-            config, meta, arrays = self._snapshot("pickle", copy_arrays=True)
-            return (_unpickle, (type(self), config, meta, arrays), {"transforms": self.transforms})
 
-    def __setstate__(self, state: Mapping[str, Any]) -> None:
-        """Take the transforms of a pickle (the rest was rebuilt by ``_unpickle``)."""
-        self._set_transforms(tuple(state["transforms"]))
+def reduce(buf: Any) -> tuple[Any, ...]:
+    """``buf.__reduce__()``: ``(rebuild, (class, config, meta, arrays), {"transforms": ...})``.
 
-    def _set_transforms(self, transforms: tuple[Any, ...]) -> None:
-        for fn in transforms:
-            self._bind(fn)
-        self.transforms = transforms
+    The transforms go in the state part, which pickle fills in after the new buffer exists,
+    so a transform that refers back to the buffer gets the new one.
 
-    def _clone(self, memo: dict[int, Any] | None, copier: Callable[[Any], Any]) -> Any:
-        with self._lock:
-            config, meta, live = self._snapshot("copy", copy_arrays=False)
-            new = _constructed(type(self), config)
-            try:
-                new._install(meta, live)  # one copy: from the live arrays into the new ones
-                if memo is not None:
-                    memo[id(self)] = new  # a transform that refers back gets the copy
-                new._set_transforms(tuple(copier(fn) for fn in self.transforms))
-            except BaseException:
-                new.close()
-                raise
-            return new
+    Raises:
+        ConfigError: ``storage="shared"`` (use ``share()`` / :func:`rlreplay.attach`).
+        ReplayClosed: The buffer is closed.
+    """
+    with buf._lock:
+        config, meta, arrays = snapshot(buf, "pickle", copy_arrays=True)
+        return (_unpickle, (type(buf), config, meta, arrays), {"transforms": buf.transforms})
 
-    def __copy__(self) -> Any:
-        """An independent buffer with the same contents and state (``copy.copy``).
 
-        A buffer is a container of data, as an array is: its shallow copy copies the data too
-        (two buffers cannot share a ring's cursors). Each transform is copied shallowly.
-        """
-        return self._clone(None, copy.copy)
-
-    def __deepcopy__(self, memo: dict[int, Any]) -> Any:
-        """An independent buffer with the same contents and state; transforms deep-copied."""
-        return self._clone(memo, lambda fn: copy.deepcopy(fn, memo))
+def clone(buf: Any, memo: dict[int, Any] | None, copier: Callable[[Any], Any]) -> Any:
+    """An independent copy of ``buf`` (``copy.copy``/``copy.deepcopy``: ``copier`` copies
+    each transform)."""
+    with buf._lock:
+        config, meta, live = snapshot(buf, "copy", copy_arrays=False)
+        new = _constructed(type(buf), config)
+        try:
+            new._state.install(meta, live)  # one copy: from the live arrays into the new ones
+            if memo is not None:
+                memo[id(buf)] = new  # a transform that refers back gets the copy
+            new._set_transforms(tuple(copier(fn) for fn in buf.transforms))
+        except BaseException:
+            new.close()
+            raise
+        return new

@@ -1,135 +1,109 @@
 """State of a replay buffer: state dicts and checkpoints (``state_dict``, ``save``, ...).
 
-A part of :class:`rlreplay.ReplayBuffer` (see :mod:`rlreplay.buffer.host`). The state is the
-configuration, a few scalars (``meta``: RNG state, sizes) and live views of every array; a
-subclass extends :meth:`_state_meta`/:meth:`_state_arrays` and rebuilds caches in
-:meth:`_after_load`. Loading a checkpoint file is :func:`rlreplay.load` (in
-:mod:`rlreplay.buffer.replay`, which knows the buffer classes).
+:class:`BufferState`, a part of :class:`rlreplay.ReplayBuffer`. The state is the
+configuration, a few scalars (``meta``: the episode index's, the RNG state, the sampler's and
+the rate limiter's) and live views of every part's arrays (the index's, the columns' and the
+sampler's); each part gives and takes its own (``state_arrays``, ``load_meta``,
+``after_load``), this part puts them together. Loading a checkpoint file is
+:func:`rlreplay.load` (:mod:`rlreplay.buffer.loading`, which knows the buffer classes).
 """
 
 from __future__ import annotations
 
 import copy
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import numpy as np
 
-from rlreplay.buffer.host import Array, BufferHost
+from rlreplay.buffer.pacing import Pacing
+from rlreplay.buffer.sync import Sync
 from rlreplay.checkpoint.file import write_checkpoint
+from rlreplay.episodes.index import EpisodeIndex
 from rlreplay.errors import CheckpointError
+from rlreplay.sampling.base import Sampler
+from rlreplay.storage import Columns
+from rlreplay.storage.backends import Backend
 
-__all__ = ["StateMixin"]
+__all__ = ["BufferState"]
+
+Array = np.ndarray[Any, Any]
 
 
-class StateMixin(BufferHost):
-    """``state_dict``, ``load_state_dict`` and ``save`` of :class:`rlreplay.ReplayBuffer`."""
+class BufferState:
+    """The state of one buffer: the union of its parts' states (see the module docstring)."""
 
-    @property
-    def rng(self) -> np.random.Generator:
-        """The buffer's one random generator, from which every draw of the buffer comes.
+    def __init__(
+        self,
+        index: EpisodeIndex,
+        cols: Columns,
+        sampler: Sampler,
+        rng: np.random.Generator,
+        sync: Sync,
+        pacing: Pacing,
+        backend: Backend,
+        config: Callable[[], dict[str, Any]],
+        owner: str,
+    ) -> None:
+        self.index = index
+        self.cols = cols
+        self.sampler = sampler
+        self.rng = rng
+        self.sync = sync
+        self.pacing = pacing
+        self.backend = backend
+        self.config = config  # the buffer's configuration (JSON-able)
+        self.owner = owner  # the buffer's class name
 
-        Its state is part of the buffer's state (:meth:`state_dict`, :meth:`save`): a
-        front-end or transform that draws from it (under ``atomic()``, as the buffer's own draws
-        happen under its lock) stays reproducible across a checkpoint and reload.
-        """
-        return self._rng
-
-    def config(self) -> dict[str, Any]:
-        """The buffer's configuration as JSON-able data: its constructor's arguments that are
-        data (not functions such as transforms), as checkpoints record them and
-        :meth:`state_dict` gives them under ``"config"``.
-
-        Two buffers with equal configurations hold, sample and save alike given the same
-        calls (with equal seeds); a sharded service uses it to check that a loaded shard fits.
-        """
-        with self._lock:
-            return self._config()
-
-    def _config(self) -> dict[str, Any]:
-        config = {
-            "capacity": self.capacity,
-            "fields": self.schema.to_json(),
-            "num_envs": self.num_envs,
-            "n_step": self.n_step,
-            "gamma": self.gamma,
-            "frame_stack": self.frame_stack,
-            "stack_pad": self.stack_pad,
-            "seed": self.seed,
-            "next_fields": list(self.next_fields),
-            "record_episodic_return": self.record_episodic_return,
-            "reward_clip": None if self.reward_clip is None else list(self.reward_clip),
-            "default_return": self.default_return,
-            "recent_ratio": self.draw_options.recent_ratio,
-            "recent_steps": self.draw_options.recent_steps,
-            "replacement": self.draw_options.replacement,
-        }
-        config.update(self._sampler_config())
-        if self._limiter is not None:  # absent otherwise: files without a limiter unchanged
-            config["rate_limiter"] = self._limiter.to_json()
-        if self._output is not None:  # the default of as_/device; NumPy buffers' files unchanged
-            config.update(as_=self._output.as_, device=self._output.device)
-        return config
-
-    def _sampler_config(self) -> dict[str, Any]:
-        """The sampler's part of the configuration: nothing for a sampler of the class's
-        default ``sampler_class`` built without arguments, else ``{"sampler": {"name": ...,
-        **config}}`` (a class whose constructor builds its sampler from its own arguments
-        records them its own way)."""
-        sampler = self._sampler
-        if type(sampler) is type(self).sampler_class and not sampler.config():
-            return {}
-        return {"sampler": {"name": sampler.name, **sampler.config()}}
-
-    def _state_meta(self) -> dict[str, Any]:
+    def meta(self) -> dict[str, Any]:
         """Scalars of the state (JSON-able): the index's, the generator's, the sampler's and
         the rate limiter's."""
         meta = {
-            "finals_capacity": self._index.finals_capacity,
-            "rng": self._rng.bit_generator.state,
-            **self._sampler.state_meta(),
+            "finals_capacity": self.index.finals_capacity,
+            "rng": self.rng.bit_generator.state,
+            **self.sampler.state_meta(),
         }
-        if self._limiter is not None:
-            meta["rate_limiter"] = self._limiter_counts()
+        if self.pacing.limiter is not None:
+            meta["rate_limiter"] = self.pacing.counts()
         return meta
 
-    def _state_arrays(self) -> dict[str, Array]:
+    def arrays(self) -> dict[str, Array]:
         """Arrays of the state (live views): the index's, the columns' and the sampler's."""
-        out = {f"index/{k}": v for k, v in self._index.state_arrays().items()}
-        out.update({f"columns/{k}": v for k, v in self._cols.state_arrays().items()})
-        out.update(self._sampler.state_arrays())
+        out = {f"index/{k}": v for k, v in self.index.state_arrays().items()}
+        out.update({f"columns/{k}": v for k, v in self.cols.state_arrays().items()})
+        out.update(self.sampler.state_arrays())
         return out
 
-    def _load_meta(self, meta: Mapping[str, Any]) -> None:
+    def load_meta(self, meta: Mapping[str, Any]) -> None:
         """Prepare for a state's arrays (resize what they size) and restore its scalars."""
-        self._restore_limiter(meta.get("rate_limiter"))  # first: it refuses while inserting
+        self.pacing.restore(meta.get("rate_limiter"))  # first: it refuses while inserting
         finals = int(meta["finals_capacity"])
-        self._index.set_finals_capacity(finals)
-        self._cols.set_finals_capacity(finals)
-        self._rng.bit_generator.state = meta["rng"]
-        self._sampler.load_meta(meta)
+        self.index.set_finals_capacity(finals)
+        self.cols.set_finals_capacity(finals)
+        self.rng.bit_generator.state = meta["rng"]
+        self.sampler.load_meta(meta)
 
-    def _after_load(self) -> None:
+    def after_load(self) -> None:
         """Rebuild what is derived from the state after its arrays were restored in place.
 
         Called at the end of :meth:`load_state_dict` and of loading a checkpoint: the index's
         tables are checked, the rate limiter resized and the sampler rebuilds what it derives
         (segment trees from priorities).
         """
-        steps = self._cols.steps  # CheckpointError for tables no writes produce:
-        self._index.check_loaded(steps["terminated"], steps["truncated"])
-        self._limiter_resized()  # the rate limiter's size is the restored sampleable count
-        self._sampler.after_load(self._index)
+        steps = self.cols.steps  # CheckpointError for tables no writes produce:
+        self.index.check_loaded(steps["terminated"], steps["truncated"])
+        self.pacing.resized()  # the rate limiter's size is the restored sampleable count
+        self.sampler.after_load(self.index)
 
     def state_dict(self) -> dict[str, Any]:
         """The full state: ``{"class", "config", "meta", "arrays"}`` (arrays are copies)."""
-        with self._lock:
+        with self.sync.lock:
             return {
-                "class": type(self).__name__,
-                "config": self._config(),
-                "meta": self._state_meta(),
-                "arrays": {k: np.array(v) for k, v in self._state_arrays().items()},
+                "class": self.owner,
+                "config": self.config(),
+                "meta": self.meta(),
+                "arrays": {k: np.array(v) for k, v in self.arrays().items()},
             }
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
@@ -151,9 +125,9 @@ class StateMixin(BufferHost):
                 missing, unexpected or of another dtype or shape, or the state is one no
                 sequence of calls produces (naming what is wrong). The buffer is unchanged.
         """
-        with self._lock:
+        with self.sync.lock:
             try:
-                meta, arrays = self._checked_form(state)
+                meta, arrays = self.checked_form(state)
             except CheckpointError:
                 raise
             except Exception as exc:  # a KeyError, TypeError ... of a malformed state
@@ -161,12 +135,12 @@ class StateMixin(BufferHost):
                     f"load_state_dict: malformed state ({type(exc).__name__}: {exc}); expected "
                     "a state_dict() of a buffer with this configuration"
                 ) from None
-            before = copy.deepcopy(self._state_meta())
-            kept = {k: np.array(v) for k, v in self._state_arrays().items()}
+            before = copy.deepcopy(self.meta())
+            kept = {k: np.array(v) for k, v in self.arrays().items()}
             try:
-                self._install(meta, arrays)
+                self.install(meta, arrays)
             except BaseException as exc:
-                self._install(before, kept)  # what it held: a state that passes every check
+                self.install(before, kept)  # what it held: a state that passes every check
                 if isinstance(exc, Exception) and not isinstance(exc, CheckpointError):
                     raise CheckpointError(
                         f"load_state_dict: inconsistent state ({type(exc).__name__}: {exc}); "
@@ -174,22 +148,22 @@ class StateMixin(BufferHost):
                     ) from exc
                 raise
 
-    def _checked_form(self, state: Mapping[str, Any]) -> tuple[Mapping[str, Any], dict[str, Any]]:
+    def checked_form(self, state: Mapping[str, Any]) -> tuple[Mapping[str, Any], dict[str, Any]]:
         """``(meta, arrays)`` of ``state`` if its form fits this buffer (nothing is changed)."""
         # Where batches go (as_/device) is this buffer's choice, not part of the data.
         theirs, mine = (
             {k: v for k, v in c.items() if k not in ("as_", "device")}
-            for c in (state["config"], self._config())
+            for c in (state["config"], self.config())
         )
         if theirs != mine:
             raise CheckpointError(
                 "load_state_dict: the state's configuration differs from this buffer's: "
-                f"{state['config']} != {self._config()}"
+                f"{state['config']} != {self.config()}"
             )
         meta, arrays = state["meta"], dict(state["arrays"])
         if not isinstance(meta, Mapping):
             raise CheckpointError(f"load_state_dict: meta must be a mapping, got {meta!r}")
-        expected = self._state_arrays()
+        expected = self.arrays()
         if set(arrays) != set(expected):
             raise CheckpointError(
                 f"load_state_dict: arrays {sorted(set(expected) - set(arrays))} are missing and "
@@ -212,10 +186,10 @@ class StateMixin(BufferHost):
                 )
         return meta, arrays
 
-    def _install(self, meta: Mapping[str, Any], arrays: Mapping[str, Any]) -> None:
+    def install(self, meta: Mapping[str, Any], arrays: Mapping[str, Any]) -> None:
         """Restore scalars, then arrays in place, then check and rebuild what is derived."""
-        self._load_meta(meta)
-        dest = self._state_arrays()
+        self.load_meta(meta)
+        dest = self.arrays()
         for name, arr in arrays.items():
             if dest[name].shape != arr.shape:
                 raise CheckpointError(
@@ -223,7 +197,7 @@ class StateMixin(BufferHost):
                     f"{dest[name].shape} for finals_capacity {meta['finals_capacity']}"
                 )
             dest[name][...] = arr
-        self._after_load()
+        self.after_load()
 
     def save(self, path: str | os.PathLike[str], *, progress: bool | None = None) -> None:
         """Write a checkpoint of everything (contents, cursors, episodes, RNG) to one file.
@@ -232,12 +206,12 @@ class StateMixin(BufferHost):
         :func:`rlreplay.load`, the same further calls give exactly the same samples.
         ``progress``: a tqdm bar (default: over 64 MiB of arrays, when stderr is a terminal).
         """
-        with self._lock:
-            self._check_open()
-            self._backend.flush()
+        with self.sync.lock:
+            self.sync.check_open()
+            self.backend.flush()
             meta = {
-                "class": type(self).__name__,
-                "config": self._config(),
-                "state": self._state_meta(),
+                "class": self.owner,
+                "config": self.config(),
+                "state": self.meta(),
             }
-            write_checkpoint(path, meta, self._state_arrays(), progress=progress)
+            write_checkpoint(path, meta, self.arrays(), progress=progress)

@@ -356,26 +356,27 @@ class FastSampler:
         return arrays
 
 
-def sample_batch(buf: Any, batch_size: int, opts: Any, out: Any, uniform_type: type) -> Batch:
-    """:meth:`ReplayBuffer.sample`'s draw and assembly, under the buffer's lock.
+def sample_batch(draws: Any, batch_size: int, opts: Any, out: Any, uniform_type: type) -> Batch:
+    """:meth:`ReplayBuffer.sample`'s draw and assembly, under the buffer's lock (``draws``: the
+    buffer's :class:`rlreplay.buffer.sampling.Draws` part).
 
     One :class:`FastSampler` call when the buffer's sampler names a kernel (its ``kernel``:
     ``"uniform"`` for a uniform draw with replacement and no recency mix, ``"prioritized"``
     when its ``fast_draw_args`` gives a tree to draw from) and the buffer assembles as
-    ``uniform_type`` does (its ``_batch``); the general path (``sampler.draw`` then
-    ``buf._batch``, copied into ``out`` if given) otherwise, and when nothing is sampleable
+    ``uniform_type`` does (its ``batch``); the general path (``sampler.draw`` then
+    ``draws.batch``, copied into ``out`` if given) otherwise, and when nothing is sampleable
     (it raises the error).
     """
-    kernel = buf._sampler.kernel
+    kernel = draws.sampler.kernel
     if kernel == "prioritized":
-        return _sample_prioritized(buf, batch_size, opts, out, uniform_type)
-    fast = buf.__dict__.get("_fast_sampler")
-    if fast is None or not fast.valid_for(buf._cols, buf._index):
-        fast = _plan(buf, uniform_type, prioritized=False)
+        return _sample_prioritized(draws, batch_size, opts, out, uniform_type)
+    fast = draws.fast_uniform
+    if fast is None or not fast.valid_for(draws.cols, draws.index):
+        fast = _plan(draws, uniform_type, prioritized=False)
         fast.eligible &= kernel == "uniform"
-        buf.__dict__["_fast_sampler"] = fast
+        draws.fast_uniform = fast
     arrays = None if out is None else fast.arrays_of(out, batch_size)
-    index = buf._index
+    index = draws.index
     if (
         fast.eligible
         and opts.recent_ratio == 0
@@ -388,7 +389,7 @@ def sample_batch(buf: Any, batch_size: int, opts: Any, out: Any, uniform_type: t
         # 3 times before the general path (which maps draws past the holes).
         for _ in range(3):
             try:
-                data = fast.run(buf._rng, batch_size, arrays)
+                data = fast.run(draws.rng, batch_size, arrays)
             except numba.core.errors.TypingError:
                 if arrays is None:
                     raise
@@ -400,36 +401,36 @@ def sample_batch(buf: Any, batch_size: int, opts: Any, out: Any, uniform_type: t
             if data is not None and data < 0:
                 raise ConfigError("sample(out=...): an output's shape changed since it was checked")
             break
-    return _general(buf, batch_size, opts, out, arrays, fast)
+    return _general(draws, batch_size, opts, out, arrays, fast)
 
 
-def _plan(buf: Any, uniform_type: type, prioritized: bool) -> FastSampler:
+def _plan(draws: Any, uniform_type: type, prioritized: bool) -> FastSampler:
     fast = FastSampler(
-        buf._cols, buf._index, frame_stack=buf.frame_stack,
-        zero_pad=buf.stack_pad == "zero", next_fields=buf.next_fields, n_step=buf.n_step,
-        gamma=buf.gamma, prioritized=prioritized,
+        draws.cols, draws.index, frame_stack=draws.frame_stack,
+        zero_pad=draws.stack_pad == "zero", next_fields=draws.next_fields, n_step=draws.n_step,
+        gamma=draws.gamma, prioritized=prioritized,
     )  # fmt: skip
-    cls: Any = type(buf)
-    fast.eligible &= cls._batch is uniform_type._batch  # type: ignore[attr-defined]
+    cls: Any = type(draws)
+    fast.eligible &= cls.batch is uniform_type.batch  # type: ignore[attr-defined]
     return fast
 
 
 def _sample_prioritized(
-    buf: Any, batch_size: int, opts: Any, out: Any, uniform_type: type
+    draws: Any, batch_size: int, opts: Any, out: Any, uniform_type: type
 ) -> Batch:
     """The prioritized twin of :func:`sample_batch`: one :func:`_prio_kernel` call when the
     sampler's ``fast_draw_args`` gives a tree to draw from (``None``: the general path, which
     raises what it must), then its ``drawn()`` (the beta schedule's step)."""
-    fast = buf.__dict__.get("_fast_prio_sampler")
-    if fast is None or not fast.valid_for(buf._cols, buf._index):
-        fast = buf.__dict__["_fast_prio_sampler"] = _plan(buf, uniform_type, prioritized=True)
+    fast = draws.fast_prio
+    if fast is None or not fast.valid_for(draws.cols, draws.index):
+        fast = draws.fast_prio = _plan(draws, uniform_type, prioritized=True)
     arrays = None if out is None else fast.arrays_of(out, batch_size)
     if fast.eligible and opts.recent_ratio == 0 and opts.replacement:
-        sampler = buf._sampler
-        prio = sampler.fast_draw_args(buf._index)
+        sampler = draws.sampler
+        prio = sampler.fast_draw_args(draws.index)
         if prio is not None and (fast.ready or fast.kernel_ready(batch_size, arrays, prio)):
             try:
-                data = fast.run(buf._rng, batch_size, arrays, prio)
+                data = fast.run(draws.rng, batch_size, arrays, prio)
             except numba.core.errors.TypingError:
                 if arrays is None:
                     raise
@@ -438,15 +439,15 @@ def _sample_prioritized(
                 sampler.drawn()
                 return out if isinstance(out, Batch) else _new_batch(data)
             raise ConfigError("sample(out=...): an output's shape changed since it was checked")
-    return _general(buf, batch_size, opts, out, arrays, fast)
+    return _general(draws, batch_size, opts, out, arrays, fast)
 
 
 def _general(
-    buf: Any, batch_size: int, opts: Any, out: Any, arrays: Any, fast: FastSampler
+    draws: Any, batch_size: int, opts: Any, out: Any, arrays: Any, fast: FastSampler
 ) -> Batch:
-    """The general path (``sampler.draw`` then ``buf._batch``), copied into ``out`` if given."""
-    drawn = buf._sampler.draw(buf._index, batch_size, buf._rng, opts)
-    batch: Batch = buf._batch(drawn.env_ids, drawn.t, drawn.extra())
+    """The general path (``sampler.draw`` then ``draws.batch``), copied into ``out`` if given."""
+    drawn = draws.sampler.draw(draws.index, batch_size, draws.rng, opts)
+    batch: Batch = draws.batch(drawn.env_ids, drawn.t, drawn.extra())
     if arrays is None:
         return batch
     if set(batch) != set(fast.keys):

@@ -33,11 +33,10 @@ from __future__ import annotations
 
 import os
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
-from rlreplay.buffer.host import BufferHost
 from rlreplay.episodes.index import COUNT, F_COUNT, F_HEAD, FINAL_FID, HEAD, LAST_END
 from rlreplay.errors import ConfigError, ReplayTimeout
 from rlreplay.sampling.uniform import DrawOptions
@@ -62,6 +61,10 @@ from rlreplay.sharing.writer import (
 )
 from rlreplay.storage.shared import SharedBackend, load_acquire
 
+if TYPE_CHECKING:
+    from rlreplay.buffer.replay import ReplayBuffer
+    from rlreplay.buffer.sampling import Draws
+
 __all__ = ["SharedHandle", "SharedState", "SharedWriter", "attach", "share_buffer"]
 
 Array = np.ndarray[Any, Any]
@@ -76,7 +79,7 @@ class SharedState:
         timeout: Seconds a sample may spend redrawing before :class:`ReplayTimeout`.
     """
 
-    def __init__(self, buf: BufferHost) -> None:
+    def __init__(self, buf: ReplayBuffer) -> None:
         backend = buf._backend
         if not isinstance(backend, SharedBackend):
             raise ConfigError(
@@ -97,6 +100,8 @@ class SharedState:
         self.guard = min(C // 8, 4096)
         self.retries = 0
         self.timeout = 10.0
+        self._index = buf._index
+        self._events = buf._events  # the sampler hears of folded steps
 
     # ------------------------------------------------------------------ owner writes
     def check_owner_write(self, rows_env: Array) -> None:
@@ -113,14 +118,14 @@ class SharedState:
         self.header[:, CLOSED] = 1
 
     # ------------------------------------------------------------------ folding
-    def fold(self, buf: BufferHost) -> None:
+    def fold(self) -> None:
         """Account for every step the writers published since the last fold."""
         # Only envs whose writer published, began or ended something since the last fold.
         envs = changed_envs(self.header, self.mask, self._seen)
         if not envs.size:
             return
-        index = buf._index
-        before = index.bounds() if buf._tracks_sampleable else None
+        index, events = self._index, self._events
+        before = events.before()
         rows: list[tuple[int, int, int]] = []
         for e in envs.tolist():
             self._fold_env(index, int(e), rows)
@@ -130,7 +135,7 @@ class SharedState:
             if rows:
                 rows_env = np.concatenate([np.full(b - a, e, np.int64) for e, a, b in rows])
                 rows_t = np.concatenate([np.arange(a, b, dtype=np.int64) for _, a, b in rows])
-            buf._notify_sampleable(before, rows_env, rows_t)
+            events.after(before, rows_env, rows_t)
 
     def _fold_env(self, index: Any, e: int, rows: list[tuple[int, int, int]]) -> None:
         C, hdr = self.env_capacity, self.header
@@ -176,16 +181,17 @@ class SharedState:
         bad = self.mask[env_ids] & (lowest < begins[env_ids] - self.env_capacity)
         return not bool(bad.any())
 
-    def sample(self, buf: Any, batch_size: int, opts: DrawOptions) -> Any:
-        """``buf``'s draw and assembly, again until no writer overtook the batch."""
+    def sample(self, draws: Draws, batch_size: int, opts: DrawOptions) -> Any:
+        """The buffer's draw and assembly (its ``draws`` part), again until no writer overtook
+        the batch."""
         deadline = time.monotonic() + self.timeout
-        sampler = buf._sampler
+        sampler = draws.sampler
         beta_step = getattr(sampler, "beta_step", None)
         while True:
-            drawn = sampler.draw(buf._index, batch_size, buf._rng, opts)
+            drawn = sampler.draw(draws.index, batch_size, draws.rng, opts)
             env_ids, t = drawn.env_ids, drawn.t
-            batch = buf._batch(env_ids, t, drawn.extra())
-            if self.intact(env_ids, t, buf.frame_stack):
+            batch = draws.batch(env_ids, t, drawn.extra())
+            if self.intact(env_ids, t, draws.frame_stack):
                 return batch
             self.retries += 1
             if time.monotonic() > deadline:
@@ -194,16 +200,19 @@ class SharedState:
                     "use a larger capacity"
                 )
             if beta_step is not None:
-                sampler.beta_step = beta_step  # one schedule step per sample, not per attempt
-            self.fold(buf)
+                sampler.beta_step = beta_step  # type: ignore[attr-defined]  # one step per sample
+            self.fold()
 
 
-def share_buffer(buf: Any, env_ids: Any) -> SharedHandle:
+def share_buffer(buf: ReplayBuffer, env_ids: Any) -> SharedHandle:
     """``buf.share(env_ids)`` (called under the buffer's lock)."""
-    if buf._shared is None:
-        buf._shared = SharedState(buf)
-    state: SharedState = buf._shared
-    envs = buf._all_envs if env_ids is None else buf._writer.check_env_ids(env_ids)
+    if buf._sync.shared is None:
+        buf._sync.shared = SharedState(buf)
+    state: SharedState = buf._sync.shared
+    if env_ids is None:
+        envs = np.arange(buf.num_envs, dtype=np.int64)
+    else:
+        envs = buf._writer.check_env_ids(env_ids)
     index, hdr = buf._index, state.header
     buf._fast_add = False  # the generated add writes every env; the general one checks
     env, C = index.env, buf.env_capacity
@@ -223,7 +232,7 @@ def share_buffer(buf: Any, env_ids: Any) -> SharedHandle:
         hdr[e, SHARED] = 1
         state.mask[e] = True
     return SharedHandle(
-        segments=buf._backend.segments(),
+        segments=cast(SharedBackend, buf._backend).segments(),
         fields=buf.schema.to_json(),
         num_envs=buf.num_envs,
         env_capacity=buf.env_capacity,

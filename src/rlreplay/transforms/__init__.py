@@ -12,15 +12,13 @@ calls before first use; it then runs under the buffer's lock.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, Protocol, TypeAlias, runtime_checkable
+from typing import Any, Protocol, TypeAlias, runtime_checkable
 
 from rlreplay.batch import Batch
+from rlreplay.transforms.bound import BoundBuffer
 from rlreplay.transforms.hindsight import HindsightRelabel
 
-if TYPE_CHECKING:  # (at run time the buffer imports this package, never the reverse)
-    from rlreplay.buffer.host import BufferHost
-
-__all__ = ["BindableTransform", "HindsightRelabel", "Transform", "apply_transform"]
+__all__ = ["BindableTransform", "BoundBuffer", "HindsightRelabel", "Transform", "apply_transform"]
 
 Transform: TypeAlias = Callable[[Batch], Batch]
 
@@ -29,7 +27,7 @@ Transform: TypeAlias = Callable[[Batch], Batch]
 class BindableTransform(Protocol):
     """A transform that must know the buffer it samples from."""
 
-    def bind(self, buffer: BufferHost) -> None:
+    def bind(self, buffer: BoundBuffer) -> None:
         """Attach to ``buffer`` (called by the buffer before the first use)."""
         ...
 

@@ -34,8 +34,8 @@ from rlreplay.errors import ConfigError, FieldError, InvalidIdError, ShapeError
 from rlreplay.storage.columns import Columns
 
 if TYPE_CHECKING:
-    # The parts every buffer has (not rlreplay.buffer.replay, which imports the transforms).
-    from rlreplay.buffer.host import BufferHost as ReplayBuffer
+    # What a bound buffer offers (not rlreplay.buffer.replay, which imports the transforms).
+    from rlreplay.transforms.bound import BoundBuffer as ReplayBuffer
 
 __all__ = ["STRATEGIES", "HindsightRelabel", "goal_step_range", "next_values"]
 
