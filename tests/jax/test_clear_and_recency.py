@@ -130,6 +130,8 @@ def run_recent(ratio: float, steps: int) -> None:
     everything = np.sort(tw.np_buf.sampleable_ids())
     recent = recent_set(tw.np_buf, steps)
     for part, allowed in ((ids[:, :k], recent), (ids[:, k:], everything)):
+        if part.size == 0:  # recent_ratio=1: the whole batch is recent
+            continue
         counts = np.array([(part == i).sum() for i in allowed])
         assert counts.sum() == part.size  # only allowed ids
         chi = stats.chisquare(counts)

@@ -30,9 +30,11 @@ def masses(config: BufferConfig, pri: PriorityState) -> Any:
     """``(n0,)`` float32: each slot's rank mass, 0 where the slot is not drawable."""
     n0 = pri.prio.shape[0]
     drawable = pri.sums[0] > 0
-    key = jnp.where(drawable, pri.prio, jnp.float32(-1.0))  # the undrawable sort last
+    # Priorities of drawable slots are finite and > 0, so their float32 bits order them as
+    # int32 values do; XLA sorts integers faster. The undrawable (-1) sort last.
+    bits = jnp.where(drawable, lax.bitcast_convert_type(pri.prio, jnp.int32), -1)
     slots = jnp.arange(n0, dtype=jnp.int32)
-    neg, order = lax.sort((-key, slots), num_keys=1)  # descending priorities
+    neg, order = lax.sort((-bits, slots), num_keys=1, is_stable=False)  # descending
     # Competition ranks: the sorted position of the first of each run of equal priorities.
     first = jnp.concatenate([jnp.ones(1, bool), neg[1:] != neg[:-1]])
     rank = lax.cummax(jnp.where(first, slots, 0)) + 1
