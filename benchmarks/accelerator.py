@@ -28,8 +28,8 @@ How each library is used, as its documentation shows:
   steps that run across episode ends (no mask).
 
 Run: ``python benchmarks/accelerator.py [--device cpu|gpu|cuda] [--iters 1000] [--repeats 5]
-[--rank-iters 100] [--json out.json]``. flashbax is never a dependency of rlreplay (``pip install flashbax``);
-without it its rows say so.
+[--rank-iters 100] [--json out.json]``. flashbax is never a dependency of rlreplay (``pip
+install flashbax``); without it its rows say so.
 """
 
 from __future__ import annotations
