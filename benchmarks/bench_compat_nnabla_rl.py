@@ -1,9 +1,9 @@
-"""Per-append cost of the nnabla-rl front-end's prioritized buffers (issue 13, speed).
+"""Cost of the nnabla-rl front-end's buffers against nnabla-rl's own, per append and per loop.
 
 nnabla-rl users append one experience at a time, ``buffer.append((s, a, r, non_terminal,
-s_next, info))``, so the front-end's ``append`` is timed exactly so, for
-``RankBasedPrioritizedReplayBuffer`` and ``ProportionalPrioritizedReplayBuffer`` and two
-experiences:
+s_next, info))``, so the front-end's ``append`` is timed exactly so, for the plain
+``ReplayBuffer`` (``plain``), ``RankBasedPrioritizedReplayBuffer`` (``rank``) and
+``ProportionalPrioritizedReplayBuffer`` (``proportional``) and two experiences:
 
 * **vec4**: ``s``, ``s_next`` float32 ``(4,)``, ``a`` float64 ``(1,)``, a float reward, a float
   ``non_terminal`` (episodes of 200 steps), ``info = {}``;
@@ -14,14 +14,21 @@ Rows: ``append`` µs (the appends, then one read so that every staged append has
 core: the per-append cost includes its share of the batched write), filling a fresh buffer
 (``fill``) and appending to a full one (``wrapped``); ``sample(32)`` + ``update_priorities``
 µs on a buffer of 20,000; and a training loop (``loop``: 4 appends, then ``sample(32)`` +
-``update_priorities``; µs per iteration). Times are CPU time of this process
+``update_priorities``, which the plain buffers of both libraries ignore; µs per iteration),
+for vec4 experiences, and for atari84 ones with the plain buffer. A buffer holds 100,000
+experiences at most, so ``fill`` and the sample rows never fill it: memory a copying store
+writes there is touched for the first time (page faults), which nnabla-rl, keeping references
+to the benchmark's 64 frames, never does. The ``ratio`` column is nnabla-rl's time over
+rlreplay's (above 1: the front-end is faster). Times are CPU time of this process
 (``time.process_time``, so other load on the machine counts less), the median of
 ``--repeats`` runs, the garbage collector off while timing (as both sides allocate alike).
 
 ``--nnabla-rl-source DIR`` also times nnabla-rl's own classes side by side, loaded from an
 unpacked source tree (e.g. ``nnabla_rl-0.16.0/nnabla_rl``) with ``nnabla`` stubbed (its
 replay buffers need only ``nnabla_rl.random`` and a logger). nnabla-rl is never a dependency:
-without the option only rlreplay is measured.
+without the option only rlreplay is measured. The tree comes from the released package:
+``pip download nnabla-rl==0.16.0 --no-deps`` then ``python -m zipfile -e <wheel> DIR``, and
+pass ``DIR/nnabla_rl``.
 
 Run: ``python benchmarks/bench_compat_nnabla_rl.py [--quick] [--repeats 7] [--json out.json]
 [--nnabla-rl-source /path/to/nnabla_rl]``.
@@ -48,7 +55,7 @@ os.environ.setdefault("RLREPLAY_BACKGROUND_COMPILE", "0")
 
 
 CAPACITY = 100_000
-VARIANTS = ("rank", "proportional")
+VARIANTS = ("plain", "rank", "proportional")
 
 
 def experiences(kind: str, n: int) -> list[tuple[Any, ...]]:
@@ -84,24 +91,28 @@ def load_nnabla_rl(source: str) -> dict[str, Callable[[int], Any]]:
     import nnabla_rl.random  # type: ignore[import-not-found]
 
     package.random = nnabla_rl.random  # type: ignore[attr-defined]
+    from nnabla_rl.replay_buffer import ReplayBuffer  # type: ignore[import-not-found]
     from nnabla_rl.replay_buffers import (  # type: ignore[import-not-found]
         ProportionalPrioritizedReplayBuffer,
         RankBasedPrioritizedReplayBuffer,
     )
 
     return {
+        "plain": lambda cap: ReplayBuffer(cap),
         "rank": lambda cap: RankBasedPrioritizedReplayBuffer(cap),
         "proportional": lambda cap: ProportionalPrioritizedReplayBuffer(cap),
     }
 
 
 def rlreplay_buffers() -> dict[str, Callable[[int], Any]]:
+    from rlreplay.compat.nnabla_rl.replay_buffer import ReplayBuffer
     from rlreplay.compat.nnabla_rl.replay_buffers import (
         ProportionalPrioritizedReplayBuffer,
         RankBasedPrioritizedReplayBuffer,
     )
 
     return {
+        "plain": lambda cap: ReplayBuffer(cap),
         "rank": lambda cap: RankBasedPrioritizedReplayBuffer(cap),
         "proportional": lambda cap: ProportionalPrioritizedReplayBuffer(cap),
     }
@@ -186,15 +197,34 @@ def measure(
                     runs = [time_appends(makers[variant], exps, wrapped) for _ in range(repeats)]
                     row[lib] = statistics.median(runs)
                 rows.append(row)
-    exps = experiences("vec4", n)
-    iterations = 50 if quick else 200
-    for variant in VARIANTS:
+    # 256 iterations append 1,024 experiences, one batch of the front-end's staged appends
+    # (vec4): each window pays for the batched core writes its steady-state share, no more
+    # and no less (a window of 50 iterations pays a whole batch's write in one run of five)
+    iterations = 256
+    for kind, variants in (("vec4", VARIANTS), ("atari84", ("plain",))):
+        exps = experiences(kind, n if kind == "vec4" else n // 2)
+        rows.extend(sample_rows(libs, kind, variants, exps, iterations, repeats))
+    return rows
+
+
+def sample_rows(
+    libs: dict[str, dict[str, Callable[[int], Any]]],
+    kind: str,
+    variants: tuple[str, ...],
+    exps: list[Any],
+    iterations: int,
+    repeats: int,
+) -> list[dict[str, Any]]:
+    """The ``sample(32)+update`` and ``loop`` rows of ``variants`` for one experience kind."""
+    rows: list[dict[str, Any]] = []
+    for variant in variants:
         for name, timer in (
             ("sample(32)+update", time_sampling),
             ("loop 4 appends+sample", time_loop),
         ):
-            row = {"row": f"vec4 {variant} {name}"}
+            row: dict[str, Any] = {"row": f"{kind} {variant} {name}"}
             for lib, makers in libs.items():
+                timer(makers[variant], exps[:600], 2)  # warm-up (Numba)
                 runs = [
                     timer(makers[variant], exps, iterations) for _ in range(max(3, repeats // 2))
                 ]
@@ -204,10 +234,16 @@ def measure(
 
 
 def report(rows: list[dict[str, Any]], libs: list[str]) -> str:
-    head = "| workload (µs, median CPU time) | " + " | ".join(libs) + " |"
-    lines = [head, "|" + "---|" * (len(libs) + 1)]
+    ratio = "rlreplay" in libs and "nnabla-rl" in libs
+    head = (
+        "| workload (µs, median CPU time) | " + " | ".join(libs) + (" | ratio |" if ratio else " |")
+    )
+    lines = [head, "|" + "---|" * (len(libs) + 1 + ratio)]
     for row in rows:
-        lines.append(f"| {row['row']} | " + " | ".join(f"{row[lib]:.2f}" for lib in libs) + " |")
+        cells = [f"{row[lib]:.2f}" for lib in libs]
+        if ratio:
+            cells.append(f"{row['nnabla-rl'] / row['rlreplay']:.2f}")
+        lines.append(f"| {row['row']} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 

@@ -124,11 +124,14 @@ def test_a_cut_episode_ends_in_the_core_with_its_own_s_next() -> None:
     buffer = ReplayBuffer(capacity=10)
     first, second = step(0, jump=True), step(3)
     buffer.append(first)
+    assert len(buffer) == 1
+    buffer._core_size()  # what reads the core writes the staged appends first
     core = buffer._core
-    assert core is not None and len(core) == 1  # in the core at once, nothing held back
+    assert core is not None and len(core) == 1
     assert core.steps_to_episode_end(np.array([0])).tolist() == [-1]
     buffer.append(second)
-    assert len(buffer) == 2  # a read: staged appends (replay_buffer._staging) are written
+    assert len(buffer) == 2
+    buffer._core_size()
     assert core.steps_to_episode_end(np.array([0, 1])).tolist() == [0, -1]
     batch = core.get_transitions(np.array([0]))
     assert batch.truncated.tolist() == [True] and not batch.terminated[0]

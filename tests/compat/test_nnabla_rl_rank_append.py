@@ -8,8 +8,8 @@ multiple of ``sort_interval`` (nnabla_rl/replay_buffers/prioritized_replay_buffe
 transcribed in ``tests/compat/_nnabla_rl_reference.py``), so a ``sort_interval`` of 0 raises
 ``ZeroDivisionError`` after storing the experience. The stored experiences are those of the
 one-by-one path (the same buffer with staging turned off), for every kind of experience the
-columnar store takes, small observations (staged as bytes) and large ones (staged in
-preallocated rows) alike.
+columnar store takes, small observations and large ones (several batches of staging rows)
+alike.
 """
 
 from __future__ import annotations
@@ -215,6 +215,7 @@ def run_pair(staged: Any, plain: Any, shape: tuple[int, ...], dtype: Any, ops: l
         plain.append(e)
         s_next[...] = 99  # an environment that rewrites its array in place
     assert len(staged) == len(plain) and items(staged) == items(plain)
+    staged._core_size()  # the staged appends are written (as before any read of the core)
     if staged._core is not None and plain._core is not None and len(staged):
         ids = np.arange(len(staged)) + staged._first_id()
         assert (
@@ -239,13 +240,13 @@ def test_every_kind_of_experience_is_stored_as_one_by_one(
 
 @pytest.mark.parametrize("shape", [(84, 84), (16, 16, 3)])
 def test_large_observations_fill_several_staging_batches(shape: tuple[int, ...]) -> None:
-    # more appends than one batch of preallocated rows holds; episodes end and jump anywhere
+    # more appends than one batch of staging rows holds; episodes end and jump anywhere
     staged, plain = per.RankBasedPrioritizedReplayBuffer(400), UnstagedRank(400)
     staged.append(
         (np.zeros(shape, np.uint8), np.array([0]), 0.0, 1.0, np.ones(shape, np.uint8), {})
     )
     plain.append((np.zeros(shape, np.uint8), np.array([0]), 0.0, 1.0, np.ones(shape, np.uint8), {}))
-    assert staged._staging is not None and staged._staging.preallocated
+    assert staged._staging is not None
     rng = np.random.default_rng(0)
     ops = rng.choice(["next"] * 30 + ["jump", "terminal", "timelimit"], size=700).tolist()
     ops[350] = "read"

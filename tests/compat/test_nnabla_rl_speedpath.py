@@ -78,6 +78,7 @@ def episode_ends(buffer: Any) -> str:
     """Where the core's episodes end (steps to the end from each kept experience)."""
     if buffer._core is None or not len(buffer):
         return "no core"
+    buffer._core_size()  # the staged appends are written (as before any read of the core)
     ids = np.arange(len(buffer)) + buffer._first_id()
     return repr(buffer._core.steps_to_episode_end(ids).tolist())
 

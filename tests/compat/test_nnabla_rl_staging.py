@@ -70,6 +70,7 @@ def test_staged_appends_equal_one_by_one(capacity: int, ops: list[str]) -> None:
         staged.append(e)
         plain.append(e)
     assert items(staged) == items(plain) and len(staged) == len(plain)
+    staged._core_size()  # the staged appends are written (as before any read of the core)
     if staged._core is not None and plain._core is not None and len(staged):
         ids = np.arange(len(staged)) + staged._first_id()
         assert (

@@ -1,7 +1,8 @@
 """Pickling and copies of the nnabla-rl front-end's buffers (a mixin of ``ReplayBuffer``).
 
 nnabla-rl's buffers are plain objects: ``pickle`` and ``copy.deepcopy`` copy them by value
-(the core buffer copies itself; the global generator stays global).
+(the core buffer copies itself; the global generator stays global). The tuples a staging
+buffer hands out (``_handed``) are copied with it, their arrays read-only again.
 Staged experiences go to the core first, as before any read; the staging rows are a cache,
 made again for the copy. ``copy.copy`` is an alias, as nnabla-rl's shallow copy shares its
 data holder. (``PrioritizedReplayBuffer`` holds its built buffer only: its state is its
@@ -11,6 +12,8 @@ data holder. (``PrioritizedReplayBuffer`` holds its built buffer only: its state
 from __future__ import annotations
 
 from typing import Any, Self
+
+import numpy as np
 
 __all__ = ["ByValue"]
 
@@ -40,6 +43,13 @@ class ByValue:
         self.__dict__.update(state)
         if "_staging" in state:
             self._staging = self._make_staging() if state["_staging"] else None
+        for handed in state.get("_handed") or ():
+            # the copies the tuples handed out hold (s, a, r, s_next) come back writable
+            # from pickle: read-only again, as they were handed out
+            if handed is not None:
+                for j in (0, 1, 2, 4):
+                    if type(handed[j]) is np.ndarray:
+                        handed[j].flags.writeable = False
 
     def __copy__(self) -> Self:
         # nnabla-rl's shallow copy shares the data holder, so each sees the other's appends

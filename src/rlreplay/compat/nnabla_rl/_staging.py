@@ -6,9 +6,11 @@ nnabla-rl's whole ``append`` (a list insert). For the usual experience (one arra
 front-end instead checks it and *copies* its values once into staging (deliberate difference 1
 holds: an environment that rewrites its observation array in place after the append cannot
 reach the stored copy), and :func:`write_staged` hands the staged rows to the core in one
-``extend`` before anything reads the buffer (or when the rows are full). ``append`` then
-costs the checks, the copies and a little bookkeeping; the prioritized buffers write their
-structures out at the next read too (``_prioritized_base``).
+``extend`` when the rows are full, or before anything reads the core. Reads of experiences
+do not: the buffer hands back the tuple :meth:`Staging.push` made for each (read-only arrays
+over the copies, see :class:`Staging`), so a training loop's reads write nothing. ``append``
+then costs the checks, the copies and a little bookkeeping; the prioritized buffers write
+their structures out at the next read (``_prioritized_base``).
 
 Episode boundaries are those of the one-by-one path (see
 :mod:`rlreplay.compat.nnabla_rl.replay_buffer`), found for the whole batch at once: a step
@@ -40,12 +42,10 @@ from rlreplay.compat.nnabla_rl._stored import StoredTuple
 if TYPE_CHECKING:
     from rlreplay import ReplayBuffer as CoreBuffer
 
-__all__ = ["Staging", "staging_for", "write_staged"]
+__all__ = ["Staging", "frozen_maker", "staging_for", "write_staged"]
 
 Array = np.ndarray[Any, Any]
 _TUPLES = (tuple, StoredTuple)
-#: Observations larger than this (bytes) are copied into preallocated staging rows.
-PREALLOCATED_BYTES = 256
 #: Most bytes of observations (``s`` and ``s_next``) one batch of staging rows holds: a few
 #: MiB, so that the rows are still in the cache when the batch goes to the core (84x84 uint8
 #: frames: 297 rows; measured 5.1 us per append against 6.1 us with 16 MiB).
@@ -58,22 +58,29 @@ EXTEND_ROWS = 12
 
 
 class Staging:
-    """Up to ``rows`` checked, copied experiences awaiting one core ``extend``.
+    """Up to ``rows`` checked, copied experiences awaiting one core ``extend``, and the
+    tuples the buffer hands out for them.
 
-    Observations are copied once, at :meth:`push`: small ones as their bytes (``tobytes``,
-    the cheapest copy NumPy makes of a few numbers), larger ones (more than
-    ``PREALLOCATED_BYTES``) into preallocated rows (no allocation per append, and the batch
-    is those rows). Actions and array rewards are copied as their bytes, numbers (immutable)
-    kept as they are; :meth:`gather` turns the steps into batch arrays.
+    Each array is copied once, at :meth:`push`, as its bytes (``tobytes``, the cheapest copy
+    NumPy makes of a few numbers). The bytes serve twice: :meth:`gather` builds the batch
+    the core receives from them, and ``push`` returns the experience the buffer hands back
+    (``buffer[i]``, ``sample``): a :class:`StoredTuple` whose arrays are *read-only* arrays
+    over those bytes (``np.frombuffer``, no second copy). nnabla-rl hands back the object it
+    keeps, the same one at every read; so does the buffer with this tuple, while neither an
+    environment that rewrites its arrays in place nor code that writes into a sampled array
+    can change what is stored (deliberate difference 1). A state ``s`` with the bytes of the
+    previous experience's ``s_next`` (a running episode) shares that array, so each
+    observation is held once. Numbers and ``non_terminal``, ``info`` and anything after
+    them are kept as the objects appended (as the one-by-one path keeps them).
 
     ``push`` is, for the usual layout (array ``s`` and ``a``, a float reward), a function
     made for this staging's dtypes and shapes (:meth:`_usual_push`); it hands every other
     experience to :meth:`push_any`, which checks every kind the codec admits.
     """
 
-    #: Stage an experience: its side ``(non_terminal, info, ...)``, or None if it is not a
-    #: usual one (nothing staged; the caller takes the one-by-one path).
-    push: Callable[[Any], tuple[Any, ...] | None]
+    #: Stage an experience: the tuple to hand out for it, or None if it is not a usual one
+    #: (nothing staged; the caller takes the one-by-one path).
+    push: Callable[[Any], StoredTuple | None]
 
     def __init__(self, codec: Codec, rows: int) -> None:
         self.obs_part = codec.state.parts[0]
@@ -89,18 +96,17 @@ class Staging:
         self.action_dtype, self.action_shape = f_act.dtype, f_act.shape
         self.reward_is_float = codec.reward.kind == "python" and codec.reward.pytype is float
         self.reward_is_array = codec.reward.kind == "array"
+        # read-only arrays over copied bytes, one maker per element
+        self.frozen_obs = frozen_maker(f_obs.dtype, f_obs.shape)
+        self.frozen_action = frozen_maker(f_act.dtype, f_act.shape)
+        self.frozen_reward = frozen_maker(codec.reward.field.dtype, codec.reward.field.shape)
         # per staged step: (s, s_next, action, reward, terminated, truncated, side); s and
-        # s_next are their bytes, or None when copied into the preallocated rows; an action
-        # or reward is its bytes if it is an array, else the number. One list for the
-        # staging's life (push keeps a reference): gather empties it in place.
+        # s_next are their bytes; an action or reward is its bytes if it is an array, else
+        # the number. One list for the staging's life (push keeps a reference): gather
+        # empties it in place.
         self.steps: list[tuple[Any, ...]] = []
-        self.preallocated = f_obs.dtype.itemsize * math.prod(f_obs.shape) > PREALLOCATED_BYTES
-        n_pre = rows if self.preallocated else 0
-        self.obs_rows: Array = np.empty((n_pre, *f_obs.shape), f_obs.dtype)
-        self.next_obs_rows: Array = np.empty((n_pre, *f_obs.shape), f_obs.dtype)
-        # one view per row: ``view[...] = s`` is NumPy's cheapest checked copy into a row
-        self.obs_views: list[Array] = list(self.obs_rows)
-        self.next_obs_views: list[Array] = list(self.next_obs_rows)
+        # [bytes, array] of the newest staged s_next: the next s, if it has these bytes
+        self.last: list[Any] = [None, None]
         self.sides: tuple[tuple[Any, ...], ...] = ()  # those of the last gather
         # the batch of the last gather
         self.obs: Array = np.empty((0, *f_obs.shape), f_obs.dtype)
@@ -115,7 +121,7 @@ class Staging:
         usual = self.action_is_array and self.reward_is_float
         self.push = self._usual_push() if usual else self.push_any
 
-    def _usual_push(self) -> Callable[[Any], tuple[Any, ...] | None]:
+    def _usual_push(self) -> Callable[[Any], StoredTuple | None]:
         """:meth:`push_any` for a tuple of six ``(array, array, float, float, array,
         dict)`` of this staging's dtypes and shapes, with every constant bound once.
 
@@ -128,9 +134,13 @@ class Staging:
         nd, dt, shape = np.ndarray, self.obs_dtype, self.obs_shape
         a_dt, a_shape = self.action_dtype, self.action_shape
         append, push_any, key = self.steps.append, self.push_any, TIMELIMIT_KEY
-        obs_views, next_obs_views, steps = self.obs_views, self.next_obs_views, self.steps
+        last, stored, frombuffer = self.last, StoredTuple, np.frombuffer
+        # 1-D values need no reshape after np.frombuffer (the usual vector observation)
+        obs_flat, action_flat = len(shape) == 1, len(a_shape) == 1
+        if dt.itemsize * math.prod(shape) == 0 or a_dt.itemsize * math.prod(a_shape) == 0:
+            return self.push_any  # empty arrays: frombuffer has no buffer to view
 
-        def push_small(experience: Any) -> tuple[Any, ...] | None:
+        def push(experience: Any) -> StoredTuple | None:
             if type(experience) is tuple and len(experience) == 6:
                 s, a, r, non_terminal, s_next, info = experience
                 if (
@@ -147,45 +157,36 @@ class Staging:
                     and s_next.shape == shape
                     and a.shape == a_shape
                 ):
-                    side = (non_terminal, info)
+                    # tobytes: the copies (deliberate difference 1); the arrays handed out
+                    # are read-only views of them (frombuffer of bytes)
+                    s_b, next_b, a_b = s.tobytes(), s_next.tobytes(), a.tobytes()
+                    prev_b = last[0]
+                    if s_b == prev_b:  # s is the previous s_next: one array for both
+                        s_b, s_out = prev_b, last[1]
+                    elif obs_flat:
+                        s_out = frombuffer(s_b, dt)
+                    else:
+                        s_out = frombuffer(s_b, dt).reshape(shape)
+                    if obs_flat:
+                        next_out = frombuffer(next_b, dt)
+                    else:
+                        next_out = frombuffer(next_b, dt).reshape(shape)
+                    a_out = frombuffer(a_b, a_dt)
+                    if not action_flat:
+                        a_out = a_out.reshape(a_shape)
+                    last[0], last[1] = next_b, next_out
                     truncated = key in info and is_timelimit(info)
-                    # tobytes: the copies (deliberate difference 1)
-                    append((s.tobytes(), s_next.tobytes(), a.tobytes(), r,
-                            non_terminal == 0, truncated, side))  # fmt: skip
-                    return side
+                    append(
+                        (s_b, next_b, a_b, r, non_terminal == 0, truncated, (non_terminal, info))
+                    )
+                    return stored((s_out, a_out, r, non_terminal, next_out, info))
             return push_any(experience)
 
-        def push_large(experience: Any) -> tuple[Any, ...] | None:
-            if type(experience) is tuple and len(experience) == 6:
-                s, a, r, non_terminal, s_next, info = experience
-                if (
-                    type(s) is nd
-                    and type(s_next) is nd
-                    and type(a) is nd
-                    and type(r) is float
-                    and type(non_terminal) is float
-                    and type(info) is dict
-                    and s.dtype is dt
-                    and s_next.dtype is dt
-                    and a.dtype is a_dt
-                    and s.shape == shape
-                    and s_next.shape == shape
-                    and a.shape == a_shape
-                ):
-                    side = (non_terminal, info)
-                    truncated = key in info and is_timelimit(info)
-                    j = len(steps)
-                    obs_views[j][...] = s  # the copies (deliberate difference 1)
-                    next_obs_views[j][...] = s_next
-                    append((None, None, a.tobytes(), r, non_terminal == 0, truncated, side))
-                    return side
-            return push_any(experience)
+        return push
 
-        return push_large if self.preallocated else push_small
-
-    def push_any(self, experience: Any) -> tuple[Any, ...] | None:
-        """Stage a usual experience; its side ``(non_terminal, info, ...)``, or None if it
-        is not one (nothing staged; the caller takes the one-by-one path).
+    def push_any(self, experience: Any) -> StoredTuple | None:
+        """Stage a usual experience; the tuple to hand out for it, or None if it is not one
+        (nothing staged; the caller takes the one-by-one path).
 
         The checks are :meth:`Part.fits` and the codec's, written out for the usual kinds.
         """
@@ -208,6 +209,7 @@ class Staging:
             and s_next.shape == shape
         ):
             return None
+        a_out = a  # numbers are immutable: handed out as appended
         if self.action_is_array:
             if not (
                 type(a) is np.ndarray
@@ -216,8 +218,10 @@ class Staging:
             ):
                 return None
             a = a.tobytes()  # a copy
+            a_out = self.frozen_action(a)
         elif not self.action_part.fits(a):
             return None
+        r_out = r
         if self.reward_is_float:
             if type(r) is not float:
                 return None
@@ -225,6 +229,7 @@ class Staging:
             return None
         elif self.reward_is_array:
             r = r.tobytes()
+            r_out = self.frozen_reward(r)
         if type(non_terminal) is float:
             terminal = non_terminal == 0
         elif type(non_terminal) in (int, bool) or (
@@ -237,17 +242,19 @@ class Staging:
             truncated = TIMELIMIT_KEY in info and is_timelimit(info)
         else:
             truncated = is_timelimit(info)
-        side = (non_terminal, info) if size == 6 else (non_terminal, *experience[5:])
-        steps = self.steps
+        rest = (info,) if size == 6 else tuple(experience[5:])
         # the copies (deliberate difference 1)
-        if self.preallocated:
-            j = len(steps)
-            self.obs_views[j][...] = s
-            self.next_obs_views[j][...] = s_next
-            steps.append((None, None, a, r, terminal, truncated, side))
+        s_b, next_b = s.tobytes(), s_next.tobytes()
+        last = self.last
+        prev_b = last[0]
+        if s_b == prev_b:
+            s_b, s_out = prev_b, last[1]
         else:
-            steps.append((s.tobytes(), s_next.tobytes(), a, r, terminal, truncated, side))
-        return side
+            s_out = self.frozen_obs(s_b)
+        next_out = self.frozen_obs(next_b)
+        last[0], last[1] = next_b, next_out
+        self.steps.append((s_b, next_b, a, r, terminal, truncated, (non_terminal, *rest)))
+        return StoredTuple((s_out, a_out, r_out, non_terminal, next_out, *rest))
 
     @property
     def n(self) -> int:
@@ -263,11 +270,8 @@ class Staging:
         def stacked(chunks: tuple[Any, ...], dtype: np.dtype[Any], shape: Any) -> Array:
             return np.frombuffer(b"".join(chunks), dtype).reshape(n, *shape)
 
-        if self.preallocated:  # the batch is the rows (read before the next push)
-            self.obs, self.next_obs = self.obs_rows[:n], self.next_obs_rows[:n]
-        else:
-            self.obs = stacked(obs_b, self.obs_dtype, self.obs_shape)
-            self.next_obs = stacked(next_b, self.obs_dtype, self.obs_shape)
+        self.obs = stacked(obs_b, self.obs_dtype, self.obs_shape)
+        self.next_obs = stacked(next_b, self.obs_dtype, self.obs_shape)
         if self.action_is_array:
             self.action = stacked(actions, self.action_dtype, self.action_shape)
         else:
@@ -280,12 +284,9 @@ class Staging:
         self.sides = sides
         self.terms, self.truncs = terms, truncs
         # step j continues step j - 1 unless j - 1 ended or s_j differs from s_next_{j-1}
-        # (byte for byte: the staged bytes themselves, or the preallocated rows' words)
-        if self.preallocated:
-            differ = (np.flatnonzero(~same_rows(self.obs[1:], self.next_obs[:-1])) + 1).tolist()
-        else:
-            differ = [j for j in range(1, n) if obs_b[j] != next_b[j - 1]]
-        self.cuts = [j for j in differ if not (terms[j - 1] or truncs[j - 1])]
+        # byte for byte (one comparison of the batch's rows)
+        differ = np.flatnonzero(~same_rows(self.obs[1:], self.next_obs[:-1])) + 1
+        self.cuts = [j for j in differ.tolist() if not (terms[j - 1] or truncs[j - 1])]
         self.last_ended = bool(terms[-1] or truncs[-1])
 
     def row(self, j: int) -> Row:
@@ -299,6 +300,27 @@ class Staging:
             self.truncs[j],
             self.sides[j],
         )
+
+
+def frozen_maker(dtype: np.dtype[Any], shape: tuple[int, ...]) -> Callable[[bytes], Array]:
+    """A function from the bytes of one value to a read-only array of ``dtype``, ``shape``.
+
+    The array is a view of the bytes (``np.frombuffer``: read-only, as the bytes object is
+    immutable), so the bytes are the only copy. An empty value has no buffer to view: a new
+    empty array each time, made read-only.
+    """
+    if dtype.itemsize * math.prod(shape) == 0:
+
+        def empty(_: bytes) -> Array:
+            out: Array = np.empty(shape, dtype)
+            out.flags.writeable = False
+            return out
+
+        return empty
+    frombuffer = np.frombuffer
+    if len(shape) == 1:
+        return lambda b: frombuffer(b, dtype)
+    return lambda b: frombuffer(b, dtype).reshape(shape)
 
 
 def staging_for(buffer: ColumnarHost, base: type) -> Staging | None:
@@ -354,6 +376,14 @@ def write_staged(buffer: ColumnarHost, st: Staging) -> None:
     st.gather()  # nothing staged from here on: the buffer's size may be asked while writing
     core = buffer._core
     assert core is not None
+    # the side ring of the staged ids (the newest n): (non_terminal, info, ...) as appended,
+    # in at most two slices of the ring (n <= the ring's length)
+    extras = buffer._extras
+    ring = len(extras)
+    head = (buffer._next_id - n) % ring
+    split = min(n, ring - head)
+    extras[head : head + split] = st.sides[:split]
+    extras[: n - split] = st.sides[split:]
     newest = buffer._newest
     if newest is not None and newest.next_obs[0].tobytes() != st.obs[0].tobytes():
         buffer._cut()

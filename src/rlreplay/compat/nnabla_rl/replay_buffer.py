@@ -35,8 +35,13 @@ differs (byte for byte) from the newest experience's ``s_next``: the newest step
 then cut with the core's :meth:`rlreplay.ReplayBuffer.end_episode`, ``s_next`` becoming its
 final observation. The adapter caches the newest step's row while its episode runs (its
 ``s_next`` is known nowhere else). A bounded buffer stages the usual experiences (checked and
-copied at ``append``) and writes them in one core ``extend`` before anything reads it
-(:mod:`~rlreplay.compat.nnabla_rl._staging`); other experiences go to the core one by one.
+copied at ``append``) and writes them in one core ``extend`` per batch, or before anything
+reads the core (:mod:`~rlreplay.compat.nnabla_rl._staging`); other experiences go to the core
+one by one. Each staged experience is handed back as the tuple staging made for it at
+``append`` (``_handed``, a ring aligned with the core's ids): the same object at every read,
+as nnabla-rl's stored object, its arrays read-only views of the copies; reads of those
+experiences never touch the core. The draw is NumPy's, made by a kernel where it can
+(:mod:`~rlreplay.compat.nnabla_rl._choice`).
 
 Capacity. ``capacity=None`` is unbounded: the core starts with room for
 ``_INITIAL_CAPACITY`` steps and, when full, is rebuilt with twice the room and every stored
@@ -71,10 +76,12 @@ from rlreplay.compat.nnabla_rl._checks import (
     check_seed,
     distinct_draw,
 )
+from rlreplay.compat.nnabla_rl._choice import choice_without_replacement
 from rlreplay.compat.nnabla_rl._codec import TIMELIMIT_KEY, Codec, Row, Unfit, same
 from rlreplay.compat.nnabla_rl._growth import grow_core
 from rlreplay.compat.nnabla_rl._staging import Staging, staging_for, write_staged
 from rlreplay.compat.nnabla_rl._store import ObjectStore
+from rlreplay.compat.nnabla_rl._stored import StoredTuple
 from rlreplay.spec import check_rows
 
 __all__ = [
@@ -92,6 +99,22 @@ __all__ = [
 Array = np.ndarray[Any, Any]
 #: An experience: any object; usually ``(s, a, r, non_terminal, s_next, info)``.
 Experience = Any
+
+_INTS = (int, np.integer)
+#: The largest element of a 1-D array (the ufunc's reduce: no dispatch through ``max``).
+_MAX = np.maximum.reduce
+_ONES: dict[int, Array] = {}  # np.ones((n, 1)) by n, copied for each sample
+
+
+def ones_column(n: int) -> Array:
+    """A new ``np.ones((n, 1))`` (float64): a copy of a kept one (cheaper than ``np.ones``)."""
+    kept = _ONES.get(n)
+    if kept is None:
+        kept = np.ones((n, 1))
+        if len(_ONES) < 64:  # the few batch sizes a program uses
+            _ONES[n] = kept
+    return kept.copy()
+
 
 #: Core room (steps) of an unbounded buffer before its first doubling.
 _INITIAL_CAPACITY = 1024
@@ -115,9 +138,12 @@ class ReplayBuffer(ByValue):
 
     Invariants: exactly one store is active: the core (``_core``, with ``_codec`` and the side
     ring ``_extras`` of ``(non_terminal, info, ...)`` at slot ``id % core capacity``) or the
-    object store (``_objects``). Ids count appended experiences: the experience at position
-    ``i`` has id ``_first_id() + i`` in both stores. In the core, episodes end exactly where
-    the appended experiences' episodes end (see the module docstring).
+    object store (``_objects``). With staging, ``_handed[id % core capacity]`` is the tuple
+    handed out for each kept id that was staged, None for one stored one by one; staged
+    experiences not yet written count in ``len``. Ids count appended experiences: the
+    experience at position ``i`` has id ``_first_id() + i`` in both stores. In the core,
+    episodes end exactly where the appended experiences' episodes end (see the module
+    docstring).
 
     Hooks for subclasses (the prioritized, hindsight, Atari and trajectory buffers):
 
@@ -134,8 +160,9 @@ class ReplayBuffer(ByValue):
     * ``_on_written(ended)`` after each core step, ``_on_cut()`` after a cut episode.
 
     Cost: :meth:`append` is O(size of one experience) (amortised, with the doublings of an
-    unbounded buffer); :meth:`sample` is one vectorised core gather plus building the tuples,
-    O(num_samples * num_steps), independent of the buffer's size.
+    unbounded buffer, or the batched core writes of a bounded one); :meth:`sample` is
+    O(num_samples * num_steps), independent of the buffer's size: the staged experiences'
+    tuples gathered in one C loop, others by one vectorised core gather and new tuples.
 
     Args:
         capacity: Most experiences kept (an int ``>= 0``), or None for no limit.
@@ -179,6 +206,9 @@ class ReplayBuffer(ByValue):
         self._newest: Row | None = None  # the core's newest step while its episode runs
         self._objects: ObjectStore | None = None  # the object store, once active
         self._staging: Staging | None = None  # usual experiences awaiting the core (_staging)
+        # With staging: the tuple handed out for each id at slot id % core capacity (as
+        # _extras), None where the experience went to the core one by one (_staging)
+        self._handed: list[StoredTuple | None] | None = None
 
     @property
     def _rng(self) -> np.random.Generator:
@@ -194,6 +224,12 @@ class ReplayBuffer(ByValue):
     def __len__(self) -> int:
         if self._objects is not None:
             return len(self._objects)
+        st = self._staging
+        if st is not None and st.steps and self._core_len is not None:
+            # the core's steps and the staged ones, without writing them (a bounded buffer)
+            n = self._core_len + len(st.steps)
+            capacity = self._capacity
+            return n if capacity is None or n < capacity else capacity
         return self._core_visible()
 
     def _core_visible(self) -> int:
@@ -287,6 +323,7 @@ class ReplayBuffer(ByValue):
                 self._core_changed()
                 self._extras = [None] * self._core.capacity
                 self._staging = self._make_staging()
+                self._handed = None if self._staging is None else [None] * self._core.capacity
                 return row
             return self._codec.encode(experience)
         except Unfit as exc:
@@ -312,11 +349,13 @@ class ReplayBuffer(ByValue):
         """
         st = self._staging
         if st is not None:
-            side = st.push(experience)
-            if side is not None:  # staged (checked, copied): ids and side ring advance now
-                extras = self._extras  # one slot per core step
-                extras[self._next_id % len(extras)] = side
-                self._next_id += 1
+            handed = st.push(experience)
+            if handed is not None:  # staged (checked, copied): the id advances now
+                i = self._next_id
+                ring = self._handed
+                assert ring is not None
+                ring[i % len(ring)] = handed
+                self._next_id = i + 1
                 if len(st.steps) == st.rows:
                     write_staged(self, st)
                 return
@@ -324,8 +363,23 @@ class ReplayBuffer(ByValue):
         row = self._encode(experience)
         if row is None:
             self._append_object(experience)
-        else:
-            self._append_row(row)
+            return
+        if st is None and self._staging is not None:  # the first experience built the core
+            handed = self._staging.push(experience)
+            if handed is not None:
+                self._stage(self._staging, handed)
+                return
+        self._append_row(row)
+
+    def _stage(self, st: Staging, handed: StoredTuple) -> None:
+        """Account for an experience ``st.push`` staged (``handed``: the tuple it hands out)."""
+        i = self._next_id
+        handed_ring = self._handed
+        assert handed_ring is not None
+        handed_ring[i % len(handed_ring)] = handed
+        self._next_id = i + 1
+        if len(st.steps) == st.rows:
+            write_staged(self, st)
 
     def _make_staging(self) -> Staging | None:
         """Staging rows for this buffer's appends, or None (see :func:`staging_for`)."""
@@ -376,6 +430,8 @@ class ReplayBuffer(ByValue):
         core.add(**values)
         self._core_len = min(stored + 1, core.capacity)
         self._extras[self._next_id % core.capacity] = row.side
+        if self._handed is not None:
+            self._handed[self._next_id % core.capacity] = None  # read from the core
         self._next_id += 1
         self._newest = row if end is None else None
         self._on_written(end is not None)
@@ -408,7 +464,7 @@ class ReplayBuffer(ByValue):
         ids = self._first_id() + np.arange(n, dtype=np.int64)
         kept = self._raw_experiences(ids) if n else []
         self._objects = ObjectStore(self._object_capacity(), kept)
-        self._staging = None
+        self._staging, self._handed = None, None
         if self._core is not None:
             self._core.close()
         self._core, self._codec, self._extras, self._newest = None, None, [], None
@@ -448,6 +504,7 @@ class ReplayBuffer(ByValue):
     def _transitions(self, ids: Array) -> Batch:
         """The core's transitions at stored, sampleable ``ids`` (HER relabels them)."""
         assert self._core is not None
+        self._core_size()  # staged experiences are written first
         return self._core.get_transitions(ids)
 
     def _sides_of(self, ids: Array) -> list[tuple[Any, ...]]:
@@ -473,6 +530,22 @@ class ReplayBuffer(ByValue):
             return self._objects.get((ids - self._first_id()).tolist())
         if not ids.size:
             return []  # e.g. an empty trajectory, possibly before any store exists
+        handed = self._handed
+        if handed is not None:
+            # the tuples handed out since their append (each as nnabla-rl's stored object)
+            cached = list(map(handed.__getitem__, (ids % len(handed)).tolist()))
+            if all(cached):  # (a tuple of an experience is never empty; None is false)
+                return cached
+            # some were stored one by one: those from the core, the others as handed out
+            missing = np.flatnonzero(~np.fromiter(map(bool, cached), bool, len(cached)))
+            for j, e in zip(missing.tolist(), self._from_core(ids[missing]), strict=True):
+                cached[j] = e
+            return cached
+        return self._from_core(ids)
+
+    def _from_core(self, ids: Array) -> list[Experience]:
+        """Experiences at kept ids (not empty), new tuples decoded from the core."""
+        self._core_size()  # the core is read: staged experiences are written first
         codec = self._codec
         assert codec is not None
         if self._newest is None or int(ids.max()) < self._next_id - 1:  # (ids are kept ids)
@@ -528,16 +601,34 @@ class ReplayBuffer(ByValue):
                 negative.
             TypeError: A num_samples NumPy's draw does not take as a size (a float, a bool).
         """
-        max_index = len(self) - num_steps + 1
+        n = len(self)
+        max_index = n - num_steps + 1
         if num_samples > max_index:
             raise ValueError(
                 f"num_samples: {num_samples} is greater than the size of buffer: {max_index}"
             )
-        if isinstance(num_samples, int | np.integer) and isinstance(num_steps, int | np.integer):
+        if isinstance(num_samples, _INTS) and isinstance(num_steps, _INTS):
             # Before the draw: NumPy's draw without replacement permutes max_index positions
             # (a num_steps below 1 raises it), and the reads of num_steps steps follow.
-            n, k = int(num_samples), max(1, int(num_steps))
-            check_rows("num_samples", num_samples, max(int(max_index), n * k), 32, "sample")
+            b, k = int(num_samples), max(1, int(num_steps))
+            check_rows("num_samples", num_samples, max(int(max_index), b * k), 32, "sample")
+        if (
+            num_steps == 1
+            and self._handed is not None
+            and type(num_samples) is int
+            and num_samples > 0
+            and type(self)._random_indices is ReplayBuffer._random_indices
+            and type(self).sample_indices is ReplayBuffer.sample_indices
+        ):
+            # The steps below, for the draw of this class: its positions are in [0, len)
+            rng = self._own_rng
+            if rng is None:
+                rng = rl_random.drng
+            indices = choice_without_replacement(rng, max_index, num_samples)
+            out = self._handed_at(indices, max_index - 1, n)
+            if out is not None:
+                return out, {"weights": ones_column(num_samples)}
+            return self.sample_indices(indices, num_steps=1)
         indices = self._random_indices(num_samples=num_samples, max_index=max_index)
         return self.sample_indices(indices, num_steps=num_steps)
 
@@ -550,8 +641,8 @@ class ReplayBuffer(ByValue):
         """
         if max_index is None:
             max_index = len(self)
-        out: Array = self._rng.choice(max_index, size=num_samples, replace=False)
-        return out
+        # NumPy's numbers, drawn by a kernel where it can (_choice)
+        return choice_without_replacement(self._rng, max_index, num_samples)
 
     def sample_indices(
         self, indices: Indices, num_steps: int = 1
@@ -582,23 +673,53 @@ class ReplayBuffer(ByValue):
         if num_steps < 1:
             raise ValueError(f"num_steps: {num_steps} should be greater than 0!")
         steps = 1 if num_steps == 1 else operator.index(num_steps)  # range(2.0) fails there
-        weights = np.ones((len(indices), 1))
+        weights = ones_column(len(indices))
         idx = np.asarray(indices)
         if idx.ndim != 1 or idx.dtype.kind not in "iub":  # read as nnabla-rl reads them
             if steps == 1:
                 return [self[index] for index in indices], {"weights": weights}
             rows = tuple([self[index + j] for index in indices] for j in range(steps))
             return rows, {"weights": weights}
-        return self._read(idx.astype(np.int64), steps), {"weights": weights}
+        if idx.dtype != np.int64:
+            idx = idx.astype(np.int64)
+        return self._read(idx, steps), {"weights": weights}
 
     def _read(self, idx: Array, steps: int) -> list[Experience] | tuple[list[Experience], ...]:
         """:meth:`sample_indices`' read of int64 positions ``idx`` (1-D, not empty), steps >= 1."""
         if steps == 1:  # (the prioritized buffers read through here too)
+            if self._handed is not None:
+                # every position in [0, len) (a negative int64 is a uint64 beyond any length)
+                top, n = int(_MAX(idx.view(np.uint64))), len(self)
+                if top < n:
+                    out = self._handed_at(idx, top, n)
+                    if out is not None:
+                        return out
             return self._experiences(self._first_id() + self._positions(idx))
         self._check_window(idx, steps)
         pos = self._positions((idx[None, :] + np.arange(steps)[:, None]).reshape(-1))
         flat, B = self._experiences(self._first_id() + pos), idx.shape[0]
         return tuple(flat[j * B : (j + 1) * B] for j in range(steps))
+
+    def _handed_at(self, idx: Array, top: int, n: int) -> list[Experience] | None:
+        """The handed tuples at int64 positions ``idx`` (each in ``[0, top]``, ``top < n``,
+        ``n = len(self)``), decorated; None if one was not staged (it is read from the core).
+
+        The tuples are the ones staging made at ``append`` (the experience as nnabla-rl's
+        stored object: the same one at every read), gathered in one C loop.
+        """
+        handed = self._handed
+        assert handed is not None
+        ring = len(handed)
+        head = (self._next_id - n) % ring  # slot of position 0
+        slots = idx + head
+        if head + top >= ring:  # some wrap around the ring
+            slots %= ring
+        out = list(map(handed.__getitem__, slots.tolist()))
+        if not all(out):  # (a tuple of an experience is never empty; None is false)
+            return None
+        if type(self)._decorate is ReplayBuffer._decorate:
+            return out
+        return [self._decorate(e) for e in out]
 
     def _check_window(self, idx: Array, steps: int) -> None:
         """Raise what nnabla-rl's reads would, before ``len(idx) * steps`` positions are made.

@@ -97,13 +97,14 @@ class _PrioritizedReplayBuffer(ReplayBuffer):
         """
         st = self._staging
         if st is not None:
-            side = st.push(experience)
-            if side is not None:
+            handed = st.push(experience)
+            if handed is not None:
                 # ReplayBuffer.append's staged path, written out (this runs once per append
-                # and is most of its cost): the side ring and the id advance now
-                extras = self._extras
+                # and is most of its cost): the id advances now
+                ring = self._handed
+                assert ring is not None
                 i = self._next_id
-                extras[i % len(extras)] = side
+                ring[i % len(ring)] = handed
                 self._next_id = i + 1
                 if len(st.steps) == st.rows:
                     write_staged(self, st)
