@@ -4,7 +4,9 @@
 ``buf.dequeue(...)`` call ``buf._fifo.dequeue(...)``: the method keeps the part's signature and
 docstring (``help``, ``inspect.signature`` and the API reference show them), and the class body
 reads as a table of which part answers which call. The cost is one Python call (about 0.1 µs);
-the hottest calls (``add``, ``sample``) are written in the buffer itself.
+the hottest calls (``add``, ``sample``) are written in the buffer itself. A buffer may also
+take the parts' bound methods into its instance (:func:`bind_forwarded`), which saves even
+that call.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ import functools
 from collections.abc import Callable
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
-__all__ = ["forward"]
+__all__ = ["bind_forwarded", "forward", "forwarded_names"]
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -37,6 +39,7 @@ def forward(
 
     functools.update_wrapper(forwarded, method)
     forwarded.__qualname__ = name  # set again by the class (see __set_name__ below)
+    forwarded.__forward_part__ = part  # type: ignore[attr-defined]
     return _Named(forwarded)  # type: ignore[return-value]
 
 
@@ -49,3 +52,20 @@ class _Named:
     def __set_name__(self, owner: type, name: str) -> None:
         self.fn.__qualname__ = f"{owner.__qualname__}.{name}"
         setattr(owner, name, self.fn)
+
+
+def bind_forwarded(obj: Any, names: tuple[str, ...]) -> None:
+    """Put the parts' bound methods for ``names`` in ``obj``'s instance dict, so that
+    ``obj.dequeue`` is ``obj._fifo.dequeue`` itself (no forwarding call). A name that
+    ``obj``'s class overrides with a method of its own is left to it."""
+    cls = type(obj)
+    for name in names:
+        fn = getattr(cls, name)
+        part = getattr(fn, "__forward_part__", None)
+        if part is not None:
+            obj.__dict__[name] = getattr(getattr(obj, part), fn.__name__)
+
+
+def forwarded_names(cls: type) -> tuple[str, ...]:
+    """The names of ``cls``'s own body that :func:`forward` made."""
+    return tuple(n for n, v in vars(cls).items() if hasattr(v, "__forward_part__"))

@@ -27,7 +27,7 @@ from rlreplay.buffer.copying import clone, reduce
 from rlreplay.buffer.episodes import Queries
 from rlreplay.buffer.events import SampleableEvents
 from rlreplay.buffer.fifo import Fifo
-from rlreplay.buffer.forwarding import forward
+from rlreplay.buffer.forwarding import bind_forwarded, forward, forwarded_names
 from rlreplay.buffer.pacing import Pacing
 from rlreplay.buffer.sampling import Draws, binder
 from rlreplay.buffer.state import BufferState
@@ -311,6 +311,7 @@ class ReplayBuffer:
 
         writer.on_change = on_change
         self._fast_add = rate_limiter is None
+        bind_forwarded(self, _FORWARDED)  # the parts' methods themselves: no forwarding call
 
     # ------------------------------------------------------------------ construction helpers
     @classmethod
@@ -897,3 +898,6 @@ class ReplayBuffer:
             self._events.after(before)
             self._pacing.resized()
             self._cond.notify_all()
+
+
+_FORWARDED = forwarded_names(ReplayBuffer)
