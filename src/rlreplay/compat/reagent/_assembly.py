@@ -264,7 +264,7 @@ def state_stack(frames: Array, k: int) -> Array:
     ``(B, 1)``, and an image ``(h, w)`` keeps its stack axis ``(B, h, w, 1)`` unless ``w == 1``.
     """
     if k > 1:
-        return np.moveaxis(frames, 1, -1)
+        return stack_last(frames, k)
     if k == 0:  # ReAgent's empty stacks: (B, *observation_shape, 0)
         return frames[..., None][..., :0]
     out = frames[..., None]
@@ -310,7 +310,7 @@ def stack_last(frames: Array, k: int) -> Array:
     format's ``return_everything_as_stack`` elements do (``(B, *shape, 1)``).
     """
     del k  # the stack length is the size of axis 1
-    return np.moveaxis(frames, 1, -1)
+    return frames.transpose(0, *range(2, frames.ndim), 1)  # np.moveaxis(frames, 1, -1)
 
 
 def shift_in(stacks: Array, newest: Array) -> Array:
@@ -329,7 +329,10 @@ def to_torch(value: Any) -> Any:
 
     if isinstance(value, list):
         return [torch.from_numpy(c_contiguous(v)) for v in value]
-    t = torch.from_numpy(c_contiguous(value))
+    if type(value) is np.ndarray and value.flags.c_contiguous:  # most elements: as they are
+        t = torch.from_numpy(value)
+    else:
+        t = torch.from_numpy(c_contiguous(value))
     return t.reshape(-1, 1) if t.ndim == 1 else t
 
 

@@ -166,6 +166,7 @@ def setup(
     buf._blank_obs = np.zeros(buf._observation_shape, buf._observation_dtype)
     names = [e.name for e in buf._transition_specs(buf._batch_size)]
     buf._batch_type = _namedtuple("batch_type" if buf._inferring else "filler", names)
+    buf._row_bytes = None  # the elements changed: batch_size_of sums them again
     buf._initialized = final
 
 
@@ -209,14 +210,18 @@ def batch_size_of(buf: BufferState, value: Any, what: str) -> int:
     :class:`rlreplay.ConfigError` (a ``ValueError``, as NumPy's refusal of such a size).
     """
     b = _args.positive_int("batch_size", value, 0)
-    row = 64
-    try:  # (shapes still unknown before an inferring buffer's first add)
-        specs = transition_specs(buf, 1)
-    except (AttributeError, TypeError):
-        specs = []
-    for e in specs:  # Python ints: exact, and cheaper than np.prod on every draw
-        row += math.prod(int(d) for d in e.shape[1:]) * np.dtype(e.type).itemsize
-    if buf._return_everything_as_stack:
-        row *= max(1, buf._stack_size)
+    row = getattr(buf, "_row_bytes", None)  # (summed once per set of elements)
+    if row is None:
+        row = 64
+        try:  # (shapes still unknown before an inferring buffer's first add)
+            specs = transition_specs(buf, 1)
+        except (AttributeError, TypeError):
+            specs = []
+        for e in specs:  # Python ints: exact
+            row += math.prod(int(d) for d in e.shape[1:]) * np.dtype(e.type).itemsize
+        if buf._return_everything_as_stack:
+            row *= max(1, buf._stack_size)
+        if specs:
+            buf._row_bytes = row
     check_rows("batch_size", b, b, row, what)
     return b

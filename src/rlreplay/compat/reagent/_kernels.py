@@ -91,7 +91,7 @@ def interleaved(stacked_last: Array) -> Array | None:
     k, item = arr.shape[-1], arr.dtype.itemsize
     if arr.dtype.kind not in "biuf" or k not in _PACK or k * item not in (2, 4, 8):
         return None
-    frames = np.moveaxis(arr, -1, 1)
+    frames = arr.transpose(0, arr.ndim - 1, *range(1, arr.ndim - 1))  # np.moveaxis(arr, -1, 1)
     if not frames.flags.c_contiguous or not arr.dtype.isnative:
         return None
     b = arr.shape[0]

@@ -206,12 +206,13 @@ def gather(buf: BufferState, slots: Array, *, check: bool = True) -> _Batch:
     slots known to pass it: every slot valid by ``add``'s marks (none set valid by hand).
     """
     ids = buf._slot_id[slots]
-    ok = _slotread.intact(buf, slots) if check else np.ones(slots.size, np.bool_)
-    if ok.all():  # the fast path: every row from the core
+    ok = _slotread.intact(buf, slots) if check else None
+    if ok is None or ok.all():  # the fast path: every row from the core
         try:
             return _Batch(slots, ids, buf._core.get_transitions(ids))
         except InvalidIdError:  # the slots' read is 0.1's answer whatever the core says
             ok = _slotread.intact(buf, slots)
+    assert ok is not None  # (the fast path returned, or found rows to read raw)
     core = None
     if ok.any():
         try:

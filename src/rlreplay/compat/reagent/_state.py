@@ -72,6 +72,7 @@ class BufferState:
     _state_shape: tuple[int, ...]
     _blank_obs: Array
     _batch_type: Any
+    _row_bytes: int | None  # a batch row's bytes (_elements.batch_size_of), once known
     _initialized: bool  # False only while an inferring buffer awaits its first add
     _core: CoreReplayBuffer
 

@@ -543,9 +543,9 @@ class ReplayBuffer(SlotRing, RangeReaders, CheckpointFiles):
         check = indices is not None or self._num_forced > 0  # drawn by add's marks: intact
         batch = _slots.gather(self, slots, check=check)._replace(given=given)
         arrays = self._transition_arrays(batch)
-        specs = self._transition_specs(slots.size)
-        _assembly.warn_complex(self._complex_store, [e.name for e in specs])
-        return self._batch_type(*(_assembly.to_torch(arrays[e.name]) for e in specs))
+        names = self._batch_type._fields  # the elements of _transition_specs, in order
+        _assembly.warn_complex(self._complex_store, names)
+        return self._batch_type(*[_assembly.to_torch(arrays[name]) for name in names])
 
     def sample_transition_batch_tensor(
         self, batch_size: int | None = None, indices: Any = None
