@@ -4,10 +4,6 @@ A user switches from ReAgent's ``reagent.replay_memory`` (0.1) or keras-gym's
 ``keras_gym.caching.ExperienceReplayBuffer`` (0.2.17) to rlreplay's front-ends by changing one
 import line; this script times what their training loop then calls, on both sides:
 
-# Kernels compile in the untimed warm-up, never in the background during a timed window.
-os.environ.setdefault("RLREPLAY_BACKGROUND_COMPILE", "0")
-
-
 * **ReAgent** ``ReplayBuffer`` (circular) and ``PrioritizedReplayBuffer``, ``update_horizon``
   1 and 3, two experiences: **vec8** (float32 ``(8,)`` observations, ``stack_size=1``) and
   **atari84** (uint8 ``(84, 84)`` frames, ``stack_size=4``); episodes of 200 (vec8) and 500
@@ -54,6 +50,8 @@ from typing import Any
 
 import numpy as np
 
+# Kernels compile in the untimed warm-up, never in the background during a timed window.
+os.environ.setdefault("RLREPLAY_BACKGROUND_COMPILE", "0")
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from bench_compat_nnabla_rl import _timed  # CPU time, the collector off
 

@@ -254,10 +254,12 @@ class PrioritizedReplayBuffer(ReplayBuffer):
         if p.size != raw.size:
             raise ShapeError(f"priorities: expected {raw.size} (one per index), got {p.size}")
         _refuse_priority_pairs(raw, p, self._replay_capacity)
-        slots = self._as_slots(raw)
+        slots = raw  # every index is a slot in [0, replay_capacity) now
         ids = self._slot_id[slots]
         held = ids >= 0
-        if held.any():
+        if held.size and held.all():
+            self._prio_core.update_priorities(ids, p)
+        elif held.any():
             self._prio_core.update_priorities(ids[held], p[held])
         # Every slot's priority, as ReAgent's tree leaves: a slot holding no step keeps its
         # priority there too (the core has no step for it), read by get_priority and drawn
