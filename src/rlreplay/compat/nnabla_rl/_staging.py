@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import operator
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -270,8 +271,18 @@ class Staging:
         def stacked(chunks: tuple[Any, ...], dtype: np.dtype[Any], shape: Any) -> Array:
             return np.frombuffer(b"".join(chunks), dtype).reshape(n, *shape)
 
-        self.obs = stacked(obs_b, self.obs_dtype, self.obs_shape)
-        self.next_obs = stacked(next_b, self.obs_dtype, self.obs_shape)
+        # step j continues step j - 1 unless j - 1 ended or s_j differs from s_next_{j-1}
+        # byte for byte; push shares the bytes object where they are equal, so identity
+        # settles almost every pair (one C loop) and only the others are compared
+        apart = np.flatnonzero(np.fromiter(map(operator.is_not, obs_b[1:], next_b[:-1]), bool))
+        differ = [j + 1 for j in apart.tolist() if obs_b[j + 1] != next_b[j]]
+        if apart.size:
+            self.obs = stacked(obs_b, self.obs_dtype, self.obs_shape)
+            self.next_obs = stacked(next_b, self.obs_dtype, self.obs_shape)
+        else:  # every s_next is the next s: one copy, two views of it
+            rows = np.frombuffer(b"".join((*obs_b, next_b[-1])), self.obs_dtype)
+            rows = rows.reshape(n + 1, *self.obs_shape)
+            self.obs, self.next_obs = rows[:n], rows[1:]
         if self.action_is_array:
             self.action = stacked(actions, self.action_dtype, self.action_shape)
         else:
@@ -283,10 +294,7 @@ class Staging:
             self.reward = np.array(rewards, f_r.dtype).reshape(n, *f_r.shape)
         self.sides = sides
         self.terms, self.truncs = terms, truncs
-        # step j continues step j - 1 unless j - 1 ended or s_j differs from s_next_{j-1}
-        # byte for byte (one comparison of the batch's rows)
-        differ = np.flatnonzero(~same_rows(self.obs[1:], self.next_obs[:-1])) + 1
-        self.cuts = [j for j in differ.tolist() if not (terms[j - 1] or truncs[j - 1])]
+        self.cuts = [j for j in differ if not (terms[j - 1] or truncs[j - 1])]
         self.last_ended = bool(terms[-1] or truncs[-1])
 
     def row(self, j: int) -> Row:

@@ -607,28 +607,39 @@ class ReplayBuffer(ByValue):
             raise ValueError(
                 f"num_samples: {num_samples} is greater than the size of buffer: {max_index}"
             )
+        if (
+            type(num_samples) is int
+            and type(num_steps) is int
+            and num_steps == 1
+            and num_samples > 0
+            and self._handed is not None
+            and type(self)._random_indices is ReplayBuffer._random_indices
+            and type(self).sample_indices is ReplayBuffer.sample_indices
+        ):
+            # The steps below, for the usual call and this class's draw (its positions are in
+            # [0, max_index), max_index = len): the size check, the draw, the handed tuples
+            check_rows("num_samples", num_samples, max_index, 32, "sample")
+            rng = self._own_rng
+            if rng is None:
+                rng = rl_random.drng
+            indices = choice_without_replacement(rng, max_index, num_samples)
+            handed = self._handed
+            ring = len(handed)
+            head = (self._next_id - n) % ring  # slot of position 0
+            slots = indices + head
+            if head + max_index > ring:  # some wrap around the ring
+                slots %= ring
+            out = list(map(handed.__getitem__, slots.tolist()))
+            if all(out):  # (a tuple of an experience is never empty; None is false)
+                if type(self)._decorate is not ReplayBuffer._decorate:
+                    out = [self._decorate(e) for e in out]
+                return out, {"weights": ones_column(num_samples)}
+            return self.sample_indices(indices, num_steps=1)
         if isinstance(num_samples, _INTS) and isinstance(num_steps, _INTS):
             # Before the draw: NumPy's draw without replacement permutes max_index positions
             # (a num_steps below 1 raises it), and the reads of num_steps steps follow.
             b, k = int(num_samples), max(1, int(num_steps))
             check_rows("num_samples", num_samples, max(int(max_index), b * k), 32, "sample")
-        if (
-            num_steps == 1
-            and self._handed is not None
-            and type(num_samples) is int
-            and num_samples > 0
-            and type(self)._random_indices is ReplayBuffer._random_indices
-            and type(self).sample_indices is ReplayBuffer.sample_indices
-        ):
-            # The steps below, for the draw of this class: its positions are in [0, len)
-            rng = self._own_rng
-            if rng is None:
-                rng = rl_random.drng
-            indices = choice_without_replacement(rng, max_index, num_samples)
-            out = self._handed_at(indices, max_index - 1, n)
-            if out is not None:
-                return out, {"weights": ones_column(num_samples)}
-            return self.sample_indices(indices, num_steps=1)
         indices = self._random_indices(num_samples=num_samples, max_index=max_index)
         return self.sample_indices(indices, num_steps=num_steps)
 
