@@ -1,4 +1,4 @@
-"""Hypothesis: random sequences of add, sample, update_priorities and round trips through
+"""Hypothesis: random sequences of add, sample, update_priorities, clear and round trips through
 ``to_replay_buffer`` / ``from_replay_buffer``, run on the JAX buffer and on the NumPy core
 side by side; after every operation both hold the same sampleable transitions, bit for bit,
 with the same priorities."""
@@ -42,9 +42,11 @@ add_op = st.tuples(
 sample_op = st.tuples(st.just("sample"), st.integers(0, 2**31 - 1), st.just(0))
 update_op = st.tuples(st.just("update"), st.integers(0, 2**31 - 1), st.integers(1, 8))
 trip_op = st.tuples(st.just("round trip"), st.just(0), st.just(0))
+clear_op = st.tuples(st.just("clear"), st.just(0), st.just(0))
 ops = st.lists(
-    st.one_of(add_op, add_op, add_op, sample_op, update_op, trip_op), min_size=1, max_size=40
-)
+    st.one_of(add_op, add_op, add_op, sample_op, update_op, trip_op, clear_op),
+    min_size=1, max_size=40,
+)  # fmt: skip
 
 
 def assert_same_priorities(tw: Twins) -> None:
@@ -96,6 +98,8 @@ def test_random_operations_match_the_core(
             ids = np.concatenate([ids, np.full(8 - ids.shape[0], -1)])
             values = np.concatenate([values, np.zeros(8 - values.shape[0])])
             tw.state = buf.update_priorities(tw.state, ids, values)
+        elif op == "clear":
+            tw.clear()
         else:  # round trip: the state through a NumPy buffer and back
             np_buf = rrj.to_replay_buffer(buf, tw.state)
             _, tw.state = rrj.from_replay_buffer(np_buf, finals_per_env=buf.config.finals_per_env)

@@ -1,16 +1,18 @@
 """Replay inside ``jax.jit``: a buffer of pure functions over a pytree state.
 
 :func:`make_buffer` returns a :class:`JaxBuffer` whose ``init``, ``add``, ``sample``,
-``update_priorities``, ``get_transitions`` and ``can_sample`` are pure functions of a
-:class:`BufferState` (a pytree of arrays), usable under ``jit``, inside ``lax.scan``, under
-``vmap`` and with donated buffers. The semantics are the NumPy core's (ids, sampleable
-transitions, n-step windows, final observations, frame stacks, the prioritized law);
+``sample_sequences``, ``update_priorities``, ``get_transitions``, ``get_sequences``,
+``clear`` and ``can_sample`` are pure functions of a :class:`BufferState` (a pytree of
+arrays), usable under ``jit``, inside ``lax.scan``, under ``vmap`` and with donated buffers.
+The semantics are the NumPy core's (ids, sampleable transitions, n-step windows, final
+observations, frame stacks, sequences, the recency mix, the proportional and rank-based laws);
 :func:`to_replay_buffer` and :func:`from_replay_buffer` move a state to and from a NumPy
 :class:`rlreplay.ReplayBuffer` (checkpoints, inspection, exports).
 
 Owns: the JAX state layout and its kernels (``ring``: episode bookkeeping, ``assemble``:
-transitions, ``tree`` and ``prioritized``: the law). Knows nothing of the NumPy core's storage
-or sampler internals: conversions go through the public ``state_dict`` /
+transitions, ``sequences``: runs of steps, ``draws``: uniform draws and the recency mix,
+``tree``, ``prioritized`` and ``rank``: the prioritized laws). Knows nothing of the NumPy
+core's storage or sampler internals: conversions go through the public ``state_dict`` /
 ``load_state_dict``. JAX is imported on first use, so ``import rlreplay`` (and this package's
 import) stays free of it.
 

@@ -33,11 +33,13 @@ class JaxBuffer:
     pure functions of a :class:`~rlreplay.jax.BufferState` pytree.
 
     Semantics are those of :class:`rlreplay.ReplayBuffer` (and, with ``prioritized=True``, of
-    :class:`rlreplay.PrioritizedReplayBuffer` with ``variant="proportional"``) for envs that
-    step together: the same ids (``t * num_envs + e``), the same sampleable transitions and,
-    for every id, the same values bit for bit (n-step rewards and discounts, ``next_obs`` with
-    final observations at episode ends, terminated vs truncated, frame stacks), and the same
-    law for draws (which come from JAX keys, not NumPy's generator). Where they differ:
+    :class:`rlreplay.PrioritizedReplayBuffer`) for envs that step together: the same ids
+    (``t * num_envs + e``), the same sampleable transitions and, for every id, the same values
+    bit for bit (n-step rewards and discounts, ``next_obs`` with final observations at
+    episode ends, terminated vs truncated, frame stacks), the same sequences
+    (:meth:`get_sequences`), the same laws for draws (which come from JAX keys, not NumPy's
+    generator: uniform with the recency mix, proportional or rank-based priorities, sequence
+    starts) and the same :meth:`clear`. Where they differ:
 
     * An env keeps the final observations of at most ``finals_per_env`` ended episodes
       (default ``C // 4``). Ending one more while its ring still holds that many drops the
@@ -46,6 +48,9 @@ class JaxBuffer:
       drops anything, at the cost of ``C`` final observations per env.
     * ``beta`` moves along its schedule once per :meth:`update_priorities` call (a pure
       :meth:`sample` returns no state); ``sample(..., beta=b)`` overrides it.
+    * Rank-based priorities are ranked exactly at every draw (the core's ``sort_interval=1``;
+      the core re-sorts every ``sort_interval`` changes and ranks the changes in between
+      against its last sort): a sort of ``E * C`` priorities per draw.
     * :meth:`update_priorities` gives an id named several times in one call the largest of
       its values (the NumPy core: the last); a scatter's order is undefined under XLA.
     * Draws descend a float32 tree: a transition's probability is ``P(i)`` up to float32
@@ -58,8 +63,11 @@ class JaxBuffer:
       issued or overwritten and values that are negative, NaN or infinite; ``sample`` on a
       buffer where :meth:`can_sample` is False returns arbitrary rows with weight 0 (uniform:
       weight 1) instead of raising. Shapes, dtypes and keys are checked when tracing.
+    * Not offered: draws without replacement, ``balance_envs`` sequences, whole episodes,
+      abandoned episodes, transforms and rate limiters (:func:`~rlreplay.jax.to_replay_buffer`
+      gives a NumPy buffer that has them).
 
-    Every function is jitted (``sample``'s ``batch_size`` is static) and works inside
+    Every function is jitted (batch sizes, sequence lengths and flags are static) and works inside
     ``lax.scan`` and under ``vmap`` (one buffer per seed: ``jax.vmap(lambda _: buf.init())(
     jnp.arange(n))``); wrap it in ``jax.jit(..., donate_argnums=0)`` to update the state in
     place.
@@ -67,10 +75,12 @@ class JaxBuffer:
     Cost: ``add`` writes ``E`` rows per column plus ``O(E)`` bookkeeping (prioritized:
     ``E * (n_step + frame_stack)`` leaves of an 8-ary sum and min tree, ``O(8 * levels)``
     each); ``sample`` and ``get_transitions`` are ``O(B * (n_step + frame_stack))`` gathers
-    (prioritized: plus a descent of ``O(B * 8 * levels)``); ``update_priorities`` is
-    ``O(B * 8 * levels)``. Within one jitted step, call :meth:`add` before :meth:`sample`:
-    XLA copies an array that is read and then overwritten without a data dependence between
-    the two (a whole column per step).
+    (prioritized: plus a descent of ``O(B * 8 * levels)``; rank-based: plus a sort of the
+    ``E * C`` priorities); ``sample_sequences`` and ``get_sequences`` gather ``B * L`` rows
+    (``pad=False``: see there); ``update_priorities`` is ``O(B * 8 * levels)``;
+    :meth:`clear` is ``O(E)`` (prioritized: ``O(E * C)``). Within one jitted step, call
+    :meth:`add` before :meth:`sample`: XLA copies an array that is read and then overwritten
+    without a data dependence between the two (a whole column per step).
 
     Example:
         >>> import jax, numpy as np, rlreplay as rr, rlreplay.jax as rrj

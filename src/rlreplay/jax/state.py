@@ -31,7 +31,9 @@ class PriorityState(NamedTuple):
         prio: ``(n0,)`` float32: the priority of each slot's occupant (slot = row of the
             columns; ``n0 >= E * C`` is padded).
         sums: The sum tree's levels, leaves first: ``sums[0]`` holds each slot's mass,
-            ``prio ** alpha`` while it is sampleable (0 otherwise); the last is the total.
+            ``prio ** alpha`` while it is sampleable (0 otherwise; rank-based buffers: 1 for
+            a sampleable slot of priority ``> 0``, their rank masses are computed per draw);
+            the last is the total.
         mins: The min tree's levels above the leaves: the smallest mass ``> 0`` below each
             node; the last is the smallest over the buffer (which normalises importance
             weights).
