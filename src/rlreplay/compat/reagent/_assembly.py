@@ -161,20 +161,23 @@ def after_terminal(
     cap, k = buf._replay_capacity, buf._stack_size
     signature = {e.name: e for e in buf.get_storage_signature()}
     stack = (nxt[:, None] + np.arange(-k + 1, 1)) % cap  # ReAgent's stack_indices
+    # The core ids the slots hold (-1: none), looked up once for every element read.
+    stack_ids = buf._slot_id[stack]
+    next_ids = buf._slot_id[nxt % cap]  # (the last column of stack_ids when k > 0)
 
-    def slots(name: str, at: Array) -> Array:  # _ranges.slot_rows (which imports this module)
-        e, ids = signature[name], buf._slot_id[at]
-        got: Array = np.zeros((*at.shape, *e.shape), e.type)
+    def slots(name: str, ids: Array) -> Array:  # _ranges.slot_rows (which imports this module)
+        e = signature[name]
+        got: Array = np.zeros((*ids.shape, *e.shape), e.type)
         held = ids >= 0
         if held.any():
             got[held] = buf._core.get_field(core_name(name), ids[held])
         return got
 
     if k > 0:  # stack_size 0: empty stacks, nothing to read
-        frames = slots("observation", stack)
+        frames = slots("observation", stack_ids)
         out["next_state"][rows] = state_stack(frames[:, 0] if k == 1 else frames, k)
     for x in ["action", "reward", *extras]:
-        value = np.moveaxis(slots(x, stack), 1, -1) if stack_all else slots(x, nxt % cap)
+        value = stack_last(slots(x, stack_ids), k) if stack_all else slots(x, next_ids)
         out["next_" + x][rows] = value
 
 

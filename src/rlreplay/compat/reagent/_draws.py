@@ -90,13 +90,18 @@ def prioritized(
         RuntimeError: ``"Max sample attempts: ..."`` when the redraws run out.
     """
     if rng is None:
-        indices = tree.stratified_sample(batch_size)
+        drawn = tree._stratified(batch_size)
     else:
         bounds = np.linspace(0.0, 1.0, batch_size + 1)
-        indices = [
-            tree.sample(float(rng.uniform(bounds[i], bounds[i + 1]))) for i in range(batch_size)
-        ]
+        drawn = np.array(
+            [tree.sample(float(rng.uniform(bounds[i], bounds[i + 1]))) for i in range(batch_size)],
+            np.int64,
+        )
     valid = buf._is_valid
+    redraw = np.flatnonzero(~valid[drawn])
+    if redraw.size == 0:  # the usual case: every draw valid
+        return drawn
+    indices: list[int] = drawn.tolist()
     allowed = buf._max_sample_attempts
 
     def error(i: int) -> RuntimeError:
@@ -105,7 +110,7 @@ def prioritized(
             f"{i} valid indices. Batch size is {batch_size}"
         )
 
-    for i in np.flatnonzero(~valid[np.asarray(indices, np.int64)]).tolist():
+    for i in redraw.tolist():
         if allowed == 0:
             raise error(i)
         index = indices[i]

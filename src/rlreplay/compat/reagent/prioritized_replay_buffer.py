@@ -430,8 +430,11 @@ class PrioritizedReplayBuffer(ReplayBuffer):
         out = super()._transition_arrays(batch)
         # 0.1: get_priority(transition.indices), the indices as given (a negative one reads
         # the tree's leaf level from its end).
-        given = batch.slots if batch.given is None else batch.given
-        out["sampling_probabilities"] = self._priorities_of(given)
+        if batch.given is None:  # drawn slots, all in [0, replay_capacity)
+            leaves = self._slot_tree._leaves(batch.slots)
+            out["sampling_probabilities"] = leaves.astype(np.float32)
+        else:
+            out["sampling_probabilities"] = self._priorities_of(batch.given)
         return out
 
     # ------------------------------------------------------------------ checkpoints

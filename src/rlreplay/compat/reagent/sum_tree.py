@@ -10,6 +10,7 @@ from Python's :mod:`random` as ReAgent does (so ``random.seed`` makes draws repr
 
 from __future__ import annotations
 
+import functools
 import math
 import operator
 import random
@@ -28,6 +29,15 @@ from rlreplay.compat.reagent._errors import (
 __all__ = ["SumTree"]
 
 Array = np.ndarray[Any, Any]
+
+
+@functools.lru_cache(maxsize=8)
+def strata(batch_size: int) -> tuple[float, ...]:
+    """The bounds of ``batch_size`` equal strata of ``[0, 1]``: ``np.linspace(0, 1, B + 1)``
+    as Python floats (``random.uniform`` of two of them computes what it computes of the
+    NumPy values: the same float64 operations)."""
+    out: tuple[float, ...] = tuple(np.linspace(0.0, 1.0, batch_size + 1).tolist())
+    return out
 
 
 class SumTree:
@@ -191,14 +201,18 @@ class SumTree:
         Raises:
             Exception: The tree is empty (:class:`rlreplay.EmptyBufferError`).
         """
-        batch_size = operator.index(batch_size)
+        out: list[int] = self._stratified(operator.index(batch_size)).tolist()
+        return out
+
+    def _stratified(self, batch_size: int) -> Array:
+        """:meth:`stratified_sample` as an int64 array (the same ``random`` calls)."""
         total = self._check_not_empty()
-        bounds = np.linspace(0.0, 1.0, batch_size + 1)
+        bounds = strata(batch_size)
         queries = np.array(
             [random.uniform(bounds[i], bounds[i + 1]) for i in range(batch_size)], np.float64
         )
         masses = np.minimum(queries * total, total)
-        return [int(i) for i in self._tree.find_prefix_sum(masses)]
+        return np.asarray(self._tree.find_prefix_sum(masses), np.int64)
 
     def get(self, node_index: int) -> float:
         """Returns the value of leaf ``node_index`` (a ``np.float64``, as ReAgent's level array).
