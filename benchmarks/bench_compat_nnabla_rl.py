@@ -10,10 +10,11 @@ s_next, info))``, so the front-end's ``append`` is timed exactly so, for the pla
 * **atari84**: ``s``, ``s_next`` uint8 ``(84, 84)`` frames (64 distinct ones, chained), ``a``
   int64 ``(1,)``.
 
-Rows: ``append`` µs (the appends, then one read so that every staged append has reached the
-core: the per-append cost includes its share of the batched write), filling a fresh buffer
-(``fill``) and appending to a full one (``wrapped``); ``sample(32)`` + ``update_priorities``
-µs on a buffer of 20,000; and a training loop (``loop``: 4 appends, then ``sample(32)`` +
+Rows: ``append`` µs (4,000 or 20,000 appends: the front-end writes its staged appends to the
+core in batches within the window, so the per-append cost includes its share of the batched
+writes), filling a fresh buffer (``fill``) and appending to a full one (``wrapped``);
+``sample(32)`` + ``update_priorities`` µs on a buffer of 4,000 (``--quick``) or 20,000
+experiences; and a training loop (``loop``: 4 appends, then ``sample(32)`` +
 ``update_priorities``, which the plain buffers of both libraries ignore; µs per iteration),
 for vec4 experiences, and for atari84 ones with the plain buffer. A buffer holds 100,000
 experiences at most, so ``fill`` and the sample rows never fill it: memory a copying store
@@ -21,7 +22,7 @@ writes there is touched for the first time (page faults), which nnabla-rl, keepi
 to the benchmark's 64 frames, never does. The ``ratio`` column is nnabla-rl's time over
 rlreplay's (above 1: the front-end is faster). Times are CPU time of this process
 (``time.process_time``, so other load on the machine counts less), the median of
-``--repeats`` runs, the garbage collector off while timing (as both sides allocate alike).
+``--repeats`` runs, the garbage collector off while timing.
 
 ``--nnabla-rl-source DIR`` also times nnabla-rl's own classes side by side, loaded from an
 unpacked source tree (e.g. ``nnabla_rl-0.16.0/nnabla_rl``) with ``nnabla`` stubbed (its
