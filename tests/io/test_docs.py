@@ -1,5 +1,5 @@
-"""Every Python snippet of docs/ecosystem.md runs, in order, in one namespace; so does the
-README's Ecosystem section."""
+"""Every Python snippet of docs/ecosystem.md runs, in order, in one namespace (the README's
+own snippet runs in tests/test_readme.py)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,6 @@ from typing import Any
 import pytest
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "ecosystem.md"
-README = DOC.parents[1] / "README.md"
 
 
 def snippets(text: str | None = None) -> list[str]:
@@ -39,17 +38,3 @@ def test_snippets_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: A
     out = capsys.readouterr().out
     assert "6 300 0 0" in out  # the to_minari line prints what its comment says
     assert "Integrity" in out and (tmp_path / "steps.parquet").is_file()
-
-
-def test_readme_ecosystem_snippet_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    for name in ("torch", "jax"):
-        pytest.importorskip(name)
-    text = README.read_text()
-    start = text.index("\n## Ecosystem\n")
-    section = text[start : text.index("\n## ", start + 1)]
-    code = snippets(section)
-    assert code, "the README's Ecosystem section has no Python snippet"
-    monkeypatch.chdir(tmp_path)
-    namespace: dict[str, Any] = {}
-    for k, snippet in enumerate(code):
-        exec(compile(snippet, f"README.md[Ecosystem {k}]", "exec"), namespace)
