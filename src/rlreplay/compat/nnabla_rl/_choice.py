@@ -23,9 +23,11 @@ generator other than ``PCG64``, ``n >= 2**31``, NumPy's other branch, ``size <= 
 ``Generator.choice`` itself.
 
 The kernel calls a C function whose address it holds, so Numba compiles it in each process
-(it cannot be cached on disk): in a daemon thread once :data:`GENERAL_FIRST` draws have been
-made (``RLREPLAY_BACKGROUND_COMPILE=0`` in the environment: in the first draw, in the caller's
-thread), ``Generator.choice`` drawing until it is ready. Both give the same numbers.
+(it cannot be cached on disk), then checks it against ``Generator.choice`` on a few draws (a
+NumPy that draws otherwise keeps its own call). It compiles in a daemon thread once
+:data:`GENERAL_FIRST` draws have been made (``RLREPLAY_BACKGROUND_COMPILE=0`` in the
+environment: in the first draw, in the caller's thread), ``Generator.choice`` drawing until
+it is ready. Both give the same numbers.
 """
 
 from __future__ import annotations
@@ -104,9 +106,26 @@ def _compile() -> None:
         # the types of its calls (an address below 2**63, Python ints); nothing else compiles
         dispatcher.compile((numba.int64, numba.int64, numba.int64))
         dispatcher.disable_compile()
+        if not _agrees(dispatcher):  # pragma: no cover - a NumPy that draws otherwise
+            return
     except Exception:  # pragma: no cover - Generator.choice goes on drawing
         return
     _kernel = dispatcher
+
+
+def _agrees(kernel: Any) -> bool:
+    """Whether the kernel draws what this NumPy's ``Generator.choice`` draws (both branches'
+    edges, a buffered half word), so that a NumPy whose algorithm differs keeps its own."""
+    for seed, n, size in ((0, 1, 1), (1, 33, 32), (2, 4000, 32), (3, 10000, 500), (4, 10001, 200)):
+        mine, numpy = np.random.default_rng(seed), np.random.default_rng(seed)
+        mine.integers(2**16, dtype=np.uint32)
+        numpy.integers(2**16, dtype=np.uint32)
+        got = kernel(mine.bit_generator.ctypes.state_address, n, size)
+        if not np.array_equal(got, numpy.choice(n, size=size, replace=False)):
+            return False
+        if mine.bit_generator.state != numpy.bit_generator.state:
+            return False
+    return True
 
 
 def kernel_ready() -> bool:
