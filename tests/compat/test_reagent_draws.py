@@ -158,3 +158,13 @@ def test_uniform_draw_over_valid_slots_is_numpy_choice_over_the_mask() -> None:
         got = _draws.uniform(buf, b)
         assert got.dtype == np.int64 and got.tolist() == want.tolist(), trial
         assert np.random.random_sample() == after  # noqa: NPY002 - the same generator calls
+
+
+def test_equal_steps_cumsum_is_numpys_sequential_sum() -> None:
+    """Bit for bit ``np.cumsum(np.full(k, 1 / k))``: every k to 3,000 (ties, powers of two and
+    round numbers among them), and large ones, where the uniform draw uses it."""
+    rng = np.random.default_rng(11)
+    large = [50_000, 65_536, 100_000, 131_072, 250_000, 1_000_000]
+    for k in [*range(1, 3_000), *large, *rng.integers(50_000, 400_000, 20).tolist()]:
+        want = np.cumsum(np.full(k, 1.0 / k))
+        assert _draws.equal_steps_cumsum(k).tobytes() == want.tobytes(), k

@@ -8,6 +8,12 @@ priority of the step it holds; padding rows and slots never written have priorit
 none. When a slot is overwritten its old step's core priority is set to 0, so the core draws
 only steps the ring still holds; a draw of a slot that is not valid is redrawn, up to
 ``max_sample_attempts`` times, as in ReAgent.
+
+A step's priority goes to two trees, the core's (by id) and the slot-ordered one that
+reproduces 0.1's draws. ``add`` defers both writes, for up to 16 steps, to the next read of
+either tree (a draw, ``get_priority``, ``set_priority``, ``sum_tree``, a checkpoint): one core
+update and one leaf write then cover them all, with the end state of one write per step. Only
+priorities whose writes cannot fail wait (see ``_deferrable``); any other is written at once.
 """
 
 from __future__ import annotations
@@ -57,7 +63,8 @@ class PrioritizedReplayBuffer(ReplayBuffer):
     padding rows and unwritten slots); the core gives priority 0 to every step no slot holds.
 
     Cost: as :class:`~rlreplay.compat.reagent.circular_replay_buffer.ReplayBuffer` plus
-    ``O(log capacity)`` per priority written; a sample is ``O(B log capacity)`` draws.
+    ``O(log capacity)`` per priority written (an ``add``'s written with up to 15 others'); a
+    sample is ``O(B log capacity)`` draws.
 
     Args:
         observation_shape: As for ``ReplayBuffer``.
