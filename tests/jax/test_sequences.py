@@ -94,10 +94,12 @@ def start_counts(ids: Array, allowed: Array) -> Array:
 
 
 @functools.cache
-def many_starts(buf: rrj.JaxBuffer, length: int, pad: bool, rounds: int = 300) -> Any:
+def many_starts(
+    buf: rrj.JaxBuffer, length: int, pad: bool, rounds: int = 300, balance: bool = False
+) -> Any:
     def draw(state: rrj.BufferState, key: Any) -> Any:
         def one(k: Any) -> Any:
-            b = buf.sample_sequences(state, k, 16, length, pad=pad)
+            b = buf.sample_sequences(state, k, 16, length, pad=pad, balance_envs=balance)
             return b["ids"], b.get("probabilities", b["weights"]), b["weights"], b["mask"]
 
         return jax.vmap(one)(jax.random.split(key, rounds))
@@ -148,6 +150,44 @@ def test_rare_whole_starts_are_drawn_exactly() -> None:
         tw.state, jax.random.key(0)))  # fmt: skip
     assert mask.all()
     start_counts(ids, allowed)
+
+
+def run_balanced_starts(pads: tuple[bool, ...]) -> None:
+    buf = jax_buffer(**CONFIGS["3-step, 2 envs"])
+    rng = np.random.default_rng(11)
+    tw = Twins(buf)
+    for _ in range(40):
+        tw.add(random_step(rng, 2, p_end=0.3))
+    E = buf.num_envs
+    for pad in pads:
+        allowed = stored_ids(tw) if pad else whole_starts(tw, 4)
+        per_env = np.bincount(allowed % E, minlength=E)
+        assert pad or per_env.max() > per_env.min()  # unequal envs (or one without a start)
+        # An env uniform among those with a start, then a start uniform within it.
+        p = 1.0 / (np.count_nonzero(per_env) * per_env[allowed % E])
+        ids, _, _, mask = (np.asarray(a) for a in many_starts(buf, 4, pad, 300, True)(
+            tw.state, jax.random.key(4)))  # fmt: skip
+        chi = stats.chisquare(start_counts(ids, allowed), p * ids.size)
+        assert chi.pvalue > 1e-3, (pad, chi)
+        assert (np.diff(ids % E, axis=1) >= 0).all()  # rows ordered by env
+        assert pad or mask.all()
+        core = tw.np_buf.sample_sequences(64, 4, pad=pad, balance_envs=True)["ids"]
+        assert set(core.tolist()) <= set(allowed.tolist())
+        assert (np.diff(core % E) >= 0).all()
+    with pytest.raises(rr.ConfigError, match="balance_envs"):
+        per = jax_buffer(**CONFIGS["prioritized, 3-step, stack 2"])
+        per.sample_sequences(per.init(), jax.random.key(0), 4, 3, balance_envs=True)
+
+
+def test_balanced_starts_follow_the_core_law() -> None:
+    """Env-balanced starts (ALF ``get_batch``): an env uniform among those with a start, then
+    a start uniform within it, rows ordered by env; here over whole runs, exactly."""
+    run_balanced_starts((False,))
+
+
+@pytest.mark.slow
+def test_balanced_starts_follow_the_core_law_long() -> None:
+    run_balanced_starts((True, False))
 
 
 def run_prioritized_starts(pads: tuple[bool, ...]) -> None:

@@ -63,9 +63,9 @@ class JaxBuffer:
       issued or overwritten and values that are negative, NaN or infinite; ``sample`` on a
       buffer where :meth:`can_sample` is False returns arbitrary rows with weight 0 (uniform:
       weight 1) instead of raising. Shapes, dtypes and keys are checked when tracing.
-    * Not offered: draws without replacement, ``balance_envs`` sequences, whole episodes,
-      abandoned episodes, transforms and rate limiters (:func:`~rlreplay.jax.to_replay_buffer`
-      gives a NumPy buffer that has them).
+    * Not offered: draws without replacement, whole episodes, abandoned episodes, transforms
+      and rate limiters (:func:`~rlreplay.jax.to_replay_buffer` gives a NumPy buffer that has
+      them).
 
     Every function is jitted (batch sizes, sequence lengths and flags are static) and works inside
     ``lax.scan`` and under ``vmap`` (one buffer per seed: ``jax.vmap(lambda _: buf.init())(
@@ -107,7 +107,7 @@ class JaxBuffer:
         self._sample = jax.jit(self._sample_impl, static_argnames=("batch_size", "recent_ratio"))
         self._sample_seq = jax.jit(
             self._sample_seq_impl,
-            static_argnames=("batch_size", "length", "within_episode", "pad"),
+            static_argnames=("batch_size", "length", "within_episode", "pad", "balance_envs"),
         )
         self._get_seq = jax.jit(self._get_seq_impl, static_argnames=("length", "within_episode"))
         self._clear = jax.jit(self._clear_impl)
@@ -243,6 +243,7 @@ class JaxBuffer:
         *,
         within_episode: bool = True,
         pad: bool = True,
+        balance_envs: bool = False,
         beta: Any = None,
     ) -> JaxBatch:
         """Draw ``batch_size`` sequences of ``length`` consecutive stored steps (R2D2, ALF),
@@ -268,6 +269,10 @@ class JaxBuffer:
                 exactly among all such starts (``O(capacity)``, skipped by
                 :func:`jax.lax.cond` when no draw needs it); prioritized buffers renormalise
                 the law over those starts (``O(capacity)`` per draw), as the core does.
+            balance_envs: Uniform buffers: pick each sequence's env uniformly among the envs
+                that have a start, then its start uniformly within that env (ALF
+                ``get_batch``); rows come ordered by env (static). With ``pad=False`` and
+                ``within_episode`` the draw is exact among all whole runs, ``O(capacity)``.
             beta: Prioritized buffers: the importance exponent (default: the schedule's).
 
         Returns:
@@ -277,13 +282,18 @@ class JaxBuffer:
             is True (``pad=False``: where some start is whole).
 
         Raises:
-            rlreplay.ConfigError: ``batch_size`` or ``length`` not a positive int, or a flag
-                that is not a bool.
+            rlreplay.ConfigError: ``batch_size`` or ``length`` not a positive int, a flag
+                that is not a bool, or ``balance_envs`` for a prioritized buffer.
         """
+        if _flag("balance_envs", balance_envs) and self.config.prioritized:
+            raise ConfigError(
+                "balance_envs: prioritized sequence starts are drawn by priority over all envs"
+            )
         out: JaxBatch = self._sample_seq(
             state, key, beta=beta, batch_size=positive_int("batch_size", batch_size),
             length=positive_int("length", length),
             within_episode=_flag("within_episode", within_episode), pad=_flag("pad", pad),
+            balance_envs=bool(balance_envs),
         )  # fmt: skip
         return out
 
@@ -437,14 +447,14 @@ class JaxBuffer:
 
     def _sample_seq_impl(
         self, state: BufferState, key: Any, beta: Any, batch_size: int, length: int,
-        within_episode: bool, pad: bool,
+        within_episode: bool, pad: bool, balance_envs: bool,
     ) -> JaxBatch:  # fmt: skip
         c = self.config
         if state.priorities is not None:
             beta = per.beta_at(c, state.priorities.beta_step) if beta is None else beta
             beta = jnp.float32(beta)
         env, t0, weights, probabilities = sequences.starts(
-            c, state, key, batch_size, length, within_episode, pad, beta
+            c, state, key, batch_size, length, within_episode, pad, beta, balance_envs
         )
         out = sequences.gather(c, state, env, t0, length, within_episode)
         out["weights"] = weights

@@ -15,7 +15,7 @@ from typing import Any
 
 from rlreplay.jax._lib import jax, jnp
 
-__all__ = ["below", "mixed", "recent_count", "uniform"]
+__all__ = ["balanced", "below", "mixed", "recent_count", "uniform"]
 
 
 def below(bits: Any, n: Any) -> Any:
@@ -52,6 +52,18 @@ def uniform(lo: Any, hi: Any, key: Any, batch_size: int) -> tuple[Any, Any]:
     sizes = jnp.maximum(hi - lo, 0)
     bits = jax.random.bits(key, (batch_size,), jnp.uint32)
     return _to_steps(lo, sizes, below(bits, jnp.sum(sizes)))
+
+
+def balanced(lo: Any, hi: Any, key: Any, batch_size: int) -> tuple[Any, Any]:
+    """Per draw, an env uniform among those with a candidate, then a step uniform among its
+    candidates ``[lo_e, hi_e)`` (the core's ``draw_balanced``, ALF ``get_batch``)."""
+    sizes = jnp.maximum(hi - lo, 0)
+    has = (sizes > 0).astype(sizes.dtype)
+    k_env, k_t = jax.random.split(key)
+    pick = below(jax.random.bits(k_env, (batch_size,), jnp.uint32), jnp.sum(has))
+    env, _ = _to_steps(jnp.zeros_like(lo), has, pick)  # the pick-th env with a candidate
+    t = lo[env] + below(jax.random.bits(k_t, (batch_size,), jnp.uint32), sizes[env])
+    return env, t.astype(lo.dtype)
 
 
 def recent_count(recent_ratio: float, batch_size: int) -> int:

@@ -8,11 +8,12 @@ raw stored ones, zero where masked, and ``next_<obs>`` is the next step's observ
 final observation where a step ends its episode, and zero where neither is known
 (``next_known``).
 
-Starts, as the core draws them: uniform over the stored steps (a prioritized buffer: by
-priority over the sampleable ones); with ``pad=False`` only starts whose ``L`` steps are all
-real. A start ``t`` is *whole* when ``t + L <= count`` and, ``within_episode``, the episode of
-step ``t + L - 1`` began at or before ``t`` (no end in ``t .. t + L - 2``): one read of
-``ep_start`` per start.
+Starts, as the core draws them: uniform over the stored steps, or env-balanced (an env
+uniform among those with a start, then a start uniform within it; rows ordered by env); a
+prioritized buffer: by priority over the sampleable ones. With ``pad=False`` only starts whose
+``L`` steps are all real. A start ``t`` is *whole* when ``t + L <= count`` and,
+``within_episode``, the episode of step ``t + L - 1`` began at or before ``t`` (no end in
+``t .. t + L - 2``): one read of ``ep_start`` per start.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from rlreplay.jax import prioritized as per
 from rlreplay.jax import rank, tree
 from rlreplay.jax._lib import jax, jnp, lax
 from rlreplay.jax.config import BufferConfig, tree_levels
-from rlreplay.jax.draws import below, uniform
+from rlreplay.jax.draws import balanced, below, uniform
 from rlreplay.jax.ring import rows_of, step_in_row
 from rlreplay.jax.state import BufferState
 
@@ -92,6 +93,50 @@ def _uniform_whole(
     return lax.cond(bad.any(), exact, lambda a: a, (env, t))  # type: ignore[no-any-return]
 
 
+def _balanced_whole(
+    config: BufferConfig, state: BufferState, key: Any, batch_size: int, length: int
+) -> tuple[Any, Any]:
+    """Env-balanced starts of whole runs within episodes, exactly: an env uniform among those
+    with a whole run, then a start uniform among its whole runs (the law the core's
+    rejection and fallback give); ``O(E * C)``."""
+    E, C = config.num_envs, config.env_capacity
+    idx = jnp.arange(E * C, dtype=state.count.dtype)  # env-major: env idx // C, its j-th step
+    all_env = idx // C
+    all_t = state.head[all_env] + idx % C
+    ok = whole(config, state, all_env, all_t, length, True)
+    counts = ok.reshape(E, C).sum(axis=1, dtype=state.count.dtype)
+    env, pos = balanced(jnp.zeros_like(counts), counts, key, batch_size)
+    cum = jnp.cumsum(ok.astype(state.count.dtype))
+    target = (jnp.cumsum(counts) - counts)[env] + pos  # the pos-th whole start of env
+    row = jnp.searchsorted(cum, target, side="right", method="compare_all")
+    row = jnp.minimum(row, E * C - 1)
+    return all_env[row], all_t[row]
+
+
+def _uniform_starts(
+    config: BufferConfig,
+    state: BufferState,
+    key: Any,
+    batch_size: int,
+    length: int,
+    within_episode: bool,
+    pad: bool,
+    balance_envs: bool,
+) -> tuple[Any, Any]:
+    head = state.head
+    end = jnp.maximum(head, state.count - (0 if pad else length - 1))
+    if balance_envs:
+        if not pad and within_episode:
+            env, t = _balanced_whole(config, state, key, batch_size, length)
+        else:
+            env, t = balanced(head, end, key, batch_size)
+        order = jnp.argsort(env, stable=True)  # rows ordered by env, as the core's
+        return env[order], t[order]
+    if not pad and within_episode:
+        return _uniform_whole(config, state, key, batch_size, length)
+    return uniform(head, end, key, batch_size)
+
+
 def starts(
     config: BufferConfig,
     state: BufferState,
@@ -101,20 +146,15 @@ def starts(
     within_episode: bool,
     pad: bool,
     beta: Any,
+    balance_envs: bool = False,
 ) -> tuple[Any, Any, Any, Any]:
     """``(env, t0, weights, probabilities)`` of ``batch_size`` sequence starts
     (``probabilities`` ``None`` for a uniform buffer)."""
     ones = jnp.ones(batch_size, jnp.float32)
     pri = state.priorities
     if pri is None:
-        head = state.head
-        if pad:
-            env, t = uniform(head, jnp.maximum(head, state.count), key, batch_size)
-        elif within_episode:
-            env, t = _uniform_whole(config, state, key, batch_size, length)
-        else:
-            end = jnp.maximum(state.count - length + 1, head)
-            env, t = uniform(head, end, key, batch_size)
+        args = (config, state, key, batch_size, length, within_episode, pad, balance_envs)
+        env, t = _uniform_starts(*args)
         return env, t, ones, None
     if pad:  # every sampleable transition is a start: the buffer's own draw
         return _reorder(per.draw(config, state, pri, key, batch_size, beta))
