@@ -115,14 +115,19 @@ class Queries:
         try:
             with self.sync.lock:
                 self.sync.check_open()
-                undo = None if transform is None else rollback_point(self.rng, self.sampler)
+                # A transform may raise after the draw, and so may the rejection of starts
+                # whose runs cross an episode end (pad=False) when no run of `length` exists:
+                # the draw is then rolled back, as if the call had not been made.
+                undo = None
+                if transform is not None or (within_episode and not pad):
+                    undo = rollback_point(self.rng, self.sampler)
                 try:
                     batch = self.sequences(
                         batch_size, length, within_episode, pad, balance_envs, transform
                     )
                 except BaseException:
                     if undo is not None:
-                        undo()  # a transform that raised: as if nothing was drawn
+                        undo()
                     raise
         except BaseException:
             if limiter is not None:

@@ -30,48 +30,44 @@ class Pacing:
 
     __slots__ = ("limiter", "size", "sync")
 
-    def __init__(
-        self,
-        limiter: RateLimiter | None,
-        sync: Sync,
-        size: Callable[[], int],
-        *,
-        storage: str,
-        num_envs: int,
-    ) -> None:
-        """Check ``limiter`` for a buffer of ``num_envs`` envs on ``storage``.
+    def __init__(self, limiter: RateLimiter | None, sync: Sync, size: Callable[[], int]) -> None:
+        """Pace a buffer's writes and samples with ``limiter`` (checked by :meth:`check`).
 
         Args:
             limiter: The constructor's ``rate_limiter``.
             sync: The buffer's lock.
             size: The buffer's sampleable count (called under the lock).
-            storage: The storage kind (writer processes cannot wait on a limiter here).
-            num_envs: Envs written by one ``add``.
         """
-        if limiter is not None:
-            if not isinstance(limiter, RateLimiter):
-                raise ConfigError(
-                    f"rate_limiter: expected None or an rr.RateLimiter (rr.MinSize, "
-                    f"rr.SampleToInsertRatio), got {limiter!r}"
-                )
-            if storage == "shared":
-                raise ConfigError(
-                    "rate_limiter: writer processes of storage='shared' cannot wait on a "
-                    "limiter in this process; rate-limit many writers with "
-                    "rlreplay.distributed.ReplayService(rate_limiter=...)"
-                )
-            spi, width = limiter.samples_per_insert, limiter.max_diff - limiter.min_diff
-            if num_envs * spi > width:
-                # Past the free stage samples keep diff >= min_diff, so a step of every env
-                # (num_envs inserts at once) could never again fit under max_diff: a hang.
-                raise ConfigError(
-                    f"rate_limiter: a step of all {num_envs} envs is {num_envs} inserts, "
-                    f"which need max_diff - min_diff >= num_envs * samples_per_insert = "
-                    f"{num_envs * spi:g}; {limiter!r} has {width:g} (widen error_buffer)"
-                )
         self.limiter = limiter
         self.sync = sync
         self.size = size
+
+    @staticmethod
+    def check(limiter: Any, *, storage: str, num_envs: int) -> None:
+        """Refuse a ``rate_limiter`` a buffer of ``num_envs`` envs on ``storage`` cannot use
+        (before anything is allocated)."""
+        if limiter is None:
+            return
+        if not isinstance(limiter, RateLimiter):
+            raise ConfigError(
+                f"rate_limiter: expected None or an rr.RateLimiter (rr.MinSize, "
+                f"rr.SampleToInsertRatio), got {limiter!r}"
+            )
+        if storage == "shared":
+            raise ConfigError(
+                "rate_limiter: writer processes of storage='shared' cannot wait on a "
+                "limiter in this process; rate-limit many writers with "
+                "rlreplay.distributed.ReplayService(rate_limiter=...)"
+            )
+        spi, width = limiter.samples_per_insert, limiter.max_diff - limiter.min_diff
+        if num_envs * spi > width:
+            # Past the free stage samples keep diff >= min_diff, so a step of every env
+            # (num_envs inserts at once) could never again fit under max_diff: a hang.
+            raise ConfigError(
+                f"rate_limiter: a step of all {num_envs} envs is {num_envs} inserts, "
+                f"which need max_diff - min_diff >= num_envs * samples_per_insert = "
+                f"{num_envs * spi:g}; {limiter!r} has {width:g} (widen error_buffer)"
+            )
 
     def counts(self) -> dict[str, Any]:
         """The limiter's parameters and counters, for the state (pending inserts: not in)."""

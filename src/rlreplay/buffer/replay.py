@@ -22,12 +22,13 @@ import numpy as np
 
 from rlreplay.batch import Batch
 from rlreplay.buffer import exports
-from rlreplay.buffer.budget import ResultBudget, check_capacity
+from rlreplay.buffer.budget import ResultBudget
 from rlreplay.buffer.copying import clone, reduce
 from rlreplay.buffer.episodes import Queries
 from rlreplay.buffer.events import SampleableEvents
 from rlreplay.buffer.fifo import Fifo
 from rlreplay.buffer.forwarding import bind_forwarded, forward, forwarded_names
+from rlreplay.buffer.geometry import Geometry
 from rlreplay.buffer.pacing import Pacing
 from rlreplay.buffer.sampling import Draws, binder
 from rlreplay.buffer.state import BufferState
@@ -183,47 +184,19 @@ class ReplayBuffer:
                 f"PrioritizedSampler, ...), got {type(sampler).__name__}"
             )
         output = buffer_output(as_, device)  # None: NumPy batches
-        num_envs = positive_int("num_envs", num_envs)
-        n_step = positive_int("n_step", n_step)
-        frame_stack = positive_int("frame_stack", frame_stack)
-        capacity = positive_int("capacity", capacity)
-        if isinstance(gamma, bool) or not isinstance(gamma, int | float | np.number):
-            raise ConfigError(f"gamma: expected a number in [0, 1], got {gamma!r}")
-        gamma = float(gamma)
-        if not 0.0 <= gamma <= 1.0:
-            raise ConfigError(f"gamma: expected a value in [0, 1], got {gamma}")
-        check_capacity(capacity, self.schema.fields)  # before anything is allocated
-        if capacity < num_envs * (n_step + frame_stack):
-            raise ConfigError(
-                f"capacity: expected at least num_envs * (n_step + frame_stack) = "
-                f"{num_envs} * ({n_step} + {frame_stack}) = {num_envs * (n_step + frame_stack)}"
-                f", got {capacity}"
-            )
-        if frame_stack > 1 and "obs" not in self.schema:
-            raise ConfigError("frame_stack: stacking applies to the 'obs' field; declare 'obs'")
-        next_fields = tuple(next_fields)
-        for name in next_fields:
-            f = self.schema.fields.get(name)
-            if f is None or f.observation:
-                raise ConfigError(
-                    f"next_fields: {name!r} is not a declared non-observation field (observation "
-                    f"fields always have next_<name>); declared: {list(self.schema.fields)}"
-                )
-        if stack_pad not in ("zero", "first"):
-            raise ConfigError(f"stack_pad: expected 'zero' or 'first', got {stack_pad!r}")
-        if seed is not None and (
-            isinstance(seed, bool) or not isinstance(seed, int | np.integer) or seed < 0
-        ):
-            raise ConfigError(f"seed: expected a non-negative int or None, got {seed!r}")
-
-        self.capacity = capacity
-        self.num_envs = num_envs
-        self.n_step = n_step
-        self.gamma = gamma
-        self.frame_stack = frame_stack
-        self.stack_pad = stack_pad
-        self.next_fields = next_fields
-        self.seed = None if seed is None else int(seed)
+        g = Geometry.checked(
+            self.schema, capacity=capacity, num_envs=num_envs, n_step=n_step, gamma=gamma,
+            frame_stack=frame_stack, stack_pad=stack_pad, next_fields=next_fields, seed=seed,
+        )  # fmt: skip
+        Pacing.check(rate_limiter, storage=storage, num_envs=g.num_envs)
+        self.capacity, self.num_envs, self.n_step, self.gamma = (
+            g.capacity,
+            g.num_envs,
+            g.n_step,
+            g.gamma,
+        )
+        self.frame_stack, self.stack_pad = g.frame_stack, g.stack_pad
+        self.next_fields, self.seed = g.next_fields, g.seed
         self.record_episodic_return = bool(record_episodic_return)
         self.reward_clip = clip_pair("reward_clip", reward_clip)
         self.default_return = float(default_return)
@@ -257,8 +230,7 @@ class ReplayBuffer:
         self._index = index = EpisodeIndex(
             E, C, self.n_step, self.frame_stack, self._finals0, alloc
         )
-        self._pacing = Pacing(rate_limiter, sync, lambda: int(index.sizes().sum()),
-                              storage=storage, num_envs=E)  # fmt: skip
+        self._pacing = Pacing(rate_limiter, sync, lambda: int(index.sizes().sum()))
         self._cols = cols = Columns(self.schema, E, C, self._finals0, self._backend)
         self._rng = rng = np.random.default_rng(self.seed)
         returns = None
