@@ -11,7 +11,7 @@ import line; this script times what their training loop then calls, on both side
   gets ``priority=1.0``), ``sample(32)`` (``sample_transition_batch(batch_size=32)``, and
   for the prioritized buffer ``set_priority`` of the sampled indices) and ``loop`` (4 adds,
   then that sample; µs per iteration). The front-end's ``sample_transition_batch`` returns
-  torch tensors (the seed's API; 0.1 returns NumPy arrays, its states a transposed view),
+  torch tensors (ReAgent's documented API; 0.1 returns NumPy arrays, its states a transposed view),
   which is what 0.1's ``sample_transition_batch_tensor`` returns: the circular buffer also
   has a ``sample_tensor(32)`` row timing that method on both sides.
 * **keras-gym** ``ExperienceReplayBuffer``, ``bootstrap_n`` 1 and 3, a ``Discrete(4)``
@@ -22,8 +22,9 @@ import line; this script times what their training loop then calls, on both side
 
 Times are CPU time of this process (``time.process_time``: other load on the machine counts
 less), in µs, the median of ``--repeats`` runs, the garbage collector off while timing (both
-sides allocate alike). The samplers' draws differ between the libraries (keras-gym 0.2.17
-draws differently from the seed the front-end follows), so only speed is compared.
+sides allocate alike). The samplers' draws differ between the libraries (keras-gym 0.2.17 draws
+differently from the documented keras-gym loop the front-end follows), so only speed is
+compared.
 
 ``--reagent-source DIR`` (the directory holding the ``reagent`` package, e.g. an unpacked
 ``reagent-0.1`` wheel) and ``--keras-gym-source DIR`` (the ``keras_gym`` package directory;

@@ -1,10 +1,10 @@
-"""Cold start: the README quick start in a fresh interpreter with an empty Numba cache.
+"""Cold start: the quick start in a fresh interpreter with an empty Numba cache.
 
 A fresh install has no compiled kernels yet: every kernel a script reaches is compiled on its
-first call. This runs the quick start of README.md (build a buffer, 1,000 ``add`` calls, one
-``sample(256)``, a checkpoint saved and loaded) ``--repeats`` times, each in a new interpreter
-whose Numba cache directory is empty, then once more with that cache filled, and prints the
-seconds of each stage (medians).
+first call. This runs the quick start of docs/getting-started.md (build a buffer, 1,000 ``add``
+calls, one ``sample(256)``, a checkpoint saved and loaded) ``--repeats`` times, each in a new
+interpreter whose Numba cache directory is empty, then once more with that cache filled, and
+prints the seconds of each stage (medians).
 
     python benchmarks/cold_start.py [--repeats 3]
 """

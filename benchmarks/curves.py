@@ -1,4 +1,4 @@
-"""Cost curves: µs per call against stored size, rlreplay next to its peers (issue 17).
+"""Cost curves: µs per call against stored size, rlreplay next to its peers.
 
 Run: ``python benchmarks/curves.py [--quick] [--ops OP ...] [--libs LIB ...] [--repeats N]
 [--window S] [--timeout S] [--out DIR] [--atari-max N] [--max-size N] [--timer cpu|wall]``.

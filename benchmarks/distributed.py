@@ -12,7 +12,7 @@ Measures, on this machine, with fields ``obs: float32[4]`` and ``action: int64``
   ``update_priorities(..., wait=False)``; the plain
   ``svc.sample`` loop (one round trip at a time) is reported beside it.
 
-Anchors (issue 14; one Reverb 0.14 server on loopback, one Python client, this machine kind):
+Anchors (one Reverb 0.14 server on loopback, one Python client, this machine kind):
 8.6k inserts/s, 48k sampled/s uniform, 40k prioritized, 1.65k priority-update calls/s. Targets:
 5x each with Ray, 20x with shared memory.
 

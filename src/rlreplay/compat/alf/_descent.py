@@ -112,7 +112,7 @@ def descend(values: torch.Tensor, capacity: int, thresholds: Array) -> Array:
 
 
 def find_sum_bound(values: torch.Tensor, capacity: int, thresholds: Array) -> Array:
-    """ALF's ``find_sum_bound`` on its node array: the descent and the seed's guarantees.
+    """ALF's ``find_sum_bound`` on its node array: the descent and its documented guarantees.
 
     Args:
         values: ALF's node array (see :func:`descend`).

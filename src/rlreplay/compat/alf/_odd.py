@@ -1,9 +1,9 @@
 """Priorities the core's sum tree cannot draw by (negative, NaN, infinite), kept as ALF keeps them.
 
-ALF's ``update_priority`` writes any float into its sum and max segment trees (the seed
-documents no check, and ALF's trees store any value), and ``get_batch`` then draws with its sum
-tree's descent: ``thresholds = rand * summary()`` (after asserting ``summary() > 0``),
-``find_sum_bound(thresholds)``, ``importance_weights = priority * nnz / summary()``.
+ALF's ``update_priority`` writes any float into its sum and max segment trees (ALF's
+documentation states no check, and ALF's trees store any value), and ``get_batch`` then draws
+with its sum tree's descent: ``thresholds = rand * summary()`` (after asserting ``summary() >
+0``), ``find_sum_bound(thresholds)``, ``importance_weights = priority * nnz / summary()``.
 
 The core's prioritized buffer refuses such values, so the front-end gives the core 0 for them
 and keeps them here, by ALF's slot (``env * max_length + pos % max_length``). While one of them

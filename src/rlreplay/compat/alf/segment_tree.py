@@ -368,7 +368,7 @@ class SumSegmentTree(SegmentTree):
 
         ALF's descent over its node array in ``dtype`` (left while ``threshold < left
         child``, else right with the left child subtracted), so a threshold at a rounding
-        boundary lands where ALF's does; then the seed's guarantees: ``values[result[i]]`` is
+        boundary lands where ALF's does; then ALF's documented guarantees: ``values[result[i]]`` is
         never 0 (a descent that rounding sent onto a zero leaf moves back to the non-zero leaf
         before it), and a threshold equal to :meth:`summary` gives the largest index of a
         non-zero value. Outside ALF's documented range the descent answers: a negative or NaN

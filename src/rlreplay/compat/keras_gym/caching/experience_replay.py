@@ -21,17 +21,16 @@ Every value is converted as keras-gym's ``self._s[self._i] = s`` converts it: Nu
 into an array of the stored shape and dtype (unsafe casts, broadcasting), raising what NumPy
 raises there, so the core only ever gets values of its fields' dtypes.
 
-Sampling follows the seed's keras-gym loop (``shared/seeds/002``, the version rlreplay
-targets): each attempt draws ``j = random.randint(num_transitions)`` (a slot of keras-gym's
-``capacity + bootstrap_n`` ring, mapped to the core step it holds) with the same
-``RandomState``, and keeps it under keras-gym's rules; attempts are drawn in vectors of exactly
-as many as are still needed, which consumes the generator as keras-gym's one-by-one draws do.
-The same ``random_seed`` and adds give keras-gym's samples, except where keras-gym would read
-data that is not there (the fixes in ``docs/migrating/keras_gym.md``): such a draw is
-rejected, or its stack is built from the right frames. (keras-gym 0.2.17, the last PyPI
-release, draws differently: ``js = randint(len - num_frames) + arange(num_frames)``.) The
-ring itself is readable as keras-gym's private ``_s``, ``_a``, ``_r``, ``_d``, ``_e`` and
-``_i`` (copies), which keras-gym's own tests read.
+Sampling follows keras-gym's documented loop (the version rlreplay targets): each attempt draws
+``j = random.randint(num_transitions)`` (a slot of keras-gym's ``capacity + bootstrap_n`` ring,
+mapped to the core step it holds) with the same ``RandomState``, and keeps it under keras-gym's
+rules; attempts are drawn in vectors of exactly as many as are still needed, which consumes the
+generator as keras-gym's one-by-one draws do. The same ``random_seed`` and adds give
+keras-gym's samples, except where keras-gym would read data that is not there (the fixes in
+``docs/migrating/keras_gym.md``): such a draw is rejected, or its stack is built from the right
+frames. (keras-gym 0.2.17, the last PyPI release, draws differently: ``js = randint(len -
+num_frames) + arange(num_frames)``.) The ring itself is readable as keras-gym's private ``_s``,
+``_a``, ``_r``, ``_d``, ``_e`` and ``_i`` (copies), which keras-gym's own tests read.
 """
 
 from __future__ import annotations
