@@ -177,7 +177,8 @@ class Queries:
             env_ids, t0, _ = self.stored_steps(ids)
             if env_ids.ndim != 1:
                 raise InvalidIdError(f"ids: expected a 1-D array, got shape {env_ids.shape}")
-            rows = env_ids.shape[0] * length
+            # (at least one row: a length no result could hold is refused even for no ids)
+            rows = max(env_ids.shape[0], 1) * length
             self.budget.check("length", length, rows, "get_sequences", "step")
             n_real = run_lengths(self.index, env_ids, t0, length, within_episode)
             data = gather_runs(self.cols, self.index, env_ids, t0, n_real, length)
