@@ -173,3 +173,42 @@ def test_recency_options_are_checked_and_kept() -> None:
     assert np_buf.draw_options.recent_steps == 3
     back, _ = rrj.from_replay_buffer(np_buf)
     assert (back.config.recent_ratio, back.config.recent_steps) == (0.25, 3)
+
+
+def test_draws_without_replacement_follow_the_core_law() -> None:
+    """``replacement=False``: no duplicates in a batch while enough are sampleable, recent
+    draws first; per-id frequencies match the core's (two-sample chi-square); a batch larger
+    than the sampleable set is drawn with replacement, as in the core."""
+    buf = jax_buffer(**RECENT)
+    rng = np.random.default_rng(6)
+    tw = Twins(buf)
+    for _ in range(25):
+        tw.add(random_step(rng, 2, p_end=0.1))
+    everything = np.sort(tw.np_buf.sampleable_ids())
+    recent = recent_set(tw.np_buf, 2)
+    batch, ratio = 6, 0.5
+    k = recent_count(ratio, batch)
+
+    @jax.jit
+    def draws(state: rrj.BufferState, key: Any) -> Any:
+        def one(kk: Any) -> Any:
+            return buf.sample(state, kk, batch, recent_ratio=ratio, recent_steps=2,
+                              replacement=False)["ids"]  # fmt: skip
+
+        return jax.vmap(one)(jax.random.split(key, 600))
+
+    ids = np.asarray(draws(tw.state, jax.random.key(8)))
+    assert all(len(set(row.tolist())) == batch for row in ids)
+    assert np.isin(ids[:, :k], recent).all()
+    core = np.stack([
+        tw.np_buf.sample(batch, recent_ratio=ratio, recent_steps=2, replacement=False)["ids"]
+        for _ in range(600)
+    ])  # fmt: skip
+    for part in (slice(0, k), slice(k, batch)):
+        table = np.array([[(d[:, part] == i).sum() for i in everything] for d in (ids, core)])
+        table = table[:, table.sum(axis=0) > 0]
+        test = stats.chi2_contingency(table)
+        assert test.pvalue > 1e-3, test
+    too_many = everything.shape[0] + 3
+    more = np.asarray(buf.sample(tw.state, jax.random.key(0), too_many, replacement=False).ids)
+    assert np.isin(more, everything).all() and len(set(more.tolist())) < too_many

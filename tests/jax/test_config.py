@@ -41,6 +41,8 @@ from tests.jax.helpers import (  # noqa: E402
         (dict(capacity=64, recent_ratio=1.5), "recent_ratio"),
         (dict(capacity=64, recent_ratio=0.5, recent_steps=0), "recent_steps"),
         (dict(capacity=64, prioritized=True, recent_ratio=0.5), "uniform-only"),
+        (dict(capacity=64, prioritized=True, replacement=False), "uniform-only"),
+        (dict(capacity=64, replacement=1), "replacement"),
     ],
 )
 def test_bad_arguments_are_refused(kwargs: dict[str, Any], match: str) -> None:
@@ -93,8 +95,6 @@ def test_conversions_refuse_what_has_no_jax_counterpart() -> None:
     uneven.add(**random_step(np.random.default_rng(0), 1), env_ids=[0])
     with pytest.raises(rr.ConfigError, match="step together"):
         rrj.from_replay_buffer(uneven)
-    with pytest.raises(rr.ConfigError, match="replacement"):
-        rrj.from_replay_buffer(rr.ReplayBuffer(16, fields, replacement=False))
     abandoned = rr.ReplayBuffer(16, fields)
     abandoned.add(**{k: v[0] for k, v in random_step(np.random.default_rng(0), 1, 0, 0).items()})
     abandoned.abandon_episode(0)

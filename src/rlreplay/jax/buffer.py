@@ -19,8 +19,8 @@ from rlreplay.jax._lib import jax, jnp, lax, require_jax
 from rlreplay.jax.assemble import transitions
 from rlreplay.jax.batch import JaxBatch, register_batch
 from rlreplay.jax.config import BufferConfig, check_ids_fit, make_config
-from rlreplay.jax.draws import mixed, recent_count, uniform
-from rlreplay.jax.ring import cleared, first_sampleable, write_index
+from rlreplay.jax.draws import distinct, mixed, recent_count, uniform
+from rlreplay.jax.ring import cleared, first_sampleable, sampleable, step_in_row, write_index
 from rlreplay.jax.state import BufferState, init_state
 from rlreplay.sampling.uniform import draw_options
 from rlreplay.spec import Field, Schema, positive_int
@@ -63,9 +63,8 @@ class JaxBuffer:
       issued or overwritten and values that are negative, NaN or infinite; ``sample`` on a
       buffer where :meth:`can_sample` is False returns arbitrary rows with weight 0 (uniform:
       weight 1) instead of raising. Shapes, dtypes and keys are checked when tracing.
-    * Not offered: draws without replacement, whole episodes, abandoned episodes, transforms
-      and rate limiters (:func:`~rlreplay.jax.to_replay_buffer` gives a NumPy buffer that has
-      them).
+    * Not offered: whole episodes, abandoned episodes, transforms and rate limiters
+      (:func:`~rlreplay.jax.to_replay_buffer` gives a NumPy buffer that has them).
 
     Every function is jitted (batch sizes, sequence lengths and flags are static) and works inside
     ``lax.scan`` and under ``vmap`` (one buffer per seed: ``jax.vmap(lambda _: buf.init())(
@@ -104,7 +103,9 @@ class JaxBuffer:
         self.config = config
         self._init = jax.jit(lambda: init_state(config))
         self._add = jax.jit(self._add_impl)
-        self._sample = jax.jit(self._sample_impl, static_argnames=("batch_size", "recent_ratio"))
+        self._sample = jax.jit(
+            self._sample_impl, static_argnames=("batch_size", "recent_ratio", "replacement")
+        )
         self._sample_seq = jax.jit(
             self._sample_seq_impl,
             static_argnames=("batch_size", "length", "within_episode", "pad", "balance_envs"),
@@ -186,8 +187,9 @@ class JaxBuffer:
         beta: Any = None,
         recent_ratio: float | None = None,
         recent_steps: Any = None,
+        replacement: bool | None = None,
     ) -> JaxBatch:
-        """Draw ``batch_size`` transitions with replacement: uniformly, or by priority.
+        """Draw ``batch_size`` transitions: uniformly, or by priority.
 
         Args:
             state: The buffer's state.
@@ -199,6 +201,9 @@ class JaxBuffer:
                 ``jit``): ``ceil(recent_ratio * batch_size)`` draws, first in the batch, are
                 uniform over the ``recent_steps`` newest sampleable transitions of each env.
             recent_steps: Overrides the buffer's ``recent_steps`` (may be traced).
+            replacement: Overrides the buffer's ``replacement`` (static). Without it a batch
+                has no duplicates whenever enough transitions are sampleable (otherwise it is
+                drawn with replacement, as the core draws it): ``O(capacity)`` per draw.
 
         Returns:
             A :class:`~rlreplay.jax.JaxBatch` (a mapping with attribute access, and a pytree)
@@ -212,25 +217,28 @@ class JaxBuffer:
                 range, or given to a prioritized buffer.
         """
         batch_size = positive_int("batch_size", batch_size)
-        if recent_ratio is not None or recent_steps is not None:
-            recent_ratio, recent_steps = self._recency(recent_ratio, recent_steps)
+        if recent_ratio is not None or recent_steps is not None or replacement is not None:
+            recent_ratio, recent_steps = self._recency(recent_ratio, recent_steps, replacement)
+            replacement = None if replacement is None else bool(replacement)
         out: JaxBatch = self._sample(
             state, key, batch_size=batch_size, beta=beta, recent_ratio=recent_ratio,
-            recent_steps=recent_steps,
+            recent_steps=recent_steps, replacement=replacement,
         )  # fmt: skip
         return out
 
-    def _recency(self, recent_ratio: Any, recent_steps: Any) -> tuple[float, Any]:
-        """The recency options of one draw, checked as the core checks them."""
+    def _recency(self, recent_ratio: Any, recent_steps: Any, replacement: Any) -> tuple[float, Any]:
+        """The draw options of one draw, checked as the core checks them."""
         c = self.config
         ratio = c.recent_ratio if recent_ratio is None else recent_ratio
         steps = c.recent_steps if recent_steps is None else recent_steps
+        replace = c.replacement if replacement is None else replacement
         traced = not isinstance(steps, int | np.integer)  # a traced recent_steps: as it is
-        options = draw_options(ratio, 1 if traced else steps, True)
-        if c.prioritized and options.recent_ratio > 0:
+        options = draw_options(ratio, 1 if traced else steps, replace)
+        if c.prioritized and (options.recent_ratio > 0 or not options.replacement):
             raise ConfigError(
-                "recent_ratio: prioritized sampling draws by priority; recency mixing is "
-                "uniform-only (as in rlreplay.PrioritizedReplayBuffer)"
+                "recent_ratio/replacement: prioritized sampling draws by priority with "
+                "replacement; recency mixing and draws without replacement are uniform-only "
+                "(as in rlreplay.PrioritizedReplayBuffer)"
             )
         return options.recent_ratio, steps if traced else options.recent_steps
 
@@ -424,7 +432,7 @@ class JaxBuffer:
 
     def _sample_impl(
         self, state: BufferState, key: Any, batch_size: int, beta: Any,
-        recent_ratio: float | None, recent_steps: Any,
+        recent_ratio: float | None, recent_steps: Any, replacement: bool | None,
     ) -> JaxBatch:  # fmt: skip
         c = self.config
         if state.priorities is not None:
@@ -436,14 +444,35 @@ class JaxBuffer:
             out["probabilities"] = probabilities
             return JaxBatch(out)
         recent = recent_count(c.recent_ratio if recent_ratio is None else recent_ratio, batch_size)
-        if recent:
-            steps = c.recent_steps if recent_steps is None else recent_steps
-            env, t = mixed(state.lo, state.hi, key, batch_size, recent, steps)
-        else:
-            env, t = uniform(state.lo, state.hi, key, batch_size)
+        steps = c.recent_steps if recent_steps is None else recent_steps
+
+        def with_replacement() -> tuple[Any, Any]:
+            if recent:
+                return mixed(state.lo, state.hi, key, batch_size, recent, steps)
+            return uniform(state.lo, state.hi, key, batch_size)
+
+        if c.replacement if replacement is None else replacement:
+            env, t = with_replacement()
+        else:  # distinct whenever enough are sampleable (else as the core: with replacement)
+            env, t = lax.cond(
+                batch_size <= self._num_sampleable_impl(state),
+                lambda: self._without_replacement(state, key, batch_size, recent, steps),
+                with_replacement,
+            )
         out = transitions(c, state, env, t)
         out["weights"] = jnp.ones(batch_size, jnp.float32)
         return JaxBatch(out)
+
+    def _without_replacement(
+        self, state: BufferState, key: Any, batch_size: int, recent: int, steps: Any
+    ) -> tuple[Any, Any]:
+        """Distinct draws over every row's sampleable step (``O(capacity)``)."""
+        c = self.config
+        env, t = step_in_row(c, state, jnp.arange(c.num_slots, dtype=state.count.dtype))
+        candidate = sampleable(state, env, t)
+        newest = jnp.minimum(jnp.maximum(state.hi - state.lo, 0), steps)
+        is_recent = candidate & (t >= (state.hi - newest)[env])
+        return distinct(env, t, candidate, is_recent, key, batch_size, recent)
 
     def _sample_seq_impl(
         self, state: BufferState, key: Any, beta: Any, batch_size: int, length: int,
@@ -535,6 +564,7 @@ def make_buffer(
     sort_interval: int | None = None,
     recent_ratio: float = 0.0,
     recent_steps: int = 1,
+    replacement: bool = True,
 ) -> JaxBuffer:
     """A replay buffer of pure JAX functions (see :class:`JaxBuffer`).
 
@@ -561,6 +591,9 @@ def make_buffer(
         recent_ratio, recent_steps: Uniform buffers: ``ceil(recent_ratio * B)`` draws of a
             batch of ``B`` are uniform over the ``recent_steps`` newest sampleable
             transitions of each env, as for :class:`rlreplay.ReplayBuffer`.
+        replacement: Uniform buffers: if False, a batch has no duplicates whenever enough
+            transitions are sampleable (``O(capacity)`` per draw), as for
+            :class:`rlreplay.ReplayBuffer`.
 
     Raises:
         rlreplay.ConfigError: An argument out of range, naming it.
@@ -588,6 +621,7 @@ def make_buffer(
         beta_final=beta_final, beta_steps=beta_steps, eps=eps, variant=variant,
         initial_priority=initial_priority, priority_clip=priority_clip, stratified=stratified,
         sort_interval=sort_interval, recent_ratio=recent_ratio, recent_steps=recent_steps,
+        replacement=replacement,
     )  # fmt: skip
     check_ids_fit(config)
     buf = JaxBuffer(config)

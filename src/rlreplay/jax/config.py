@@ -77,6 +77,7 @@ class BufferConfig:
     variant: str
     recent_ratio: float
     recent_steps: int
+    replacement: bool
 
     @property
     def rank_based(self) -> bool:
@@ -142,6 +143,7 @@ def make_config(
     x64: bool,
     recent_ratio: float = 0.0,
     recent_steps: int = 1,
+    replacement: bool = True,
     **per: Any,
 ) -> BufferConfig:
     """Check the arguments of :func:`rlreplay.jax.make_buffer` as the NumPy core checks its
@@ -197,11 +199,12 @@ def make_config(
             f"sort_interval: the JAX buffer ranks every draw exactly (the core's "
             f"sort_interval=1); expected None or 1, got {sampler.sort_interval!r}"
         )
-    options = draw_options(recent_ratio, recent_steps, True)
-    if prioritized and options.recent_ratio > 0:
+    options = draw_options(recent_ratio, recent_steps, replacement)
+    if prioritized and (options.recent_ratio > 0 or not options.replacement):
         raise ConfigError(
-            "recent_ratio: prioritized sampling draws by priority; recency mixing is "
-            "uniform-only (as in rlreplay.PrioritizedReplayBuffer)"
+            "recent_ratio/replacement: prioritized sampling draws by priority with "
+            "replacement; recency mixing and draws without replacement are uniform-only (as "
+            "in rlreplay.PrioritizedReplayBuffer)"
         )
     clip = sampler.priority_clip
     return BufferConfig(
@@ -229,6 +232,7 @@ def make_config(
         variant=sampler.variant,
         recent_ratio=options.recent_ratio,
         recent_steps=options.recent_steps,
+        replacement=options.replacement,
     )
 
 

@@ -74,7 +74,7 @@ def _numpy_buffer(config: BufferConfig, seed: int | None) -> ReplayBuffer:
         )
     return ReplayBuffer(
         config.capacity, fields, recent_ratio=config.recent_ratio,
-        recent_steps=config.recent_steps, **kwargs,
+        recent_steps=config.recent_steps, replacement=config.replacement, **kwargs,
     )  # fmt: skip
 
 
@@ -164,8 +164,6 @@ def _refuse_unsupported(cls: str, config: dict[str, Any], env: Array) -> None:
         )
     if config["record_episodic_return"]:
         raise ConfigError("from_replay_buffer: record_episodic_return has no JAX counterpart")
-    if not config["replacement"]:
-        raise ConfigError("from_replay_buffer: replacement=False has no JAX counterpart")
     counts = env[:, COUNT]
     if (counts != counts[0]).any():
         raise ConfigError(
@@ -181,9 +179,9 @@ def from_replay_buffer(
     priorities), with the same configuration.
 
     Args:
-        np_buf: An :class:`rlreplay.ReplayBuffer` (uniform, without ``replacement=False``)
-            or an :class:`rlreplay.PrioritizedReplayBuffer` whose envs have all added the
-            same number of steps. A rank-based buffer's ranks become exact at every draw
+        np_buf: An :class:`rlreplay.ReplayBuffer` (uniform) or an
+            :class:`rlreplay.PrioritizedReplayBuffer` whose envs have all added the same
+            number of steps. A rank-based buffer's ranks become exact at every draw
             (the core's ``sort_interval=1``), whatever its ``sort_interval``.
         finals_per_env: Final observations the JAX buffer keeps per env (default
             ``env_capacity // 4``, or more if the NumPy buffer holds more).
@@ -193,9 +191,9 @@ def from_replay_buffer(
 
     Raises:
         rlreplay.ConfigError: A buffer the JAX buffer cannot represent (naming why): other
-            samplers, draws without replacement, recorded episodic returns, envs at different
-            steps, abandoned episodes, ``finals_per_env`` below the final observations held,
-            or values that do not fit JAX's 32-bit types (enable ``jax_enable_x64``).
+            samplers, recorded episodic returns, envs at different steps, abandoned
+            episodes, ``finals_per_env`` below the final observations held, or values that
+            do not fit JAX's 32-bit types (enable ``jax_enable_x64``).
     """
     sd = np_buf.state_dict()
     config, arrays, meta = sd["config"], sd["arrays"], sd["meta"]
@@ -233,7 +231,8 @@ def from_replay_buffer(
         gamma=config["gamma"], frame_stack=config["frame_stack"],
         stack_pad=config["stack_pad"], next_fields=config["next_fields"],
         finals_per_env=finals_per_env, prioritized=bool(per_kwargs),
-        recent_ratio=config["recent_ratio"], recent_steps=config["recent_steps"], **per_kwargs,
+        recent_ratio=config["recent_ratio"], recent_steps=config["recent_steps"],
+        replacement=config["replacement"], **per_kwargs,
     )  # fmt: skip
     c = buf.config
     idt = c.index_dtype

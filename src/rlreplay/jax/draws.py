@@ -83,3 +83,44 @@ def mixed(
     env_r, t_r = _to_steps(hi - newest, newest, below(bits[:recent], jnp.sum(newest)))
     env_a, t_a = _to_steps(lo, sizes, below(bits[recent:], jnp.sum(sizes)))
     return jnp.concatenate([env_r, env_a]), jnp.concatenate([t_r, t_a])
+
+
+def distinct(
+    env: Any, t: Any, candidate: Any, recent: Any, key: Any, batch_size: int, k: int
+) -> tuple[Any, Any]:
+    """Draws without replacement over the candidate rows, as the core's ``draw_mixed``
+    with ``replacement=False`` and enough candidates (``batch_size <= #candidates``).
+
+    ``env``, ``t``: the step of each row; ``candidate``: the rows drawable; ``recent``: the
+    recent ones among them. The first ``min(k, #recent)`` draws are distinct recent rows, the
+    others distinct rows among the candidates not drawn yet, each part in random order. For
+    each part every row gets a random 31-bit key and the part takes the rows of its largest
+    keys (:func:`jax.lax.top_k`, ``O(rows)``): a uniformly random ordered subset, up to ties
+    of two keys among the largest (probability about ``batch_size * rows / 2**31``).
+    """
+    k_recent, k_rest = jax.random.split(key)
+
+    def scores(key: Any, allowed: Any) -> Any:
+        bits = jax.random.bits(key, allowed.shape, jnp.uint32)
+        return jnp.where(allowed, (bits >> 1).astype(jnp.int32), -1)  # not allowed: -1
+
+    rows = jnp.arange(candidate.shape[0], dtype=jnp.int32)
+    taken = jnp.zeros(0, jnp.int32)
+    n_recent = jnp.zeros((), jnp.int32)
+    if k:
+        _, taken = jax.lax.top_k(scores(k_recent, recent), k)
+        n_recent = jnp.minimum(k, jnp.sum(recent, dtype=jnp.int32))
+        # Recent picks past the recent rows' count are not drawn, and stay candidates.
+        drawn = rows[:k] < n_recent
+        candidate = candidate.at[jnp.where(drawn, taken, candidate.shape[0])].set(
+            False, mode="drop"
+        )
+    # Fresh keys: the recent rows left over lost to the picked ones, and keys they kept would
+    # carry that into this draw.
+    _, rest = jax.lax.top_k(scores(k_rest, candidate), batch_size)
+    # Draw i is recent pick i while i < n_recent, then rest pick i - n_recent.
+    i = jnp.arange(batch_size, dtype=jnp.int32)
+    pick = rest[jnp.maximum(i - n_recent, 0)]
+    if k:
+        pick = jnp.where(i < n_recent, taken[jnp.minimum(i, k - 1)], pick)
+    return env[pick], t[pick]
