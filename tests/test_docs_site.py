@@ -38,6 +38,7 @@ PUBLIC_MODULES = [
     "rlreplay.distributed",
     "rlreplay.jax",
     "rlreplay.integrations.sb3",
+    "rlreplay.integrations.torchrl",
 ]
 # Front-ends: the classes of their `__all__` (their modules mirror another library's layout).
 FRONT_ENDS = [
