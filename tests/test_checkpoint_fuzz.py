@@ -6,7 +6,8 @@ scalars) set to huge, negative, zero, off-by-one, wrongly typed or hostile value
 header is written back with a correct checksum, so only validation can refuse it. For each
 mutant, loading must raise :class:`rlreplay.CheckpointError` (never another exception), within
 a few seconds (an alarm fails a hang), with a peak of traced memory no larger than twice that
-of loading the intact file (no allocation larger than the file), without unpickling anything
+of loading the intact file (no allocation larger than the file, or than the buffer the header
+configures within a 16 MiB size budget: a file holds stored rows only), without unpickling anything
 and without running code named by the file. A mutant that loads must be a checkpoint as a
 buffer writes it: the buffer it loads into saves it back exactly (a field set to another valid
 value, or to the value it had).
@@ -42,7 +43,7 @@ import numpy as np
 import pytest
 
 import rlreplay as rr
-from rlreplay.checkpoint.file import CheckpointReader
+from rlreplay.checkpoint.file import FORMAT_VERSION, CheckpointReader
 from tests.reference import RefBuffer, Step, assert_batch_matches
 
 _PREFIX = struct.Struct("<8sIQ")
@@ -92,7 +93,7 @@ def split(data: bytes) -> tuple[dict[str, Any], bytes]:
 def join(header: dict[str, Any], rest: bytes) -> bytes:
     """A file around ``header`` with a correct header checksum (the data region unchanged)."""
     raw = json.dumps(header).encode()
-    head = _PREFIX.pack(b"RLREPLAY", 1, len(raw)) + raw + hashlib.sha256(raw).digest()
+    head = _PREFIX.pack(b"RLREPLAY", FORMAT_VERSION, len(raw)) + raw + hashlib.sha256(raw).digest()
     return head + b"\0" * (-len(head) % 64) + rest
 
 
@@ -200,6 +201,10 @@ def guarded(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[None]:
     for name in ("load", "loads", "Unpickler"):
         monkeypatch.setattr(pickle, name, refusing(getattr(pickle, name)))
     monkeypatch.setattr(np, "load", refusing(np.load))
+    # A file holds only stored rows: a header's capacity sizes the buffer it loads into up to
+    # the size budget (the machine's memory). A small budget makes the peak bound below hold
+    # on every machine: a capacity mutated past it is refused before anything is allocated.
+    monkeypatch.setattr(rr.spec.arguments, "SIZE_BUDGET", 1 << 24)
     monkeypatch.chdir(tmp_path)  # where a hostile name would create PWNED
     old = signal.signal(signal.SIGALRM, _alarm)
     try:
@@ -347,13 +352,58 @@ FLOAT_VALUES = [
 
 
 def arrays_of(data: bytes) -> dict[str, np.ndarray[Any, Any]]:
-    """The mutant's arrays, read straight from its bytes (copies)."""
+    """The mutant's arrays as a state dict holds them (whole), read from its bytes (copies).
+
+    A file holds per-slot arrays for the stored steps only and per-final-record arrays for
+    the live records only (env by env, oldest first); the rows it leaves out are put back as a
+    fresh buffer has them (no record: -1, rank 1, else 0).
+    """
     header, rest = split(data)
-    return {
+    read = {
         e["name"]: np.frombuffer(rest, np.dtype(e["dtype"]), int(np.prod(e["shape"])),
                                  e["offset"]).reshape(e["shape"]).copy()
         for e in header["arrays"]
     }  # fmt: skip
+    env = read["index/env"]
+    E = env.shape[0]
+    C = int(header["meta"]["config"]["capacity"]) // E
+    F = int(header["meta"]["state"]["finals_capacity"])
+    stored = [
+        (e * C, C, int(env[e, 1]), int(env[e, 0])) for e in range(E)
+    ]  # (base, size, head, count)
+    live = [(e * F, F, int(env[e, 6]), int(env[e, 5])) for e in range(E)]
+    out = {}
+    for name, arr in read.items():
+        if name.startswith(("index/slot_meta", "columns/steps/", "columns/derived/")) or name in (
+            "priorities/prio",
+            "priorities/rank",
+        ):
+            rings = stored
+        elif name.startswith(("index/final_owner", "columns/finals/")):
+            rings = live
+        elif name == "priorities/snapshot":
+            full = np.zeros(E * C, arr.dtype)
+            full[: arr.shape[0]] = arr
+            out[name] = full
+            continue
+        else:
+            out[name] = arr
+            continue
+        full = np.zeros((E * rings[0][1], *arr.shape[1:]), arr.dtype)
+        if name == "index/slot_meta":
+            full[:, 1:] = -1
+        elif name in ("index/final_owner",):
+            full[:] = -1
+        elif name == "priorities/rank":
+            full[:] = 1
+        at = 0
+        for base, size, first, end in rings:
+            rows = base + np.arange(first, end) % size
+            full[rows] = arr[at : at + end - first]
+            at += end - first
+        assert at == arr.shape[0], name
+        out[name] = full
+    return out
 
 
 def mutate_data(data: bytes, rng: random.Random) -> bytes:

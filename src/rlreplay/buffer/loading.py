@@ -19,6 +19,7 @@ from rlreplay.checkpoint.file import CheckpointReader
 from rlreplay.errors import CheckpointError
 from rlreplay.limits import RateLimiter
 from rlreplay.sampling.registry import sampler_from_config
+from rlreplay.spec import arguments
 from rlreplay.spec.schema import Schema
 
 __all__ = ["load"]
@@ -45,21 +46,21 @@ def from_checkpoint(
     capacity = config.pop("capacity")
     fields = config.pop("fields")
     # Nothing is allocated for counts the file could not hold (24: a slot's index row).
-    reader.require_fit("capacity", capacity, 24 + sum(f.nbytes for f in fields.values()))
     obs_bytes = sum(f.nbytes for f in fields.values() if f.observation)
-    reader.require_fit("finals_capacity", meta["state"]["finals_capacity"], 16 + obs_bytes)
+    for what, count, item_bytes in (
+        ("capacity", capacity, 24 + sum(f.nbytes for f in fields.values())),
+        ("finals_capacity", meta["state"]["finals_capacity"], 16 + obs_bytes),
+    ):
+        if reader.version < 2:  # every slot is in the file
+            reader.require_fit(what, count, item_bytes)
+        else:  # only stored rows are: the configuration sizes the buffer, as a constructor's
+            _require_budget(reader, what, count, item_bytes)
     buf = cls(capacity, fields, **config)
     try:  # a refused file leaves no live buffer: a memmap directory is free again
         buf._state.load_meta(meta["state"])
-        dest = buf._state.arrays()
-
-        def destination(name: str, dtype: np.dtype[Any], shape: tuple[int, ...]) -> Array:
-            if name not in dest:
-                raise CheckpointError(f"checkpoint: unexpected array {name!r}")
-            return dest[name]
-
-        reader.read_into(destination)
-        missing = set(dest) - {e["name"] for e in reader.table}
+        # Format 1 holds every array whole; format 2 only the rows that hold data.
+        reader.read_into(buf._state.file_destination(reader.version))
+        missing = set(buf._state.arrays()) - {e["name"] for e in reader.table}
         if missing:
             raise CheckpointError(f"checkpoint: arrays {sorted(missing)} are missing")
         buf._state.after_load()
@@ -73,6 +74,19 @@ def from_checkpoint(
     except BaseException:
         buf._backend.close()  # (not buf.close(): a rate_limiter= override stays usable)
         raise
+
+
+def _require_budget(reader: CheckpointReader, what: str, count: Any, item_bytes: int) -> None:
+    """Refuse a count of a format-2 header whose items would not fit the size budget (the
+    machine's memory, :func:`rlreplay.spec.size_budget`) before anything is allocated."""
+    where = f"checkpoint {str(reader.path)!r}"
+    if type(count) is not int or count < 0:
+        raise CheckpointError(f"{where}: {what} must be an integer >= 0; got {count!r}")
+    if count * item_bytes > arguments.SIZE_BUDGET:
+        raise CheckpointError(
+            f"{where}: {what} {count} would take {count * item_bytes} bytes, more than the size "
+            f"budget ({arguments.SIZE_BUDGET} bytes, rlreplay.spec.size_budget())"
+        )
 
 
 def load(

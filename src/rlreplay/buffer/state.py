@@ -6,6 +6,14 @@ the rate limiter's) and live views of every part's arrays (the index's, the colu
 sampler's); each part gives and takes its own (``state_arrays``, ``load_meta``,
 ``after_load``), this part puts them together. Loading a checkpoint file is
 :func:`rlreplay.load` (:mod:`rlreplay.buffer.loading`, which knows the buffer classes).
+
+A state dict holds every array whole. A checkpoint file (format 2) holds of each per-slot
+array (columns, the index's slot records, priorities) only the rows of stored steps, env by
+env, oldest first, and of each per-final-record array only the live records: an empty buffer's
+file is a few kilobytes whatever its capacity. The index's per-env counters, written first,
+say which rows those are (:meth:`BufferState.file_arrays`, :meth:`BufferState.file_destination`);
+the rows a file leaves out are read back as a fresh buffer has them, rows that nothing reads
+before a write sets them. Format 1 files (rlreplay 0.1.0) hold every array whole.
 """
 
 from __future__ import annotations
@@ -19,7 +27,7 @@ import numpy as np
 
 from rlreplay.buffer.pacing import Pacing
 from rlreplay.buffer.sync import Sync
-from rlreplay.checkpoint.file import write_checkpoint
+from rlreplay.checkpoint.file import Rows, write_checkpoint
 from rlreplay.episodes.index import EpisodeIndex
 from rlreplay.errors import CheckpointError
 from rlreplay.sampling.base import Sampler
@@ -75,6 +83,68 @@ class BufferState:
         out.update(self.sampler.state_arrays())
         return out
 
+    def row_kinds(self) -> dict[str, tuple[str | int, Any]]:
+        """Per array of :meth:`arrays` whose rows do not all hold state: which do
+        (``"slots"``: those of stored steps; ``"finals"``: those of live final records; ``n``:
+        the first ``n``) and the value the others hold in a fresh buffer."""
+        out: dict[str, tuple[str | int, Any]] = {
+            f"index/{k}": v for k, v in self.index.state_rows().items()
+        }
+        out.update({f"columns/{k}": v for k, v in self.cols.state_rows().items()})
+        sampler_rows = getattr(self.sampler, "state_rows", None)  # optional (see Sampler)
+        if sampler_rows is not None:
+            out.update(sampler_rows())
+        return out
+
+    def runs(self) -> dict[str, Array]:
+        """Row ranges holding state: ``"slots"`` of stored steps, ``"finals"`` of live records."""
+        return {"slots": self.index.stored_runs(), "finals": self.index.live_final_runs()}
+
+    def file_arrays(self) -> dict[str, Array | Rows]:
+        """The arrays as a checkpoint file holds them (live views, no copies): per-slot ones
+        only the rows of stored steps, per-final-record ones only the live records (env by env,
+        oldest first), each as :class:`~rlreplay.checkpoint.file.Rows` of the live array."""
+        arrays = self.arrays()  # first: it settles the index
+        kinds, runs = self.row_kinds(), self.runs()
+        return {
+            name: arr if name not in kinds else _rows(arr, kinds[name][0], runs)
+            for name, arr in arrays.items()
+        }
+
+    def file_destination(
+        self, version: int
+    ) -> Callable[[str, np.dtype[Any], tuple[int, ...]], Array | Rows]:
+        """Where a file's arrays go, for :meth:`CheckpointReader.read_into` (after
+        :meth:`load_meta`): the live arrays, or for a format-2 file the rows of them it holds,
+        found from the index's counters, which the file holds first.
+
+        Raises (when called):
+            CheckpointError: An array this buffer does not have, a partial array before the
+                index's counters, or counters that describe no rings.
+        """
+        dest = self.arrays()
+        kinds = self.row_kinds() if version >= 2 else {}
+        seen: set[str] = set()
+        runs: dict[str, Array] = {}
+
+        def destination(name: str, dtype: np.dtype[Any], shape: tuple[int, ...]) -> Array | Rows:
+            if name not in dest:
+                raise CheckpointError(f"checkpoint: unexpected array {name!r}")
+            kind = kinds.get(name)
+            seen.add(name)
+            if kind is None:
+                return dest[name]
+            if not runs:
+                if "index/env" not in seen:
+                    raise CheckpointError(
+                        f"checkpoint: array {name!r} comes before index/env, which says "
+                        "which of its rows the file holds"
+                    )
+                runs.update(self.index.loaded_runs())
+            return _rows(dest[name], kind[0], runs)
+
+        return destination
+
     def load_meta(self, meta: Mapping[str, Any]) -> None:
         """Prepare for a state's arrays (resize what they size) and restore its scalars."""
         self.pacing.restore(meta.get("rate_limiter"))  # first: it refuses while inserting
@@ -97,13 +167,26 @@ class BufferState:
         self.sampler.after_load(self.index)
 
     def state_dict(self) -> dict[str, Any]:
-        """The full state: ``{"class", "config", "meta", "arrays"}`` (arrays are copies)."""
+        """The full state: ``{"class", "config", "meta", "arrays"}`` (arrays are copies).
+
+        Rows that hold no state (slots of steps no longer stored, dead final records) show
+        the value a fresh buffer has there, as a checkpoint reads back: buffers that hold the
+        same steps, episodes, priorities and generator state have equal state dicts.
+        """
         with self.sync.lock:
+            arrays = {k: np.array(v) for k, v in self.arrays().items()}
+            kinds, runs = self.row_kinds(), self.runs()
+            for name, (kind, fill) in kinds.items():
+                arr = arrays[name]
+                stale = np.ones(arr.shape[0], np.bool_)
+                for start, stop in _rows(arr, kind, runs).runs.tolist():
+                    stale[start:stop] = False
+                arr[stale] = fill
             return {
                 "class": self.owner,
                 "config": self.config(),
                 "meta": self.meta(),
-                "arrays": {k: np.array(v) for k, v in self.arrays().items()},
+                "arrays": arrays,
             }
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
@@ -214,4 +297,11 @@ class BufferState:
                 "config": self.config(),
                 "state": self.meta(),
             }
-            write_checkpoint(path, meta, self.arrays(), progress=progress)
+            write_checkpoint(path, meta, self.file_arrays(), progress=progress)
+
+
+def _rows(arr: Array, kind: str | int, runs: Mapping[str, Array]) -> Rows:
+    """``Rows`` of ``arr``: those of ``runs[kind]``, or its first ``kind`` rows."""
+    if isinstance(kind, str):
+        return Rows(arr, runs[kind])
+    return Rows(arr, np.array([[0, min(kind, arr.shape[0])]], np.int64))

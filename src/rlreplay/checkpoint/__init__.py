@@ -4,6 +4,12 @@ Owns the on-disk format: a header of metadata and a table of named arrays. Knows
 what the arrays mean: every part of a buffer gives and takes its own.
 """
 
-from rlreplay.checkpoint.file import FORMAT_VERSION, CheckpointReader, write_checkpoint
+from rlreplay.checkpoint.file import (
+    FORMAT_VERSION,
+    READ_VERSIONS,
+    CheckpointReader,
+    Rows,
+    write_checkpoint,
+)
 
-__all__ = ["FORMAT_VERSION", "CheckpointReader", "write_checkpoint"]
+__all__ = ["FORMAT_VERSION", "READ_VERSIONS", "CheckpointReader", "Rows", "write_checkpoint"]

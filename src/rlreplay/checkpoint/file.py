@@ -18,6 +18,13 @@ checkpoint intact. Reading checks the magic, version, file size and header check
 trusting the header, then streams each array straight into its destination (no second copy)
 and checks the data checksum at the end. No pickle anywhere.
 
+An array may be written from, and read into, runs of rows of a larger array (:class:`Rows`):
+a buffer's checkpoint holds only the rows that hold data, without gathering them into a copy.
+
+Versions: 1 (rlreplay 0.1.0) and 2 (per-slot arrays hold only the rows of stored steps; the
+container is the same). The reader accepts both and says which it read (``version``); what the
+arrays mean is the writer's business (:mod:`rlreplay.buffer.state`).
+
 Both show a tqdm progress bar counted in bytes for large checkpoints when stderr is a terminal
 (``progress=``; see :mod:`rlreplay.io.progress`, imported only then).
 """
@@ -35,16 +42,17 @@ from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from glob import escape as glob_escape
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
 from rlreplay.errors import CheckpointError
 
-__all__ = ["FORMAT_VERSION", "CheckpointReader", "write_checkpoint"]
+__all__ = ["FORMAT_VERSION", "READ_VERSIONS", "CheckpointReader", "Rows", "write_checkpoint"]
 
 MAGIC = b"RLREPLAY"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # what write_checkpoint writes
+READ_VERSIONS = (1, 2)  # what CheckpointReader reads
 _ALIGN = 64
 _CHUNK = 1 << 24  # 16 MiB: bounded extra memory while streaming
 _PREFIX = struct.Struct("<8sIQ")
@@ -60,10 +68,53 @@ def _byte_view(arr: Array) -> memoryview:
     return np.ascontiguousarray(arr).data.cast("B")
 
 
+class Rows(NamedTuple):
+    """Runs of rows of ``array`` seen as one array: ``concatenate([array[a:b] for a, b in
+    runs])``, written from and read into ``array`` in place (no gathered copy).
+
+    Attributes:
+        array: A C-contiguous array (a memmap too).
+        runs: int64 ``(n, 2)``: ``[start, stop)`` row ranges of ``array``, in file order, each
+            within ``0 .. len(array)``.
+    """
+
+    array: Array
+    runs: Array
+
+    @property
+    def dtype(self) -> np.dtype[Any]:
+        out: np.dtype[Any] = self.array.dtype
+        return out
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        rows = int((self.runs[:, 1] - self.runs[:, 0]).sum()) if self.runs.shape[0] else 0
+        return (rows, *self.array.shape[1:])
+
+    def blocks(self) -> Iterator[Array]:
+        """Each run's rows, a view of ``array``."""
+        for start, stop in self.runs.tolist():
+            yield self.array[start:stop]
+
+
+def _blocks(arr: Array | Rows) -> Iterator[Array]:
+    if isinstance(arr, Rows):
+        yield from arr.blocks()
+    else:
+        yield arr
+
+
+def _nbytes(arr: Array | Rows) -> int:
+    count = 1
+    for n in arr.shape:
+        count *= int(n)
+    return count * arr.dtype.itemsize
+
+
 def write_checkpoint(
     path: str | os.PathLike[str],
     meta: Mapping[str, Any],
-    arrays: Mapping[str, Array],
+    arrays: Mapping[str, Array | Rows],
     *,
     progress: bool | None = None,
 ) -> None:
@@ -72,7 +123,7 @@ def write_checkpoint(
     Args:
         path: The checkpoint file.
         meta: JSON-able header data.
-        arrays: Name -> array, written in this order.
+        arrays: Name -> array (or :class:`Rows` of one), written in this order.
         progress: A progress bar (tqdm): ``None`` for large data when stderr is a terminal.
 
     Raises:
@@ -86,7 +137,7 @@ def write_checkpoint(
         raise CheckpointError(f"path: {str(target)!r} is a directory; a checkpoint is one file")
     if not target.parent.is_dir():
         raise CheckpointError(f"path: directory {str(target.parent)!r} does not exist")
-    table = []
+    table: list[dict[str, Any]] = []
     offset = 0
     for name, arr in arrays.items():
         table.append(
@@ -95,10 +146,10 @@ def write_checkpoint(
                 "dtype": arr.dtype.str,
                 "shape": list(arr.shape),
                 "offset": offset,
-                "nbytes": int(arr.nbytes),
+                "nbytes": _nbytes(arr),
             }
         )
-        offset = _aligned(offset + int(arr.nbytes))
+        offset = _aligned(offset + _nbytes(arr))
     header = json.dumps({"meta": meta, "arrays": table, "data_size": offset}).encode()
     _remove_dead_temporaries(target)
     tmp = target.with_name(f".{target.name}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}")
@@ -117,12 +168,13 @@ def write_checkpoint(
                     f.write(b"\0" * pad)
                     data_hash.update(b"\0" * pad)
                     bar.update(pad)
-                view = _byte_view(arr)
-                for start in range(0, len(view), _CHUNK):
-                    chunk = view[start : start + _CHUNK]
-                    f.write(chunk)
-                    data_hash.update(chunk)
-                    bar.update(len(chunk))
+                for block in _blocks(arr):
+                    view = _byte_view(block)
+                    for start in range(0, len(view), _CHUNK):
+                        chunk = view[start : start + _CHUNK]
+                        f.write(chunk)
+                        data_hash.update(chunk)
+                        bar.update(len(chunk))
                 written = entry["offset"] + entry["nbytes"]
             tail = offset - written
             f.write(b"\0" * tail)
@@ -205,10 +257,10 @@ class CheckpointReader:
             magic, version, hlen = _PREFIX.unpack(prefix)
             if magic != MAGIC:
                 raise CheckpointError(f"{where}: not an rlreplay checkpoint (bad magic {magic!r})")
-            if version != FORMAT_VERSION:
+            if version not in READ_VERSIONS:
                 raise CheckpointError(
-                    f"{where}: format version {version}, this rlreplay reads version "
-                    f"{FORMAT_VERSION}"
+                    f"{where}: format version {version}, this rlreplay reads versions "
+                    f"{', '.join(map(str, READ_VERSIONS))} (a newer rlreplay wrote it?)"
                 )
             if _PREFIX.size + hlen + 32 > size:
                 raise CheckpointError(f"{where}: truncated inside the header")
@@ -219,6 +271,7 @@ class CheckpointReader:
             parsed = json.loads(header)
         except (ValueError, RecursionError) as exc:  # UnicodeDecodeError is a ValueError
             raise CheckpointError(f"{where}: unreadable header: {exc}") from None
+        self.version: int = version
         self.data_start = _aligned(_PREFIX.size + hlen + 32)
         self.size = size
         if not isinstance(parsed, dict) or set(parsed) != {"meta", "arrays", "data_size"}:
@@ -320,11 +373,12 @@ class CheckpointReader:
             ) from exc
 
     def read_into(
-        self, destination: Callable[[str, np.dtype[Any], tuple[int, ...]], Array]
+        self, destination: Callable[[str, np.dtype[Any], tuple[int, ...]], Array | Rows]
     ) -> None:
         """Stream every array into ``destination(name, dtype, shape)``'s returned array.
 
-        The destination must be a C-contiguous array of exactly that dtype and shape.
+        The destination must be a C-contiguous array of exactly that dtype and shape, or
+        :class:`Rows` of one with that dtype and shape (filled run by run).
 
         Raises:
             CheckpointError: Data checksum mismatch, or a destination that does not fit.
@@ -342,12 +396,14 @@ class CheckpointReader:
                 dtype = np.dtype(entry["dtype"])
                 shape = entry["shape"]
                 dest = destination(entry["name"], dtype, shape)
-                if dest.dtype != dtype or dest.shape != shape or not dest.flags.c_contiguous:
+                base = dest.array if isinstance(dest, Rows) else dest
+                if dest.dtype != dtype or dest.shape != shape or not base.flags.c_contiguous:
                     raise CheckpointError(
                         f"{where}: array {entry['name']!r} is {dtype}{list(shape)}, the buffer "
                         f"expects {dest.dtype}{list(dest.shape)}"
                     )
-                _read_exact(f, dest.data.cast("B") if dest.nbytes else None, data_hash, bar)
+                for block in _blocks(dest):
+                    _read_exact(f, block.data.cast("B") if block.nbytes else None, data_hash, bar)
                 pos = entry["offset"] + entry["nbytes"]
             _skip(f, self.data_size - pos, data_hash, bar)
             if data_hash.digest() != f.read(32):

@@ -19,6 +19,7 @@ abandoned.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -109,9 +110,20 @@ class Holes:
     sizes: Array
 
 
-def build_holes(cuts: list[list[int]], slot_meta: Array, lo: Array, C: int, n: int) -> Holes:
+def build_holes(
+    cuts: list[list[int]],
+    slot_meta: Array,
+    lo: Array,
+    C: int,
+    n: int,
+    rows: Callable[[int, Array], Array] | None = None,
+) -> Holes:
     """The holes of the abandon points ``cuts`` (per env, stored, in time order) that reach
-    ``lo`` or beyond, clipped to start at ``lo``. O(abandon points)."""
+    ``lo`` or beyond, clipped to start at ``lo``. O(abandon points).
+
+    ``rows(e, t)``: the rows of ``slot_meta`` holding stored steps ``t`` of env ``e`` (by
+    default their slots ``e * C + t % C``; a checkpoint file's table holds stored steps only).
+    """
     per_env: dict[int, tuple[Array, Array, Array]] = {}
     sizes = np.zeros(lo.shape[0], np.int64)
     for e, c in enumerate(cuts):
@@ -121,7 +133,7 @@ def build_holes(cuts: list[list[int]], slot_meta: Array, lo: Array, C: int, n: i
         a = a[a >= lo[e]]
         if not a.shape[0]:
             continue
-        start = slot_meta[e * C + a % C, EP_START]
+        start = slot_meta[e * C + a % C if rows is None else rows(e, a), EP_START]
         h0 = np.maximum(np.maximum(a - n + 1, start), lo[e])
         size = a + 1 - h0
         cum = np.concatenate([np.zeros(1, np.int64), np.cumsum(size)])

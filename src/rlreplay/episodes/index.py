@@ -71,10 +71,11 @@ from rlreplay.episodes.kernels import _finals_needed as _finals_needed
 from rlreplay.episodes.kernels import _locate_kernel as _locate_kernel
 from rlreplay.episodes.kernels import _recompute_bounds as _recompute_bounds
 from rlreplay.episodes.kernels import expand_ranges as expand_ranges
+from rlreplay.episodes.kernels import ring_runs as ring_runs
 from rlreplay.episodes.kernels import sampleable_delta as sampleable_delta
 from rlreplay.errors import CheckpointError, InvalidIdError
 
-__all__ = ["EpisodeIndex", "expand_ranges", "sampleable_delta"]
+__all__ = ["EpisodeIndex", "expand_ranges", "ring_runs", "sampleable_delta"]
 
 Array = np.ndarray[Any, Any]
 
@@ -540,6 +541,49 @@ class EpisodeIndex:
         self._lockstep = -1  # the caller may load other counters into them
         self._cuts.forget()  # ... and other abandon marks: found again on the next query
         return arrays
+
+    def state_rows(self) -> dict[str, tuple[str, Any]]:
+        """Which of :meth:`state_arrays` are per slot (``"slots"``) or per final record
+        (``"finals"``), each with the row a fresh index has: a checkpoint holds only their
+        rows of stored steps and live records, the others read nothing before a write."""
+        fresh_slot = np.zeros(3, np.int64)
+        fresh_slot[[FINAL_FID, EP_END]] = -1
+        return {"slot_meta": ("slots", fresh_slot), "final_owner": ("finals", -1)}
+
+    def stored_runs(self) -> Array:
+        """Slot ranges of the stored steps, env by env, oldest first (see
+        :func:`~rlreplay.episodes.kernels.ring_runs`)."""
+        env = self.env
+        return ring_runs(env[:, HEAD], env[:, COUNT], self.env_capacity)
+
+    def live_final_runs(self) -> Array:
+        """Final-record positions of the live records, env by env, oldest first."""
+        env = self.env
+        return ring_runs(env[:, F_HEAD], env[:, F_COUNT], self.finals_capacity)
+
+    def loaded_runs(self) -> dict[str, Array]:
+        """``{"slots": stored_runs(), "finals": live_final_runs()}`` of counters just read from
+        a checkpoint, once they are checked to describe the rings (:meth:`check_loaded`
+        checks the rest once every array is in place).
+
+        Raises:
+            CheckpointError: An env whose stored steps or live final records are not a
+                range of at most its ring's size, naming it.
+        """
+        env, C, F = self._env, self.env_capacity, self.finals_capacity
+        count, head = env[:, COUNT], env[:, HEAD]
+        f_count, f_head = env[:, F_COUNT], env[:, F_HEAD]
+        # (Differences are taken only where both ends are >= 0: no int64 overflow.)
+        bad_steps = (head < 0) | (count < head) | ((count >= 0) & (count - np.maximum(head, 0) > C))
+        bad_finals = (f_head < 0) | (f_count < f_head)
+        bad_finals |= (f_count >= 0) & (f_count - np.maximum(f_head, 0) > F)
+        for bad, code in ((bad_steps, 2), (bad_finals, 4)):  # as check_loaded says it
+            if bad.any():
+                e = int(np.flatnonzero(bad)[0])
+                shown = int(head[e]) if code == 2 else (int(f_head[e]), int(f_count[e]))
+                what = _CHECKS[code].format(v=shown, c=int(count[e]))
+                raise CheckpointError(f"checkpoint: episode index of env {e}: {what}")
+        return {"slots": self.stored_runs(), "finals": self.live_final_runs()}
 
     def check_loaded(self, terminated: Array | None = None, truncated: Array | None = None) -> None:
         """Refuse loaded tables that no sequence of writes produces (a checkpoint's meaning).

@@ -17,7 +17,7 @@ import numpy as np
 __all__ = [
     "ABANDONED", "COUNT", "EP_END", "EP_START", "FINAL_FID", "F_COUNT", "F_HEAD", "HEAD", "HI",
     "LAST_END", "LO",
-    "P_C", "P_F", "P_G", "P_K", "P_N", "expand_ranges", "sampleable_delta",
+    "P_C", "P_F", "P_G", "P_K", "P_N", "expand_ranges", "ring_runs", "sampleable_delta",
 ]  # fmt: skip
 
 Array = np.ndarray[Any, Any]
@@ -290,6 +290,34 @@ def expand_ranges(lo: Array, sizes: Array) -> tuple[Array, Array]:
     starts = np.cumsum(sizes) - sizes
     t = np.arange(int(sizes.sum()), dtype=np.int64) - np.repeat(starts - lo, sizes)
     return env_ids, t
+
+
+def ring_runs(first: Array, end: Array, capacity: int) -> Array:
+    """Row ranges of per-env rings holding items ``first[e] .. end[e] - 1`` of each env.
+
+    Env ``e``'s ring is rows ``e * capacity .. e * capacity + capacity - 1`` and its item ``i``
+    sits at row ``e * capacity + i % capacity`` (steps in slots, final records likewise).
+    Returns int64 ``(n, 2)`` ``[start, stop)`` row ranges, env by env, oldest item first: at
+    most two per env (the items wrap around the end of the ring), none for an env without
+    items. Requires ``0 <= first <= end <= first + capacity``.
+
+    Example: ``capacity=4``, env 0 holding items 3..5 (rows 3, 0, 1) and env 1 holding items
+    0..1 (rows 4, 5) give ``[[3, 4], [0, 2], [4, 6]]``.
+    """
+    E = first.shape[0]
+    base = np.arange(E, dtype=np.int64) * capacity
+    size = end - first
+    start = first % capacity
+    # Items up to the end of the ring, then the rest from its first row.
+    head = np.minimum(size, capacity - start)
+    runs = np.empty((E, 2, 2), np.int64)
+    runs[:, 0, 0] = base + start
+    runs[:, 0, 1] = base + start + head
+    runs[:, 1, 0] = base
+    runs[:, 1, 1] = base + size - head
+    runs = runs.reshape(-1, 2)
+    out: Array = runs[runs[:, 1] > runs[:, 0]]
+    return out
 
 
 @numba.njit(cache=True)

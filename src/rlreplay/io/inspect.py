@@ -14,11 +14,12 @@ sampleable and have no priority mass. The episode walk collects the abandon poin
 holes are built from them and the config's ``n_step`` as the loaded buffer builds them, so
 ``sampleable`` and the priorities leave them out.
 
-The array layout read here is the one :meth:`rlreplay.ReplayBuffer.save` writes (checkpoint
-format version 1): ``index/env`` (per-env counters, columns named in
-:mod:`rlreplay.episodes.index`),
+The array layout read here is the one :meth:`rlreplay.ReplayBuffer.save` writes:
+``index/env`` (per-env counters, columns named in :mod:`rlreplay.episodes.index`),
 ``index/slot_meta`` (per-slot episode start and final record), ``columns/steps/<field>`` and
-``priorities/prio`` (per slot), slot of step ``t`` of env ``e`` being ``e * C + t % C``.
+``priorities/prio`` (per slot). In format 1 files every slot is there, step ``t`` of env ``e``
+in slot ``e * C + t % C``; format 2 files hold the stored steps only, env by env, oldest first
+(:class:`_Layout`).
 """
 
 from __future__ import annotations
@@ -140,6 +141,42 @@ class Report:
     arrays: dict[str, tuple[str, tuple[int, ...]]] = field(default_factory=dict)
 
 
+@dataclass(frozen=True)
+class _Layout:
+    """Where the file's per-slot arrays hold step ``t`` of env ``e``: in slot ``e * C + t % C``
+    (format 1: every slot), or in row ``offset[e] + t - head[e]`` (format 2: the stored steps
+    only, env by env, oldest first; ``offset`` is ``None`` for format 1)."""
+
+    C: int
+    head: Array
+    offset: Array | None
+
+    @classmethod
+    def of(cls, version: int, env: Array, C: int) -> _Layout:
+        head = env[:, HEAD].copy()
+        if version < 2:
+            return cls(C, head, None)
+        stored = env[:, COUNT] - head
+        return cls(C, head, np.cumsum(stored) - stored)
+
+    def ranges(self, e: int, first: int, end: int) -> list[tuple[int, int]]:
+        """Row ranges holding stored steps ``first .. end-1`` of env ``e``, in time order."""
+        if self.offset is None:
+            return _ring_ranges(e, self.C, first, end)
+        if end <= first:
+            return []
+        a = int(self.offset[e] + first - self.head[e])
+        return [(a, a + end - first)]
+
+    def rows(self, e: int, t: Array) -> Array:
+        """Rows holding stored steps ``t`` of env ``e``."""
+        if self.offset is None:
+            out: Array = e * self.C + t % self.C
+            return out
+        out = self.offset[e] + t - self.head[e]
+        return out
+
+
 def _ring_ranges(e: int, C: int, first: int, end: int) -> list[tuple[int, int]]:
     """Slot ranges holding steps ``first .. end-1`` of env ``e``, in time order (<= 2)."""
     n = end - first
@@ -151,17 +188,19 @@ def _ring_ranges(e: int, C: int, first: int, end: int) -> list[tuple[int, int]]:
     return [(e * C + start, e * C + C), (e * C, e * C + start + n - C)]
 
 
-def _time_chunks(e: int, C: int, first: int, end: int) -> Iterator[tuple[int, int, int]]:
-    """``(slot_lo, slot_hi, t_lo)`` pieces of steps ``first .. end-1``, in time order."""
+def _time_chunks(layout: _Layout, e: int, first: int, end: int) -> Iterator[tuple[int, int, int]]:
+    """``(row_lo, row_hi, t_lo)`` pieces of steps ``first .. end-1``, in time order."""
     t = first
-    for lo, hi in _ring_ranges(e, C, first, end):
+    for lo, hi in layout.ranges(e, first, end):
         for a in range(lo, hi, _ROWS):
             b = min(hi, a + _ROWS)
             yield a, b, t
             t += b - a
 
 
-def _episodes(view: CheckpointView, env: Array, C: int) -> tuple[EpisodeStats, list[list[int]]]:
+def _episodes(
+    view: CheckpointView, env: Array, layout: _Layout
+) -> tuple[EpisodeStats, list[list[int]]]:
     """The episode statistics, and per env the stored steps ending abandoned episodes."""
     meta = view.array("index/slot_meta")
     reward = view.array("columns/steps/reward")
@@ -174,7 +213,7 @@ def _episodes(view: CheckpointView, env: Array, C: int) -> tuple[EpisodeStats, l
         cur_start, cur_sum = -1, 0.0
         last_fid = 0
         cuts.append([])
-        for a, b, t0 in _time_chunks(e, C, head, count):
+        for a, b, t0 in _time_chunks(layout, e, head, count):
             s = np.asarray(meta[a:b, EP_START])
             f = np.asarray(meta[a:b, FINAL_FID])
             r = np.asarray(reward[a:b], np.float64).reshape(b - a, -1).sum(axis=1)
@@ -220,12 +259,12 @@ def _sampleable_ranges(env: Array, holes: Holes, e: int) -> list[tuple[int, int]
     return out
 
 
-def _field_stats(view: CheckpointView, name: str, env: Array, C: int) -> FieldStats:
+def _field_stats(view: CheckpointView, name: str, env: Array, layout: _Layout) -> FieldStats:
     column = view.array(name)
     lo, hi, total, n = math.inf, -math.inf, 0.0, 0
     if column.dtype.kind in "biuf":
         for e in range(env.shape[0]):
-            for rows in _ring_ranges(e, C, int(env[e, HEAD]), int(env[e, COUNT])):
+            for rows in layout.ranges(e, int(env[e, HEAD]), int(env[e, COUNT])):
                 for piece in slices_of_rows(column, rows):
                     if piece.size:
                         lo = min(lo, float(piece.min()))
@@ -256,7 +295,7 @@ def _masses(p: Array, alpha: float, variant: str) -> Array:
 
 
 def _priorities(
-    view: CheckpointView, config: dict[str, Any], env: Array, C: int, holes: Holes
+    view: CheckpointView, config: dict[str, Any], env: Array, layout: _Layout, holes: Holes
 ) -> Any:
     if "priorities/prio" not in view:
         return None
@@ -265,7 +304,7 @@ def _priorities(
         np.asarray(prio[a:b])
         for e in range(env.shape[0])
         for t0, t1 in _sampleable_ranges(env, holes, e)
-        for a, b in _ring_ranges(e, C, t0, t1)
+        for a, b in layout.ranges(e, t0, t1)
     ]
     p = np.concatenate(parts) if parts else np.zeros(0)
     if not p.size:
@@ -301,10 +340,12 @@ def inspect_checkpoint(path: str | os.PathLike[str], *, verify: bool = True) -> 
         raise CheckpointError(f"checkpoint {str(view.path)!r}: not a replay buffer's checkpoint")
     env = np.array(view.array("index/env"))  # (num_envs, 7): small
     E = env.shape[0]
-    C = int(view.array("index/slot_meta").shape[0]) // max(E, 1)
-    episodes, cuts = _episodes(view, env, C)
+    C = int(config["capacity"]) // max(E, 1)
+    layout = _Layout.of(view.reader.version, env, C)
+    episodes, cuts = _episodes(view, env, layout)
     n_step = int(config.get("n_step", 1))
-    holes = build_holes(cuts, view.array("index/slot_meta"), env[:, LO].copy(), C, n_step)
+    slot_meta = view.array("index/slot_meta")
+    holes = build_holes(cuts, slot_meta, env[:, LO].copy(), C, n_step, layout.rows)
     envs = [
         EnvFill(e, int(env[e, COUNT]), int(env[e, COUNT] - env[e, HEAD]),
                 int(env[e, HI] - env[e, LO] - holes.sizes[e]), C)
@@ -318,8 +359,8 @@ def inspect_checkpoint(path: str | os.PathLike[str], *, verify: bool = True) -> 
         file_bytes=view.reader.size,
         envs=envs,
         episodes=episodes,
-        fields=[_field_stats(view, n, env, C) for n in columns],
-        priorities=_priorities(view, config, env, C, holes),
+        fields=[_field_stats(view, n, env, layout) for n in columns],
+        priorities=_priorities(view, config, env, layout, holes),
         integrity=view.verify() if verify else Integrity(True, 0, "not checked"),
         arrays={n: (view.array(n).dtype.str, view.array(n).shape) for n in view.names},
     )

@@ -170,7 +170,16 @@ class Sampler(Protocol):
         ...
 
     def state_arrays(self) -> dict[str, Array]:
-        """Arrays of the sampler's state (live views), named as they are in a checkpoint."""
+        """Arrays of the sampler's state (live views), named as they are in a checkpoint.
+
+        A sampler may also define ``state_rows() -> dict[str, tuple[str | int, Any]]`` (not
+        required): for some of these arrays, which rows hold state, and the value a fresh
+        sampler's other rows hold: ``("slots", fill)`` for an array with one row per slot
+        (the rows of stored steps hold state), ``(n, fill)`` for its first ``n`` rows. A
+        checkpoint file holds only those rows, and the other rows read back as ``fill``, so
+        they must be rows nothing reads before a write sets them (a state dict shows them as
+        ``fill`` too). Arrays it does not name are state in every row.
+        """
         ...
 
     def load_meta(self, meta: Mapping[str, Any]) -> None:

@@ -376,6 +376,17 @@ class Priorities:
         self.snapshot_size = size
         self.changes = changes
 
+    def state_rows(self) -> dict[str, tuple[str | int, Any]]:
+        """Which of :meth:`state_arrays` a checkpoint holds in part, with the value a fresh
+        row holds: per-slot priorities and ranks only for stored steps (``"slots"``), the rank
+        snapshot only its first ``snapshot_size`` entries (an int); other slots' values are
+        never read before a write sets them."""
+        out: dict[str, tuple[str | int, Any]] = {"prio": ("slots", 0.0)}
+        if self.rank_based:
+            out["rank"] = ("slots", 1)
+            out["snapshot"] = (self.snapshot_size, 0.0)
+        return out
+
     def state_arrays(self) -> dict[str, Array]:
         """The arrays of the state (live views); the trees and ``live`` are derived."""
         out: dict[str, Array] = {"prio": self.prio}

@@ -399,6 +399,11 @@ class PrioritizedSampler:
     def state_arrays(self) -> dict[str, Array]:
         return {f"priorities/{k}": v for k, v in self.raw.state_arrays().items()}
 
+    def state_rows(self) -> dict[str, tuple[str | int, Any]]:
+        """See :meth:`rlreplay.sampling.Sampler.state_arrays` (optional): the priorities of
+        stored steps only, and the used part of the rank snapshot."""
+        return {f"priorities/{k}": v for k, v in self.raw.state_rows().items()}
+
     def load_meta(self, meta: Mapping[str, Any]) -> None:
         own = dict(meta["priorities"])
         beta_step, top = int(own["beta_step"]), float(own["max_priority"])

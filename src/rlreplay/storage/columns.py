@@ -80,6 +80,7 @@ class Columns:
         }
         # Per-step values the buffer computes (not given to add), e.g. discounted_return.
         self.derived: dict[str, Array] = {}
+        self._derived_fill: dict[str, float] = {}
         self._step_items = {name: row_items(col) for name, col in self.steps.items()}
         # (address, row bytes) of each step column whose rows span at most 4 cache lines: what
         # a sampling kernel prefetches for a batch (see assemble._window_kernel). The step
@@ -99,6 +100,7 @@ class Columns:
         col = self.backend.allocate(f"derived-{name}", (self.num_envs * self.env_capacity,), dtype)
         col[...] = fill
         self.derived[name] = col
+        self._derived_fill[name] = fill
         return col
 
     def _alloc_finals(self, name: str, finals_capacity: int) -> Array:
@@ -164,6 +166,15 @@ class Columns:
         out = {f"steps/{k}": v for k, v in self.steps.items()}
         out.update({f"finals/{k}": v for k, v in self.finals.items()})
         out.update({f"derived/{k}": v for k, v in self.derived.items()})
+        return out
+
+    def state_rows(self) -> dict[str, tuple[str, Any]]:
+        """Which of :meth:`state_arrays` are per slot (``"slots"``: step and derived columns)
+        or per final record (``"finals"``), each with the value a fresh row holds: a
+        checkpoint holds only the rows that hold data."""
+        out: dict[str, tuple[str, Any]] = {f"steps/{k}": ("slots", 0) for k in self.steps}
+        out.update({f"finals/{k}": ("finals", 0) for k in self.finals})
+        out.update({f"derived/{k}": ("slots", self._derived_fill[k]) for k in self.derived})
         return out
 
     def state_dict(self) -> dict[str, Any]:
