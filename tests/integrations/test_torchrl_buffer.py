@@ -180,17 +180,20 @@ def test_prioritized_sampling_follows_td_errors() -> None:
     sample = rb.sample()
     assert sample["priority_weight"].dtype == torch.float32
     assert sample["priority_weight"].shape == (64,)
+    assert torch.equal(sample["priority_weight"], torch.ones(64))  # all priorities equal
+    # A loss's output: "index" and a [B, 1] "td_error" (100 for one transition, 0 for the rest).
     favourite = int(data["index"][7])
-    td_error = torch.where(sample["index"] == favourite, 100.0, 0.0).unsqueeze(-1)
-    td_error[0] = 0.0
-    sample.set("td_error", td_error)
-    rb.update_tensordict_priority(sample)
-    # Priorities given: 100 for the favourite, 0 (+ eps) for the others drawn.
-    drawn = rb.sample(400)["index"]
-    if (sample["index"] == favourite).any():
-        assert (drawn == favourite).float().mean() > 0.5
+    td_error = torch.where(data["index"] == favourite, 100.0, 0.0).unsqueeze(-1)
+    rb.update_tensordict_priority(TensorDict({"index": data["index"], "td_error": td_error}, [20]))
+    drawn = rb.sample(400)
+    assert (drawn["index"] == favourite).float().mean() > 0.99
+    # Weights relative to the least likely transition, as TorchRL's: (p / p_min) ** -beta.
+    expected = ((100.0 + 1e-8) / 1e-8) ** -0.4
+    chosen = drawn["priority_weight"][drawn["index"] == favourite]
+    assert torch.allclose(chosen, torch.full_like(chosen, expected), rtol=1e-4)
+    # Several priorities per transition are reduced by their max (TorchRL's default).
     rb.update_priority(torch.arange(20), torch.ones(20))
-    rb.update_priority(data["index"][3:4], torch.tensor([[1e6, 0.0]]))  # reduced by max
+    rb.update_priority(data["index"][3:4], torch.tensor([[1e6, 0.0]]))
     assert (rb.sample(200)["index"] == int(data["index"][3])).float().mean() > 0.9
 
 

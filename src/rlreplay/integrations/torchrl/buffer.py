@@ -415,7 +415,8 @@ class TensorDictPrioritizedReplayBuffer(TensorDictReplayBuffer):
 
     A transition is drawn with probability ``p ** alpha / sum(p ** alpha)``, where ``p`` is
     the last priority given (``+ eps``) or, for new transitions, the largest priority so far;
-    ``"priority_weight"`` is ``(N * P) ** -beta`` over its maximum. Priorities live in the
+    ``"priority_weight"`` is ``(N * P) ** -beta`` divided by that of the least likely stored
+    transition (``(p / p_min) ** -beta``, as TorchRL's sampler). Priorities live in the
     core's NumPy/Numba sum tree, so this works where TorchRL's compiled segment trees are
     missing (a torchrl wheel built against another torch release).
 
