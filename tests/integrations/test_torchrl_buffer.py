@@ -246,23 +246,26 @@ def test_add_stores_one_transition() -> None:
     assert set(rb.sample(50)["index"].tolist()) == {0, 1, 2}
 
 
-def test_collector_writes_into_the_buffer() -> None:
+@pytest.mark.parametrize("envs", [1, 2])
+def test_collector_writes_into_the_buffer(envs: int) -> None:
     pytest.importorskip("gymnasium")
-    from torchrl.envs import GymEnv, StepCounter, TransformedEnv
+    from torchrl.envs import GymEnv, SerialEnv, StepCounter, TransformedEnv
     from torchrl.envs.utils import RandomPolicy
 
-    env = TransformedEnv(GymEnv("CartPole-v1"), StepCounter())
+    # One env gives [T] batches; a batched env of two gives [2, T].
+    base = GymEnv("CartPole-v1") if envs == 1 else SerialEnv(2, lambda: GymEnv("CartPole-v1"))
+    env = TransformedEnv(base, StepCounter())
     env.set_seed(0)
     rb = TensorDictReplayBuffer(1_000, batch_size=32, n_step=2, seed=11)
     collector = Collector(
-        env, RandomPolicy(env.action_spec), frames_per_batch=50, total_frames=200,
+        env, RandomPolicy(env.action_spec), frames_per_batch=50 * envs, total_frames=200 * envs,
         replay_buffer=rb,
     )  # fmt: skip
     for _ in collector:
         pass
     collector.shutdown()
-    env.close()
-    assert rb.write_count == len(rb) == 200
+    assert rb.write_count == len(rb) == 200 * envs
+    assert rb.core is not None and rb.core.num_envs == envs
     sample = rb.sample()
     assert sample["next", "observation"].shape == (32, 4)
     # The next observation is steps_to_next_obs steps on (step_count restarts at a reset).
