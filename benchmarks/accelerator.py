@@ -16,9 +16,9 @@ How each library is used, as its documentation shows:
   with ``n_step=3`` shows the cost of 3-step windows. The sequence rows draw
   ``sample_sequences(state, key, 32, 8)`` instead (32 sequences of 8 steps that stop at
   episode ends, with ``mask`` and ``next_obs``; prioritized: by priority, 32 updates); the
-  recency row draws a quarter of each batch among each env's newest 1,000 transitions; the
-  rank-based row ranks the 100,000 priorities at every draw (a sort: ``--rank-iters``
-  iterations per timed scan).
+  recency row draws a quarter of each batch among each env's newest 1,000 transitions, the
+  ``replacement=False`` row draws batches without duplicates; the rank-based row ranks the
+  100,000 priorities at every draw (a sort: ``--rank-iters`` iterations per timed scan).
 * flashbax ``make_flat_buffer(max_length, min_length, sample_batch_size=256,
   add_batch_size=16)`` and ``make_prioritised_flat_buffer(..., priority_exponent=0.6)``:
   ``add`` of a batch of 16 timesteps, ``sample`` (pairs of consecutive steps; the prioritised
@@ -92,7 +92,7 @@ class Runner:
 
 def rlreplay_row(
     prioritized: bool, n_step: int, iters: int, *, variant: str = "proportional",
-    recent_ratio: float = 0.0, sequences: bool = False,
+    recent_ratio: float = 0.0, sequences: bool = False, replacement: bool = True,
 ) -> Runner:  # fmt: skip
     import jax
     import jax.numpy as jnp
@@ -104,7 +104,7 @@ def rlreplay_row(
     per = {"alpha": ALPHA, "beta": BETA, "variant": variant} if prioritized else {}
     buf = rrj.make_buffer(
         CAPACITY, fields, num_envs=E, n_step=n_step, gamma=0.99, prioritized=prioritized,
-        recent_ratio=recent_ratio, recent_steps=RECENT_STEPS, **per,
+        recent_ratio=recent_ratio, recent_steps=RECENT_STEPS, replacement=replacement, **per,
     )  # fmt: skip
 
     @jax.jit
@@ -260,6 +260,8 @@ def main(argv: list[str] | None = None) -> int:
                 lambda p=prioritized: rlreplay_row(p, 3, args.iters))  # fmt: skip
     prepare("uniform, recent_ratio=0.25", "rlreplay",
             lambda: rlreplay_row(False, 1, args.iters, recent_ratio=0.25))  # fmt: skip
+    prepare("uniform, replacement=False", "rlreplay",
+            lambda: rlreplay_row(False, 1, args.iters, replacement=False))  # fmt: skip
     prepare("rank-based", "rlreplay",
             lambda: rlreplay_row(True, 1, args.rank_iters, variant="rank_based"))  # fmt: skip
     times: dict[tuple[str, str], list[float]] = {k: [] for k in runners}
@@ -282,7 +284,8 @@ def main(argv: list[str] | None = None) -> int:
     by = {(r["row"], r["lib"]): r for r in rows}
     names = ["uniform", "prioritized", "uniform, n_step=3", "prioritized, n_step=3",
              f"uniform sequences {SEQS}x{SEQ_LEN}", f"prioritized sequences {SEQS}x{SEQ_LEN}",
-             "uniform, recent_ratio=0.25", "rank-based"]  # fmt: skip
+             "uniform, recent_ratio=0.25", "uniform, replacement=False",
+             "rank-based"]  # fmt: skip
     for name in names:
         ours, theirs = by.get((name, "rlreplay")), by.get((name, "flashbax"))
         o = f"{ours['median']:.1f} µs" if ours and "median" in ours else "failed"

@@ -209,6 +209,12 @@ def test_draws_without_replacement_follow_the_core_law() -> None:
         table = table[:, table.sum(axis=0) > 0]
         test = stats.chi2_contingency(table)
         assert test.pvalue > 1e-3, test
+    # More recent draws asked than recent transitions: all of them first, then the others.
+    whole = buf.sample(tw.state, jax.random.key(1), everything.shape[0], recent_ratio=0.8,
+                       recent_steps=2, replacement=False).ids  # fmt: skip
+    whole = np.asarray(whole)
+    assert sorted(whole.tolist()) == everything.tolist()
+    assert sorted(whole[: recent.shape[0]].tolist()) == recent.tolist()
     too_many = everything.shape[0] + 3
     more = np.asarray(buf.sample(tw.state, jax.random.key(0), too_many, replacement=False).ids)
     assert np.isin(more, everything).all() and len(set(more.tolist())) < too_many

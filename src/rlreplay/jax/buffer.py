@@ -20,7 +20,7 @@ from rlreplay.jax.assemble import transitions
 from rlreplay.jax.batch import JaxBatch, register_batch
 from rlreplay.jax.config import BufferConfig, check_ids_fit, make_config
 from rlreplay.jax.draws import distinct, mixed, recent_count, uniform
-from rlreplay.jax.ring import cleared, first_sampleable, sampleable, step_in_row, write_index
+from rlreplay.jax.ring import cleared, first_sampleable, write_index
 from rlreplay.jax.state import BufferState, init_state
 from rlreplay.sampling.uniform import draw_options
 from rlreplay.spec import Field, Schema, positive_int
@@ -203,7 +203,8 @@ class JaxBuffer:
             recent_steps: Overrides the buffer's ``recent_steps`` (may be traced).
             replacement: Overrides the buffer's ``replacement`` (static). Without it a batch
                 has no duplicates whenever enough transitions are sampleable (otherwise it is
-                drawn with replacement, as the core draws it): ``O(capacity)`` per draw.
+                drawn with replacement, as the core draws it): ``O(batch_size ** 2)``
+                compares per draw.
 
         Returns:
             A :class:`~rlreplay.jax.JaxBatch` (a mapping with attribute access, and a pytree)
@@ -456,23 +457,12 @@ class JaxBuffer:
         else:  # distinct whenever enough are sampleable (else as the core: with replacement)
             env, t = lax.cond(
                 batch_size <= self._num_sampleable_impl(state),
-                lambda: self._without_replacement(state, key, batch_size, recent, steps),
+                lambda: distinct(state.lo, state.hi, key, batch_size, recent, steps),
                 with_replacement,
             )
         out = transitions(c, state, env, t)
         out["weights"] = jnp.ones(batch_size, jnp.float32)
         return JaxBatch(out)
-
-    def _without_replacement(
-        self, state: BufferState, key: Any, batch_size: int, recent: int, steps: Any
-    ) -> tuple[Any, Any]:
-        """Distinct draws over every row's sampleable step (``O(capacity)``)."""
-        c = self.config
-        env, t = step_in_row(c, state, jnp.arange(c.num_slots, dtype=state.count.dtype))
-        candidate = sampleable(state, env, t)
-        newest = jnp.minimum(jnp.maximum(state.hi - state.lo, 0), steps)
-        is_recent = candidate & (t >= (state.hi - newest)[env])
-        return distinct(env, t, candidate, is_recent, key, batch_size, recent)
 
     def _sample_seq_impl(
         self, state: BufferState, key: Any, beta: Any, batch_size: int, length: int,
@@ -592,8 +582,7 @@ def make_buffer(
             batch of ``B`` are uniform over the ``recent_steps`` newest sampleable
             transitions of each env, as for :class:`rlreplay.ReplayBuffer`.
         replacement: Uniform buffers: if False, a batch has no duplicates whenever enough
-            transitions are sampleable (``O(capacity)`` per draw), as for
-            :class:`rlreplay.ReplayBuffer`.
+            transitions are sampleable, as for :class:`rlreplay.ReplayBuffer`.
 
     Raises:
         rlreplay.ConfigError: An argument out of range, naming it.

@@ -85,42 +85,62 @@ def mixed(
     return jnp.concatenate([env_r, env_a]), jnp.concatenate([t_r, t_a])
 
 
-def distinct(
-    env: Any, t: Any, candidate: Any, recent: Any, key: Any, batch_size: int, k: int
-) -> tuple[Any, Any]:
-    """Draws without replacement over the candidate rows, as the core's ``draw_mixed``
-    with ``replacement=False`` and enough candidates (``batch_size <= #candidates``).
+def ordered_subset(key: Any, n: Any, size: int) -> Any:
+    """``size`` distinct integers whose first ``min(n, size)`` are a uniformly random ordered
+    subset of ``[0, n)`` (``n`` may be traced; the rest, when ``n < size``, are not in it).
 
-    ``env``, ``t``: the step of each row; ``candidate``: the rows drawable; ``recent``: the
-    recent ones among them. The first ``min(k, #recent)`` draws are distinct recent rows, the
-    others distinct rows among the candidates not drawn yet, each part in random order. For
-    each part every row gets a random 31-bit key and the part takes the rows of its largest
-    keys (:func:`jax.lax.top_k`, ``O(rows)``): a uniformly random ordered subset, up to ties
-    of two keys among the largest (probability about ``batch_size * rows / 2**31``).
+    Floyd's algorithm picks a uniformly random ``size``-subset of ``[0, max(n, size))`` in
+    ``size`` steps of ``O(size)`` (no pass over the population), a random permutation orders
+    it, and values ``>= n`` move last, keeping the order of the others.
     """
+    k_pick, k_order = jax.random.split(key)
+    m = jnp.maximum(jnp.asarray(n, jnp.int32), size)
+    bits = jax.random.bits(k_pick, (size,), jnp.uint32)
+
+    def step(i: Any, chosen: Any) -> Any:
+        j = m - size + i  # the population grows by one value per step: [0, j]
+        t = below(bits[i], j + 1).astype(jnp.int32)
+        return chosen.at[i].set(jnp.where(jnp.any(chosen == t), j, t))
+
+    chosen = jax.lax.fori_loop(0, size, step, jnp.full(size, -1, jnp.int32))
+    chosen = chosen[jax.random.permutation(k_order, size)]
+    return chosen[jnp.argsort(chosen >= n, stable=True)]
+
+
+def distinct(
+    lo: Any, hi: Any, key: Any, batch_size: int, recent: int, recent_steps: Any
+) -> tuple[Any, Any]:
+    """Draws without replacement, as the core's ``draw_mixed`` with ``replacement=False``
+    and ``batch_size <= #candidates``: the first ``k = min(recent, #recent candidates)`` are
+    distinct recent candidates, the others distinct among the candidates not drawn yet, each
+    part a uniformly random ordered subset. ``O(batch_size ** 2)`` compares, in
+    ``batch_size`` sequential steps (:func:`ordered_subset`); nothing is ``O(capacity)``."""
+    sizes = jnp.maximum(hi - lo, 0)
+    total = jnp.sum(sizes)
     k_recent, k_rest = jax.random.split(key)
-
-    def scores(key: Any, allowed: Any) -> Any:
-        bits = jax.random.bits(key, allowed.shape, jnp.uint32)
-        return jnp.where(allowed, (bits >> 1).astype(jnp.int32), -1)  # not allowed: -1
-
-    rows = jnp.arange(candidate.shape[0], dtype=jnp.int32)
-    taken = jnp.zeros(0, jnp.int32)
-    n_recent = jnp.zeros((), jnp.int32)
-    if k:
-        _, taken = jax.lax.top_k(scores(k_recent, recent), k)
-        n_recent = jnp.minimum(k, jnp.sum(recent, dtype=jnp.int32))
-        # Recent picks past the recent rows' count are not drawn, and stay candidates.
-        drawn = rows[:k] < n_recent
-        candidate = candidate.at[jnp.where(drawn, taken, candidate.shape[0])].set(
-            False, mode="drop"
-        )
-    # Fresh keys: the recent rows left over lost to the picked ones, and keys they kept would
-    # carry that into this draw.
-    _, rest = jax.lax.top_k(scores(k_rest, candidate), batch_size)
-    # Draw i is recent pick i while i < n_recent, then rest pick i - n_recent.
+    k = jnp.zeros((), jnp.int32)
+    taken = jnp.zeros(0, lo.dtype)
+    env_r = t_r = jnp.zeros(0, lo.dtype)
+    if recent:
+        newest = jnp.minimum(sizes, jnp.asarray(recent_steps).astype(sizes.dtype))
+        n_recent = jnp.sum(newest)
+        k = jnp.minimum(recent, n_recent).astype(jnp.int32)
+        env_r, t_r = _to_steps(hi - newest, newest, ordered_subset(k_recent, n_recent, recent))
+        # Their global positions, sorted; the picks past k are no picks (past every position).
+        pos = (jnp.cumsum(sizes) - sizes)[env_r] + t_r - lo[env_r]
+        valid = jnp.arange(recent) < k
+        taken = jnp.sort(jnp.where(valid, pos, jnp.iinfo(lo.dtype).max // 2))
+    v = ordered_subset(k_rest, total - k, batch_size).astype(lo.dtype)
+    if recent:
+        # The v-th position not taken (the core's mapping): v plus the taken ones at or below.
+        shifted = taken - jnp.arange(recent, dtype=lo.dtype)
+        v = v + jnp.searchsorted(shifted, v, side="right", method="compare_all").astype(lo.dtype)
+    env_a, t_a = _to_steps(lo, sizes, v)
     i = jnp.arange(batch_size, dtype=jnp.int32)
-    pick = rest[jnp.maximum(i - n_recent, 0)]
-    if k:
-        pick = jnp.where(i < n_recent, taken[jnp.minimum(i, k - 1)], pick)
-    return env[pick], t[pick]
+    env = env_a[jnp.maximum(i - k, 0)]
+    t = t_a[jnp.maximum(i - k, 0)]
+    if recent:
+        first = jnp.minimum(i, recent - 1)
+        env = jnp.where(i < k, env_r[first], env)
+        t = jnp.where(i < k, t_r[first], t)
+    return env, t
