@@ -59,9 +59,12 @@ class RefPriorities:
     ) -> None:
         for s in removed:
             self.live[s] = False
+            self.rank[s] = 1  # a slot that is not live has a new sampler's rank
             self.set_leaf(s, 0.0)
         for s in written:
             self.prio[s] = priority
+            if not self.live[s]:
+                self.rank[s] = 1
         for s in added:
             self.live[s] = True
             r = 1

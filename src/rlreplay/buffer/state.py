@@ -292,16 +292,18 @@ class BufferState:
         with self.sync.lock:
             self.sync.check_open()
             self.backend.flush()
+            arrays = self.file_arrays()  # first: settling the index may move the sampler's state
             meta = {
                 "class": self.owner,
                 "config": self.config(),
                 "state": self.meta(),
             }
-            write_checkpoint(path, meta, self.file_arrays(), progress=progress)
+            write_checkpoint(path, meta, arrays, progress=progress)
 
 
 def _rows(arr: Array, kind: str | int, runs: Mapping[str, Array]) -> Rows:
     """``Rows`` of ``arr``: those of ``runs[kind]``, or its first ``kind`` rows."""
     if isinstance(kind, str):
         return Rows(arr, runs[kind])
-    return Rows(arr, np.array([[0, min(kind, arr.shape[0])]], np.int64))
+    n = min(kind, arr.shape[0])
+    return Rows(arr, np.array([[0, n]] if n else [], np.int64).reshape(-1, 2))

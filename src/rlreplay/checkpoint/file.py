@@ -169,6 +169,8 @@ def write_checkpoint(
                     data_hash.update(b"\0" * pad)
                     bar.update(pad)
                 for block in _blocks(arr):
+                    if not block.nbytes:
+                        continue
                     view = _byte_view(block)
                     for start in range(0, len(view), _CHUNK):
                         chunk = view[start : start + _CHUNK]

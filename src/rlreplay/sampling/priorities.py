@@ -71,7 +71,8 @@ class Priorities:
         * ``sum_tree`` leaf ``s`` is ``mass(s)`` if ``live[s]`` and ``prio[s] > 0``, else 0;
         * ``min_tree`` leaf ``s`` is the same where it is ``> 0``, else ``+inf``;
         * rank-based: ``rank[s]`` of a live slot is its snapshot rank (see the module
-          docstring); ``changes`` counts insertions, removals and updates since the re-sort.
+          docstring), 1 for a slot that left the live set or got a new occupant since;
+          ``changes`` counts insertions, removals and updates since the re-sort.
 
     Args:
         num_envs: ``E``.

@@ -77,17 +77,23 @@ def _write_kernel(
 
     Leaves of both trees are set in that order, so a reused slot (removed, then added) ends up
     added; then the ancestors of every touched leaf are recomputed in both trees in one pass.
+    A slot that is not live has rank 1, as in a new sampler (its rank is never read; keeping
+    it so makes equal contents equal states, which checkpoints rely on).
     """
     nodes = np.empty(removed.shape[0] + added.shape[0], np.int64)
     k = 0
     for i in range(removed.shape[0]):
         s = removed[i]
         live[s] = False
+        if rank_based:
+            rank[s] = 1
         _set_leaf(sums, mins, s, 0.0)
         nodes[k] = s
         k += 1
     for i in range(written.shape[0]):
         prio[written[i]] = priority
+        if rank_based and not live[written[i]]:
+            rank[written[i]] = 1
     for i in range(added.shape[0]):
         s = added[i]
         live[s] = True
