@@ -241,7 +241,9 @@ def test_a_checked_out_batch_whose_array_changed_shape_is_refused() -> None:
     _fill(buf, 50, seed=0, end_p=0.1, trunc_p=0.0)
     out = buf.sample(8)
     buf.sample(8, out=out)
-    out.next_obs.shape = (4, 8)  # in place, behind the check's back (same number of axes)
+    # In place, behind the check's back (same number of axes; resize, as NumPy 2.5 deprecates
+    # setting .shape).
+    out.next_obs.resize((4, 8), refcheck=False)
     with pytest.raises(ValueError, match="shape changed"):
         buf.sample(8, out=out)
 

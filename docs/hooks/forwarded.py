@@ -20,7 +20,7 @@ import griffe
 def _target_path(value: Any) -> str | None:
     """The function an attribute's value names: ``forward(part, X.m)`` or ``module.f``."""
     if isinstance(value, griffe.ExprCall) and str(value.function) == "forward":
-        if len(value.arguments) == 2 and isinstance(value.arguments[1], griffe.ExprAttribute):
+        if len(value.arguments) >= 2 and isinstance(value.arguments[1], griffe.ExprAttribute):
             return str(value.arguments[1].canonical_path)
         return None
     if isinstance(value, griffe.ExprAttribute):

@@ -22,7 +22,7 @@ R = TypeVar("R")
 
 
 def forward(
-    part: str, method: Callable[Concatenate[Any, P], R]
+    part: str, method: Callable[Concatenate[Any, P], R], *, bind: bool = True
 ) -> Callable[Concatenate[Any, P], R]:
     """A method that calls ``method`` on the object in the instance attribute ``part``.
 
@@ -30,6 +30,10 @@ def forward(
         part: The attribute of the buffer that holds the part (``"_fifo"``).
         method: The part's method (``Fifo.dequeue``): its name, signature and docstring are
             the new method's.
+        bind: Whether :func:`bind_forwarded` may put the part's bound method in the buffer's
+            instance. Not for a part that reads the buffer through a weak reference (its
+            configuration): ``make_buffer().save(path)`` must keep the buffer alive through
+            the call, which only the forwarding method does.
     """
     name = method.__name__
 
@@ -39,7 +43,7 @@ def forward(
 
     functools.update_wrapper(forwarded, method)
     forwarded.__qualname__ = name  # set again by the class (see __set_name__ below)
-    forwarded.__forward_part__ = part  # type: ignore[attr-defined]
+    forwarded.__forward_part__ = part if bind else None  # type: ignore[attr-defined]
     return _Named(forwarded)  # type: ignore[return-value]
 
 
@@ -68,4 +72,4 @@ def bind_forwarded(obj: Any, names: tuple[str, ...]) -> None:
 
 def forwarded_names(cls: type) -> tuple[str, ...]:
     """The names of ``cls``'s own body that :func:`forward` made."""
-    return tuple(n for n, v in vars(cls).items() if hasattr(v, "__forward_part__"))
+    return tuple(n for n, v in vars(cls).items() if getattr(v, "__forward_part__", None))

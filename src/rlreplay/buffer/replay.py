@@ -782,9 +782,10 @@ class ReplayBuffer:
             return {}
         return {"sampler": {"name": sampler.name, **sampler.config()}}
 
-    state_dict = forward("_state", BufferState.state_dict)
-    load_state_dict = forward("_state", BufferState.load_state_dict)
-    save = forward("_state", BufferState.save)
+    # (bind=False: the state part reads the configuration from the buffer, kept alive by the call)
+    state_dict = forward("_state", BufferState.state_dict, bind=False)
+    load_state_dict = forward("_state", BufferState.load_state_dict, bind=False)
+    save = forward("_state", BufferState.save, bind=False)
 
     # ------------------------------------------------------------------ copies (pickle, copy)
     def __reduce__(self) -> tuple[Any, ...]:
