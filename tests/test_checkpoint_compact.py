@@ -11,6 +11,7 @@ uniform and prioritized samplers, memory and memmap storage.
 
 from __future__ import annotations
 
+import tracemalloc
 import uuid
 from pathlib import Path
 from typing import Any
@@ -227,6 +228,30 @@ def test_memmap_round_trip_streams_into_the_columns(tmp_path: Path, prioritized:
     loaded = round_trip(buf, tmp_path, storage="memmap", path=tmp_path / "mm")
     assert loaded._backend.kind == "memmap" and any((tmp_path / "mm").iterdir())
     assert_same_future(buf, loaded)
+    loaded.close()
+
+
+def test_a_memmap_load_makes_no_copy_of_the_stored_rows(tmp_path: Path) -> None:
+    frames = {"obs": rr.Field((84, 84), np.uint8), "action": rr.Field((), np.int64)}
+    buf = rr.ReplayBuffer(2000, frames, num_envs=2, seed=1)
+    T = 700  # per env: env 0 wraps its ring of 1000 once extended twice
+    obs = np.random.default_rng(0).integers(0, 255, (T, 84, 84), np.uint8)
+    ends = np.arange(T) % 100 == 99
+    for env_id in (0, 0, 1):
+        buf.extend(env_id=env_id, obs=obs, action=np.arange(T), reward=np.ones(T, np.float32),
+                   next_obs=obs, terminated=ends, truncated=np.zeros(T, bool))  # fmt: skip
+    buf.save(tmp_path / "f.ckpt")
+    size = (tmp_path / "f.ckpt").stat().st_size
+    rr.load(tmp_path / "f.ckpt", storage="memmap", path=tmp_path / "warm").close()
+    tracemalloc.start()
+    try:
+        loaded = rr.load(tmp_path / "f.ckpt", storage="memmap", path=tmp_path / "mm")
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < size / 8, (peak, size)  # the frames went straight into the mapped columns
+    assert_same_state(buf, loaded)
+    assert_same_outcome(outcome(lambda: buf.sample(16)), outcome(lambda: loaded.sample(16)))
     loaded.close()
 
 
