@@ -80,7 +80,7 @@ def test_snippets_run_here(tmp_path: Path) -> None:
     each in its own namespace and directory."""
     needs = {"gym": "gymnasium", "torch": "torch", "jax": "jax", "arrow": "pyarrow",
              "minari": "minari", "inspect": "rich", "plot": "matplotlib",
-             "sb3": "stable_baselines3"}  # fmt: skip
+             "sb3": "stable_baselines3", "torchrl": "tensordict"}  # fmt: skip
     extras = sorted(set(snippets()) - SLOW_SNIPPETS)
     missing = [
         needs[e] for e in extras if e in needs and importlib.util.find_spec(needs[e]) is None
