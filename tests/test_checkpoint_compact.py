@@ -289,6 +289,23 @@ def test_rows_write_and_read_runs_in_place(tmp_path: Path) -> None:
     np.testing.assert_array_equal(dest, want)
 
 
+def test_rows_mix_runs_written_in_place_and_gathered(tmp_path: Path) -> None:
+    """Runs of 16 KiB or more are written in place, smaller ones gathered: the same bytes."""
+    src = np.random.default_rng(0).random((5000, 2, 4))  # 64-byte rows
+    runs = np.array([[4000, 4003], [0, 1000], [1000, 1001], [2500, 4000], [4003, 4004]])
+    runs = np.concatenate([runs, np.stack([np.arange(10, 900, 7), np.arange(11, 901, 7)], 1)])
+    write_checkpoint(tmp_path / "r", {}, {"a": Rows(src, runs)})
+    want = np.concatenate([src[a:b] for a, b in runs])
+    reader = CheckpointReader(tmp_path / "r")
+    flat = np.zeros_like(want)
+    reader.read_into(lambda name, dtype, shape: flat)
+    np.testing.assert_array_equal(flat, want)
+    dest = np.zeros_like(src)
+    reader.read_into(lambda name, dtype, shape: Rows(dest, runs))
+    rows = np.concatenate([np.arange(a, b) for a, b in runs])
+    np.testing.assert_array_equal(dest[rows], src[rows])
+
+
 # ------------------------------------------------------------------------------ Hypothesis
 OPS = st.lists(
     st.one_of(
