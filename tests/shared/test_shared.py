@@ -79,7 +79,12 @@ def test_four_writer_processes_feed_one_buffer(cls: Any, N: int) -> None:
     deadline = time.monotonic() + 60
     while any(p.is_alive() for p in procs) and time.monotonic() < deadline:
         if buf.num_sampleable:
-            b = buf.sample(64)
+            try:
+                b = buf.sample(64)
+            except rr.EmptyBufferError:
+                # Writers that lap their rings between the count and the draw leave nothing
+                # to draw (the steps they overwrite are dropped when folded).
+                continue
             check_batch(b, E)
             if cls is rr.PrioritizedReplayBuffer:
                 buf.update_priorities(b.ids, np.abs(np.sin(b.ids)) + 0.1)

@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING, Any, cast
 import numpy as np
 
 from rlreplay.episodes.index import COUNT, F_COUNT, F_HEAD, FINAL_FID, HEAD, LAST_END
-from rlreplay.errors import ConfigError, ReplayTimeout
+from rlreplay.errors import ConfigError, EmptyBufferError, ReplayTimeout
 from rlreplay.sampling.uniform import DrawOptions
 from rlreplay.sharing.writer import (
     BASE_FCOUNT,
@@ -187,12 +187,22 @@ class SharedState:
         deadline = time.monotonic() + self.timeout
         sampler = draws.sampler
         beta_step = getattr(sampler, "beta_step", None)
+        redrawn = False
         while True:
-            drawn = sampler.draw(draws.index, batch_size, draws.rng, opts)
-            env_ids, t = drawn.env_ids, drawn.t
-            batch = draws.batch(env_ids, t, drawn.extra())
-            if self.intact(env_ids, t, draws.frame_stack):
-                return batch
+            try:
+                drawn = sampler.draw(draws.index, batch_size, draws.rng, opts)
+            except EmptyBufferError:
+                # The fold after an overtaken batch may have dropped every stored step (the
+                # writers lapped their rings meanwhile): fold again until steps are there.
+                if not redrawn:
+                    raise
+                drawn = None
+            if drawn is not None:
+                env_ids, t = drawn.env_ids, drawn.t
+                batch = draws.batch(env_ids, t, drawn.extra())
+                if self.intact(env_ids, t, draws.frame_stack):
+                    return batch
+            redrawn = True
             self.retries += 1
             if time.monotonic() > deadline:
                 raise ReplayTimeout(
