@@ -53,9 +53,11 @@ class Geometry:
         stack_pad: Any,
         next_fields: Sequence[str],
         seed: Any,
+        budget: bool = True,
     ) -> Geometry:
         """The geometry of these constructor arguments, or :class:`ConfigError` naming the
-        first one that is refused (the capacity against the size budget too)."""
+        first one that is refused (with ``budget``, the capacity against the host's size
+        budget too: not for a buffer that lives elsewhere, such as :mod:`rlreplay.jax`'s)."""
         num_envs = positive_int("num_envs", num_envs)
         n_step = positive_int("n_step", n_step)
         frame_stack = positive_int("frame_stack", frame_stack)
@@ -65,7 +67,8 @@ class Geometry:
         gamma = float(gamma)
         if not 0.0 <= gamma <= 1.0:
             raise ConfigError(f"gamma: expected a value in [0, 1], got {gamma}")
-        check_capacity(capacity, schema.fields)  # before anything is allocated
+        if budget:
+            check_capacity(capacity, schema.fields)  # before anything is allocated
         if capacity < num_envs * (n_step + frame_stack):
             raise ConfigError(
                 f"capacity: expected at least num_envs * (n_step + frame_stack) = "

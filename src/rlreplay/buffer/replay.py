@@ -345,16 +345,13 @@ class ReplayBuffer:
                 self._sync.shared.fold()
             return self._index.stored
 
-    def _sampleable_count(self) -> int:
-        return int(self._index.sizes().sum())
-
     @property
     def num_sampleable(self) -> int:
         """Number of transitions :meth:`sample` draws from."""
         with self._lock:
             if self._sync.shared is not None:
                 self._sync.shared.fold()
-            return self._sampleable_count()
+            return int(self._index.sizes().sum())
 
     @property
     def nbytes(self) -> int:
@@ -822,7 +819,7 @@ class ReplayBuffer:
 
     # ------------------------------------------------------------------ lifecycle
     def _bind(self, fn: Transform) -> None:
-        binder(self)(fn)
+        self._draws.bind(fn)
 
     def _check_open(self) -> None:
         self._sync.check_open()

@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from rlreplay.buffer.geometry import Geometry
 from rlreplay.errors import ConfigError
 from rlreplay.sampling import PrioritizedSampler
 from rlreplay.sampling.uniform import draw_options
@@ -153,33 +154,14 @@ def make_config(
         rlreplay.ConfigError: Naming the argument, what was expected and what came.
     """
     schema = Schema.build(fields)
-    num_envs = positive_int("num_envs", num_envs)
-    n_step = positive_int("n_step", n_step)
-    frame_stack = positive_int("frame_stack", frame_stack)
-    capacity = positive_int("capacity", capacity)
-    if isinstance(gamma, bool) or not isinstance(gamma, int | float | np.number):
-        raise ConfigError(f"gamma: expected a number in [0, 1], got {gamma!r}")
-    gamma = float(gamma)
-    if not 0.0 <= gamma <= 1.0:
-        raise ConfigError(f"gamma: expected a value in [0, 1], got {gamma}")
-    need = num_envs * (n_step + frame_stack)
-    if capacity < need:
-        raise ConfigError(
-            f"capacity: expected at least num_envs * (n_step + frame_stack) = {num_envs} * "
-            f"({n_step} + {frame_stack}) = {need}, got {capacity}"
-        )
-    if frame_stack > 1 and "obs" not in schema:
-        raise ConfigError("frame_stack: stacking applies to the 'obs' field; declare 'obs'")
-    if stack_pad not in ("zero", "first"):
-        raise ConfigError(f"stack_pad: expected 'zero' or 'first', got {stack_pad!r}")
-    next_fields = tuple(next_fields)
-    for name in next_fields:
-        f = schema.fields.get(name)
-        if f is None or f.observation:
-            raise ConfigError(
-                f"next_fields: {name!r} is not a declared non-observation field (observation "
-                f"fields always have next_<name>); declared: {list(schema.fields)}"
-            )
+    # The core's checks of rings and windows (the host's size budget is not this buffer's).
+    g = Geometry.checked(
+        schema, capacity=capacity, num_envs=num_envs, n_step=n_step, gamma=gamma,
+        frame_stack=frame_stack, stack_pad=stack_pad, next_fields=next_fields, seed=None,
+        budget=False,
+    )  # fmt: skip
+    capacity, num_envs, n_step, gamma = g.capacity, g.num_envs, g.n_step, g.gamma
+    frame_stack, stack_pad, next_fields = g.frame_stack, g.stack_pad, g.next_fields
     if not isinstance(prioritized, bool | np.bool_):
         raise ConfigError(f"prioritized: expected a bool, got {prioritized!r}")
     env_capacity = capacity // num_envs
