@@ -114,8 +114,9 @@ def iterate(
         prefetch: Batches made ahead.
         method: ``"sample"``, ``"sample_sequences"`` (give ``length=``) or
             ``"sample_episodes"`` (``batch_size`` episodes).
-        as_: ``"numpy"``, ``"torch"`` or ``"jax"`` (default: the buffer's ``as_``); passed
-            to every sampling call, which converts after releasing the buffer's lock.
+        as_: ``"numpy"``, ``"torch"`` or ``"jax"`` (default: the buffer's ``as_``); each
+            batch is converted on the thread, after the buffer's lock is released (to a CUDA
+            device through one :class:`~rlreplay.io.staging.PinnedRing` for the iterator).
         device: Where torch/JAX arrays go (default: as in
             :meth:`~rlreplay.ReplayBuffer.sample`).
         timeout: Most seconds one ``next`` waits (``None`` or ``inf``: for ever).
@@ -156,11 +157,17 @@ def iterate(
     timeout = check_timeout(timeout)
     if method == "sample":  # the batches made ahead, one being made and one taken
         check_result(buf, "prefetch", prefetch, (prefetch + 2) * batch_size, "iterate")
-    choose_output(buf._output, as_, device)
+    output = choose_output(buf._output, as_, device)  # one output: its pinned ring is reused
+    if output is not None and sample_kwargs.get("out") is not None:
+        raise ConfigError(
+            f"out: refills a NumPy batch, so it needs as_='numpy'; got as_={output.as_!r} "
+            "(drop out=, or pass as_='numpy')"
+        )
     draw = getattr(buf, method)
 
     def produce() -> Any:
-        return draw(batch_size, as_=as_, device=device, **sample_kwargs)
+        batch = draw(batch_size, as_="numpy", **sample_kwargs)
+        return batch if output is None else output(batch)
 
     def closed() -> bool:  # the buffer's close() ends the thread too, even with a full queue
         return bool(buf._sync.closed)

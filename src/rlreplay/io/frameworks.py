@@ -8,7 +8,10 @@ framework's array type:
   array (no copy; the batch's arrays are fresh copies that the buffer never touches again).
   To another device (``"cuda:0"``, ...): the array is copied once into pinned (page-locked)
   host memory when CUDA is available, then sent with ``non_blocking=True``, so the transfer
-  overlaps whatever the caller does next on the host.
+  overlaps whatever the caller does next on the host. A buffer's output to a CUDA device
+  (and :meth:`~rlreplay.ReplayBuffer.iterate`'s) goes through a
+  :class:`~rlreplay.io.staging.PinnedRing` instead: pinned buffers allocated once and reused,
+  and the copies on a side stream, so they also overlap the learner's kernels.
 * ``as_="jax"``: through DLPack (:func:`jax.numpy.from_dlpack`). On the CPU JAX takes the
   memory as is when the array is 64-byte aligned and of a dtype it keeps; otherwise it copies
   (with JAX's default ``jax_enable_x64=False`` a float64/int64 array becomes a 32-bit copy,
@@ -233,16 +236,25 @@ class Output:
         device: The device as given (``None``, a string or a framework device).
     """
 
-    __slots__ = ("_resolved", "as_", "device")
+    __slots__ = ("_resolved", "_ring", "as_", "device")
 
     def __init__(self, as_: str, device: Any) -> None:
         self.as_ = as_
         self.device = device
         self._resolved = _torch_device(device) if as_ == "torch" else _jax_device(device)
+        self._ring: Any = None  # a PinnedRing, made on the first batch to a CUDA device
 
     def __call__(self, batch: Mapping[str, Array]) -> TensorBatch:
         if self.as_ == "torch":
-            return _to_torch(batch, self._resolved)
+            dev = self._resolved
+            if dev.type == "cuda" and _can_pin():
+                ring = self._ring
+                if ring is None:
+                    from rlreplay.io.staging import PinnedRing
+
+                    ring = self._ring = PinnedRing(dev)
+                return TensorBatch(ring(batch))
+            return _to_torch(batch, dev)
         return _to_jax(batch, self._resolved)
 
     def __repr__(self) -> str:
