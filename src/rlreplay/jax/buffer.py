@@ -20,6 +20,7 @@ from rlreplay.jax.assemble import transitions
 from rlreplay.jax.batch import JaxBatch, register_batch
 from rlreplay.jax.config import BufferConfig, check_ids_fit, make_config
 from rlreplay.jax.draws import distinct, mixed, recent_count, uniform
+from rlreplay.jax.episodes import complete_records, draw_episodes
 from rlreplay.jax.ring import cleared, first_sampleable, write_index
 from rlreplay.jax.state import BufferState, init_state
 from rlreplay.sampling.uniform import draw_options
@@ -63,7 +64,9 @@ class JaxBuffer:
       issued or overwritten and values that are negative, NaN or infinite; ``sample`` on a
       buffer where :meth:`can_sample` is False returns arbitrary rows with weight 0 (uniform:
       weight 1) instead of raising. Shapes, dtypes and keys are checked when tracing.
-    * Not offered: whole episodes, abandoned episodes, transforms and rate limiters
+    * :meth:`sample_episodes` pads every episode to a static ``max_length`` (the core: to the
+      batch's longest).
+    * Not offered: abandoned episodes, transforms and rate limiters
       (:func:`~rlreplay.jax.to_replay_buffer` gives a NumPy buffer that has them).
 
     Every function is jitted (batch sizes, sequence lengths and flags are static) and works inside
@@ -111,6 +114,10 @@ class JaxBuffer:
             static_argnames=("batch_size", "length", "within_episode", "pad", "balance_envs"),
         )
         self._get_seq = jax.jit(self._get_seq_impl, static_argnames=("length", "within_episode"))
+        self._sample_ep = jax.jit(self._sample_ep_impl, static_argnames=("batch_size", "length"))
+        self._num_episodes = jax.jit(
+            lambda state: jnp.sum(complete_records(config, state)[1]).astype(state.count.dtype)
+        )
         self._clear = jax.jit(self._clear_impl)
         self._update = jax.jit(self._update_impl)
         self._get = jax.jit(self._get_impl)
@@ -319,6 +326,46 @@ class JaxBuffer:
         )  # fmt: skip
         return out
 
+    def sample_episodes(
+        self, state: BufferState, key: Any, batch_size: int, max_length: int | None = None
+    ) -> JaxBatch:
+        """Draw ``batch_size`` whole episodes, uniformly with replacement among the complete
+        ones (ended with a final observation, every step still stored), as
+        :meth:`rlreplay.ReplayBuffer.sample_episodes` draws them.
+
+        Each row holds one episode's steps from its first, padded to ``max_length``: the keys
+        of :meth:`sample_sequences` (per-step fields, ``next_<obs>``, ``mask``,
+        ``next_known``, ``ids`` and ``env_ids`` of the first steps) but ``weights``, plus
+        ``lengths``, each episode's length. The core pads to the batch's longest episode; a
+        shape under ``jit`` is static, so here every row has ``max_length`` steps (default:
+        ``env_capacity``, which no stored episode exceeds). An episode longer than a smaller
+        ``max_length`` gives its first ``max_length`` steps (``mask``), with its full
+        ``lengths``.
+
+        Args:
+            state: The buffer's state.
+            key: A JAX random key.
+            batch_size: Episodes ``B`` (static under ``jit``).
+            max_length: Steps per row ``L`` (static; default ``env_capacity``).
+
+        Returns:
+            A :class:`~rlreplay.jax.JaxBatch`, meaningful where :meth:`num_episodes` is
+            positive (arbitrary rows otherwise: nothing raises inside ``jit``).
+
+        Raises:
+            rlreplay.ConfigError: ``batch_size`` or ``max_length`` not a positive int.
+        """
+        length = self.config.env_capacity if max_length is None else max_length
+        out: JaxBatch = self._sample_ep(
+            state, key, batch_size=positive_int("batch_size", batch_size),
+            length=positive_int("max_length", length),
+        )  # fmt: skip
+        return out
+
+    def num_episodes(self, state: BufferState) -> Any:
+        """A traced int: how many complete episodes :meth:`sample_episodes` draws from."""
+        return self._num_episodes(state)
+
     def clear(self, state: BufferState) -> BufferState:
         """Drop every stored transition, as :meth:`rlreplay.ReplayBuffer.clear` does.
 
@@ -488,6 +535,14 @@ class JaxBuffer:
         ids = jnp.asarray(ids).astype(state.count.dtype).reshape(-1)
         env, t0 = jnp.mod(ids, E), jnp.floor_divide(ids, E)
         return JaxBatch(sequences.gather(self.config, state, env, t0, length, within_episode))
+
+    def _sample_ep_impl(
+        self, state: BufferState, key: Any, batch_size: int, length: int
+    ) -> JaxBatch:
+        env, start, lengths = draw_episodes(self.config, state, key, batch_size)
+        out = sequences.gather(self.config, state, env, start, length, True)
+        out["lengths"] = lengths
+        return JaxBatch(out)
 
     def _clear_impl(self, state: BufferState) -> BufferState:
         new = cleared(state)
