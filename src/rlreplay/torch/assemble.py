@@ -1,0 +1,188 @@
+"""Transitions from stored steps on the device: n-step windows, discounts, next and final
+observations, frame stacks, as the NumPy core's assembler builds them
+(:mod:`rlreplay.assemble.transitions`).
+
+For a step ``t`` whose episode ends at step ``d`` (or runs on), the window is ``t .. t+m-1``
+with ``m = min(n, d - t + 1)``: ``reward = sum_{j<m} gamma^j r_{t+j}``, ``next_<obs> =
+obs_{t+m}`` or the episode's final observation when the window reached its end, ``discount =
+0`` if terminated else ``gamma^m``. Frame stacks hold frames ``tau-k+1 .. tau`` of the same
+episode, padded before its first step with zeros or the first frame.
+
+Bit for bit: the rewards are multiplied by the NumPy core's powers of ``gamma`` (the same
+numbers, :func:`rlreplay.assemble.powers.reward_powers` for a scalar reward), held as tensors
+of the reward's dtype, and summed in the same order and dtype; every product and sum is its
+own torch op (rounded once each, as NumPy rounds them).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from rlreplay.assemble.powers import reward_powers
+from rlreplay.storage.torch import TorchStorage
+from rlreplay.torch.config import DeviceConfig
+
+if TYPE_CHECKING:
+    from torch import Tensor
+
+    from rlreplay.torch.ring import Ring
+
+__all__ = ["Assembler"]
+
+
+def powers(config: DeviceConfig) -> tuple[list[Any], Any]:
+    """``(reward multipliers, discount table)`` exactly as the NumPy core computes them: its
+    one-call kernel for a scalar reward, its general path for any other shape."""
+    n, gamma = config.n_step, config.gamma
+    dtype = config.schema.fields["reward"].dtype
+    if config.schema.fields["reward"].shape == ():
+        table = reward_powers(gamma, n, dtype)
+        return [dtype.type(table[0, j]) for j in range(n)], table[1].astype(np.float32)
+    # NumPy multiplies by the Python float gamma ** j, which it rounds to the reward's dtype.
+    mults = [dtype.type(gamma**j) for j in range(n)]
+    discounts = (np.float64(gamma) ** np.arange(n + 1)).astype(np.float32)
+    return mults, discounts
+
+
+class _Rows:
+    """Rows of steps ``t + j`` for small offsets ``-C < j < C``, from one remainder per step."""
+
+    def __init__(self, C: int, env: Tensor, t: Tensor) -> None:
+        import torch
+
+        self.C = C
+        self.base = env * C
+        self.tc = torch.remainder(t, C)
+
+    def at(self, j: Any, *, back: bool = False) -> Tensor:
+        """Rows of ``t + j`` (``back``: ``j`` may be negative); ``j`` an int, ``(B,)`` or
+        ``(B, k)``."""
+        import torch
+
+        stacked = isinstance(j, torch.Tensor) and j.dim() == 2
+        tc = self.tc[:, None] if stacked else self.tc
+        base = self.base[:, None] if stacked else self.base
+        r = tc + j
+        r = torch.where(r >= self.C, r - self.C, r)
+        if back:
+            r = torch.where(r < 0, r + self.C, r)
+        return r + base
+
+
+class Assembler:
+    """Builds transitions from a :class:`~rlreplay.storage.TorchStorage` and a
+    :class:`~rlreplay.torch.ring.Ring` (constants prepared once, on the device)."""
+
+    def __init__(self, config: DeviceConfig, storage: TorchStorage, ring: Ring) -> None:
+        import torch
+
+        self.config, self.storage, self.ring = config, storage, ring
+        dev = storage.device
+        rew = storage.steps["reward"]
+        mults, discounts = powers(config)
+        self.mults = [torch.tensor(float(m), dtype=rew.dtype, device=dev) for m in mults]
+        self.discounts = torch.from_numpy(np.asarray(discounts, np.float32)).to(dev)
+        k = config.frame_stack
+        self.lanes = torch.arange(1 - k, 1, dtype=torch.int64, device=dev)
+
+    def _window(self, rows: _Rows, t: Tensor) -> tuple[Tensor, ...]:
+        """``(m, reward, terminated, truncated, ended)`` of the windows at steps ``t``."""
+        import torch
+
+        st = self.storage
+        n = self.config.n_step
+        if n == 1:
+            slot = rows.at(0)
+            te, tr = st.take("terminated", slot), st.take("truncated", slot)
+            return torch.ones_like(t), st.take("reward", slot), te, tr & ~te, te | tr
+        rew0 = st.steps["reward"]
+        scalar = rew0.dim() == 1
+        ret = torch.zeros((t.shape[0], *rew0.shape[1:]), dtype=rew0.dtype, device=t.device)
+        alive = torch.ones(t.shape, dtype=torch.bool, device=t.device)
+        m = torch.zeros_like(t)
+        te = torch.zeros_like(alive)
+        tr = torch.zeros_like(alive)
+        expand = (slice(None),) + (None,) * (rew0.dim() - 1)
+        for j in range(n):
+            s = rows.at(j)
+            r = st.take("reward", s)
+            prod = self.mults[j] * r
+            if scalar:  # the core's kernel: ret + p_j * r while the window runs
+                ret = torch.where(alive, ret + prod, ret)
+            else:  # the core's general path: ret + where(alive, p_j * r, 0)
+                ret = ret + torch.where(alive[expand], prod, torch.zeros_like(prod))
+            m = m + alive.long()
+            a, b = st.take("terminated", s), st.take("truncated", s)
+            te = te | (alive & a)
+            tr = tr | (alive & b & ~a)
+            alive = alive & ~(a | b)
+        return m, ret, te, tr, ~alive
+
+    def transitions(self, env: Tensor, t: Tensor) -> dict[str, Tensor]:
+        """The transitions at steps ``t`` of envs ``env`` (assumed sampleable).
+
+        Returns:
+            The keys of :meth:`rlreplay.ReplayBuffer.get_transitions` in its order, without
+            ``weights``.
+        """
+        import torch
+
+        c, st, ring = self.config, self.storage, self.ring
+        E, F, k = c.num_envs, c.finals_per_env, c.frame_stack
+        rows = _Rows(c.env_capacity, env, t)
+        slot = rows.at(0)
+        m, reward, te, tr, ended = self._window(rows, t)
+        next_row = rows.at(m)
+        # The final record of the episode whose last step t+m-1 the window reached.
+        fid = ring.final_fid.index_select(0, rows.at(m - 1))
+        final_pos = env * F + torch.remainder(fid.clamp_min(0), F)
+        first = ring.ep_start.index_select(0, slot)[:, None] if k > 1 else None
+
+        def stack(name: str, last: Tensor) -> Tensor:
+            """Frames ``last-k+1 .. last`` of each row's episode."""
+            assert first is not None
+            pos = last[:, None] + self.lanes
+            offset = torch.maximum(pos, first) - t[:, None]  # in [1 - k, n_step]
+            frames = st.take(name, rows.at(offset, back=True))
+            if c.stack_pad == "zero":
+                pad = (pos < first).reshape(pos.shape + (1,) * (frames.dim() - 2))
+                frames = frames.masked_fill(pad, 0)
+            return frames
+
+        def bcast(mask: Tensor, like: Tensor) -> Tensor:
+            return mask.reshape(mask.shape + (1,) * (like.dim() - 1))
+
+        out: dict[str, Tensor] = {}
+        nexts: dict[str, Tensor] = {}
+        builtin = ("reward", "terminated", "truncated")
+        for name, f in c.schema.fields.items():
+            if name in builtin:
+                continue
+            if not f.observation:
+                out[name] = st.take(name, slot)
+                continue
+            final = st.take_finals(name, final_pos)
+            if name == "obs" and k > 1:
+                out[name] = stack(name, t)
+                nxt = stack(name, t + m)
+                last = torch.where(bcast(ended, final), final, nxt[:, -1])
+                nxt = torch.cat([nxt[:, :-1], last[:, None]], dim=1)
+            else:
+                out[name] = st.take(name, slot)
+                nxt = torch.where(bcast(ended, final), final, st.take(name, next_row))
+            nexts["next_" + name] = nxt
+        for name in c.next_fields:
+            v = st.take(name, next_row)
+            nexts["next_" + name] = v.masked_fill(bcast(ended, v), 0)
+        out["reward"] = reward
+        out.update(nexts)
+        out["terminated"] = te
+        out["truncated"] = tr
+        disc = self.discounts.index_select(0, m)
+        out["discount"] = disc.masked_fill(te, 0.0)
+        out["steps"] = m
+        out["ids"] = t * E + env
+        out["env_ids"] = env
+        return out

@@ -1,0 +1,684 @@
+"""The device buffers: :class:`DeviceReplayBuffer` and :class:`DevicePrioritizedReplayBuffer`.
+
+They check their arguments once, on the host (:mod:`rlreplay.torch.config`), and hold their
+data as tensors on one torch device, updated in place by every call: the field columns in a
+:class:`rlreplay.storage.TorchStorage`, the episode bookkeeping in a
+:class:`~rlreplay.torch.ring.Ring`, the priorities in
+:class:`~rlreplay.torch.prioritized.Priorities`.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from rlreplay.errors import (
+    ConfigError,
+    DTypeError,
+    EmptyBufferError,
+    FieldError,
+    InvalidIdError,
+    PriorityError,
+    ShapeError,
+)
+from rlreplay.spec import Field, positive_int
+from rlreplay.storage.torch import TorchStorage, _host_array, numpy_dtype, torch_dtype
+from rlreplay.torch import draws
+from rlreplay.torch.assemble import Assembler
+from rlreplay.torch.batch import DeviceBatch
+from rlreplay.torch.config import DeviceConfig, make_config
+from rlreplay.torch.prioritized import Priorities
+from rlreplay.torch.ring import Ring
+
+if TYPE_CHECKING:
+    import os
+
+    import torch
+    from torch import Tensor
+
+    from rlreplay.buffer import ReplayBuffer
+
+__all__ = ["DevicePrioritizedReplayBuffer", "DeviceReplayBuffer"]
+
+
+@functools.cache
+def _numpy_dtypes() -> dict[torch.dtype, np.dtype[Any]]:
+    """NumPy dtype of each torch dtype that has one (built once, when the first buffer is
+    made: an input's dtype is then looked up, not computed from an empty tensor)."""
+    import torch
+
+    names = ("bool", "uint8", "int8", "int16", "int32", "int64", "uint16", "uint32", "uint64",
+             "float16", "float32", "float64", "complex64", "complex128")  # fmt: skip
+    return {getattr(torch, n): numpy_dtype(getattr(torch, n)) for n in names}
+
+
+class DeviceReplayBuffer:
+    """An episode-aware replay buffer whose data lives on a torch device, for envs that step
+    together (every :meth:`add` gives one step of each of the ``num_envs`` envs).
+
+    Semantics are those of :class:`rlreplay.ReplayBuffer` for such envs: the same ids (``t *
+    num_envs + e``), the same sampleable transitions and, for every id, the same values bit
+    for bit (n-step rewards and discounts, ``next_obs`` with final observations at episode
+    ends, terminated vs truncated, frame stacks with either ``stack_pad``, ``next_fields``),
+    the same laws for draws (uniform, the recency mix, without replacement; from a
+    :class:`torch.Generator` on the device seeded by ``seed``, not NumPy's stream) and the same
+    :meth:`clear`. Where it differs (as the JAX buffer, :class:`rlreplay.jax.JaxBuffer`):
+
+    * An env keeps the final observations of at most ``finals_per_env`` ended episodes
+      (default ``C // 4``, ``C = capacity // num_envs``). Ending one more while its ring still
+      holds that many drops the env's oldest stored episode whole, as
+      :meth:`rlreplay.ReplayBuffer.dequeue` would. ``finals_per_env=C`` never drops anything.
+    * ``next_<obs>`` is given at every :meth:`add` (it is kept only where the step ends its
+      episode): whether a step ends is a device value.
+    * Nothing raises on device values: :meth:`sample` on a buffer where :meth:`can_sample` is
+      False returns arbitrary rows with ``weights`` 0 (unless ``check=True``, which reads the
+      count on the host and raises :class:`~rlreplay.EmptyBufferError`);
+      :meth:`get_transitions` of ids that are not sampleable returns arbitrary values.
+    * Not offered: whole episodes, abandoned episodes, ``env_ids`` subsets, transforms, rate
+      limiters, memmap storage (:meth:`to_replay_buffer` gives a NumPy buffer that has them).
+
+    Host synchronisation: given tensors on the device, :meth:`add`, :meth:`sample`,
+    :meth:`get_transitions`, :meth:`can_sample`, :attr:`num_sampleable` and :meth:`clear` (and
+    :meth:`DevicePrioritizedReplayBuffer.update_priorities`) read no device value on the host
+    (no ``.item()``, ``.cpu()``, ``.tolist()``, ``bool()`` of a device tensor) and make no
+    data-dependent shape: they queue work on the device and return. On a GPU, with
+    ``torch.cuda.set_sync_debug_mode("error")`` they raise nothing (the CPU test suite counts
+    such calls with a :class:`torch.overrides.TorchFunctionMode` and finds none). NumPy
+    arrays and Python scalars given to them are copied to the device once. What waits for the
+    device says so: :meth:`sampleable_ids`, ``sample(..., check=True)``,
+    :meth:`to_replay_buffer` and :meth:`save`.
+
+    Args:
+        capacity: Transitions stored over all envs; at least ``num_envs * (n_step +
+            frame_stack)``. Each env keeps ``capacity // num_envs`` steps.
+        fields: Name -> :class:`rlreplay.Field`, as for :class:`rlreplay.ReplayBuffer`
+            (``reward`` must be float32 or float64).
+        num_envs: ``E``: every :meth:`add` takes one step of each env.
+        n_step: Window length.
+        gamma: Discount in ``[0, 1]``.
+        frame_stack: ``k``: sampled ``obs``/``next_obs`` are ``(B, k, *frame)`` stacks.
+        stack_pad: ``"zero"`` or ``"first"``.
+        next_fields: Non-observation fields also read at step ``t+m`` (zeros at episode ends).
+        finals_per_env: Final observations kept per env (see above).
+        device: Any torch device (``"cpu"``, ``"cuda:0"``, a :class:`torch.device`).
+        seed: Seed of the buffer's :class:`torch.Generator` (``None``: a random seed).
+        recent_ratio, recent_steps: ``ceil(recent_ratio * B)`` draws of a batch of ``B`` are
+            uniform over the ``recent_steps`` newest sampleable transitions of each env.
+        replacement: If False, a batch has no duplicates whenever enough transitions are
+            sampleable (``O(E * C)`` per draw: a key per slot and a top-k on the device).
+
+    Cost: :meth:`add` writes ``E`` rows per column plus ``O(E * frame_stack)`` bookkeeping;
+    :meth:`sample` and :meth:`get_transitions` are ``O(B * (n_step + frame_stack))`` gathers.
+
+    Example:
+        >>> import numpy as np, torch, rlreplay as rr, rlreplay.torch as rrt
+        >>> buf = rrt.DeviceReplayBuffer(64, {"obs": rr.Field((2,), np.float32)}, num_envs=2,
+        ...                              n_step=2, seed=0)
+        >>> ids = buf.add(obs=torch.zeros(2, 2), reward=torch.ones(2),
+        ...               terminated=torch.tensor([True, False]),
+        ...               truncated=torch.tensor([False, False]), next_obs=torch.ones(2, 2))
+        >>> ids.tolist(), int(buf.num_sampleable)
+        ([0, 1], 1)
+        >>> batch = buf.sample(4)
+        >>> batch.ids.tolist(), batch.next_obs[0].tolist()
+        ([0, 0, 0, 0], [1.0, 1.0])
+    """
+
+    _prio: Priorities | None = None
+
+    def __init__(
+        self,
+        capacity: int,
+        fields: Mapping[str, Field | tuple[Any, Any]],
+        *,
+        num_envs: int = 1,
+        n_step: int = 1,
+        gamma: float = 0.99,
+        frame_stack: int = 1,
+        stack_pad: str = "zero",
+        next_fields: Sequence[str] = (),
+        finals_per_env: int | None = None,
+        device: Any = "cpu",
+        seed: int | None = None,
+        recent_ratio: float = 0.0,
+        recent_steps: int = 1,
+        replacement: bool = True,
+    ) -> None:
+        config = make_config(
+            capacity, fields, num_envs=num_envs, n_step=n_step, gamma=gamma,
+            frame_stack=frame_stack, stack_pad=stack_pad, next_fields=next_fields,
+            finals_per_env=finals_per_env, prioritized=False, recent_ratio=recent_ratio,
+            recent_steps=recent_steps, replacement=replacement,
+        )  # fmt: skip
+        self._setup(config, device, seed)
+
+    def _setup(self, config: DeviceConfig, device: Any, seed: int | None) -> None:
+        import torch
+
+        if seed is not None and (
+            isinstance(seed, bool) or not isinstance(seed, int | np.integer) or seed < 0
+        ):
+            raise ConfigError(f"seed: expected None or an int >= 0, got {seed!r}")
+        self.config = config
+        self._storage = TorchStorage(
+            config.schema, config.num_envs, config.env_capacity, config.finals_per_env, device
+        )
+        self.device: torch.device = self._storage.device
+        self._ring = Ring(config, self.device)
+        self._assembler = Assembler(config, self._storage, self._ring)
+        self._gen = torch.Generator(device=self.device)
+        if seed is None:
+            self._gen.seed()
+        else:
+            self._gen.manual_seed(int(seed))
+        self.seed = seed
+        self._wanted: dict[str, Field] = dict(config.schema.fields)
+        self._wanted.update(
+            {"next_" + n: config.schema.fields[n] for n in config.observation_names}
+        )
+        self._stored = {n: torch_dtype(f.dtype) for n, f in self._wanted.items()}
+        _numpy_dtypes()
+        if config.prioritized:
+            self._prio = Priorities(config, self._ring)
+
+    # ------------------------------------------------------------------ sizes
+    capacity = property(lambda self: self.config.capacity, doc="Transitions over all envs.")
+    num_envs = property(lambda self: self.config.num_envs, doc="``E``: envs stepping together.")
+    env_capacity = property(lambda self: self.config.env_capacity, doc="``C``: steps per env.")
+    n_step = property(lambda self: self.config.n_step, doc="Window length.")
+    gamma = property(lambda self: self.config.gamma, doc="Discount.")
+    frame_stack = property(lambda self: self.config.frame_stack, doc="Frames per stack.")
+    stack_pad = property(lambda self: self.config.stack_pad, doc="Stack padding.")
+    next_fields = property(lambda self: self.config.next_fields, doc="Fields also read next.")
+    finals_per_env = property(lambda self: self.config.finals_per_env, doc="Final records.")
+    schema = property(lambda self: self.config.schema, doc="The fields, built-ins included.")
+
+    @property
+    def steps_added(self) -> int:
+        """Steps each env has added so far (a host int: the next step's ``t``)."""
+        return self._ring.count
+
+    @property
+    def storage(self) -> TorchStorage:
+        """The field columns (env ``e``'s ring in rows ``e * C .. e * C + C - 1``)."""
+        return self._storage
+
+    def __repr__(self) -> str:
+        c = self.config
+        return (
+            f"{type(self).__name__}(capacity={c.capacity}, num_envs={c.num_envs}, "
+            f"n_step={c.n_step}, frame_stack={c.frame_stack}, device={str(self.device)!r}, "
+            f"fields={list(c.schema.fields)})"
+        )
+
+    # ------------------------------------------------------------------ inputs
+    def _tensor(self, name: str, value: Any, want: tuple[int, ...]) -> Tensor:
+        """One value checked (shape, ``same_kind`` cast) and on the device in its field's
+        dtype; a NumPy value is cast on the host and copied once."""
+        import torch
+
+        f = self._wanted[name]
+        E = self.config.num_envs
+        if isinstance(value, torch.Tensor):
+            shape = tuple(value.shape)
+            dtype = _numpy_dtypes().get(value.dtype)
+            if dtype is None:
+                raise DTypeError(
+                    f"{name}: expected values castable to {f.dtype}, got {value.dtype}"
+                )
+        else:
+            value = np.asarray(value)
+            shape, dtype = value.shape, value.dtype
+        if len(want) == 1 and E == 1 and shape == f.shape:
+            shape = (1, *shape)
+            value = value.reshape(shape)
+        if shape != (*want, *f.shape):
+            raise ShapeError(
+                f"{name}: expected shape {(*want, *f.shape)} (num_envs, *field shape), got {shape}"
+            )
+        if not np.can_cast(dtype, f.dtype, casting="same_kind"):
+            raise DTypeError(
+                f"{name}: expected values castable to {f.dtype} (NumPy's same_kind rule), got "
+                f"{dtype}"
+            )
+        stored = self._stored[name]
+        if isinstance(value, torch.Tensor):
+            if value.device != self.device:
+                value = value.to(self.device, non_blocking=value.device.type == "cpu")
+            out: Tensor = value if value.dtype == stored else value.to(stored)
+            return out
+        host = torch.from_numpy(_host_array(np.asarray(value, f.dtype.newbyteorder("="))))
+        return host.to(self.device, non_blocking=True)
+
+    def _ids(self, ids: Any) -> Tensor:
+        """Ids as flat int64 on the device (integers only)."""
+        import torch
+
+        if isinstance(ids, torch.Tensor):
+            if ids.dtype.is_floating_point or ids.dtype.is_complex or ids.dtype == torch.bool:
+                raise DTypeError(f"ids: expected integers, got {ids.dtype}")
+            t = ids.to(self.device, non_blocking=ids.device.type == "cpu")
+            return t.reshape(-1).long()
+        a = np.asarray(ids)
+        if a.dtype.kind not in "iu":
+            if a.size:
+                raise DTypeError(f"ids: expected integers, got {a.dtype}")
+            a = a.astype(np.int64)
+        flat = np.ascontiguousarray(a.reshape(-1), np.int64)
+        return torch.from_numpy(flat.copy()).to(self.device, non_blocking=True)
+
+    # ------------------------------------------------------------------ writes
+    def add(self, **values: Any) -> Tensor:
+        """Store one step of every env.
+
+        Args:
+            **values: Every declared field, ``reward``, ``terminated``, ``truncated`` and
+                ``next_<obs>`` for each observation field, each with a leading axis ``E``
+                (omittable when ``E == 1``): tensors (used as they are when on the device,
+                cast there if their dtype differs) or NumPy arrays / scalars (copied once).
+                ``next_<obs>`` is kept only where the step ends its episode.
+
+        Returns:
+            int64 ids of the stored transitions, ``(E,)`` on the device.
+
+        Raises:
+            FieldError: A missing or unknown name.
+            ShapeError: A value's shape is not ``(E, *field.shape)``.
+            DTypeError: A value that NumPy's ``same_kind`` rule cannot cast.
+
+        Nothing is changed when an error is raised (every value is checked first).
+        """
+        import torch
+
+        c = self.config
+        missing = sorted(set(self._wanted) - set(values))
+        unknown = sorted(set(values) - set(self._wanted))
+        if missing or unknown:
+            raise FieldError(
+                f"add: expected the keys {sorted(self._wanted)}; missing {missing}, unknown "
+                f"{unknown}"
+            )
+        vals = {name: self._tensor(name, values[name], (c.num_envs,)) for name in self._wanted}
+        done = vals["terminated"] | vals["truncated"]
+        ring, st = self._ring, self._storage
+        rows, pos = ring.advance(done)
+        st.write(rows, vals)
+        for name in c.observation_names:
+            old = st.take_finals(name, pos)
+            new = vals["next_" + name]
+            keep = done.reshape(done.shape + (1,) * (new.dim() - 1))
+            st.assign(st.finals[name], pos, torch.where(keep, new, old))
+        ring.settle(st.steps["terminated"], st.steps["truncated"])
+        if self._prio is not None:
+            self._prio.after_write()
+        return ring.envs + (ring.count - 1) * c.num_envs
+
+    def clear(self) -> None:
+        """Drop every stored transition, as :meth:`rlreplay.ReplayBuffer.clear` does.
+
+        Ids keep counting, so ids issued before stay recognisably stale. An episode running
+        across the call goes on: its later steps are stored and sampleable as those of an
+        episode whose start was overwritten. A prioritized buffer keeps its largest priority
+        and ``beta``'s step. ``O(E)`` (prioritized: ``O(E * C)``, the trees are emptied).
+        """
+        self._ring.clear()
+        if self._prio is not None:
+            self._prio.clear()
+
+    # ------------------------------------------------------------------ reads
+    @property
+    def num_sampleable(self) -> Tensor:
+        """A 0-d int64 tensor: how many transitions :meth:`sample` draws from."""
+        return self._ring.sizes().sum()
+
+    def can_sample(self, batch_size: int = 1) -> Tensor:
+        """A 0-d bool tensor: whether :meth:`sample` draws real transitions now.
+
+        As :meth:`rlreplay.ReplayBuffer.sample`, a batch of any size is drawn (with
+        replacement) once one transition is sampleable; a prioritized buffer also needs one
+        of priority ``> 0``. For a warm-up size use ``num_sampleable >= n``.
+        """
+        positive_int("batch_size", batch_size)
+        if self._prio is not None:
+            return self._prio.sums.total > 0
+        return self.num_sampleable > 0
+
+    def sampleable(self, ids: Any) -> Tensor:
+        """A bool tensor per id: whether the transition is sampleable now."""
+        import torch
+
+        idx = self._ids(ids)
+        E = self.config.num_envs
+        env = torch.remainder(idx, E)
+        t = torch.div(idx, E, rounding_mode="floor")
+        return (idx >= 0) & self._ring.sampleable(env, t)
+
+    def sampleable_ids(self) -> Tensor:
+        """Every sampleable id (int64 on the device), env after env, ascending within each,
+        as :meth:`rlreplay.ReplayBuffer.sampleable_ids` orders them. Waits for the device
+        (how many there are is read on the host)."""
+        import torch
+
+        ring = self._ring
+        lo, hi = ring.lo.cpu().numpy(), ring.hi.cpu().numpy()
+        E = self.config.num_envs
+        parts = [np.arange(lo[e], max(lo[e], hi[e]), dtype=np.int64) * E + e for e in range(E)]
+        return torch.from_numpy(np.concatenate(parts)).to(self.device)
+
+    def get_transitions(self, ids: Any) -> DeviceBatch:
+        """Assemble the transitions ``ids`` (which should be sampleable: :meth:`sampleable`;
+        rows of others hold arbitrary values), in their order.
+
+        Returns:
+            A :class:`DeviceBatch` like :meth:`sample`'s (``weights`` ones, no
+            ``probabilities``).
+        """
+        import torch
+
+        idx = self._ids(ids)
+        E = self.config.num_envs
+        env = torch.remainder(idx, E)
+        t = torch.div(idx, E, rounding_mode="floor")
+        out = self._assembler.transitions(env, t)
+        out["weights"] = torch.ones(idx.shape[0], dtype=torch.float32, device=self.device)
+        return DeviceBatch(out)
+
+    def sample(
+        self,
+        batch_size: int,
+        *,
+        recent_ratio: float | None = None,
+        recent_steps: int | None = None,
+        replacement: bool | None = None,
+        check: bool = False,
+    ) -> DeviceBatch:
+        """Draw ``batch_size`` transitions uniformly (see the class docstring for the laws).
+
+        Args:
+            batch_size: Transitions to draw.
+            recent_ratio, recent_steps, replacement: Override the buffer's draw options for
+                this draw, as :meth:`rlreplay.ReplayBuffer.sample` does.
+            check: Read on the host whether anything is sampleable and raise
+                :class:`~rlreplay.EmptyBufferError` if not (one wait for the device). Without
+                it (the default) nothing waits: an empty buffer gives arbitrary rows with
+                ``weights`` 0.
+
+        Returns:
+            A :class:`DeviceBatch`: the keys of :meth:`rlreplay.ReplayBuffer.sample`'s batch
+            (``weights`` 1 where something was sampleable, else 0).
+
+        Raises:
+            ConfigError: ``batch_size`` not a positive int, or a draw option out of range.
+            EmptyBufferError: ``check`` and nothing sampleable.
+        """
+        import torch
+
+        from rlreplay.sampling.uniform import draw_options
+
+        batch_size = positive_int("batch_size", batch_size)
+        c = self.config
+        options = draw_options(
+            c.recent_ratio if recent_ratio is None else recent_ratio,
+            c.recent_steps if recent_steps is None else recent_steps,
+            c.replacement if replacement is None else replacement,
+        )
+        self._check_nonempty(check)
+        recent = draws.recent_count(options.recent_ratio, batch_size)
+        ring, gen = self._ring, self._gen
+        if recent:
+            env, t = draws.mixed(ring, batch_size, recent, options.recent_steps, gen)
+        else:
+            env, t = draws.uniform(ring, batch_size, gen)
+        total = self.num_sampleable
+        if not options.replacement and batch_size <= c.num_slots:
+            # Distinct whenever enough are sampleable (else, as the core, with replacement).
+            env_d, t_d = draws.distinct(ring, batch_size, recent, options.recent_steps, gen)
+            enough = batch_size <= total
+            env, t = torch.where(enough, env_d, env), torch.where(enough, t_d, t)
+        out = self._assembler.transitions(env, t)
+        out["weights"] = (total > 0).to(torch.float32).expand(batch_size).clone()
+        return DeviceBatch(out)
+
+    def _check_nonempty(self, check: bool) -> None:
+        if check and not bool(self.can_sample()):
+            raise EmptyBufferError(
+                "sample: nothing is sampleable yet (add more steps: a step is sampleable once "
+                "its n-step window is known)"
+            )
+
+    # ------------------------------------------------------------------ conversions
+    def to_replay_buffer(self, *, seed: int | None = None) -> ReplayBuffer:
+        """A NumPy :class:`rlreplay.ReplayBuffer` (:class:`rlreplay.PrioritizedReplayBuffer`
+        for a prioritized buffer) holding the same ids, transitions and priorities, with the
+        same configuration. Waits for the device (see :mod:`rlreplay.torch.convert`)."""
+        from rlreplay.torch.convert import to_replay_buffer
+
+        out: ReplayBuffer = to_replay_buffer(self, seed=seed)
+        return out
+
+    def save(self, path: str | os.PathLike[str]) -> None:
+        """Save a checkpoint in the NumPy core's format (:meth:`to_replay_buffer`, then its
+        ``save``): :func:`rlreplay.load` reads it back as a NumPy buffer, and
+        :func:`rlreplay.torch.load` as a device buffer. Waits for the device."""
+        self.to_replay_buffer(seed=self.seed).save(path)
+
+
+class DevicePrioritizedReplayBuffer(DeviceReplayBuffer):
+    """A :class:`DeviceReplayBuffer` that samples by priority, with importance weights: the
+    proportional law of :class:`rlreplay.PrioritizedReplayBuffer` (see
+    :mod:`rlreplay.torch.prioritized`), over float64 sum and min trees on the device whose
+    nodes are bit for bit the core's for the same priorities.
+
+    As the core: ``P(i) = p_i ** alpha / sum_k p_k ** alpha`` over the sampleable transitions,
+    ``weights = (P_min / P(i)) ** beta`` (float32) with ``P_min`` over the whole buffer,
+    ``probabilities`` (float64) in every batch, ``beta`` moving along its schedule once per
+    :meth:`sample` (a host counter), new transitions at ``max(initial_priority,
+    max_priority)``, stratified draws by default. Differences, besides the uniform buffer's:
+
+    * ``variant="rank_based"`` is not offered.
+    * :meth:`update_priorities` given device tensors cannot raise on their values: ids never
+      issued and priorities that are negative, NaN, infinite or too large (see the core) are
+      ignored, like overwritten ids. Given NumPy arrays or lists, it checks them on the host
+      and raises as the core does (``InvalidIdError``, ``PriorityError``).
+    * ``finals_per_env`` defaults to ``C`` (no episode is ever dropped for a final record). A
+      smaller value makes every :meth:`add` recompute every leaf (``O(E * C)``), since
+      whether an episode was dropped is a device value.
+
+    Args:
+        alpha, beta, beta_final, beta_steps, eps, initial_priority, priority_clip, stratified:
+            The law, as for :class:`rlreplay.PrioritizedReplayBuffer`.
+        variant: ``"proportional"`` only.
+        **kwargs: Every other :class:`DeviceReplayBuffer` argument but the draw options.
+
+    Cost: :meth:`add` also sets ``E * (n_step + frame_stack)`` leaves; :meth:`sample` adds a
+    descent of ``O(B * levels)``; :meth:`update_priorities` is ``O(B * levels)``.
+    """
+
+    _prio: Priorities
+
+    def __init__(
+        self,
+        capacity: int,
+        fields: Mapping[str, Field | tuple[Any, Any]],
+        *,
+        alpha: float = 0.6,
+        beta: float = 0.4,
+        beta_final: float = 1.0,
+        beta_steps: int = 0,
+        eps: float = 1e-6,
+        variant: str = "proportional",
+        initial_priority: float = 1.0,
+        priority_clip: tuple[float, float] | None = None,
+        stratified: bool = True,
+        num_envs: int = 1,
+        n_step: int = 1,
+        gamma: float = 0.99,
+        frame_stack: int = 1,
+        stack_pad: str = "zero",
+        next_fields: Sequence[str] = (),
+        finals_per_env: int | None = None,
+        device: Any = "cpu",
+        seed: int | None = None,
+    ) -> None:
+        config = make_config(
+            capacity, fields, num_envs=num_envs, n_step=n_step, gamma=gamma,
+            frame_stack=frame_stack, stack_pad=stack_pad, next_fields=next_fields,
+            finals_per_env=finals_per_env, prioritized=True, alpha=alpha, beta=beta,
+            beta_final=beta_final, beta_steps=beta_steps, eps=eps, variant=variant,
+            initial_priority=initial_priority, priority_clip=priority_clip,
+            stratified=stratified,
+        )  # fmt: skip
+        self._setup(config, device, seed)
+
+    alpha = property(lambda self: self.config.alpha, doc="Prioritization exponent.")
+    eps = property(lambda self: self.config.eps, doc="Added to every updated priority.")
+
+    @property
+    def beta(self) -> float:
+        """The importance exponent of the next :meth:`sample`."""
+        return self._prio.beta()
+
+    @property
+    def beta_step(self) -> int:
+        """Samples drawn so far: the ``beta`` schedule's step."""
+        return self._prio.beta_step
+
+    @property
+    def max_priority(self) -> Tensor:
+        """The largest priority :meth:`update_priorities` applied (a 0-d float64 tensor)."""
+        return self._prio.max_priority
+
+    def sample(
+        self,
+        batch_size: int,
+        *,
+        recent_ratio: float | None = None,
+        recent_steps: int | None = None,
+        replacement: bool | None = None,
+        check: bool = False,
+        beta: float | None = None,
+    ) -> DeviceBatch:
+        """Draw ``batch_size`` transitions by priority.
+
+        Args:
+            batch_size: Transitions to draw.
+            recent_ratio, recent_steps, replacement: Refused when they ask for recency or no
+                replacement (as the core refuses them).
+            check: As :meth:`DeviceReplayBuffer.sample`.
+            beta: The importance exponent of this draw (default: the schedule's, which then
+                advances one step).
+
+        Returns:
+            A :class:`DeviceBatch` with ``weights`` (float32) and ``probabilities``
+            (float64); where nothing is drawable, both 0.
+        """
+        from rlreplay.sampling.uniform import draw_options
+
+        batch_size = positive_int("batch_size", batch_size)
+        options = draw_options(
+            0.0 if recent_ratio is None else recent_ratio,
+            1 if recent_steps is None else recent_steps,
+            True if replacement is None else replacement,
+        )
+        if options.recent_ratio > 0 or not options.replacement:
+            raise ConfigError(
+                "recent_ratio/replacement: prioritized sampling draws by priority with "
+                "replacement; recency mixing and draws without replacement are uniform-only "
+                "(as in rlreplay.PrioritizedReplayBuffer)"
+            )
+        self._check_nonempty(check)
+        env, t, probabilities, weights = self._prio.draw(batch_size, self._gen, beta)
+        out = self._assembler.transitions(env, t)
+        out["weights"] = weights
+        out["probabilities"] = probabilities
+        return DeviceBatch(out)
+
+    def update_priorities(self, ids: Any, priorities: Any) -> Tensor:
+        """Set the priorities of transitions, typically ``abs(td_error)`` of a sampled batch.
+
+        Each priority is clipped to ``priority_clip`` (if set), then ``eps`` is added. Ids of
+        transitions overwritten (or cleared) since they were issued are ignored; with
+        duplicate ids the last one wins (only priorities that take effect count towards
+        :attr:`max_priority`). A transition stored but not sampleable yet keeps the priority
+        for when it becomes sampleable.
+
+        Args:
+            ids: Transition ids (``batch.ids``), any shape: a tensor or host values.
+            priorities: One per id (same shape): a tensor or host values.
+
+        Returns:
+            A 0-d int64 tensor: how many ids were ignored (overwritten; with tensor inputs
+            also never issued or with an invalid value).
+
+        Raises:
+            ShapeError: ``priorities`` and ``ids`` differ in shape.
+            DTypeError: Non-integer ids.
+            InvalidIdError: Host ids never issued by this buffer (tensor ids: ignored).
+            PriorityError: A host priority NaN, infinite, negative or too large (tensor
+                values: ignored).
+
+        Nothing is changed when an error is raised.
+        """
+        import torch
+
+        id_shape = tuple(ids.shape) if isinstance(ids, torch.Tensor) else np.shape(ids)
+        p_shape = (
+            tuple(priorities.shape)
+            if isinstance(priorities, torch.Tensor)
+            else np.shape(priorities)
+        )
+        if id_shape != p_shape:
+            raise ShapeError(
+                f"update_priorities: priorities must have the shape of ids {id_shape}, got "
+                f"{p_shape}"
+            )
+        if not isinstance(ids, torch.Tensor):
+            host = np.asarray(ids)
+            if host.dtype.kind in "iu" and host.size:
+                issued = self._ring.count * self.config.num_envs
+                bad = (host < 0) | (host >= issued)
+                if bad.any():
+                    i = int(np.flatnonzero(bad.reshape(-1))[0])
+                    raise InvalidIdError(
+                        f"update_priorities: id {int(host.reshape(-1)[i])} at position {i} was "
+                        f"never issued (ids issued so far: 0 .. {issued - 1})"
+                    )
+        idx = self._ids(ids)
+        if isinstance(priorities, torch.Tensor):
+            p = priorities.to(self.device, torch.float64).reshape(-1)
+        else:
+            try:
+                host_p = np.asarray(priorities, dtype=np.float64).reshape(-1)
+            except (TypeError, ValueError):
+                raise PriorityError(
+                    f"update_priorities: expected real numbers, got {priorities!r}"
+                ) from None
+            bad = ~(np.isfinite(host_p) & (host_p >= 0))
+            if bad.any():
+                i = int(np.flatnonzero(bad)[0])
+                raise PriorityError(
+                    f"priorities: expected finite values >= 0, got {host_p[i]!r} at position {i} "
+                    "(pass abs(td_error); NaN usually means the loss diverged)"
+                )
+            limit = self._prio.limit
+            if host_p.size and host_p.max() > limit:
+                raise PriorityError(
+                    f"priorities: {float(host_p.max())!r} is above {limit:.3g}, the largest "
+                    f"whose mass ** alpha={self.config.alpha} {self.config.num_slots} slots can "
+                    "sum without overflow; scale the priorities down"
+                )
+            p = torch.from_numpy(host_p.copy()).to(self.device, non_blocking=True)
+        return self._prio.update(idx, p)
+
+    def get_priorities(self, ids: Any) -> Tensor:
+        """The stored priority (float64) of each id's slot (meaningful for stored ids)."""
+        import torch
+
+        idx = self._ids(ids)
+        c = self.config
+        env = torch.remainder(idx, c.num_envs)
+        t = torch.div(idx, c.num_envs, rounding_mode="floor")
+        return self._prio.prio.index_select(0, self._ring.rows_of(t, env))

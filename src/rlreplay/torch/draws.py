@@ -1,0 +1,119 @@
+"""Uniform draws over per-env ranges of steps, the recency mix, and draws without replacement,
+on the device.
+
+As in the NumPy core (:mod:`rlreplay.sampling.uniform`), env ``e``'s candidates are the steps
+``[lo_e, hi_e)``; enumerating the ranges env after env gives each candidate a *global
+position* in ``[0, total)``, and a draw is a position mapped back to ``(env, t)`` through the
+cumulative sizes (:func:`to_steps`). An integer uniform in ``[0, n)`` is ``floor(u * n)`` of a
+float64 uniform ``u``, as the core draws it (:func:`below`). The recency mix draws ``k =
+ceil(recent_ratio * B)`` positions among the ``recent_steps`` newest candidates of each env
+and the other ``B - k`` among all of them, recent draws first, as the core's ``draw_mixed``.
+
+Draws without replacement (:func:`distinct`) give every row of the buffer an independent
+uniform key (``-1`` for a row that is no candidate) and take the ``B`` largest
+(:func:`torch.topk`): a uniformly random ordered ``B``-subset of the candidates, the core's
+law, with shapes that depend on ``B`` and the capacity only (``O(E * C)`` per draw).
+
+Everything takes the random bits from a :class:`torch.Generator` on the device and reads no
+device value on the host: totals stay 0-d tensors.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import torch
+    from torch import Tensor
+
+    from rlreplay.torch.ring import Ring
+
+__all__ = ["below", "distinct", "mixed", "recent_count", "to_steps", "uniform"]
+
+
+def recent_count(recent_ratio: float, batch_size: int) -> int:
+    """``ceil(recent_ratio * B)``, rounded as the core rounds it (``0.55 * 100`` is 55)."""
+    return math.ceil(round(recent_ratio * batch_size, 9)) if recent_ratio > 0 else 0
+
+
+def below(n: Tensor, count: int, gen: torch.Generator) -> Tensor:
+    """``count`` int64 integers uniform in ``[0, n)`` (``n`` a 0-d tensor; 0 where ``n`` is 0):
+    ``floor(u * n)`` of float64 uniforms, clipped (``u * n`` may round up to ``n``)."""
+    import torch
+
+    u = torch.rand(count, dtype=torch.float64, device=n.device, generator=gen)
+    out = (u * n).long()
+    return torch.minimum(out, (n - 1).clamp_min(0))
+
+
+def to_steps(lo: Tensor, sizes: Tensor, pos: Tensor) -> tuple[Tensor, Tensor]:
+    """Global positions -> ``(env, t)`` over the ranges ``[lo_e, lo_e + sizes_e)``."""
+    import torch
+
+    ends = torch.cumsum(sizes, 0)
+    env = torch.searchsorted(ends, pos, right=True).clamp_max(sizes.shape[0] - 1)
+    start = ends.index_select(0, env) - sizes.index_select(0, env)
+    return env, lo.index_select(0, env) + pos - start
+
+
+def uniform(ring: Ring, batch_size: int, gen: torch.Generator) -> tuple[Tensor, Tensor]:
+    """``batch_size`` steps drawn uniformly, with replacement, from the union of ``[lo, hi)``
+    (with no candidate at all: arbitrary steps)."""
+    sizes = ring.sizes()
+    return to_steps(ring.lo, sizes, below(sizes.sum(), batch_size, gen))
+
+
+def mixed(
+    ring: Ring, batch_size: int, recent: int, recent_steps: int, gen: torch.Generator
+) -> tuple[Tensor, Tensor]:
+    """``recent`` draws uniform over the ``recent_steps`` newest candidates of each env, then
+    ``batch_size - recent`` uniform over all candidates; each with replacement."""
+    import torch
+
+    sizes = ring.sizes()
+    newest = sizes.clamp_max(recent_steps)
+    env_r, t_r = to_steps(ring.hi - newest, newest, below(newest.sum(), recent, gen))
+    env_a, t_a = to_steps(ring.lo, sizes, below(sizes.sum(), batch_size - recent, gen))
+    return torch.cat([env_r, env_a]), torch.cat([t_r, t_a])
+
+
+def _keys(ring: Ring, candidate: Tensor, gen: torch.Generator) -> Tensor:
+    """An independent float64 uniform per row where ``candidate``, ``-1`` elsewhere."""
+    import torch
+
+    u = torch.rand(candidate.shape[0], dtype=torch.float64, device=candidate.device, generator=gen)
+    return torch.where(candidate, u, -1.0)
+
+
+def distinct(
+    ring: Ring, batch_size: int, recent: int, recent_steps: int, gen: torch.Generator
+) -> tuple[Tensor, Tensor]:
+    """Draws without replacement, as the core's ``draw_mixed`` with ``replacement=False`` and
+    ``batch_size <= #candidates`` (the caller picks these rows only then, and needs
+    ``batch_size <= E * C``): the first ``k = min(recent, #recent candidates)`` are distinct
+    recent candidates, the others distinct among the candidates not drawn yet, each part a
+    uniformly random ordered subset. ``O(E * C)``: a key per row and a top-k."""
+    import torch
+
+    n = ring.config.num_slots
+    rows = torch.arange(n, dtype=torch.int64, device=ring.device)
+    env, t = ring.step_in_row(rows)
+    candidate = ring.sampleable(env, t)
+    keys = _keys(ring, candidate, gen)
+    if recent == 0:
+        picked = torch.topk(keys, batch_size, sorted=True).indices
+        return ring.step_in_row(picked)
+    newest = ring.sizes().clamp_max(recent_steps)
+    is_recent = candidate & (t >= (ring.hi - newest).index_select(0, env))
+    recent_keys = _keys(ring, is_recent, gen)
+    top_r = torch.topk(recent_keys, min(recent, n), sorted=True)
+    valid = top_r.values >= 0  # a prefix: the k picks that are recent candidates
+    k = valid.sum()
+    # The rest: distinct among the candidates the recent part did not take.
+    keys = keys.index_put((top_r.indices,), torch.where(valid, -1.0, keys[top_r.indices]))
+    rest = torch.topk(keys, batch_size, sorted=True).indices
+    i = torch.arange(batch_size, dtype=torch.int64, device=ring.device)
+    from_recent = top_r.indices.index_select(0, i.clamp_max(top_r.indices.shape[0] - 1))
+    from_rest = rest.index_select(0, (i - k).clamp_min(0))
+    return ring.step_in_row(torch.where(i < k, from_recent, from_rest))

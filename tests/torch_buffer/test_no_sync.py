@@ -1,0 +1,69 @@
+"""add, sample, get_transitions, update_priorities, clear, can_sample and num_sampleable read no
+device value on the host and make no data-dependent shape, given device tensors: a
+TorchFunctionMode counts the calls that would (``.item()``, ``.cpu()``, ``bool()``,
+``nonzero()``, ...) and finds none. On a CUDA device (``RLREPLAY_TEST_DEVICE=cuda:0``) the same
+block also runs under ``torch.cuda.set_sync_debug_mode("error")``, where any synchronising
+CUDA call raises."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+
+from tests.torch_buffer.helpers import make, on, random_step
+from tests.torch_device.helpers import no_host_sync
+
+CONFIGS: dict[str, dict[str, Any]] = {
+    "uniform, stack 3, next_fields, few finals": dict(
+        capacity=32,
+        num_envs=4,
+        n_step=3,
+        frame_stack=3,
+        next_fields=("action",),
+        finals_per_env=1,
+    ),
+    "recent, without replacement": dict(
+        capacity=32, num_envs=2, n_step=2, recent_ratio=0.5, recent_steps=3, replacement=False
+    ),
+    "prioritized, stack 2, few finals": dict(
+        capacity=32, num_envs=2, n_step=2, frame_stack=2, prioritized=True, finals_per_env=2
+    ),
+}
+
+
+@pytest.mark.parametrize("name", list(CONFIGS))
+def test_device_calls_never_wait_for_the_device(device: str, name: str) -> None:
+    buf = make(device, **CONFIGS[name])
+    rng = np.random.default_rng(0)
+    steps = [on(random_step(rng, buf.num_envs, p_end=0.3), device) for _ in range(40)]
+    some_ids = torch.tensor([0, 1, 2, 3], device=device)
+    with no_host_sync(device) as counter:
+        for i, step in enumerate(steps):
+            ids = buf.add(**step)
+            batch = buf.sample(8)
+            buf.get_transitions(batch["ids"])
+            buf.can_sample(8)
+            _ = buf.num_sampleable
+            buf.sampleable(some_ids)
+            if hasattr(buf, "update_priorities"):
+                buf.update_priorities(batch["ids"], batch["reward"].abs().double())
+                buf.update_priorities(ids, torch.full_like(ids, 2.0, dtype=torch.float64))
+            if i == 20:
+                buf.clear()
+        empty = make(device, **CONFIGS[name])
+        empty.sample(4)  # nothing stored: arbitrary rows, weights 0, and no wait
+    assert dict(counter.calls) == {}
+    assert bool(buf.can_sample())
+
+
+def test_the_counter_sees_what_waits(device: str) -> None:
+    """The checked paths do read the device (and say so)."""
+    buf = make(device, capacity=16, num_envs=2)
+    buf.add(**on(random_step(np.random.default_rng(0), 2, p_end=1.0), device))
+    with no_host_sync("cpu") as counter:  # (counting only: these are meant to wait)
+        buf.sampleable_ids()
+        buf.sample(2, check=True)
+    assert sum(counter.calls.values()) >= 2
