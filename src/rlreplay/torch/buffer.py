@@ -442,6 +442,101 @@ class DeviceReplayBuffer:
         out["weights"] = (total > 0).to(torch.float32).expand(batch_size).clone()
         return DeviceBatch(out)
 
+    def sample_sequences(
+        self,
+        batch_size: int,
+        length: int,
+        *,
+        within_episode: bool = True,
+        pad: bool = True,
+        balance_envs: bool = False,
+        beta: float | None = None,
+    ) -> DeviceBatch:
+        """Draw ``batch_size`` sequences of ``length`` consecutive stored steps (R2D2, ALF),
+        as :meth:`rlreplay.ReplayBuffer.sample_sequences` draws them (see
+        :mod:`rlreplay.torch.sequences`).
+
+        Starts are uniform over the stored steps (prioritized: by priority over the
+        sampleable ones, with ``weights`` and ``probabilities`` as :meth:`sample`'s). Per-step
+        fields are the raw stored ones, shaped ``(B, L, ...)``, zero on masked steps, plus
+        each step's ``next_<obs>``; ``mask`` ``(B, L)`` marks real steps (a prefix).
+
+        Args:
+            batch_size: Sequences ``B``.
+            length: Steps per sequence ``L``.
+            within_episode: Stop sequences at episode ends.
+            pad: If False, only starts whose ``L`` steps are all real are drawn (with
+                ``within_episode`` or a prioritized buffer: ``O(E * C)`` per draw).
+            balance_envs: Uniform buffers: an env uniform among those with a start, then a
+                start uniform within it; rows ordered by env.
+            beta: Prioritized buffers: the importance exponent of this draw (default: the
+                schedule's, which then advances).
+
+        Returns:
+            A :class:`DeviceBatch`: per-step fields, ``next_<obs>``, ``mask``,
+            ``next_known``, ``ids`` (first steps), ``env_ids``, ``weights`` (0 where no start
+            exists) and, when prioritized, ``probabilities``.
+
+        Raises:
+            ConfigError: ``batch_size`` or ``length`` not a positive int, a flag that is not a
+                bool, ``balance_envs`` for a prioritized buffer, ``beta`` for a uniform one.
+        """
+        import torch
+
+        from rlreplay.torch import sequences
+
+        batch_size = positive_int("batch_size", batch_size)
+        length = positive_int("length", length)
+        for flag, value in (("within_episode", within_episode), ("pad", pad),
+                            ("balance_envs", balance_envs)):  # fmt: skip
+            if not isinstance(value, bool | np.bool_):
+                raise ConfigError(f"{flag}: expected a bool, got {value!r}")
+        prio = self._prio
+        if prio is not None and balance_envs:
+            raise ConfigError(
+                "balance_envs: prioritized sequence starts are drawn by priority over all envs"
+            )
+        if prio is None and beta is not None:
+            raise ConfigError("beta: a uniform buffer has no importance weights")
+        probabilities = None
+        if prio is None:
+            env, t, exists = sequences.uniform_starts(
+                self._ring, self._gen, batch_size, length, bool(within_episode), bool(pad),
+                bool(balance_envs),
+            )  # fmt: skip
+            weights = exists.to(torch.float32).expand(batch_size).clone()
+        elif pad:  # every sampleable transition is a start: the buffer's own draw
+            env, t, probabilities, weights = prio.draw(batch_size, self._gen, beta)
+        else:
+            if beta is None:
+                beta = prio.beta()
+                prio.beta_step += 1
+            env, t, probabilities, weights = sequences.prioritized_starts(
+                prio, self._gen, batch_size, length, bool(within_episode), beta
+            )
+        out = sequences.gather(self._ring, self._storage, env, t, length, bool(within_episode))
+        out["weights"] = weights
+        if probabilities is not None:
+            out["probabilities"] = probabilities
+        return DeviceBatch(out)
+
+    def get_sequences(self, ids: Any, length: int, *, within_episode: bool = True) -> DeviceBatch:
+        """The sequences of ``length`` steps starting at the stored steps ``ids``, as
+        :meth:`rlreplay.ReplayBuffer.get_sequences` (no ``weights``); rows of ids that are
+        not stored hold arbitrary values."""
+        import torch
+
+        from rlreplay.torch import sequences
+
+        length = positive_int("length", length)
+        idx = self._ids(ids)
+        E = self.config.num_envs
+        env = torch.remainder(idx, E)
+        t = torch.div(idx, E, rounding_mode="floor")
+        return DeviceBatch(
+            sequences.gather(self._ring, self._storage, env, t, length, bool(within_episode))
+        )
+
     def _check_nonempty(self, check: bool) -> None:
         if check and not bool(self.can_sample()):
             raise EmptyBufferError(

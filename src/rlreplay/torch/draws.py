@@ -29,7 +29,7 @@ if TYPE_CHECKING:
 
     from rlreplay.torch.ring import Ring
 
-__all__ = ["below", "distinct", "mixed", "recent_count", "to_steps", "uniform"]
+__all__ = ["balanced", "below", "distinct", "mixed", "recent_count", "to_steps", "uniform"]
 
 
 def recent_count(recent_ratio: float, batch_size: int) -> int:
@@ -62,6 +62,25 @@ def uniform(ring: Ring, batch_size: int, gen: torch.Generator) -> tuple[Tensor, 
     (with no candidate at all: arbitrary steps)."""
     sizes = ring.sizes()
     return to_steps(ring.lo, sizes, below(sizes.sum(), batch_size, gen))
+
+
+def balanced(sizes: Tensor, batch_size: int, gen: torch.Generator) -> tuple[Tensor, Tensor]:
+    """Per draw, an env uniform among those with ``sizes > 0``, then a position uniform in
+    ``[0, sizes_e)`` (the core's ``draw_balanced``, ALF ``get_batch``): ``(env, pos)``."""
+    import torch
+
+    has = (sizes > 0).long()
+    env, _ = to_steps(sizes.new_zeros(sizes.shape), has, below(has.sum(), batch_size, gen))
+    u = torch_rand(batch_size, sizes.device, gen)
+    pos = (u * sizes.index_select(0, env)).long()
+    return env, torch.minimum(pos, (sizes.index_select(0, env) - 1).clamp_min(0))
+
+
+def torch_rand(count: int, device: torch.device, gen: torch.Generator) -> Tensor:
+    """``count`` float64 uniforms in ``[0, 1)``."""
+    import torch
+
+    return torch.rand(count, dtype=torch.float64, device=device, generator=gen)
 
 
 def mixed(
