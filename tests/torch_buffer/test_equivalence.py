@@ -166,3 +166,39 @@ def test_bad_arguments_name_the_field_and_change_nothing(device: str) -> None:
         buf.sample(0)
     with pytest.raises(rr.ConfigError, match="device"):
         make("nonsense", capacity=16)
+
+
+def test_unsigned_big_endian_and_extra_observation_fields(device: str) -> None:
+    """uint8/uint16/uint32 fields (torch has no where/masked_fill for the wider ones: done on
+    their signed twins), a big-endian float64 next_field and a second observation field:
+    transitions and sequences bit for bit the core's."""
+    fields = {
+        "obs": rr.Field((3, 3), np.uint8),
+        "extra": rr.Field((2,), np.uint16),
+        "big": rr.Field((), ">f8"),
+        "goal": rr.Field((2,), np.uint32, observation=True),
+    }
+    kw: dict[str, Any] = dict(num_envs=2, n_step=2, frame_stack=3, next_fields=("extra", "big"))
+    buf = rrt.DeviceReplayBuffer(24, fields, finals_per_env=12, device=device, **kw)
+    core = rr.ReplayBuffer(24, fields, **kw)
+    rng = np.random.default_rng(0)
+    for _ in range(30):
+        step = {
+            "obs": rng.integers(0, 255, (2, 3, 3)).astype(np.uint8),
+            "extra": rng.integers(0, 60000, (2, 2)).astype(np.uint16),
+            "big": rng.standard_normal(2).astype(">f8"),
+            "goal": rng.integers(0, 2**32 - 1, (2, 2)).astype(np.uint32),
+            "reward": rng.standard_normal(2).astype(np.float32),
+            "terminated": rng.random(2) < 0.2,
+            "truncated": rng.random(2) < 0.1,
+            "next_obs": rng.integers(0, 255, (2, 3, 3)).astype(np.uint8),
+            "next_goal": rng.integers(0, 2**32 - 1, (2, 2)).astype(np.uint32),
+        }
+        buf.add(**step)
+        core.add(**step)
+    ids = core.sampleable_ids()
+    assert_bit_identical(host(buf.get_transitions(ids)), dict(core.get_transitions(ids)))
+    stored = np.arange(36, 60)
+    for within in (True, False):
+        ours = host(buf.get_sequences(stored, 4, within_episode=within))
+        assert_bit_identical(ours, dict(core.get_sequences(stored, 4, within_episode=within)))

@@ -29,7 +29,29 @@ if TYPE_CHECKING:
 
     from rlreplay.torch.ring import Ring
 
-__all__ = ["Assembler"]
+__all__ = ["Assembler", "select", "zero_where"]
+
+
+def _signed(t: Tensor) -> Tensor:
+    """``t`` viewed as the signed tensor of its width when torch has no kernels for its
+    unsigned dtype (uint16/32/64: same bits), else ``t``."""
+    from rlreplay.storage.torch import _raw
+
+    return _raw(t)
+
+
+def select(mask: Tensor, a: Tensor, b: Tensor) -> Tensor:
+    """``torch.where(mask, a, b)`` for any stored dtype (``mask`` broadcast from the left)."""
+    import torch
+
+    mask = mask.reshape(mask.shape + (1,) * (a.dim() - mask.dim()))
+    return torch.where(mask, _signed(a), _signed(b)).view(a.dtype)
+
+
+def zero_where(mask: Tensor, a: Tensor) -> Tensor:
+    """``a`` with zeros where ``mask`` (broadcast from the left), for any stored dtype."""
+    mask = mask.reshape(mask.shape + (1,) * (a.dim() - mask.dim()))
+    return _signed(a).masked_fill(mask, 0).view(a.dtype)
 
 
 def powers(config: DeviceConfig) -> tuple[list[Any], Any]:
@@ -147,12 +169,8 @@ class Assembler:
             offset = torch.maximum(pos, first) - t[:, None]  # in [1 - k, n_step]
             frames = st.take(name, rows.at(offset, back=True))
             if c.stack_pad == "zero":
-                pad = (pos < first).reshape(pos.shape + (1,) * (frames.dim() - 2))
-                frames = frames.masked_fill(pad, 0)
+                frames = zero_where(pos < first, frames)
             return frames
-
-        def bcast(mask: Tensor, like: Tensor) -> Tensor:
-            return mask.reshape(mask.shape + (1,) * (like.dim() - 1))
 
         out: dict[str, Tensor] = {}
         nexts: dict[str, Tensor] = {}
@@ -167,15 +185,15 @@ class Assembler:
             if name == "obs" and k > 1:
                 out[name] = stack(name, t)
                 nxt = stack(name, t + m)
-                last = torch.where(bcast(ended, final), final, nxt[:, -1])
+                last = select(ended, final, nxt[:, -1])
                 nxt = torch.cat([nxt[:, :-1], last[:, None]], dim=1)
             else:
                 out[name] = st.take(name, slot)
-                nxt = torch.where(bcast(ended, final), final, st.take(name, next_row))
+                nxt = select(ended, final, st.take(name, next_row))
             nexts["next_" + name] = nxt
         for name in c.next_fields:
             v = st.take(name, next_row)
-            nexts["next_" + name] = v.masked_fill(bcast(ended, v), 0)
+            nexts["next_" + name] = zero_where(ended, v)
         out["reward"] = reward
         out.update(nexts)
         out["terminated"] = te

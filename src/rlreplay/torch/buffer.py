@@ -27,7 +27,7 @@ from rlreplay.errors import (
 from rlreplay.spec import Field, positive_int
 from rlreplay.storage.torch import TorchStorage, _host_array, numpy_dtype, torch_dtype
 from rlreplay.torch import draws
-from rlreplay.torch.assemble import Assembler
+from rlreplay.torch.assemble import Assembler, select
 from rlreplay.torch.batch import DeviceBatch
 from rlreplay.torch.config import DeviceConfig, make_config
 from rlreplay.torch.prioritized import Priorities
@@ -291,7 +291,6 @@ class DeviceReplayBuffer:
 
         Nothing is changed when an error is raised (every value is checked first).
         """
-        import torch
 
         c = self.config
         missing = sorted(set(self._wanted) - set(values))
@@ -308,9 +307,7 @@ class DeviceReplayBuffer:
         st.write(rows, vals)
         for name in c.observation_names:
             old = st.take_finals(name, pos)
-            new = vals["next_" + name]
-            keep = done.reshape(done.shape + (1,) * (new.dim() - 1))
-            st.assign(st.finals[name], pos, torch.where(keep, new, old))
+            st.assign(st.finals[name], pos, select(done, vals["next_" + name], old))
         ring.settle(st.steps["terminated"], st.steps["truncated"])
         if self._prio is not None:
             self._prio.after_write()

@@ -25,6 +25,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from rlreplay.torch import draws
+from rlreplay.torch.assemble import select, zero_where
 
 if TYPE_CHECKING:
     import torch
@@ -155,18 +156,15 @@ def gather(
     next_rows = ring.rows_of(pos + 1, envs)
     final_pos = envs * F + torch.remainder(fid.clamp_min(0), F)
 
-    def bcast(m: Tensor, like: Tensor) -> Tensor:
-        return m.reshape(m.shape + (1,) * (like.dim() - 2))
-
     out: dict[str, Tensor] = {}
     nexts: dict[str, Tensor] = {}
     for name, f in c.schema.fields.items():
         vals = storage.take(name, rows)
-        out[name] = vals.masked_fill(~bcast(mask, vals), 0)
+        out[name] = zero_where(~mask, vals)
         if f.observation:
-            nxt = storage.take(name, next_rows).masked_fill(~bcast(follows, vals), 0)
+            nxt = zero_where(~follows, storage.take(name, next_rows))
             final = storage.take_finals(name, final_pos)
-            nexts["next_" + name] = torch.where(bcast(ends_b, vals), final, nxt)
+            nexts["next_" + name] = select(ends_b, final, nxt)
     out.update(nexts)
     out["mask"] = mask
     out["next_known"] = ends_b | follows
