@@ -160,11 +160,13 @@ def test_uniform_draw_over_valid_slots_is_numpy_choice_over_the_mask() -> None:
         assert np.random.random_sample() == after  # noqa: NPY002 - the same generator calls
 
 
-def test_equal_steps_cumsum_is_numpys_sequential_sum() -> None:
-    """Bit for bit ``np.cumsum(np.full(k, 1 / k))``: every k to 3,000 (ties, powers of two and
-    round numbers among them), and large ones, where the uniform draw uses it."""
+def test_level_cdf_is_numpys_sequential_sum() -> None:
+    """Bit for bit ``c = np.cumsum(np.full(k, 1 / k)); c /= c[-1]`` (NumPy choice's cdf): every
+    k to 3,000 (ties, powers of two and round numbers among them), and large ones."""
     rng = np.random.default_rng(11)
     large = [50_000, 65_536, 100_000, 131_072, 250_000, 1_000_000]
     for k in [*range(1, 3_000), *large, *rng.integers(50_000, 400_000, 20).tolist()]:
         want = np.cumsum(np.full(k, 1.0 / k))
-        assert _draws.equal_steps_cumsum(k).tobytes() == want.tobytes(), k
+        want /= want[-1]
+        got = _draws.level_cdf(k)
+        assert got.tobytes() == want.tobytes() and not got.flags.writeable, k

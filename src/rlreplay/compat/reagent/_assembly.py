@@ -9,6 +9,7 @@ Arrays are NumPy throughout; :func:`to_torch` makes the returned tensors.
 
 from __future__ import annotations
 
+import functools
 import warnings
 from collections.abc import Collection, Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple
@@ -96,11 +97,9 @@ def transition_arrays(buf: BufferState, batch: _Batch) -> dict[str, Any]:
     m = tb.steps
     ended = tb.terminated
     extras = [e.name for e in buf._extra_storage_types]
-    # next_reward: the reward at t+m (0 where the window reached a terminal).
-    next_reward = np.zeros((ids.size, *buf._reward_shape), buf._reward_dtype)
-    go_on = ~ended
-    if go_on.any():
-        next_reward[go_on] = buf._core.get_field("reward", ids[go_on] + m[go_on])
+    # next_reward: the reward at t+m, 0 where the window reached a terminal (the core's
+    # next_fields; an episode ends only at a terminal here)
+    next_reward = tb.next_reward.astype(buf._reward_dtype, copy=False)
     out: dict[str, Any] = {
         "state": state_stack(tb.obs, k),
         "next_state": state_stack(tb.next_obs, k),
@@ -286,9 +285,18 @@ def n_step_reward(buf: BufferState, ids: Array, m: Array, core_reward: Array) ->
     if n == 1 or ids.size == 0:
         return core_reward.astype(buf._reward_dtype, copy=False)
     runs = window_rewards(buf._core, ids, m, n)
-    decays = (buf._gamma ** np.arange(n)).reshape(1, n, *([1] * (runs.ndim - 2)))
-    masks = (np.arange(n)[None, :] < m[:, None]).reshape(-1, n, *([1] * (runs.ndim - 2)))
-    out: Array = (runs * decays * masks).sum(axis=1).astype(buf._reward_dtype)
+    # ReAgent's rewards * decays * masks: the runs hold zeros past each window already, and a
+    # mask of 1.0 leaves a product as it is, so the mask's multiplication changes no bit
+    out: Array = (runs * _decays(buf._gamma, n, runs.ndim)).sum(axis=1)
+    return out.astype(buf._reward_dtype, copy=False)
+
+
+@functools.lru_cache(maxsize=16)
+def _decays(gamma: float, n: int, ndim: int) -> Array:
+    """ReAgent's ``gamma ** np.arange(n)`` (float64), shaped ``(1, n, 1, ...)`` for ``ndim``
+    axes, read-only (kept per call's arguments)."""
+    out: Array = (gamma ** np.arange(n)).reshape(1, n, *([1] * (ndim - 2)))
+    out.flags.writeable = False
     return out
 
 
@@ -299,8 +307,11 @@ def window_rewards(core: CoreReplayBuffer, ids: Array, m: Array, n: int) -> Arra
     runs stop after ``m`` real steps, the rest is zero padding), reading only the reward
     column: the runs would also gather every other field (frames included).
     """
-    real = np.arange(n)[None, :] < m[:, None]
     field = core.schema.fields["reward"]
+    if ids.size and int(m.min()) >= n:  # no window cut short (most batches): no mask
+        rewards: Array = core.get_field("reward", (ids[:, None] + np.arange(n)).reshape(-1))
+        return rewards.reshape(ids.size, n, *field.shape)
+    real = np.arange(n)[None, :] < m[:, None]
     out: Array = np.zeros((ids.size, n, *field.shape), field.dtype)
     out[real] = core.get_field("reward", (ids[:, None] + np.arange(n))[real])
     return out
@@ -332,26 +343,31 @@ def to_torch(value: Any) -> Any:
 
     if isinstance(value, list):
         return [torch.from_numpy(c_contiguous(v)) for v in value]
-    if type(value) is np.ndarray and value.flags.c_contiguous:  # most elements: as they are
-        t = torch.from_numpy(value)
-    else:
-        t = torch.from_numpy(c_contiguous(value))
-    return t.reshape(-1, 1) if t.ndim == 1 else t
+    if type(value) is not np.ndarray or not value.flags.c_contiguous:
+        # (the tensor is the copy's only holder: its memory may be recycled, _kernels)
+        value = c_contiguous(value, recycle=True)
+    if value.ndim == 1:  # reshaped before the tensor is made: half the cost of Tensor.reshape
+        value = value.reshape(-1, 1)
+    return torch.from_numpy(value)
 
 
 #: last axes up to this long are copied entry by entry by :func:`c_contiguous`
 _SHORT_LAST_AXIS = 16
 
 
-def c_contiguous(value: Any) -> Array:
-    """``value`` as a C-contiguous array with its own shape (0-d stays 0-d)."""
+def c_contiguous(value: Any, *, recycle: bool = False) -> Array:
+    """``value`` as a C-contiguous array with its own shape (0-d stays 0-d).
+
+    ``recycle``: a packed frame stack may be written into an array of
+    :func:`rlreplay.compat.reagent._kernels.recycled_empty` (for a copy the caller alone holds).
+    """
     arr = np.asarray(value)
     if arr.flags.c_contiguous:
         return arr
     if arr.ndim > 1 and 1 < arr.shape[-1] <= _SHORT_LAST_AXIS:
         # Frame stacks moved to the last axis: a pixel's frames packed into one machine word
         # where they fill 2, 4 or 8 bytes (_kernels), else one copy per last-axis entry
-        packed = interleaved(arr)
+        packed = interleaved(arr, recycle=recycle)
         if packed is not None:
             return packed
         # One copy per last-axis entry reads contiguous

@@ -20,16 +20,17 @@ batch, this raises ``RuntimeError("Max sample attempts: ...")``.
 from __future__ import annotations
 
 import functools
-import math
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+
+from rlreplay.compat.reagent._kernels import sequential_cdf
 
 if TYPE_CHECKING:
     from rlreplay.compat.reagent._state import BufferState
     from rlreplay.compat.reagent.sum_tree import SumTree
 
-__all__ = ["equal_steps_cumsum", "level_cdf", "prioritized", "uniform"]
+__all__ = ["level_cdf", "prioritized", "uniform"]
 
 Array = np.ndarray[Any, Any]
 
@@ -65,64 +66,15 @@ def uniform(buf: BufferState, batch_size: int) -> Array:
 def level_cdf(k: int) -> Array:
     """NumPy ``choice``'s ``cdf`` of ``k`` equal probabilities ``1/k``, read-only.
 
-    ``np.cumsum`` adds in order (``add.accumulate``), as ``choice`` does over the whole mask
-    (from 50,000 levels on, :func:`equal_steps_cumsum` gives the same bits faster); then every
-    entry is divided by the last, as ``choice`` normalises.
+    ``np.cumsum`` adds in order (``add.accumulate``), as ``choice`` does over the whole mask;
+    then every entry is divided by the last, as ``choice`` normalises. A compiled loop makes
+    the same operations in the same order (:func:`~._kernels.sequential_cdf`: the same bits,
+    about 2 µs for 2,500 levels against NumPy's 11, 60 µs for 100,000). It is made again
+    whenever the number of valid slots changed, so in a training loop once per sample.
     """
-    cdf: Array = (
-        equal_steps_cumsum(k) if k >= _VECTOR_CUMSUM else np.cumsum(np.full(k, 1.0 / float(k)))
-    )
-    cdf /= cdf[-1]
+    cdf: Array = sequential_cdf(k)  # compiled: the same additions (_kernels)
     cdf.flags.writeable = False
     return cdf
-
-
-#: from this many levels on, :func:`equal_steps_cumsum` beats NumPy's sequential cumsum
-_VECTOR_CUMSUM = 50_000
-
-
-def equal_steps_cumsum(k: int) -> Array:
-    """``np.cumsum(np.full(k, 1.0 / k))``, bit for bit, without its sequential loop.
-
-    The sequential sum adds ``x = 1/k`` to a partial sum ``s`` and rounds to the float64 grid
-    around ``s``. Within one binade ``[top/2, top)`` that grid is the multiples of
-    ``u = ulp(s)``, so every step adds the same multiple ``d`` of ``u``: ``x`` rounded to the
-    grid (``x / u`` is exact, ``u`` a power of two), or at a tie (``x / u`` ending in ``.5``)
-    the even neighbour, which stays the same once ``s / u`` is even (round half to even).
-    ``s + i * d`` is then exact (a multiple of ``u`` below ``top``), so the steps of a binade
-    are one vectorised fill; the few steps near ``top`` (where the grid coarsens), and those
-    that make ``s / u`` even, are taken one by one as the sequential sum takes them. About
-    ``2 * log2(k)`` fills instead of ``k`` dependent additions (``tests/compat/
-    test_reagent_draws.py`` compares the bits with ``np.cumsum``).
-    """
-    x = 1.0 / float(k)
-    out = np.empty(k)
-    s = x
-    out[0] = s
-    j = 1
-    while j < k:
-        u = math.ulp(s)
-        top = math.ldexp(1.0, math.frexp(s)[1])  # s lies in [top / 2, top)
-        q = x / u
-        whole = math.floor(q)
-        tie = q - whole == 0.5
-        sm = s / u  # an integer
-        if tie:
-            dm = whole if whole % 2 == 0 else whole + 1  # half to even, from an even s / u
-        else:
-            dm = whole + (1 if q - whole > 0.5 else 0)
-        if dm > 0 and (not tie or sm % 2 == 0):
-            # s + i * dm * u, while a step more stays below top (one grid all along)
-            steps = min(k - j, max(0, int((top / u - sm) // dm) - 1))
-            if steps:
-                out[j : j + steps] = s + (dm * u) * np.arange(1, steps + 1, dtype=np.float64)
-                j += steps
-                s = float(out[j - 1])
-        if j < k:  # one step as the sequential sum takes it
-            s = s + x
-            out[j] = s
-            j += 1
-    return out
 
 
 def prioritized(

@@ -18,12 +18,13 @@ the bytes of the input, moved: nothing is converted.
 from __future__ import annotations
 
 import sys
+import threading
 from typing import Any
 
 import numba
 import numpy as np
 
-__all__ = ["interleaved"]
+__all__ = ["interleaved", "recycled_empty", "sequential_cdf"]
 
 Array = np.ndarray[Any, Any]
 
@@ -70,15 +71,33 @@ def _pack8(src: Array, out: Array, bits: int) -> None:  # pragma: no cover - Num
             out[b, p] = word
 
 
+# Four one-byte frames (the Atari stack): the word is built in 32-bit arithmetic, which
+# vectorises twice as wide as the 64-bit one above (about 16 µs against 23 µs for 32 stacks of
+# four 84x84 uint8 frames; the same bytes).
+@numba.njit(cache=True, nogil=True)
+def _pack4_bytes(src: Array, out: Array) -> None:  # pragma: no cover - Numba
+    s1, s2, s3 = np.uint32(8), np.uint32(16), np.uint32(24)
+    for b in range(src.shape[0]):
+        for p in range(src.shape[2]):
+            out[b, p] = (
+                np.uint32(src[b, 0, p])
+                | (np.uint32(src[b, 1, p]) << s1)
+                | (np.uint32(src[b, 2, p]) << s2)
+                | (np.uint32(src[b, 3, p]) << s3)
+            )
+
+
 _PACK = {2: _pack2, 4: _pack4, 8: _pack8}  # by stack length (8: one-byte elements only)
 
 
-def interleaved(stacked_last: Array) -> Array | None:
+def interleaved(stacked_last: Array, *, recycle: bool = False) -> Array | None:
     """``stacked_last`` (a stack-last view of a C-contiguous gather) as a C-contiguous copy.
 
     Args:
         stacked_last: ``(B, *shape, K)``, the view ``np.moveaxis(frames, 1, -1)`` of a
             C-contiguous ``(B, K, *shape)`` array ``frames``.
+        recycle: Write into an array of :func:`recycled_empty` (for arrays handed to the
+            caller only) instead of a new one.
 
     Returns:
         The same values, C-contiguous, or ``None`` where the word trick does not apply (the
@@ -96,7 +115,87 @@ def interleaved(stacked_last: Array) -> Array | None:
         return None
     b = arr.shape[0]
     src = frames.view(_UINT[item]).reshape(b, k, -1)
-    result: Array = np.empty(arr.shape, arr.dtype)  # owns its data, as a NumPy copy
+    # owns its data, as a NumPy copy
+    result: Array = (
+        recycled_empty(arr.shape, arr.dtype) if recycle else np.empty(arr.shape, arr.dtype)
+    )
     words = result.reshape(b, -1).view(_UINT[k * item])  # (B, P): one word per pixel
-    _PACK[k](src, words, 8 * item)
+    if k == 4 and item == 1:
+        _pack4_bytes(src, words)
+    else:
+        _PACK[k](src, words, 8 * item)
     return result
+
+
+# ---------------------------------------------------------------- the uniform draw's cdf
+@numba.njit(cache=True, nogil=True)
+def sequential_cdf(k: int) -> Array:  # pragma: no cover - Numba
+    """``c = np.cumsum(np.full(k, 1.0 / k)); c /= c[-1]``, bit for bit (``k >= 1``).
+
+    The same float64 operations in the same order: ``1.0 / k``, the partial sums added one
+    after another from the first (NumPy's ``add.accumulate``; without fast-math the compiler
+    keeps that order), then each divided by the last. The loop's additions depend on each
+    other, as NumPy's, but cost about a third of NumPy's accumulate per element.
+    """
+    x = 1.0 / np.float64(k)
+    out = np.empty(k)
+    s = 0.0
+    for j in range(k):
+        s += x
+        out[j] = s
+    last = out[k - 1]
+    for j in range(k):
+        out[j] = out[j] / last
+    return out
+
+
+# ---------------------------------------------------------------- recycled output arrays
+def _dead_count() -> int:
+    """What ``sys.getrefcount(pool[i])`` shows for an object only the list ``pool`` holds
+    (measured: interpreters differ in whether the call's own reference counts)."""
+    held = [object()]
+    return sys.getrefcount(held[0])
+
+
+_DEAD = _dead_count()
+#: arrays kept per shape and dtype (a training loop holds one or two batches of two stacks)
+_POOL_DEPTH = 6
+_POOL_KEYS = 8  # shapes and dtypes kept at once (more: the pools start again)
+_POOLS: dict[tuple[tuple[int, ...], str], list[Array]] = {}
+_POOL_LOCK = threading.Lock()
+#: reference counts tell "held by nobody else" only under the GIL
+_RECYCLE = bool(getattr(sys, "_is_gil_enabled", lambda: True)())
+
+
+def recycled_empty(shape: tuple[int, ...], dtype: np.dtype[Any]) -> Array:
+    """``np.empty(shape, dtype)``, or an array of it made earlier that nothing else holds now.
+
+    A batch of frame stacks is about a megabyte per stack. Made anew for each batch and
+    freed with the caller's previous batch, such arrays go back to the operating system
+    (the C allocator trims its heap, or maps and unmaps them) and every page of the next one
+    is a fresh page fault: in a training loop of adds and samples that made a sample of
+    four-frame 84x84 stacks 5 to 8 times slower. The pool keeps the last few arrays of each
+    shape and hands one out again once its reference count shows that only the pool holds
+    it: no tensor, view or array of the caller's reaches it any more (``torch.from_numpy``
+    holds the array while any tensor over its memory lives), so no result the caller still
+    holds is ever overwritten. Its contents are undefined, as ``np.empty``'s.
+    """
+    if not _RECYCLE:
+        return np.empty(shape, dtype)
+    key = (shape, dtype.str)
+    with _POOL_LOCK:
+        pool = _POOLS.get(key)
+        if pool is None:
+            if len(_POOLS) >= _POOL_KEYS:
+                _POOLS.clear()
+            pool = _POOLS[key] = []
+        for i in range(len(pool)):
+            if sys.getrefcount(pool[i]) == _DEAD:
+                out = pool.pop(i)
+                pool.append(out)  # the newest last
+                return out
+        out = np.empty(shape, dtype)
+        pool.append(out)
+        if len(pool) > _POOL_DEPTH:
+            del pool[0]  # (its holder keeps it alive as long as it needs it)
+        return out

@@ -309,7 +309,13 @@ class ReplayBuffer(SlotRing, RangeReaders, CheckpointFiles):
             # Without seed= the draws come from NumPy's / Python's global generators (_draws),
             # not from the core's, which then needs no seed of its own.
             "seed": 0 if self._seed is None else self._seed,
-            "next_fields": ("action", *(EXTRA + e.name for e in self._extra_storage_types)),
+            # next_reward too: the reward at t+m, 0 where the window reached a terminal (the
+            # only way an episode ends here), as ReAgent's next_reward of a batch
+            "next_fields": (
+                "action",
+                "reward",
+                *(EXTRA + e.name for e in self._extra_storage_types),
+            ),
         }
 
     def _reset(self) -> None:
