@@ -25,7 +25,7 @@ from rlreplay.errors import (
     ShapeError,
 )
 from rlreplay.spec import Field, positive_int
-from rlreplay.storage.torch import TorchStorage, _host_array, numpy_dtype, torch_dtype
+from rlreplay.storage.torch import TorchStorage, _host_array, _raw, numpy_dtype, torch_dtype
 from rlreplay.torch import draws
 from rlreplay.torch.assemble import Assembler, select
 from rlreplay.torch.batch import DeviceBatch
@@ -307,7 +307,8 @@ class DeviceReplayBuffer:
         st.write(rows, vals)
         for name in c.observation_names:
             old = st.take_finals(name, pos)
-            st.assign(st.finals[name], pos, select(done, vals["next_" + name], old))
+            new = select(done, vals["next_" + name], old)
+            _raw(st.finals[name]).index_copy_(0, pos, _raw(new))
         ring.settle(st.steps["terminated"], st.steps["truncated"])
         if self._prio is not None:
             self._prio.after_write()

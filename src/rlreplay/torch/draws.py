@@ -32,6 +32,12 @@ if TYPE_CHECKING:
 __all__ = ["balanced", "below", "distinct", "mixed", "recent_count", "to_steps", "uniform"]
 
 
+#: Up to this many envs, positions map to envs by comparing each with every env's end (``B *
+#: E`` compares, one kernel) rather than by :func:`torch.searchsorted`, whose CPU kernel
+#: splits even a small batch across threads.
+_COMPARE_ENVS = 64
+
+
 def recent_count(recent_ratio: float, batch_size: int) -> int:
     """``ceil(recent_ratio * B)``, rounded as the core rounds it (``0.55 * 100`` is 55)."""
     return math.ceil(round(recent_ratio * batch_size, 9)) if recent_ratio > 0 else 0
@@ -52,7 +58,10 @@ def to_steps(lo: Tensor, sizes: Tensor, pos: Tensor) -> tuple[Tensor, Tensor]:
     import torch
 
     ends = torch.cumsum(sizes, 0)
-    env = torch.searchsorted(ends, pos, right=True).clamp_max(sizes.shape[0] - 1)
+    if sizes.shape[0] <= _COMPARE_ENVS:  # a (B, E) compare: one fused kernel, no search
+        env = (pos[:, None] >= ends).sum(1).clamp_max(sizes.shape[0] - 1)
+    else:
+        env = torch.searchsorted(ends, pos, right=True).clamp_max(sizes.shape[0] - 1)
     start = ends.index_select(0, env) - sizes.index_select(0, env)
     return env, lo.index_select(0, env) + pos - start
 

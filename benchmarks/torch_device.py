@@ -1,0 +1,163 @@
+"""Device replay: rlreplay.torch's buffers against TorchRL's on the same device.
+
+Run: ``python benchmarks/torch_device.py [--device cuda:0] [--capacity N] [--envs E]
+[--batch B] [--obs 84,84 --dtype uint8] [--iters N]``.
+
+One iteration is what a vectorised training loop does per env step: add one step of ``E``
+envs (tensors already on the device), then sample a batch of ``B``; prioritized rows also
+update the batch's priorities. TorchRL: ``TensorDictReplayBuffer(storage=
+LazyTensorStorage(capacity, device=device))`` (prioritized: ``TensorDictPrioritizedReplayBuffer``)
+extended with a TensorDict of the ``E`` transitions (``obs``, ``action``, ``reward``,
+``done``, ``next/obs``: it stores the next observation, rlreplay does not). rlreplay.torch
+also assembles n-step windows (``--n-step``) and tracks episodes; TorchRL samples stored rows.
+Prints µs per iteration (median of 5 rounds after a warm-up) and the ratio TorchRL / rlreplay
+(above 1: rlreplay is faster). On a GPU every round ends with ``torch.cuda.synchronize()``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import torch
+
+import rlreplay as rr
+import rlreplay.torch as rrt
+
+
+def steps_pool(args: argparse.Namespace, n: int = 64) -> list[dict[str, torch.Tensor]]:
+    """``n`` steps of ``E`` envs, on the device (episodes end now and then)."""
+    g = torch.Generator().manual_seed(0)
+    dtype = getattr(torch, args.dtype)
+    E, obs = args.envs, args.obs
+
+    def frames() -> torch.Tensor:
+        if dtype.is_floating_point:
+            return torch.randn((E, *obs), generator=g).to(dtype)
+        return torch.randint(0, 255, (E, *obs), generator=g).to(dtype)
+
+    out = []
+    for _ in range(n):
+        step = {
+            "obs": frames(),
+            "action": torch.randint(0, 6, (E,), generator=g),
+            "reward": torch.randn(E, generator=g),
+            "terminated": torch.rand(E, generator=g) < 0.01,
+            "truncated": torch.zeros(E, dtype=torch.bool),
+            "next_obs": frames(),
+        }
+        out.append({k: v.to(args.device) for k, v in step.items()})
+    return out
+
+
+def ours(args: argparse.Namespace, prioritized: bool) -> Callable[[dict[str, Any]], None]:
+    fields = {"obs": rr.Field(args.obs, np.dtype(args.dtype)), "action": rr.Field((), np.int64)}
+    common = dict(num_envs=args.envs, n_step=args.n_step, device=args.device, seed=0)
+    if prioritized:
+        buf: Any = rrt.DevicePrioritizedReplayBuffer(args.capacity, fields, **common)
+    else:
+        buf = rrt.DeviceReplayBuffer(args.capacity, fields, **common)
+    B = args.batch
+
+    def step(s: dict[str, Any]) -> None:
+        buf.add(**s)
+        batch = buf.sample(B)
+        if prioritized:
+            buf.update_priorities(batch["ids"], batch["reward"].abs().double() + 0.1)
+
+    return step
+
+
+def torchrl(args: argparse.Namespace, prioritized: bool) -> Callable[[dict[str, Any]], None]:
+    from tensordict import TensorDict
+    from torchrl.data import (
+        LazyTensorStorage,
+        TensorDictPrioritizedReplayBuffer,
+        TensorDictReplayBuffer,
+    )
+
+    storage = LazyTensorStorage(args.capacity, device=args.device)
+    if prioritized:
+        rb: Any = TensorDictPrioritizedReplayBuffer(
+            alpha=0.6, beta=0.4, storage=storage, batch_size=args.batch
+        )
+    else:
+        rb = TensorDictReplayBuffer(storage=storage, batch_size=args.batch)
+
+    def step(s: dict[str, Any]) -> None:
+        td = TensorDict(
+            {
+                "obs": s["obs"], "action": s["action"], "reward": s["reward"],
+                "done": s["terminated"] | s["truncated"],
+                "next": {"obs": s["next_obs"]},
+            },
+            batch_size=[args.envs], device=args.device,
+        )  # fmt: skip
+        rb.extend(td)
+        batch = rb.sample()
+        if prioritized:
+            batch.set("td_error", batch["reward"].abs() + 0.1)
+            rb.update_tensordict_priority(batch)
+
+    return step
+
+
+def timed(step: Callable[[dict[str, Any]], None], pool: list[dict[str, Any]], args: Any) -> float:
+    """Median µs per iteration over 5 rounds of ``args.iters``, after a warm-up that fills
+    enough of the buffer to sample."""
+    cuda = torch.device(args.device).type == "cuda"
+    for i in range(max(64, 2 * args.batch // args.envs + 8)):
+        step(pool[i % len(pool)])
+    rounds = []
+    for _ in range(5):
+        if cuda:
+            torch.cuda.synchronize()
+        start = time.perf_counter()
+        for i in range(args.iters):
+            step(pool[i % len(pool)])
+        if cuda:
+            torch.cuda.synchronize()
+        rounds.append((time.perf_counter() - start) / args.iters * 1e6)
+    return float(statistics.median(rounds))
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--device", default="cuda:0" if torch.cuda.is_available() else "cpu")
+    p.add_argument("--capacity", type=int, default=100_000)
+    p.add_argument("--envs", type=int, default=16)
+    p.add_argument("--batch", type=int, default=256)
+    p.add_argument("--obs", default="8", help="comma-separated observation shape")
+    p.add_argument("--dtype", default="float32")
+    p.add_argument("--n-step", type=int, default=1)
+    p.add_argument("--iters", type=int, default=200)
+    p.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: torch's default)")
+    args = p.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    args.obs = tuple(int(x) for x in args.obs.split(",") if x)
+    pool = steps_pool(args)
+    print(
+        f"device {args.device}, capacity {args.capacity}, {args.envs} envs, batch {args.batch}, "
+        f"obs {args.obs} {args.dtype}, n_step {args.n_step}, torch {torch.__version__}, "
+        f"{torch.get_num_threads()} CPU threads\n"
+    )
+    print("| loop (add E + sample B) | rlreplay.torch µs/iter | TorchRL µs/iter | ratio |")
+    print("|---|---|---|---|")
+    for prioritized in (False, True):
+        a = timed(ours(args, prioritized), pool, args)
+        name = "prioritized (+ update)" if prioritized else "uniform"
+        try:
+            b = timed(torchrl(args, prioritized), pool, args)
+        except (ImportError, RuntimeError) as exc:  # e.g. TorchRL built without its C++ trees
+            print(f"| {name} | {a:.0f} | n/a ({type(exc).__name__}: {str(exc)[:60]}) | |")
+            continue
+        print(f"| {name} | {a:.0f} | {b:.0f} | {b / a:.2f} |")
+
+
+if __name__ == "__main__":
+    main()
