@@ -111,7 +111,9 @@ class DeviceReplayBuffer:
             sampleable (``O(E * C)`` per draw: a key per slot and a top-k on the device).
 
     Cost: :meth:`add` writes ``E`` rows per column plus ``O(E * frame_stack)`` bookkeeping;
-    :meth:`sample` and :meth:`get_transitions` are ``O(B * (n_step + frame_stack))`` gathers.
+    :meth:`sample` and :meth:`get_transitions` are ``O(B * (n_step + frame_stack))`` gathers
+    (a fixed sequence of torch ops: on a GPU, launch-bound for small batches). A buffer is
+    not thread-safe (the core's is): use it from one thread, or lock around it.
 
     Example:
         >>> import numpy as np, torch, rlreplay as rr, rlreplay.torch as rrt
@@ -156,7 +158,12 @@ class DeviceReplayBuffer:
         self._setup(config, device, seed)
 
     def _setup(self, config: DeviceConfig, device: Any, seed: int | None) -> None:
-        import torch
+        try:
+            import torch
+        except ImportError as exc:
+            raise ImportError(
+                "rlreplay.torch needs PyTorch: pip install torch (any build: CPU, CUDA, ROCm)"
+            ) from exc
 
         if seed is not None and (
             isinstance(seed, bool) or not isinstance(seed, int | np.integer) or seed < 0
