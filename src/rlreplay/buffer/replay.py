@@ -13,6 +13,7 @@ Loading a checkpoint file is :func:`rlreplay.load` (:mod:`rlreplay.buffer.loadin
 from __future__ import annotations
 
 import copy
+import inspect
 import os
 import weakref
 from collections.abc import Mapping, Sequence
@@ -21,7 +22,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal, Self, cast, overload
 import numpy as np
 
 from rlreplay.batch import Batch
-from rlreplay.buffer import exports
+from rlreplay.buffer import exports, on_device
 from rlreplay.buffer.budget import ResultBudget
 from rlreplay.buffer.copying import clone, reduce
 from rlreplay.buffer.episodes import Queries
@@ -87,7 +88,11 @@ class ReplayBuffer:
             ``(B, k, *frame)`` stacks of the single frames stored in ``obs``.
         stack_pad: ``"zero"`` or ``"first"``: what fills a stack before an episode's first frame.
         seed: Seed of the buffer's one :class:`numpy.random.Generator`.
-        storage: ``"memory"`` or ``"memmap"`` (working files in ``path``).
+        storage: ``"memory"`` or ``"memmap"`` (working files in ``path``); ``"shared"``
+            (writer processes: :meth:`share`); ``"torch"`` makes a
+            :class:`rlreplay.torch.DeviceReplayBuffer` on ``device`` instead (columns, episode
+            index and priorities as tensors there; envs step together; see
+            :mod:`rlreplay.buffer.on_device`).
         path: Directory for ``storage="memmap"``.
         next_fields: Non-observation fields to also read at step ``t+m`` (``next_action``,
             ``next_<extra>``); zeros where the window reached the episode's end.
@@ -144,6 +149,12 @@ class ReplayBuffer:
     #: with another default sets its own); a buffer whose sampler is of another class records
     #: that sampler in its configuration (checkpoints, copies).
     sampler_class: ClassVar[type[Any]] = UniformSampler
+
+    def __new__(cls, *args: Any, **kwargs: Any) -> Any:
+        # storage="torch": the device buffer (rlreplay.torch), made by this constructor.
+        if "storage" in kwargs and on_device.routes(cls, kwargs):
+            return on_device.device_buffer(cls, args, kwargs)
+        return super().__new__(cls)
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -871,3 +882,6 @@ class ReplayBuffer:
 
 
 _FORWARDED = forwarded_names(ReplayBuffer)
+# help(), IDEs and inspect.signature read a class's signature from its own __new__ first: show
+# the constructor's arguments, not __new__'s (*args, **kwargs).
+ReplayBuffer.__new__.__signature__ = inspect.signature(ReplayBuffer.__init__)  # type: ignore[attr-defined]

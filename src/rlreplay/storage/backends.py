@@ -149,4 +149,7 @@ def make_backend(storage: str, path: str | os.PathLike[str] | None) -> Backend:
         from rlreplay.storage.shared import SharedBackend
 
         return SharedBackend()
-    raise ConfigError(f"storage: expected 'memory', 'memmap' or 'shared', got {storage!r}")
+    raise ConfigError(
+        f"storage: expected 'memory', 'memmap' or 'shared' (or 'torch' for rr.ReplayBuffer and "
+        f"rr.PrioritizedReplayBuffer), got {storage!r}"
+    )
