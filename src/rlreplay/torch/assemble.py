@@ -104,13 +104,24 @@ class Assembler:
         dev = storage.device
         rew = storage.steps["reward"]
         mults, discounts = powers(config)
-        self.mults = [torch.tensor(float(m), dtype=rew.dtype, device=dev) for m in mults]
+        # (n, 1, ...): step j's multiplier against the window's rewards (B, n, *reward shape).
+        shape = (len(mults),) + (1,) * (rew.dim() - 1)
+        mult_arr = np.asarray(mults, dtype=config.schema.fields["reward"].dtype.newbyteorder("="))
+        self.mults = torch.from_numpy(mult_arr).to(dev).reshape(shape)
+        self.window = torch.arange(config.n_step, dtype=torch.int64, device=dev)[None, :]
         self.discounts = torch.from_numpy(np.asarray(discounts, np.float32)).to(dev)
         k = config.frame_stack
         self.lanes = torch.arange(1 - k, 1, dtype=torch.int64, device=dev)
 
     def _window(self, rows: _Rows, t: Tensor) -> tuple[Tensor, ...]:
-        """``(m, reward, terminated, truncated, ended)`` of the windows at steps ``t``."""
+        """``(m, reward, terminated, truncated, ended)`` of the windows at steps ``t``.
+
+        The window's rewards and flags are gathered at once (``(B, n)``); step ``j`` is in
+        the window while no step before it ended its episode. The rewards are summed in the
+        core's order, ``((0 + p_0 r_0) + p_1 r_1) + ...``, adding 0 for steps past the
+        window's end: the same bits as the core's kernel, which stops adding (a sum that
+        starts at +0 is never -0, so adding +0 changes nothing).
+        """
         import torch
 
         st = self.storage
@@ -119,28 +130,19 @@ class Assembler:
             slot = rows.at(0)
             te, tr = st.take("terminated", slot), st.take("truncated", slot)
             return torch.ones_like(t), st.take("reward", slot), te, tr & ~te, te | tr
-        rew0 = st.steps["reward"]
-        scalar = rew0.dim() == 1
-        ret = torch.zeros((t.shape[0], *rew0.shape[1:]), dtype=rew0.dtype, device=t.device)
-        alive = torch.ones(t.shape, dtype=torch.bool, device=t.device)
-        m = torch.zeros_like(t)
-        te = torch.zeros_like(alive)
-        tr = torch.zeros_like(alive)
-        expand = (slice(None),) + (None,) * (rew0.dim() - 1)
+        w = rows.at(self.window)  # (B, n)
+        a, b = st.take("terminated", w), st.take("truncated", w)
+        done = a | b
+        after_end = (torch.cumsum(done.to(torch.int32), 1) - done.to(torch.int32)) > 0
+        alive = ~after_end
+        prods = zero_where(after_end, self.mults * st.take("reward", w))
+        ret = torch.zeros_like(prods[:, 0])
         for j in range(n):
-            s = rows.at(j)
-            r = st.take("reward", s)
-            prod = self.mults[j] * r
-            if scalar:  # the core's kernel: ret + p_j * r while the window runs
-                ret = torch.where(alive, ret + prod, ret)
-            else:  # the core's general path: ret + where(alive, p_j * r, 0)
-                ret = ret + torch.where(alive[expand], prod, torch.zeros_like(prod))
-            m = m + alive.long()
-            a, b = st.take("terminated", s), st.take("truncated", s)
-            te = te | (alive & a)
-            tr = tr | (alive & b & ~a)
-            alive = alive & ~(a | b)
-        return m, ret, te, tr, ~alive
+            ret = ret + prods[:, j]
+        m = alive.sum(1)
+        te = (alive & a).any(1)
+        tr = (alive & b & ~a).any(1)
+        return m, ret, te, tr, (alive & done).any(1)
 
     def transitions(self, env: Tensor, t: Tensor) -> dict[str, Tensor]:
         """The transitions at steps ``t`` of envs ``env`` (assumed sampleable).
