@@ -285,7 +285,9 @@ class DeviceReplayBuffer:
             **values: Every declared field, ``reward``, ``terminated``, ``truncated`` and
                 ``next_<obs>`` for each observation field, each with a leading axis ``E``
                 (omittable when ``E == 1``): tensors (used as they are when on the device,
-                cast there if their dtype differs) or NumPy arrays / scalars (copied once).
+                cast there if their dtype differs; a CPU tensor is copied without waiting,
+                so a *pinned* one must not be changed until the device has read it) or
+                NumPy arrays / scalars (copied once).
                 ``next_<obs>`` is kept only where the step ends its episode.
 
         Returns:
