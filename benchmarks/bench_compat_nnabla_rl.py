@@ -16,7 +16,9 @@ writes), filling a fresh buffer (``fill``) and appending to a full one (``wrappe
 ``sample(32)`` + ``update_priorities`` µs on a buffer of 4,000 (``--quick``) or 20,000
 experiences; and a training loop (``loop``: 4 appends, then ``sample(32)`` +
 ``update_priorities``, which the plain buffers of both libraries ignore; µs per iteration),
-for vec4 experiences, and for atari84 ones with the plain buffer. A buffer holds 100,000
+for vec4 experiences, and for atari84 ones with the plain buffer; for the latter also on a
+full buffer (``loop ..., full buffer``: capacity 500, so every append replaces the oldest
+experience, as in a run longer than the capacity). The other buffers hold 100,000
 experiences at most, so ``fill`` and the sample rows never fill it: memory a copying store
 writes there is touched for the first time (page faults), which nnabla-rl, keeping references
 to the benchmark's 64 frames, never does. The ``ratio`` column is nnabla-rl's time over
@@ -164,8 +166,10 @@ def time_sampling(make: Callable[[int], Any], exps: list[Any], iterations: int) 
     return _timed(run)
 
 
-def time_loop(make: Callable[[int], Any], exps: list[Any], iterations: int) -> float:
-    buffer = make(CAPACITY)
+def time_loop(
+    make: Callable[[int], Any], exps: list[Any], iterations: int, capacity: int = CAPACITY
+) -> float:
+    buffer = make(capacity)
     for e in exps[: len(exps) // 2]:
         buffer.append(e)
     errors = np.random.default_rng(2).random((iterations, 32))
@@ -181,6 +185,12 @@ def time_loop(make: Callable[[int], Any], exps: list[Any], iterations: int) -> f
         return iterations
 
     return _timed(run)
+
+
+def time_full_loop(make: Callable[[int], Any], exps: list[Any], iterations: int) -> float:
+    """:func:`time_loop` on a buffer that is full (capacity 500, half the experiences
+    appended before): every append replaces the oldest experience, as in a long run."""
+    return time_loop(make, exps, iterations, capacity=min(500, max(1, len(exps) // 4)))
 
 
 def measure(
@@ -222,6 +232,11 @@ def sample_rows(
         for name, timer in (
             ("sample(32)+update", time_sampling),
             ("loop 4 appends+sample", time_loop),
+            *(
+                [("loop 4 appends+sample, full buffer", time_full_loop)]
+                if (kind, variant) == ("atari84", "plain")
+                else []
+            ),
         ):
             row: dict[str, Any] = {"row": f"{kind} {variant} {name}"}
             for lib, makers in libs.items():
