@@ -571,3 +571,8 @@ def test_sequence_priorities_reduce_per_step_errors_r2d2_style() -> None:
     np.testing.assert_allclose(got, list(expected.values()))
     with pytest.raises(rr.ShapeError, match="mask"):
         buf.update_priorities(seq.ids, errors, mask=mask[:, :2])
+    # No sequences (with steps or without): nothing to update; sequences without steps: refused.
+    assert buf.update_priorities(np.zeros((0,), np.int64), np.zeros((0, 0))) == 0
+    assert buf.update_priorities(np.zeros((0,), np.int64), np.zeros((0, 4))) == 0
+    with pytest.raises(rr.ShapeError, match="at least one real step"):
+        buf.update_priorities(seq.ids, np.zeros((2, 0)))

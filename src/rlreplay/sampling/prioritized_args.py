@@ -50,6 +50,8 @@ def _reduce_steps(p: Array, mask: Any, eta: float) -> Array:
         raise ShapeError(f"mask: expected shape {p.shape}, got {m.shape}")
     if not m.any(axis=-1).all():
         raise ShapeError("mask: every sequence needs at least one real step")
+    if p.shape[-1] == 0:  # (so no sequence: one would have been refused above)
+        return np.zeros(p.shape[:-1], np.float64)
     pf = p.astype(np.float64)
     bad = m & ~(pf >= 0.0)  # (NaN too) refused here: the reduction would hide or overflow
     if bad.any() or not np.isfinite(pf[m]).all():
