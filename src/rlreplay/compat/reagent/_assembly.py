@@ -284,7 +284,8 @@ def n_step_reward(buf: BufferState, ids: Array, m: Array, core_reward: Array) ->
     n = buf._update_horizon
     if n == 1 or ids.size == 0:
         return core_reward.astype(buf._reward_dtype, copy=False)
-    runs = window_rewards(buf._core, ids, m, n)
+    ring = getattr(buf, "_id_reward", None)
+    runs = window_rewards(buf._core, ids, m, n) if ring is None else ring_rewards(ring, ids, m, n)
     # ReAgent's rewards * decays * masks: the runs hold zeros past each window already, and a
     # mask of 1.0 leaves a product as it is, so the mask's multiplication changes no bit
     out: Array = (runs * _decays(buf._gamma, n, runs.ndim)).sum(axis=1)
@@ -314,6 +315,16 @@ def window_rewards(core: CoreReplayBuffer, ids: Array, m: Array, n: int) -> Arra
     real = np.arange(n)[None, :] < m[:, None]
     out: Array = np.zeros((ids.size, n, *field.shape), field.dtype)
     out[real] = core.get_field("reward", (ids[:, None] + np.arange(n))[real])
+    return out
+
+
+def ring_rewards(ring: Array, ids: Array, m: Array, n: int) -> Array:
+    """:func:`window_rewards` read from the buffer's ring of rewards by id (``id % len``,
+    ``_slots.reward_ring``): the same values, for ids the core holds (each ``ids + j``,
+    ``j < m``, is one: the windows of transitions it assembled)."""
+    out: Array = ring[(ids[:, None] + np.arange(n)) % ring.shape[0]]
+    if ids.size and int(m.min()) < n:
+        out[np.arange(n)[None, :] >= m[:, None]] = 0  # past a window cut short: zeros
     return out
 
 

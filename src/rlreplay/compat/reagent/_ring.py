@@ -39,6 +39,10 @@ class SlotRing(BufferState):
         self._is_valid = np.zeros(cap, np.bool_)
         # The terminal flag of each slot as 0.1's uint8 row holds it (the core keeps a bool).
         self._terminal_rows = np.zeros(cap, self._terminal_dtype)
+        # The reward of each core id, at id % len (made at the first step: _slots.write_step),
+        # for the n-step sums; None also where steps reached the core another way.
+        self._id_reward = None
+        self._id_reward_tracked = True  # the core holds no step yet: the ring can follow it
         self._num_valid_indices = 0
         # Elements whose loaded $store$ array was complex: 0.1 keeps it and warns on each read.
         self._complex_store = frozenset()

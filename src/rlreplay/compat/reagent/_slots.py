@@ -77,6 +77,11 @@ def write_step(buf: BufferState, step: dict[str, Any], values: Sequence[Any]) ->
     buf._slot_id[cur] = new_id
     buf._terminal_rows[cur] = values[3]  # as 0.1's _store["terminal"][cursor] = terminal
     buf._id_slot[new_id % cap] = cur
+    rewards = getattr(buf, "_id_reward", None)  # (absent from a buffer pickled before it)
+    if rewards is None and getattr(buf, "_id_reward_tracked", False):
+        rewards = buf._id_reward = reward_ring(buf._core)
+    if rewards is not None:
+        rewards[new_id % rewards.shape[0]] = step["reward"]
     buf._on_step_written(new_id, values)
     buf._add_count += 1
     buf._num_transitions_in_current_episode += 1
@@ -88,6 +93,18 @@ def write_step(buf: BufferState, step: dict[str, Any], values: Sequence[Any]) ->
     if done:
         for i in range(min(n, buf._num_transitions_in_current_episode)):
             buf._mark((buf.cursor() - i - 1) % cap, True)
+
+
+def reward_ring(core: CoreReplayBuffer) -> Array:
+    """A zero ring of the core's rewards, one entry per step the core can hold, at ``id % len``.
+
+    :func:`write_step` writes each step's reward there as it adds the step (the value the
+    core stores, of the core's dtype), so the reward of any id the core still holds is at
+    ``id % len``: the core holds at most ``len`` consecutive ids. The n-step sum reads its
+    windows there (``_assembly.n_step_reward``), one NumPy gather instead of a core query.
+    """
+    field = core.schema.fields["reward"]
+    return np.zeros((core.capacity, *field.shape), field.dtype)
 
 
 # ---------------------------------------------------------------------- slots and ids

@@ -82,6 +82,8 @@ class BufferState:
     _id_slot: Array
     _is_valid: Array
     _terminal_rows: Array
+    _id_reward: Array | None
+    _id_reward_tracked: bool
     _num_valid_indices: int
     _complex_store: frozenset[str]
     _num_forced: int

@@ -22,6 +22,7 @@ extra storage ``name``        field ``extra_<name>``
                               undefined)
 ``update_horizon``, ``gamma`` ``n_step``, ``gamma``
 ``next_action``/``next_<x>``  ``next_fields=("action", "extra_<x>", ...)``: the field at ``t+m``
+``next_reward``               ``"reward"`` in ``next_fields`` too (zeros after a terminal)
 padding rows                  not stored: the slot maps to no core id
 slot ``s``                    core id ``_slot_id[s]`` (``-1`` for padding / never written)
 uniform draws                 ``core.sample`` (draws of slots not valid here are redrawn)
