@@ -192,3 +192,37 @@ def test_writes_and_reads_do_not_synchronise(device: str) -> None:
         assert s.nbytes > 0
         s.set_finals_capacity(2)
     assert counter.calls == {}, dict(counter.calls)
+
+
+def test_joint_observation_tensors(device: str) -> None:
+    """``joint_finals``: the step and final rows of each observation field are views of one
+    tensor, written and read as the separate columns are; a reallocation of the finals ends
+    the sharing; the contents match a storage without joint tensors."""
+    schema = contract_schema()
+    rng = np.random.default_rng(3)
+    plain = TorchStorage(schema, E, C, F, device)
+    joint = TorchStorage(schema, E, C, F, device, joint_finals=True)
+    for t in range(2 * C):
+        values = on_device(step_values(schema, rng, (E,)), device)
+        slots = torch.arange(E, device=device) * C + t % C
+        plain.write(slots, values)
+        joint.write(slots, values)
+        pos = torch.arange(E, device=device) * F + t % F
+        plain.write_finals(pos, values, torch.ones(E, dtype=torch.bool, device=device))
+        for name in schema.observation_names:
+            joint.write_joint(name, pos + E * C, values["next_" + name])
+    same_state(plain.state_dict(), joint.state_dict())
+    rows = torch.tensor([[0, E * C], [E * C + E * F + E, 1]], device=device)
+    for name in schema.observation_names:
+        whole = joint.joint(name)
+        assert whole is not None and whole.shape[0] == E * C + E * F + E + 1
+        assert joint.steps[name].data_ptr() == whole.data_ptr()
+        got = joint.take_joint(name, rows)
+        assert got.shape == (2, 2, *schema.fields[name].shape)
+        assert torch.equal(got[0, 0], joint.steps[name][0])
+        assert torch.equal(got[0, 1], joint.finals[name][0])
+        assert not got[1, 0].to(torch.float64).abs().sum()  # the row of zeros
+    assert joint.nbytes > plain.nbytes
+    joint.set_finals_capacity(F + 1)
+    assert all(joint.joint(n) is None for n in schema.observation_names)
+    assert joint.finals["pixels"].shape[0] == E * (F + 1)

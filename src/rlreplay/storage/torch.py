@@ -32,6 +32,12 @@ so waits for the device, says so: :meth:`~TorchStorage.to_numpy`,
 :meth:`~TorchStorage.load_state_dict` and :meth:`~TorchStorage.assign` (they copy host arrays
 in).
 
+Joint observation tensors. Made with ``joint_finals=True``, the storage allocates each
+observation field's step rows and final rows in one tensor (:meth:`~TorchStorage.joint`;
+:attr:`~TorchStorage.steps` and :attr:`~TorchStorage.finals` are views of it), so a gather
+mixing step and final rows is one index op (:meth:`~TorchStorage.take_joint`). Rows whose
+bytes are whole int64 words (at least 64 bytes) are gathered and scattered as words.
+
 Checkpoints. :meth:`~TorchStorage.state_dict` gives the arrays of the NumPy storage's format
 (same names, NumPy dtypes including byte order, shapes), and
 :meth:`~TorchStorage.load_state_dict` reads them, so a state moves between the two storages
@@ -44,6 +50,7 @@ is: ``import rlreplay`` and the import of this module stay free of it.
 from __future__ import annotations
 
 import functools
+import math
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -57,6 +64,9 @@ if TYPE_CHECKING:
     from torch import Tensor
 
 __all__ = ["TorchStorage", "numpy_dtype", "torch_dtype"]
+
+#: Rows of at least this many bytes (a multiple of 8) are gathered and scattered as int64 words.
+_WIDE_BYTES = 64
 
 Array = np.ndarray[Any, Any]
 
@@ -111,17 +121,42 @@ def _raw(t: Tensor) -> Tensor:
 
 class _Column:
     """One stored column: the tensor torch indexes (``raw``), the tensor shown (``public``: the
-    same tensor, or an unsigned view of it) and the NumPy dtype of the checkpoint format."""
+    same tensor, or an unsigned view of it), ``raw`` viewed as 2-D rows of int64 words where
+    its rows are whole words of at least :data:`_WIDE_BYTES` (``flat``: torch's CPU row
+    gather and scatter are several times faster on 2-D rows than on ``(n, 84, 84)`` ones, and
+    on words than on bytes) and the NumPy dtype of the checkpoint format."""
 
-    __slots__ = ("dtype", "public", "raw")
+    __slots__ = ("dtype", "flat", "public", "raw")
 
-    def __init__(self, shape: tuple[int, ...], dtype: np.dtype[Any], device: torch.device) -> None:
+    def __init__(
+        self,
+        shape: tuple[int, ...],
+        dtype: np.dtype[Any],
+        device: torch.device,
+        raw: Tensor | None = None,
+    ) -> None:
         import torch
 
         self.dtype = dtype
         shown = torch_dtype(dtype)
-        self.raw = torch.zeros(shape, dtype=_signed_twins().get(shown, shown), device=device)
+        if raw is None:
+            raw = torch.zeros(shape, dtype=_signed_twins().get(shown, shown), device=device)
+        self.raw = raw
         self.public = self.raw if self.raw.dtype == shown else self.raw.view(shown)
+        width = math.prod(raw.shape[1:])
+        flat = raw.view(raw.shape[0], width) if raw.dim() > 2 else raw
+        row_bytes = flat.shape[1] * flat.element_size() if flat.dim() == 2 else 0
+        wide = row_bytes >= _WIDE_BYTES and row_bytes % 8 == 0 and flat.element_size() < 8
+        if wide and not flat.dtype.is_complex:
+            flat = flat.view(torch.int64)
+        self.flat = flat
+
+    def rows(self, values: Tensor) -> Tensor:
+        """``values`` (``(R, *row_shape)``, ``raw``'s dtype) as rows of :attr:`flat`."""
+        if self.flat is self.raw:
+            return values
+        words = values.reshape(values.shape[0], math.prod(values.shape[1:]))
+        return words.contiguous().view(self.flat.dtype)
 
     @property
     def row_shape(self) -> tuple[int, ...]:
@@ -139,6 +174,11 @@ class TorchStorage:
         env_capacity: ``C``, rows per env.
         finals_capacity: ``F``, final-observation rows per env.
         device: Any torch device (a ``torch.device`` or its name).
+        joint_finals: Allocate each observation field's step rows, final rows, ``E`` spare
+            rows and a row of zeros as one tensor (see :meth:`joint`), so one gather reads
+            steps, finals and padding together (the device buffer's ``next_<obs>``).
+            :meth:`grow_finals` and :meth:`set_finals_capacity` give the finals their own
+            tensor again (:meth:`joint` is then ``None``).
 
     Raises:
         ConfigError: ``device`` is not a torch device, or a field's dtype has no torch dtype.
@@ -151,6 +191,8 @@ class TorchStorage:
         env_capacity: int,
         finals_capacity: int,
         device: torch.device | str = "cpu",
+        *,
+        joint_finals: bool = False,
     ) -> None:
         import torch
 
@@ -172,7 +214,14 @@ class TorchStorage:
             name: _Column((rows, *f.shape), f.dtype, self.device)
             for name, f in schema.fields.items()
         }
-        self._finals = {name: self._alloc_finals(name, finals_capacity) for name in self._obs()}
+        self._joint: dict[str, _Column] = {}
+        if joint_finals:
+            self._make_joint(rows)
+        self._finals = {
+            name: self._joint_finals(name) if name in self._joint
+            else self._alloc_finals(name, finals_capacity)
+            for name in self._obs()
+        }  # fmt: skip
         self._derived: dict[str, _Column] = {}
         self.steps: dict[str, Tensor] = {n: c.public for n, c in self._steps.items()}
         self.finals: dict[str, Tensor] = {n: c.public for n, c in self._finals.items()}
@@ -190,11 +239,53 @@ class TorchStorage:
     def _obs(self) -> list[str]:
         return list(self.schema.observation_names)
 
+    def _make_joint(self, rows: int) -> None:
+        """One tensor per observation field: ``rows`` step rows, ``E * F`` final rows, ``E``
+        spare rows and a row of zeros; its first ``rows`` rows become the field's step
+        column."""
+        E, F = self.num_envs, self.finals_capacity
+        for name in self._obs():
+            f = self.schema.fields[name]
+            whole = _Column((rows + E * F + E + 1, *f.shape), f.dtype, self.device)
+            self._joint[name] = whole
+            self._steps[name] = _Column((), f.dtype, self.device, whole.raw[:rows])
+
+    def _joint_finals(self, name: str) -> _Column:
+        rows = self.num_envs * self.env_capacity
+        whole = self._joint[name]
+        end = rows + self.num_envs * self.finals_capacity
+        return _Column((), whole.dtype, self.device, whole.raw[rows:end])
+
+    def joint(self, name: str) -> Tensor | None:
+        """The one tensor holding observation field ``name``'s step rows (``0 .. E*C - 1``),
+        then its final rows (``E*C + p`` for finals position ``p``), then ``E`` spare rows
+        (``E*C + E*F + e``: scratch a scatter may write to instead of a real row), then a row
+        of zeros (``E*C + E*F + E``: nothing writes it; a gather of it pads), as the raw
+        dtype torch indexes (see :func:`_raw`); ``None`` unless the storage was made
+        with ``joint_finals`` and its finals were not reallocated since. Live: writes show in
+        :attr:`steps` and :attr:`finals`."""
+        col = self._joint.get(name)
+        return None if col is None else col.raw
+
+    def take_joint(self, name: str, rows: Tensor) -> Tensor:
+        """Rows ``rows`` (int64 on the device, any shape ``S``) of :meth:`joint` ``(name)``: a
+        fresh tensor of shape ``S + field.shape``, as :meth:`take` (one gather for step and
+        final rows alike)."""
+        return self._gather(self._joint[name], rows)
+
+    def write_joint(self, name: str, rows: Tensor, values: Any) -> None:
+        """Store ``values`` (``(R, *field.shape)``, cast as :meth:`write` casts) at the
+        distinct rows ``rows`` (int64 ``(R,)`` on the device) of :meth:`joint` ``(name)``:
+        one scatter for step, final and spare rows alike."""
+        col = self._joint[name]
+        self._put(col, rows, self._values(values, col))
+
     def _alloc_finals(self, name: str, finals_capacity: int) -> _Column:
         f = self.schema.fields[name]
         return _Column((self.num_envs * finals_capacity, *f.shape), f.dtype, self.device)
 
     def _set_finals(self, finals: dict[str, _Column], finals_capacity: int) -> None:
+        self._joint.clear()  # the finals have their own tensors now
         self._finals = finals
         self.finals = {n: c.public for n, c in finals.items()}
         self.finals_capacity = finals_capacity
@@ -212,7 +303,11 @@ class TorchStorage:
     def nbytes(self) -> int:
         """Bytes allocated on the device for stored data (every step, finals and derived
         column)."""
-        cols = [*self._steps.values(), *self._finals.values(), *self._derived.values()]
+        # A joint tensor counts once, in place of its step and final views.
+        cols = [*self._joint.values(), *self._derived.values()]
+        cols += [
+            c for n, c in (*self._steps.items(), *self._finals.items()) if n not in self._joint
+        ]
         return sum(c.raw.nbytes for c in cols)
 
     # ------------------------------------------------------------------ conversions
@@ -307,7 +402,8 @@ class TorchStorage:
         import torch
 
         shape = tuple(rows.shape) if isinstance(rows, torch.Tensor) else np.shape(rows)
-        out = col.raw.index_select(0, self._index(rows)).reshape(shape + col.row_shape)
+        out = col.flat.index_select(0, self._index(rows))
+        out = out.view(col.raw.dtype).view(shape + col.row_shape)
         return out if out.dtype == col.public.dtype else out.view(col.public.dtype)
 
     def take(self, name: str, slots: Any) -> Tensor:
@@ -328,7 +424,9 @@ class TorchStorage:
             return
         idx = self._index(slots)
         want = (idx.shape[0], *col.row_shape)
-        col.raw.index_copy_(0, idx, rows if tuple(rows.shape) == want else rows.expand(want))
+        if tuple(rows.shape) != want:
+            rows = rows.expand(want)
+        col.flat.index_copy_(0, idx, col.rows(rows))
 
     def write(self, slots: Any, values: Mapping[str, Any]) -> None:
         """Store one row of every field at ``slots`` (an int, a slice, or distinct int64 slot

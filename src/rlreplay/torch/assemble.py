@@ -68,31 +68,6 @@ def powers(config: DeviceConfig) -> tuple[list[Any], Any]:
     return mults, discounts
 
 
-class _Rows:
-    """Rows of steps ``t + j`` for small offsets ``-C < j < C``, from one remainder per step."""
-
-    def __init__(self, C: int, env: Tensor, t: Tensor) -> None:
-        import torch
-
-        self.C = C
-        self.base = env * C
-        self.tc = torch.remainder(t, C)
-
-    def at(self, j: Any, *, back: bool = False) -> Tensor:
-        """Rows of ``t + j`` (``back``: ``j`` may be negative); ``j`` an int, ``(B,)`` or
-        ``(B, k)``."""
-        import torch
-
-        stacked = isinstance(j, torch.Tensor) and j.dim() == 2
-        tc = self.tc[:, None] if stacked else self.tc
-        base = self.base[:, None] if stacked else self.base
-        r = tc + j
-        r = torch.where(r >= self.C, r - self.C, r)
-        if back:
-            r = torch.where(r < 0, r + self.C, r)
-        return r + base
-
-
 class Assembler:
     """Builds transitions from a :class:`~rlreplay.storage.TorchStorage` and a
     :class:`~rlreplay.torch.ring.Ring` (constants prepared once, on the device)."""
@@ -110,11 +85,27 @@ class Assembler:
         self.mults = torch.from_numpy(mult_arr).to(dev).reshape(shape)
         self.window = torch.arange(config.n_step, dtype=torch.int64, device=dev)[None, :]
         self.discounts = torch.from_numpy(np.asarray(discounts, np.float32)).to(dev)
+        self.zero32 = torch.zeros((), dtype=torch.float32, device=dev)
+        self.discount1 = self.discounts[1].clone()  # gamma, for n_step = 1
         k = config.frame_stack
         self.lanes = torch.arange(1 - k, 1, dtype=torch.int64, device=dev)
+        self.is_last_lane = self.lanes == 0
+        E, C, F = config.num_envs, config.env_capacity, config.finals_per_env
+        # Rows of the joint observation tensors (TorchStorage.joint): env e's final record p
+        # is row final_base[e] + p; the row of zeros pads frame stacks.
+        self.final_base = ring.envs * F + E * C
+        self.zero_row = E * C + E * F + E
 
-    def _window(self, rows: _Rows, t: Tensor) -> tuple[Tensor, ...]:
-        """``(m, reward, terminated, truncated, ended)`` of the windows at steps ``t``.
+    def _joint(self, name: str) -> None:
+        if self.storage.joint(name) is None:
+            raise RuntimeError(
+                f"the storage's finals of {name!r} were reallocated: a device buffer's finals "
+                "capacity is fixed (do not call grow_finals / set_finals_capacity on it)"
+            )
+
+    def _window(self, base: Tensor, tc: Tensor, t: Tensor) -> tuple[Tensor, ...]:
+        """``(m, reward, terminated, truncated, ended)`` of the windows at steps ``t`` (``base
+        = env * C``, ``tc = t % C``).
 
         The window's rewards and flags are gathered at once (``(B, n)``); step ``j`` is in
         the window while no step before it ended its episode. The rewards are summed in the
@@ -125,15 +116,12 @@ class Assembler:
         import torch
 
         st = self.storage
-        n = self.config.n_step
-        if n == 1:
-            slot = rows.at(0)
-            te, tr = st.take("terminated", slot), st.take("truncated", slot)
-            return torch.ones_like(t), st.take("reward", slot), te, tr & ~te, te | tr
-        w = rows.at(self.window)  # (B, n)
+        n, C = self.config.n_step, self.config.env_capacity
+        w = torch.remainder(tc[:, None] + self.window, C).add_(base[:, None])  # (B, n)
         a, b = st.take("terminated", w), st.take("truncated", w)
         done = a | b
-        after_end = (torch.cumsum(done.to(torch.int32), 1) - done.to(torch.int32)) > 0
+        done_i = done.to(torch.int32)
+        after_end = (torch.cumsum(done_i, 1) - done_i) > 0
         alive = ~after_end
         prods = zero_where(after_end, self.mults * st.take("reward", w))
         ret = torch.zeros_like(prods[:, 0])
@@ -147,6 +135,13 @@ class Assembler:
     def transitions(self, env: Tensor, t: Tensor) -> dict[str, Tensor]:
         """The transitions at steps ``t`` of envs ``env`` (assumed sampleable).
 
+        Observations come from the storage's joint tensors (:meth:`TorchStorage.joint`):
+        ``next_<obs>`` is one gather of a row per transition, the step ``t+m`` or, where the
+        window reached its episode's end, the final record; a zero-padded frame stack reads
+        the row of zeros where it pads. Cost: a fixed sequence of about 40 small index ops,
+        plus one ``B``-row gather per stored field (per observation field: two, of ``B * k``
+        rows each for a stack of ``k``), ``B * n`` rows for the window's reward and flags.
+
         Returns:
             The keys of :meth:`rlreplay.ReplayBuffer.get_transitions` in its order, without
             ``weights``.
@@ -154,25 +149,41 @@ class Assembler:
         import torch
 
         c, st, ring = self.config, self.storage, self.ring
-        E, F, k = c.num_envs, c.finals_per_env, c.frame_stack
-        rows = _Rows(c.env_capacity, env, t)
-        slot = rows.at(0)
-        m, reward, te, tr, ended = self._window(rows, t)
-        next_row = rows.at(m)
-        # The final record of the episode whose last step t+m-1 the window reached.
-        fid = ring.final_fid.index_select(0, rows.at(m - 1))
-        final_pos = env * F + torch.remainder(fid.clamp_min(0), F)
+        E, F, k, C, n = c.num_envs, c.finals_per_env, c.frame_stack, c.env_capacity, c.n_step
+        base = env * C
+        tc = torch.remainder(t, C)
+        slot = base + tc
+        if n == 1:
+            te, tr = st.take("terminated", slot), st.take("truncated", slot)
+            reward, ended = st.take("reward", slot), te | tr
+            tr = tr & ~te
+            m = torch.ones_like(t)
+            next_row = torch.remainder(tc + 1, C).add_(base)
+            last_row = slot  # the window's last step
+            disc = torch.where(te, self.zero32, self.discount1)
+        else:
+            m, reward, te, tr, ended = self._window(base, tc, t)
+            tcm = tc + m
+            next_row = torch.remainder(tcm, C).add_(base)
+            last_row = torch.remainder(tcm - 1, C).add_(base)
+            disc = self.discounts.index_select(0, m).masked_fill_(te, 0.0)
+        # The final record of the episode whose last step t+m-1 the window reached (where the
+        # window did not reach an end, fid is -1 and the row is unused).
+        fid = ring.final_fid.index_select(0, last_row)
+        next_joint = torch.where(
+            ended, torch.remainder(fid, F).add_(self.final_base.index_select(0, env)), next_row
+        )
         first = ring.ep_start.index_select(0, slot)[:, None] if k > 1 else None
 
-        def stack(name: str, last: Tensor) -> Tensor:
-            """Frames ``last-k+1 .. last`` of each row's episode."""
+        def stack_rows(last: Tensor) -> Tensor:
+            """Joint rows of frames ``last-k+1 .. last`` of each row's episode ``(B, k)``."""
             assert first is not None
             pos = last[:, None] + self.lanes
             offset = torch.maximum(pos, first) - t[:, None]  # in [1 - k, n_step]
-            frames = st.take(name, rows.at(offset, back=True))
+            rows = torch.remainder(tc[:, None] + offset, C).add_(base[:, None])
             if c.stack_pad == "zero":
-                frames = zero_where(pos < first, frames)
-            return frames
+                rows = torch.where(pos < first, self.zero_row, rows)
+            return rows
 
         out: dict[str, Tensor] = {}
         nexts: dict[str, Tensor] = {}
@@ -183,16 +194,15 @@ class Assembler:
             if not f.observation:
                 out[name] = st.take(name, slot)
                 continue
-            final = st.take_finals(name, final_pos)
+            self._joint(name)
             if name == "obs" and k > 1:
-                out[name] = stack(name, t)
-                nxt = stack(name, t + m)
-                last = select(ended, final, nxt[:, -1])
-                nxt = torch.cat([nxt[:, :-1], last[:, None]], dim=1)
+                out[name] = st.take_joint(name, stack_rows(t))
+                last = self.is_last_lane & ended[:, None]
+                rows = torch.where(last, next_joint[:, None], stack_rows(t + m))
+                nexts["next_" + name] = st.take_joint(name, rows)
             else:
                 out[name] = st.take(name, slot)
-                nxt = select(ended, final, st.take(name, next_row))
-            nexts["next_" + name] = nxt
+                nexts["next_" + name] = st.take_joint(name, next_joint)
         for name in c.next_fields:
             v = st.take(name, next_row)
             nexts["next_" + name] = zero_where(ended, v)
@@ -200,8 +210,7 @@ class Assembler:
         out.update(nexts)
         out["terminated"] = te
         out["truncated"] = tr
-        disc = self.discounts.index_select(0, m)
-        out["discount"] = disc.masked_fill(te, 0.0)
+        out["discount"] = disc
         out["steps"] = m
         out["ids"] = t * E + env
         out["env_ids"] = env

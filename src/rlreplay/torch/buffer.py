@@ -25,9 +25,9 @@ from rlreplay.errors import (
     ShapeError,
 )
 from rlreplay.spec import Field, positive_int
-from rlreplay.storage.torch import TorchStorage, _host_array, _raw, numpy_dtype, torch_dtype
+from rlreplay.storage.torch import TorchStorage, _host_array, numpy_dtype, torch_dtype
 from rlreplay.torch import draws
-from rlreplay.torch.assemble import Assembler, select
+from rlreplay.torch.assemble import Assembler
 from rlreplay.torch.batch import DeviceBatch
 from rlreplay.torch.config import DeviceConfig, make_config
 from rlreplay.torch.prioritized import Priorities
@@ -171,10 +171,16 @@ class DeviceReplayBuffer:
             raise ConfigError(f"seed: expected None or an int >= 0, got {seed!r}")
         self.config = config
         self._storage = TorchStorage(
-            config.schema, config.num_envs, config.env_capacity, config.finals_per_env, device
-        )
+            config.schema, config.num_envs, config.env_capacity, config.finals_per_env, device,
+            joint_finals=True,
+        )  # fmt: skip
         self.device: torch.device = self._storage.device
         self._ring = Ring(config, self.device)
+        E, C, F = config.num_envs, config.env_capacity, config.finals_per_env
+        # Each env's spare row of the joint observation tensors (where a step that does not
+        # end its episode writes its next observation) and the offset of the final rows.
+        self._spare = self._ring.envs + (E * C + E * F)
+        self._finals_at = E * C
         self._assembler = Assembler(config, self._storage, self._ring)
         self._gen = torch.Generator(device=self.device)
         if seed is None:
@@ -300,6 +306,7 @@ class DeviceReplayBuffer:
 
         Nothing is changed when an error is raised (every value is checked first).
         """
+        import torch
 
         c = self.config
         missing = sorted(set(self._wanted) - set(values))
@@ -314,10 +321,10 @@ class DeviceReplayBuffer:
         ring, st = self._ring, self._storage
         rows, pos = ring.advance(done)
         st.write(rows, vals)
-        for name in c.observation_names:
-            old = st.take_finals(name, pos)
-            new = select(done, vals["next_" + name], old)
-            _raw(st.finals[name]).index_copy_(0, pos, _raw(new))
+        if c.observation_names:  # next_<obs> to the final row where done, else a spare row
+            dest = torch.where(done, pos + self._finals_at, self._spare)
+            for name in c.observation_names:
+                st.write_joint(name, dest, vals["next_" + name])
         ring.settle(st.steps["terminated"], st.steps["truncated"])
         if self._prio is not None:
             self._prio.after_write()
