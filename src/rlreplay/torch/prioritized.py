@@ -86,8 +86,9 @@ class Priorities:
 
         if prio is not None:
             self.prio.index_copy_(0, rows, prio)
-        self.sums.set(rows, mass)
-        self.mins.set(rows, torch.where(mass > 0, mass, math.inf))
+        path = self.sums.path(rows)  # the same nodes in both trees
+        self.sums.set_tensors(rows, mass, path)
+        self.mins.set_tensors(rows, torch.where(mass > 0, mass, math.inf), path)
 
     def new_priority(self) -> Tensor:
         """``max(initial_priority, largest priority applied)``: a 0-d tensor."""
