@@ -150,22 +150,21 @@ class Assembler:
 
         c, st, ring = self.config, self.storage, self.ring
         E, F, k, C, n = c.num_envs, c.finals_per_env, c.frame_stack, c.env_capacity, c.n_step
-        base = env * C
         tc = torch.remainder(t, C)
-        slot = base + tc
+        slot = torch.add(tc, env, alpha=C)  # env * C + t % C
         if n == 1:
             te, tr = st.take("terminated", slot), st.take("truncated", slot)
             reward, ended = st.take("reward", slot), te | tr
-            tr = tr & ~te
+            tr = tr > te  # truncated and not terminated
             m = torch.ones_like(t)
-            next_row = torch.remainder(tc + 1, C).add_(base)
+            next_row = torch.add(torch.remainder(tc + 1, C), env, alpha=C)
             last_row = slot  # the window's last step
             disc = torch.where(te, self.zero32, self.discount1)
         else:
-            m, reward, te, tr, ended = self._window(base, tc, t)
+            m, reward, te, tr, ended = self._window(slot - tc, tc, t)
             tcm = tc + m
-            next_row = torch.remainder(tcm, C).add_(base)
-            last_row = torch.remainder(tcm - 1, C).add_(base)
+            next_row = torch.add(torch.remainder(tcm, C), env, alpha=C)
+            last_row = torch.add(torch.remainder(tcm - 1, C), env, alpha=C)
             disc = self.discounts.index_select(0, m).masked_fill_(te, 0.0)
         # The final record of the episode whose last step t+m-1 the window reached (where the
         # window did not reach an end, fid is -1 and the row is unused).
@@ -180,7 +179,7 @@ class Assembler:
             assert first is not None
             pos = last[:, None] + self.lanes
             offset = torch.maximum(pos, first) - t[:, None]  # in [1 - k, n_step]
-            rows = torch.remainder(tc[:, None] + offset, C).add_(base[:, None])
+            rows = torch.add(torch.remainder(tc[:, None] + offset, C), env[:, None], alpha=C)
             if c.stack_pad == "zero":
                 rows = torch.where(pos < first, self.zero_row, rows)
             return rows
@@ -212,6 +211,6 @@ class Assembler:
         out["truncated"] = tr
         out["discount"] = disc
         out["steps"] = m
-        out["ids"] = t * E + env
+        out["ids"] = torch.add(env, t, alpha=E)  # t * E + env
         out["env_ids"] = env
         return out

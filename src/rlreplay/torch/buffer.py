@@ -442,18 +442,19 @@ class DeviceReplayBuffer:
         self._check_nonempty(check)
         recent = draws.recent_count(options.recent_ratio, batch_size)
         ring, gen = self._ring, self._gen
+        sizes = ring.sizes()
         if recent:
             env, t = draws.mixed(ring, batch_size, recent, options.recent_steps, gen)
         else:
-            env, t = draws.uniform(ring, batch_size, gen)
-        total = self.num_sampleable
+            env, t = draws.uniform(ring, batch_size, gen, sizes)
+        total = sizes.sum()
         if not options.replacement and batch_size <= c.num_slots:
             # Distinct whenever enough are sampleable (else, as the core, with replacement).
             env_d, t_d = draws.distinct(ring, batch_size, recent, options.recent_steps, gen)
             enough = batch_size <= total
             env, t = torch.where(enough, env_d, env), torch.where(enough, t_d, t)
         out = self._assembler.transitions(env, t)
-        out["weights"] = (total > 0).to(torch.float32).expand(batch_size).clone()
+        out["weights"] = (total > 0).expand(batch_size).to(torch.float32)
         return DeviceBatch(out)
 
     def sample_sequences(

@@ -62,14 +62,18 @@ def to_steps(lo: Tensor, sizes: Tensor, pos: Tensor) -> tuple[Tensor, Tensor]:
         env = (pos[:, None] >= ends).sum(1).clamp_max(sizes.shape[0] - 1)
     else:
         env = torch.searchsorted(ends, pos, right=True).clamp_max(sizes.shape[0] - 1)
-    start = ends.index_select(0, env) - sizes.index_select(0, env)
-    return env, lo.index_select(0, env) + pos - start
+    # Position p of env e is step lo_e + p - start_e, start_e = ends_e - sizes_e.
+    shift = lo - (ends - sizes)
+    return env, shift.index_select(0, env) + pos
 
 
-def uniform(ring: Ring, batch_size: int, gen: torch.Generator) -> tuple[Tensor, Tensor]:
+def uniform(
+    ring: Ring, batch_size: int, gen: torch.Generator, sizes: Tensor | None = None
+) -> tuple[Tensor, Tensor]:
     """``batch_size`` steps drawn uniformly, with replacement, from the union of ``[lo, hi)``
-    (with no candidate at all: arbitrary steps)."""
-    sizes = ring.sizes()
+    (with no candidate at all: arbitrary steps); ``sizes``: ``ring.sizes()`` if the caller
+    has it."""
+    sizes = ring.sizes() if sizes is None else sizes
     return to_steps(ring.lo, sizes, below(sizes.sum(), batch_size, gen))
 
 

@@ -125,26 +125,26 @@ class Ring:
         # The step this one overwrites (t - C) gives up its final record if it owns the oldest
         # live one (live records belong to stored steps, and t - C is the oldest stored step).
         oldest = self.final_owner.index_select(0, self.final_base + torch.remainder(self.f_head, F))
-        f_head = self.f_head + ((self.f_head < self.f_count) & (oldest == t - C)).long()
-        head = self.head.clamp_min(t + 1 - C)
-        fid = self.f_count.clone()
+        self.f_head.add_((self.f_head < self.f_count) & (oldest == t - C))
+        fid = self.f_count  # the new record's number (f_count moves last)
         pos = self.final_base + torch.remainder(fid, F)
-        # A new record with F live: the oldest (fid - F, at the same position) goes, and with
-        # it the episode that owns it.
-        full = done & (fid - f_head >= F)
-        evicted_owner = self.final_owner.index_select(0, pos)
-        head = torch.where(full, torch.maximum(head, evicted_owner + 1), head)
-        f_head = torch.where(full, f_head + 1, f_head)
+        old_owner = self.final_owner.index_select(0, pos)
+        self.head.clamp_(min=t + 1 - C)
+        if c.can_evict:
+            # A new record with F live: the oldest (fid - F, at the same position) goes, and
+            # with it the episode that owns it. (With F >= C records never run out: an env
+            # stores at most C steps, so at most C ended episodes.)
+            full = done & (fid - self.f_head >= F)
+            self.head.copy_(torch.where(full, torch.maximum(self.head, old_owner + 1), self.head))
+            self.f_head.add_(full)
         rows = self.env_base + t % C
         self.ep_start.index_copy_(0, rows, self.last_end + 1)
         self.final_fid.index_copy_(0, rows, torch.where(done, fid, -1))
-        self.final_owner.index_copy_(0, pos, torch.where(done, t, evicted_owner))
-        self.last_end.copy_(torch.where(done, t, self.last_end))
+        self.final_owner.index_copy_(0, pos, torch.where(done, t, old_owner))
+        self.last_end.masked_fill_(done, t)
         self.count = t + 1
-        self.head.copy_(head)
-        self.hi.copy_((self.last_end + 1).clamp_min(t + 1 - n))
-        self.f_count.add_(done.long())
-        self.f_head.copy_(f_head)
+        torch.add(self.last_end, 1, out=self.hi).clamp_(min=t + 1 - n)
+        self.f_count.add_(done)
         return rows, pos
 
     def settle(self, terminated: Tensor, truncated: Tensor) -> None:
