@@ -126,7 +126,7 @@ class _Column:
     gather and scatter are several times faster on 2-D rows than on ``(n, 84, 84)`` ones, and
     on words than on bytes) and the NumPy dtype of the checkpoint format."""
 
-    __slots__ = ("dtype", "flat", "public", "raw")
+    __slots__ = ("dtype", "flat", "public", "raw", "row_shape")
 
     def __init__(
         self,
@@ -142,6 +142,7 @@ class _Column:
         if raw is None:
             raw = torch.zeros(shape, dtype=_signed_twins().get(shown, shown), device=device)
         self.raw = raw
+        self.row_shape: tuple[int, ...] = tuple(raw.shape[1:])
         self.public = self.raw if self.raw.dtype == shown else self.raw.view(shown)
         width = math.prod(raw.shape[1:])
         flat = raw.view(raw.shape[0], width) if raw.dim() > 2 else raw
@@ -157,10 +158,6 @@ class _Column:
             return values
         words = values.reshape(values.shape[0], math.prod(values.shape[1:]))
         return words.contiguous().view(self.flat.dtype)
-
-    @property
-    def row_shape(self) -> tuple[int, ...]:
-        return tuple(self.raw.shape[1:])
 
 
 class TorchStorage:
@@ -401,10 +398,18 @@ class TorchStorage:
     def _gather(self, col: _Column, rows: Any) -> Tensor:
         import torch
 
-        shape = tuple(rows.shape) if isinstance(rows, torch.Tensor) else np.shape(rows)
-        out = col.flat.index_select(0, self._index(rows))
-        out = out.view(col.raw.dtype).view(shape + col.row_shape)
-        return out if out.dtype == col.public.dtype else out.view(col.public.dtype)
+        if isinstance(rows, torch.Tensor):
+            shape = rows.shape
+            if rows.dtype != torch.int64 or rows.device != self.device or rows.dim() != 1:
+                rows = self._index(rows)
+        else:
+            shape, rows = np.shape(rows), self._index(rows)
+        out = col.flat.index_select(0, rows)
+        if col.flat is not col.raw:
+            out = out.view(col.raw.dtype).view(*shape, *col.row_shape)
+        elif len(shape) != 1:
+            out = out.view(*shape, *col.row_shape)
+        return out if col.public is col.raw else out.view(col.public.dtype)
 
     def take(self, name: str, slots: Any) -> Tensor:
         """Rows ``slots`` (int64, any shape ``S``; a tensor or a NumPy array) of step column
@@ -419,12 +424,17 @@ class TorchStorage:
     # ------------------------------------------------------------------ writes
     def _put(self, col: _Column, slots: Any, rows: Tensor) -> None:
         """Copy ``rows`` (``col``'s raw dtype, on the device) to ``slots`` of ``col``."""
+        import torch
+
         if isinstance(slots, int | np.integer | slice):
             col.raw[slots].copy_(rows)
             return
-        idx = self._index(slots)
+        if isinstance(slots, torch.Tensor) and slots.dtype == torch.int64:
+            idx = slots.reshape(-1) if slots.device == self.device else self._index(slots)
+        else:
+            idx = self._index(slots)
         want = (idx.shape[0], *col.row_shape)
-        if tuple(rows.shape) != want:
+        if rows.shape != want:
             rows = rows.expand(want)
         col.flat.index_copy_(0, idx, col.rows(rows))
 
