@@ -161,6 +161,7 @@ def setup(
     buf._reward_dtype = np.dtype(reward_dtype)
     buf._terminal_dtype = np.dtype(elements[3][2])
     buf._extra_storage_types = [ReplayElement(*e) for e in elements[4:]]
+    buf._storage_signature = None  # get_storage_signature makes it again from these
     buf._inferred = inferred
     buf._state_shape = (*buf._observation_shape, buf._stack_size)
     buf._blank_obs = np.zeros(buf._observation_shape, buf._observation_dtype)

@@ -83,6 +83,7 @@ class BufferState:
     _is_valid: Array
     _terminal_rows: Array
     _id_reward: Array | None
+    _storage_signature: tuple[ReplayElement, ...] | None  # get_storage_signature's, kept
     _id_reward_tracked: bool
     _num_valid_indices: int
     _complex_store: frozenset[str]

@@ -337,13 +337,17 @@ class ReplayBuffer(SlotRing, RangeReaders, CheckpointFiles):
         """
         if not self._initialized:
             return []
-        return [
-            ReplayElement("observation", self._observation_shape, self._observation_dtype),
-            ReplayElement("action", self._action_shape, self._action_dtype),
-            ReplayElement("reward", self._reward_shape, self._reward_dtype),
-            ReplayElement("terminal", (), self._terminal_dtype),
-            *self._extra_storage_types,
-        ]
+        # made once per set of elements (_elements.setup forgets it): add reads it twice
+        kept = self.__dict__.get("_storage_signature")
+        if kept is None:
+            kept = self._storage_signature = (
+                ReplayElement("observation", self._observation_shape, self._observation_dtype),
+                ReplayElement("action", self._action_shape, self._action_dtype),
+                ReplayElement("reward", self._reward_shape, self._reward_dtype),
+                ReplayElement("terminal", (), self._terminal_dtype),
+                *self._extra_storage_types,
+            )
+        return list(kept)  # a new list each call, as 0.1's (a caller may extend it)
 
     def get_add_args_signature(self) -> list[shape_type]:
         """The signature of the add function: the storage signature (in this class)."""
