@@ -12,6 +12,8 @@ extended with a TensorDict of the ``E`` transitions (``obs``, ``action``, ``rewa
 also assembles n-step windows (``--n-step``) and tracks episodes; TorchRL samples stored rows.
 Prints µs per iteration (median of 5 rounds after a warm-up) and the ratio TorchRL / rlreplay
 (above 1: rlreplay is faster). On a GPU every round ends with ``torch.cuda.synchronize()``.
+``--count-ops`` also prints how many torch ops (views and other metadata-only ops left out:
+roughly the kernels a GPU launches) one ``add``, ``sample`` and ``update_priorities`` run.
 """
 
 from __future__ import annotations
@@ -70,6 +72,50 @@ def ours(args: argparse.Namespace, prioritized: bool) -> Callable[[dict[str, Any
             buf.update_priorities(batch["ids"], batch["reward"].abs().double() + 0.1)
 
     return step
+
+
+#: Ops that make views or change metadata only (no kernel), left out of ``--count-ops``.
+_VIEWS = frozenset(
+    {"view", "slice", "select", "unbind", "detach", "as_strided", "expand", "reshape", "alias",
+     "unsqueeze", "squeeze", "t", "transpose", "permute", "_unsafe_view", "split", "chunk",
+     "_reshape_alias", "lift_fresh"}
+)  # fmt: skip
+
+
+def count_ops(args: argparse.Namespace, pool: list[dict[str, Any]], prioritized: bool) -> str:
+    """Torch ops (views left out) of one ``add``, one ``sample`` and, when prioritized, one
+    ``update_priorities``, on a buffer warmed up as :func:`timed` warms it."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Count(TorchDispatchMode):
+        def __init__(self) -> None:
+            super().__init__()
+            self.n = 0
+
+        def __torch_dispatch__(self, func: Any, types: Any, a: Any = (), kw: Any = None) -> Any:
+            if func.overloadpacket.__name__ not in _VIEWS:
+                self.n += 1
+            return func(*a, **(kw or {}))
+
+    fields = {"obs": rr.Field(args.obs, np.dtype(args.dtype)), "action": rr.Field((), np.int64)}
+    common = dict(num_envs=args.envs, n_step=args.n_step, device=args.device, seed=0)
+    kind = rrt.DevicePrioritizedReplayBuffer if prioritized else rrt.DeviceReplayBuffer
+    buf: Any = kind(args.capacity, fields, **common)
+    for i in range(max(64, 2 * args.batch // args.envs + 8)):
+        buf.add(**pool[i % len(pool)])
+    counts = []
+    with Count() as c:
+        buf.add(**pool[0])
+    counts.append(c.n)
+    with Count() as c:
+        batch = buf.sample(args.batch)
+    counts.append(c.n)
+    if prioritized:
+        p = batch["reward"].abs().double() + 0.1
+        with Count() as c:
+            buf.update_priorities(batch["ids"], p)
+        counts.append(c.n)
+    return " / ".join(str(n) for n in counts)
 
 
 def torchrl(args: argparse.Namespace, prioritized: bool) -> Callable[[dict[str, Any]], None]:
@@ -136,6 +182,7 @@ def main() -> None:
     p.add_argument("--n-step", type=int, default=1)
     p.add_argument("--iters", type=int, default=200)
     p.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: torch's default)")
+    p.add_argument("--count-ops", action="store_true", help="also print torch ops per call")
     args = p.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -146,6 +193,10 @@ def main() -> None:
         f"obs {args.obs} {args.dtype}, n_step {args.n_step}, torch {torch.__version__}, "
         f"{torch.get_num_threads()} CPU threads\n"
     )
+    if args.count_ops:
+        ops = count_ops(args, pool, False)
+        print(f"torch ops per call (views left out): uniform add / sample {ops}; ", end="")
+        print(f"prioritized add / sample / update {count_ops(args, pool, True)}\n")
     print("| loop (add E + sample B) | rlreplay.torch µs/iter | TorchRL µs/iter | ratio |")
     print("|---|---|---|---|")
     for prioritized in (False, True):
