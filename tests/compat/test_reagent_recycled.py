@@ -99,3 +99,20 @@ def test_recycled_empty_hands_out_only_arrays_nothing_holds() -> None:
     d = recycled_empty(shape, dtype)
     assert d.flags.owndata and d.flags.writeable
     assert sys.getrefcount(d) > _DEAD
+
+
+def test_pools_keep_a_bounded_number_of_bytes() -> None:
+    from rlreplay.compat.reagent import _kernels
+
+    big = (5, 1 << 20)  # 40 MiB of float64: more than the pools keep
+    a = recycled_empty(big, np.dtype(np.float64))
+    del a
+    b = recycled_empty(big, np.dtype(np.float64))
+    assert b.shape == big
+    assert _kernels._pooled[0] <= _kernels._POOL_BYTES
+    pooled = sum(x.nbytes for pool in _kernels._POOLS.values() for x in pool)
+    assert pooled == _kernels._pooled[0]
+    for _ in range(20):  # more than the depth of one pool, all held
+        held = [recycled_empty((4, 3), np.dtype(np.uint8)) for _ in range(3)]
+        assert len({id(h) for h in held}) == 3
+    assert all(len(pool) <= _kernels._POOL_DEPTH for pool in _kernels._POOLS.values())

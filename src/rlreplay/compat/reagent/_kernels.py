@@ -161,7 +161,11 @@ _DEAD = _dead_count()
 #: arrays kept per shape and dtype (a training loop holds one or two batches of two stacks)
 _POOL_DEPTH = 6
 _POOL_KEYS = 8  # shapes and dtypes kept at once (more: the pools start again)
+#: most bytes the pools keep (arrays beyond are made and freed as np.empty's): six 0.9 MB
+#: stacks for batches of 32 four-frame 84x84 stacks, none of a batch of 512 such stacks
+_POOL_BYTES = 32 << 20
 _POOLS: dict[tuple[tuple[int, ...], str], list[Array]] = {}
+_pooled = [0]  # bytes the pools hold
 _POOL_LOCK = threading.Lock()
 #: reference counts tell "held by nobody else" only under the GIL
 _RECYCLE = bool(getattr(sys, "_is_gil_enabled", lambda: True)())
@@ -188,6 +192,7 @@ def recycled_empty(shape: tuple[int, ...], dtype: np.dtype[Any]) -> Array:
         if pool is None:
             if len(_POOLS) >= _POOL_KEYS:
                 _POOLS.clear()
+                _pooled[0] = 0
             pool = _POOLS[key] = []
         for i in range(len(pool)):
             if sys.getrefcount(pool[i]) == _DEAD:
@@ -195,7 +200,9 @@ def recycled_empty(shape: tuple[int, ...], dtype: np.dtype[Any]) -> Array:
                 pool.append(out)  # the newest last
                 return out
         out = np.empty(shape, dtype)
-        pool.append(out)
-        if len(pool) > _POOL_DEPTH:
-            del pool[0]  # (its holder keeps it alive as long as it needs it)
+        if len(pool) >= _POOL_DEPTH:
+            _pooled[0] -= pool.pop(0).nbytes  # (its holder keeps it alive while it needs it)
+        if _pooled[0] + out.nbytes <= _POOL_BYTES:
+            pool.append(out)
+            _pooled[0] += out.nbytes
         return out
