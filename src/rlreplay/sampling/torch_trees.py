@@ -384,6 +384,7 @@ class TorchSumTree(_TorchSegmentTree):
         self._level_rows = [self._rows[first:] for first, _ in self._levels[1:]]
         self._lanes_f = torch.arange(_K, dtype=torch.float64, device=self.device)
         self._sequential_cumsum = self.device.type == "cpu"
+        self._strata: dict[int, Tensor] = {}
 
     def _fold_lines(self, lines: Tensor, d: int, parents: Tensor | None) -> Tensor:
         """The parents' sums, and the descent rows of ``lines`` (see ``__init__``).
@@ -452,7 +453,9 @@ class TorchSumTree(_TorchSegmentTree):
         n = u.shape[0]
         total = self._nodes[self._root, 0]
         if stratified:
-            i = torch.arange(n, dtype=torch.float64, device=self.device)
+            i = self._strata.get(n)
+            if i is None:  # kept per batch size (one arange less per draw)
+                i = self._strata[n] = torch.arange(n, dtype=torch.float64, device=self.device)
             masses = (i + u) * (total / n) if n else u
         else:
             masses = u * total
@@ -467,16 +470,22 @@ class TorchSumTree(_TorchSegmentTree):
         descent rows per level (see ``__init__``)."""
         import torch
 
+        n = masses.shape[0]
         total = self._nodes[self._root, 0]
         rest = torch.where(masses < total, masses, self._inf).unsqueeze(1)  # (n, 1)
-        out = torch.zeros(masses.shape[0], dtype=torch.int64, device=self.device)
+        out: Tensor | None = None  # the root's line first: no gather
         for rows_of_level in self._level_rows:
-            rows = rows_of_level.index_select(0, out)  # the lines of out's children
+            if out is None:
+                rows = rows_of_level[:1].expand(n, _ROW)
+            else:
+                rows = rows_of_level.index_select(0, out)  # the lines of out's children
             count = (rows[:, 1:_LAST] <= rest).sum(1, keepdim=True)  # a prefix of the lanes
             at_end = count == _K
             rest = torch.where(at_end, self._inf, rest - rows.gather(1, count))
-            child = torch.where(at_end, rows[:, _LAST:].to(torch.int64), count)
-            out = torch.add(child.view(-1), out, alpha=_K)
+            child = torch.where(at_end, rows[:, _LAST:].to(torch.int64), count).view(-1)
+            out = child if out is None else torch.add(child, out, alpha=_K)
+        if out is None:  # a one-level tree: its only line is the root's
+            return torch.zeros(n, dtype=torch.int64, device=self.device)
         return out
 
 

@@ -68,6 +68,7 @@ class Priorities:
         self.limit = priority_limit(config)
         self._winner = torch.full((N,), -1, dtype=torch.int64, device=dev)
         self._all = torch.arange(N, dtype=torch.int64, device=dev)
+        self._positions: dict[int, Tensor] = {}
         n, k = config.n_step, config.frame_stack
         self._back = torch.arange(n + 1, dtype=torch.int64, device=dev)[:, None]
         self._front = torch.arange(k - 1, dtype=torch.int64, device=dev)[:, None]
@@ -101,13 +102,15 @@ class Priorities:
 
         ring = self.ring
         t = ring.count - 1  # the step just written
-        E = self.config.num_envs
-        steps = torch.cat([(t - self._back).expand(-1, E), ring.head[None, :] + self._front])
-        env = ring.envs.expand_as(steps).reshape(-1)
-        steps = steps.reshape(-1)
-        rows = ring.rows_of(steps, env)
+        C = self.config.env_capacity
+        # (n_step + frame_stack, E): one row of steps per offset, one column per env.
+        steps = torch.cat([(t - self._back).expand(-1, ring.envs.shape[0]),
+                           ring.head[None, :] + self._front])  # fmt: skip
+        rows = torch.remainder(steps, C).add_(ring.env_base).view(-1)
+        live = ((steps >= ring.lo) & (steps < ring.hi)).view(-1)
+        steps = steps.view(-1)
         prio = torch.where(steps == t, self.new_priority(), self.prio.index_select(0, rows))
-        mass = torch.where(ring.sampleable(env, steps), self.mass(prio), 0.0)
+        mass = torch.where(live, self.mass(prio), 0.0)
         # (A step before the first, or past the newest, maps to a row no stored step holds:
         # its leaf keeps its priority and gets mass 0, which it has.)
         self._set(rows, prio, mass)
@@ -141,14 +144,18 @@ class Priorities:
         E, C = c.num_envs, c.env_capacity
         env = torch.remainder(ids, E)
         t = torch.div(ids, E, rounding_mode="floor")
-        ok = (ids >= 0) & (t >= ring.head.index_select(0, env)) & (t < ring.count)
+        # (t >= head >= 0 also refuses negative ids: their t is negative.)
+        ok = (t >= ring.head.index_select(0, env)) & (t < ring.count)
         ok &= (p >= 0) & (p <= self.limit)
         if c.priority_clip is not None:
             p = p.clamp(c.priority_clip[0], c.priority_clip[1])
         p = p + c.eps
-        rows = env * C + torch.remainder(t, C)
+        rows = torch.add(torch.remainder(t, C), env, alpha=C)  # env * C + t % C
         # The last valid entry of each row wins; every entry of the row writes its value.
-        pos = torch.arange(ids.shape[0], dtype=torch.int64, device=ids.device)
+        pos = self._positions.get(ids.shape[0])
+        if pos is None:  # kept per batch size
+            pos = torch.arange(ids.shape[0], dtype=torch.int64, device=ids.device)
+            self._positions[ids.shape[0]] = pos
         self._winner.index_fill_(0, rows, -1)
         self._winner.scatter_reduce_(0, rows, torch.where(ok, pos, -1), "amax")
         win = self._winner.index_select(0, rows)
@@ -160,7 +167,7 @@ class Priorities:
         mass = torch.where(has, self.mass(new) * live, self.sums.get(rows))
         self._set(rows, new, mass)
         top = torch.where(win == pos, p, 0.0).amax(0) if ids.shape[0] else p.new_zeros(())
-        self.max_priority.copy_(torch.maximum(self.max_priority, top))
+        torch.maximum(self.max_priority, top, out=self.max_priority)
         return (~ok).sum()
 
     # ------------------------------------------------------------------ draws

@@ -98,7 +98,7 @@ class Ring:
         C = self.config.env_capacity
         env = torch.div(rows, C, rounding_mode="floor")
         lo = self.lo.index_select(0, env)
-        return env, lo + torch.remainder(rows - env * C - lo, C)
+        return env, lo + torch.remainder(rows - lo, C)  # rows = t (mod C)
 
     def sampleable(self, env: Tensor, t: Tensor) -> Tensor:
         """Whether steps ``t`` of envs ``env`` are sampleable now."""
