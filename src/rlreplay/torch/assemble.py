@@ -8,6 +8,12 @@ obs_{t+m}`` or the episode's final observation when the window reached its end, 
 0`` if terminated else ``gamma^m``. Frame stacks hold frames ``tau-k+1 .. tau`` of the same
 episode, padded before its first step with zeros or the first frame.
 
+Observations are read from the storage's joint tensors
+(:meth:`rlreplay.storage.TorchStorage.joint`: step rows, final rows and a row of zeros in one
+tensor per field): ``next_<obs>`` is one gather of the step ``t+m`` or the final record, and
+a zero-padded frame stack reads the row of zeros where it pads, so no select runs over
+gathered observations.
+
 Bit for bit: the rewards are multiplied by the NumPy core's powers of ``gamma`` (the same
 numbers, :func:`rlreplay.assemble.powers.reward_powers` for a scalar reward), held as tensors
 of the reward's dtype, and summed in the same order and dtype; every product and sum is its
@@ -155,7 +161,7 @@ class Assembler:
         if n == 1:
             te, tr = st.take("terminated", slot), st.take("truncated", slot)
             reward, ended = st.take("reward", slot), te | tr
-            tr = tr > te  # truncated and not terminated
+            tr = tr & ~te
             m = torch.ones_like(t)
             next_row = torch.add(torch.remainder(tc + 1, C), env, alpha=C)
             last_row = slot  # the window's last step

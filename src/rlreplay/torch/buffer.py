@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from rlreplay.buffer.sync import flag
 from rlreplay.errors import (
     ConfigError,
     DTypeError,
@@ -24,11 +25,13 @@ from rlreplay.errors import (
     PriorityError,
     ShapeError,
 )
+from rlreplay.sampling.prioritized_args import _real
 from rlreplay.spec import Field, positive_int
 from rlreplay.storage.torch import TorchStorage, _host_array, numpy_dtype, torch_dtype
 from rlreplay.torch import draws
 from rlreplay.torch.assemble import Assembler
 from rlreplay.torch.batch import DeviceBatch
+from rlreplay.torch.budget import DeviceBudget
 from rlreplay.torch.config import DeviceConfig, make_config
 from rlreplay.torch.prioritized import Priorities
 from rlreplay.torch.ring import Ring
@@ -112,7 +115,10 @@ class DeviceReplayBuffer:
 
     Cost: :meth:`add` writes ``E`` rows per column plus ``O(E * frame_stack)`` bookkeeping;
     :meth:`sample` and :meth:`get_transitions` are ``O(B * (n_step + frame_stack))`` gathers
-    (a fixed sequence of torch ops: on a GPU, launch-bound for small batches). A buffer is
+    (a fixed sequence of torch ops: on a GPU, launch-bound for small batches; about 45 ops
+    each for ``n_step = 1``, ``benchmarks/torch_device.py --count-ops``). Each observation
+    field's step and final rows share one tensor, so ``next_<obs>`` (and a frame stack) is
+    one gather, with no select over gathered rows. A buffer is
     not thread-safe (the core's is): use it from one thread, or lock around it.
 
     Example:
@@ -182,6 +188,7 @@ class DeviceReplayBuffer:
         self._spare = self._ring.envs + (E * C + E * F)
         self._finals_at = E * C
         self._assembler = Assembler(config, self._storage, self._ring)
+        self._budget = DeviceBudget(config, self.device)  # results' sizes, checked before draws
         self._gen = torch.Generator(device=self.device)
         if seed is None:
             self._gen.seed()
@@ -279,7 +286,7 @@ class DeviceReplayBuffer:
         if a.dtype.kind not in "iu":
             if a.size:
                 raise DTypeError(f"ids: expected integers, got {a.dtype}")
-            a = a.astype(np.int64)
+            a = np.zeros(a.shape, np.int64)  # no ids (of any dtype: none to cast)
         flat = np.ascontiguousarray(a.reshape(-1), np.int64)
         return torch.from_numpy(flat.copy()).to(self.device, non_blocking=True)
 
@@ -393,6 +400,7 @@ class DeviceReplayBuffer:
         import torch
 
         idx = self._ids(ids)
+        self._budget.check("ids", f"{idx.shape[0]} ids", idx.shape[0], "get_transitions")
         E = self.config.num_envs
         env = torch.remainder(idx, E)
         t = torch.div(idx, E, rounding_mode="floor")
@@ -433,6 +441,7 @@ class DeviceReplayBuffer:
         from rlreplay.sampling.uniform import draw_options
 
         batch_size = positive_int("batch_size", batch_size)
+        self._budget.check("batch_size", batch_size, batch_size, "sample")
         c = self.config
         options = draw_options(
             c.recent_ratio if recent_ratio is None else recent_ratio,
@@ -502,10 +511,10 @@ class DeviceReplayBuffer:
 
         batch_size = positive_int("batch_size", batch_size)
         length = positive_int("length", length)
-        for flag, value in (("within_episode", within_episode), ("pad", pad),
-                            ("balance_envs", balance_envs)):  # fmt: skip
-            if not isinstance(value, bool | np.bool_):
-                raise ConfigError(f"{flag}: expected a bool, got {value!r}")
+        self._budget.check("batch_size", batch_size, batch_size * length, "sample_sequences",
+                           "step")  # fmt: skip
+        within_episode = flag("within_episode", within_episode)
+        pad, balance_envs = flag("pad", pad), flag("balance_envs", balance_envs)
         prio = self._prio
         if prio is not None and balance_envs:
             raise ConfigError(
@@ -513,6 +522,8 @@ class DeviceReplayBuffer:
             )
         if prio is None and beta is not None:
             raise ConfigError("beta: a uniform buffer has no importance weights")
+        if beta is not None:
+            beta = _real("beta", beta)
         probabilities = None
         if prio is None:
             env, t, exists = sequences.uniform_starts(
@@ -544,7 +555,11 @@ class DeviceReplayBuffer:
         from rlreplay.torch import sequences
 
         length = positive_int("length", length)
+        within_episode = flag("within_episode", within_episode)
         idx = self._ids(ids)
+        # (no ids too: the gather's per-step arrays are (n, length))
+        rows = max(idx.shape[0], 1) * length
+        self._budget.check("length", length, rows, "get_sequences", "step")
         E = self.config.num_envs
         env = torch.remainder(idx, E)
         t = torch.div(idx, E, rounding_mode="floor")
@@ -604,7 +619,9 @@ class DevicePrioritizedReplayBuffer(DeviceReplayBuffer):
         **kwargs: Every other :class:`DeviceReplayBuffer` argument but the draw options.
 
     Cost: :meth:`add` also sets ``E * (n_step + frame_stack)`` leaves; :meth:`sample` adds a
-    descent of ``O(B * levels)``; :meth:`update_priorities` is ``O(B * levels)``.
+    descent of ``O(B * levels)``; :meth:`update_priorities` is ``O(B * levels)``. In torch
+    ops: about 80 more per :meth:`add` (one update of the sum and min trees, about 10 ops
+    per level), 10 per level for a descent, about 110 per :meth:`update_priorities`.
     """
 
     _prio: Priorities
@@ -688,6 +705,7 @@ class DevicePrioritizedReplayBuffer(DeviceReplayBuffer):
         from rlreplay.sampling.uniform import draw_options
 
         batch_size = positive_int("batch_size", batch_size)
+        self._budget.check("batch_size", batch_size, batch_size, "sample")
         options = draw_options(
             0.0 if recent_ratio is None else recent_ratio,
             1 if recent_steps is None else recent_steps,
@@ -699,6 +717,8 @@ class DevicePrioritizedReplayBuffer(DeviceReplayBuffer):
                 "replacement; recency mixing and draws without replacement are uniform-only "
                 "(as in rlreplay.PrioritizedReplayBuffer)"
             )
+        if beta is not None:
+            beta = _real("beta", beta)
         self._check_nonempty(check)
         env, t, probabilities, weights = self._prio.draw(batch_size, self._gen, beta)
         out = self._assembler.transitions(env, t)
