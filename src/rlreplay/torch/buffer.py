@@ -568,7 +568,7 @@ class DeviceReplayBuffer:
         )
 
     def _check_nonempty(self, check: bool) -> None:
-        if check and not bool(self.can_sample()):
+        if flag("check", check) and not bool(self.can_sample()):
             raise EmptyBufferError(
                 "sample: nothing is sampleable yet (add more steps: a step is sampleable once "
                 "its n-step window is known)"
@@ -782,9 +782,9 @@ class DevicePrioritizedReplayBuffer(DeviceReplayBuffer):
         else:
             try:
                 host_p = np.asarray(priorities, dtype=np.float64).reshape(-1)
-            except (TypeError, ValueError):
+            except (TypeError, ValueError, OverflowError):  # (an int beyond float64's range)
                 raise PriorityError(
-                    f"update_priorities: expected real numbers, got {priorities!r}"
+                    f"update_priorities: expected real numbers (float64), got {priorities!r}"
                 ) from None
             bad = ~(np.isfinite(host_p) & (host_p >= 0))
             if bad.any():
