@@ -42,7 +42,7 @@ from tests.test_hostile import (  # noqa: E402
     steps,
 )
 
-EXAMPLES = 30
+EXAMPLES = 15  # per method and kind in the default run (CI); -m slow: 10^4
 KINDS = ("device", "device_prio")
 
 
