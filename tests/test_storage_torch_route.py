@@ -94,3 +94,22 @@ def test_subclasses_and_other_storages_stay_on_the_host() -> None:
     assert type(rr.ReplayBuffer(16, FIELDS)) is rr.ReplayBuffer
     with pytest.raises(TypeError, match="finals_per_env"):
         rr.ReplayBuffer(16, FIELDS, finals_per_env=2)  # type: ignore[call-arg]  # device-only
+
+
+def test_rr_load_into_a_device_buffer(tmp_path: Any) -> None:
+    buf: Any = rr.PrioritizedReplayBuffer(64, FIELDS, num_envs=4, n_step=2, storage="torch")
+    for step in steps(30, 4):
+        buf.add(**step)
+    path = tmp_path / "replay.rr"
+    buf.save(path)
+    again: Any = rr.load(path, storage="torch", device="cpu", seed=3)
+    host = rr.load(path)
+    assert type(again) is rrt.DevicePrioritizedReplayBuffer
+    assert type(host) is rr.PrioritizedReplayBuffer
+    ids = host.sampleable_ids()
+    assert again.sampleable_ids().tolist() == ids.tolist()
+    mine, theirs = again.get_transitions(torch.from_numpy(ids)), host.get_transitions(ids)
+    for key in ("obs", "reward", "next_obs", "discount"):
+        np.testing.assert_array_equal(mine[key].numpy(), theirs[key], err_msg=key)
+    with pytest.raises(rr.ConfigError, match=r"^transforms: storage='torch' loads"):
+        rr.load(path, storage="torch", transforms=[])

@@ -16,7 +16,7 @@ import numpy as np
 
 from rlreplay.buffer.replay import ReplayBuffer
 from rlreplay.checkpoint.file import CheckpointReader
-from rlreplay.errors import CheckpointError
+from rlreplay.errors import CheckpointError, ConfigError
 from rlreplay.limits import RateLimiter
 from rlreplay.sampling.registry import sampler_from_config
 from rlreplay.spec import arguments
@@ -99,11 +99,26 @@ def load(
         progress: A tqdm bar (default: over 64 MiB of arrays, when stderr is a terminal).
         **overrides: Constructor arguments that are not data: ``storage``/``path`` to load
             into a memmap buffer (streamed, no copy in RAM), functions such as transforms,
-            or the default output (``as_``, ``device``).
+            or the default output (``as_``, ``device``). ``storage="torch"`` (with
+            ``device``, ``finals_per_env``, ``seed``) loads into a device buffer instead:
+            :func:`rlreplay.torch.load`.
 
     Raises:
         CheckpointError: Missing, truncated, corrupted or unknown checkpoint.
+        ConfigError: ``storage="torch"`` with an override the device buffer does not take.
     """
+    if isinstance(overrides.get("storage"), str) and overrides["storage"] == "torch":
+        device_kwargs = {k: v for k, v in overrides.items() if k != "storage"}
+        unknown = sorted(set(device_kwargs) - {"device", "finals_per_env", "seed"})
+        if unknown:
+            raise ConfigError(
+                f"{unknown[0]}: storage='torch' loads into a device buffer, which takes "
+                f"device, finals_per_env and seed; got {unknown}"
+            )
+        from rlreplay.torch import load as load_on_device
+
+        device_kwargs.setdefault("device", "cpu")
+        return load_on_device(path, **device_kwargs)  # type: ignore[return-value]
     reader = CheckpointReader(path, progress=progress)
     with reader.loading():  # any error of a hostile file's contents is a CheckpointError
         name = reader.meta.get("class")
