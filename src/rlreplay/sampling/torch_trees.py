@@ -16,7 +16,7 @@ tree's capacity and the batch size, never on values:
   recomputes their ancestors level by level: while a level has more nodes than the batch, the
   parents on the batch's paths (gathered, folded, scattered; a parent shared by several paths
   gets the same value from each); above, the whole level at once (a slice, no gather). A
-  fold is one reduction for min and max trees (the first extreme lane of each line), and for
+  fold is a three-round tournament for min and max trees (the first extreme lane), and for
   a sum tree the line's running sums (kept for descents): one ``cumsum`` on a CPU, seven
   ordered adds elsewhere. :meth:`~TorchSumTree.set_tensors` skips :meth:`set`'s checks and
   its last-wins pass for callers whose duplicates carry equal values, and trees of the same
@@ -284,15 +284,20 @@ class _TorchSegmentTree:
         (``(n, 8)``): the lanes folded left to right under the tree's op. ``parents``: those
         nodes (``None``: nodes ``0 .. n - 1``).
 
-        One reduction: :func:`torch.min` / :func:`torch.max` along a dim pick the first lane
-        holding the extreme value (on every device), which is the fold's ``c if c < acc else
-        acc`` (ties keep the earlier lane, so ``0.0`` before ``-0.0`` stays ``0.0``) for values
-        that are not NaN."""
+        A tournament of three rounds (lanes ``2i`` against ``2i + 1``, the right one winning
+        only if strictly smaller, for a min): it keeps the leftmost lane holding the extreme
+        value, as the fold's ``c if c < acc else acc`` does for values that are not NaN (so
+        ``0.0`` before ``-0.0`` stays ``0.0``). Six elementwise ops; :func:`torch.min` along a
+        dim would be one, but its CPU kernel opens a parallel region for any size, which
+        stalls for milliseconds when other processes hold the cores."""
         import torch
 
-        if self._OP == _MIN:
-            return torch.min(lines, 1).values
-        return torch.max(lines, 1).values
+        acc = lines
+        while acc.shape[1] > 1:
+            left, right = acc[:, 0::2], acc[:, 1::2]
+            wins = right < left if self._OP == _MIN else right > left
+            acc = torch.where(wins, right, left)
+        return acc[:, 0]
 
     def _build(self) -> None:
         """Recomputes every internal node from the leaves."""
