@@ -16,7 +16,7 @@ tree's capacity and the batch size, never on values:
   recomputes their ancestors level by level: while a level has more nodes than the batch, the
   parents on the batch's paths (gathered, folded, scattered; a parent shared by several paths
   gets the same value from each); above, the whole level at once (a slice, no gather). A
-  fold is a three-round tournament for min and max trees (the first extreme lane), and for
+  fold is one reduction for min and max trees (a three-round tournament on a CPU), and for
   a sum tree the line's running sums (kept for descents): one ``cumsum`` on a CPU, seven
   ordered adds elsewhere. :meth:`~TorchSumTree.set_tensors` skips :meth:`set`'s checks and
   its last-wins pass for callers whose duplicates carry equal values, and trees of the same
@@ -126,6 +126,7 @@ class _TorchSegmentTree:
         # For the last-value-wins rule on duplicate indices: scratch of one int64 per leaf.
         self._last = torch.zeros(self._capacity, dtype=torch.int64, device=self.device)
         self._inf = torch.full((), float("inf"), dtype=torch.float64, device=self.device)
+        self._on_cpu = self.device.type == "cpu"
 
     @property
     def capacity(self) -> int:
@@ -284,14 +285,17 @@ class _TorchSegmentTree:
         (``(n, 8)``): the lanes folded left to right under the tree's op. ``parents``: those
         nodes (``None``: nodes ``0 .. n - 1``).
 
-        A tournament of three rounds (lanes ``2i`` against ``2i + 1``, the right one winning
-        only if strictly smaller, for a min): it keeps the leftmost lane holding the extreme
-        value, as the fold's ``c if c < acc else acc`` does for values that are not NaN (so
-        ``0.0`` before ``-0.0`` stays ``0.0``). Six elementwise ops; :func:`torch.min` along a
-        dim would be one, but its CPU kernel opens a parallel region for any size, which
-        stalls for milliseconds when other processes hold the cores."""
+        One reduction, :func:`torch.min` / :func:`torch.max` along the lanes, off the CPU:
+        they keep the first lane holding the extreme value, as the fold's ``c if c < acc else
+        acc`` does for values that are not NaN (so ``0.0`` before ``-0.0`` stays ``0.0``).
+        On a CPU, whose kernel for them opens a parallel region at any size (with several
+        threads on busy cores: stalls of milliseconds), a tournament of three rounds instead
+        (lanes ``2i`` against ``2i + 1``, the right one winning only if strictly smaller for
+        a min): the same leftmost lane, in six elementwise ops."""
         import torch
 
+        if not self._on_cpu:
+            return (torch.min(lines, 1) if self._OP == _MIN else torch.max(lines, 1)).values
         acc = lines
         while acc.shape[1] > 1:
             left, right = acc[:, 0::2], acc[:, 1::2]
@@ -388,7 +392,7 @@ class TorchSumTree(_TorchSegmentTree):
         self._rows = torch.zeros((self._root + 1, _ROW), dtype=torch.float64, device=self.device)
         self._level_rows = [self._rows[first:] for first, _ in self._levels[1:]]
         self._lanes_f = torch.arange(_K, dtype=torch.float64, device=self.device)
-        self._sequential_cumsum = self.device.type == "cpu"
+        self._sequential_cumsum = self._on_cpu
         self._strata: dict[int, Tensor] = {}
 
     def _fold_lines(self, lines: Tensor, d: int, parents: Tensor | None) -> Tensor:
