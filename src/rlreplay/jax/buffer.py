@@ -7,11 +7,13 @@ first use and callable as well inside a user's ``jit``, ``lax.scan`` or ``vmap``
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
+from rlreplay.buffer.budget import ResultBudget
 from rlreplay.errors import ConfigError, DTypeError, FieldError, ReplayError, ShapeError
 from rlreplay.jax import prioritized as per
 from rlreplay.jax import sequences
@@ -104,6 +106,8 @@ class JaxBuffer:
         require_jax()
         register_batch()
         self.config = config
+        # Results' sizes, checked against the host's size budget before tracing.
+        self._budget = ResultBudget(config.schema.fields, 0, config.frame_stack, config.next_fields)
         self._init = jax.jit(lambda: init_state(config))
         self._add = jax.jit(self._add_impl)
         self._sample = jax.jit(
@@ -225,6 +229,7 @@ class JaxBuffer:
                 range, or given to a prioritized buffer.
         """
         batch_size = positive_int("batch_size", batch_size)
+        self._budget.check("batch_size", batch_size, batch_size, "sample")
         if recent_ratio is not None or recent_steps is not None or replacement is not None:
             recent_ratio, recent_steps = self._recency(recent_ratio, recent_steps, replacement)
             replacement = None if replacement is None else bool(replacement)
@@ -305,9 +310,11 @@ class JaxBuffer:
             raise ConfigError(
                 "balance_envs: prioritized sequence starts are drawn by priority over all envs"
             )
+        batch_size = positive_int("batch_size", batch_size)
+        length = positive_int("length", length)
+        self._budget.check("length", length, batch_size * length, "sample_sequences", "step")
         out: JaxBatch = self._sample_seq(
-            state, key, beta=beta, batch_size=positive_int("batch_size", batch_size),
-            length=positive_int("length", length),
+            state, key, beta=beta, batch_size=batch_size, length=length,
             within_episode=_flag("within_episode", within_episode), pad=_flag("pad", pad),
             balance_envs=bool(balance_envs),
         )  # fmt: skip
@@ -320,8 +327,11 @@ class JaxBuffer:
         :meth:`sample_sequences` returns for those starts, without ``weights`` and
         ``probabilities`` (as :meth:`rlreplay.ReplayBuffer.get_sequences`); rows of ids that
         are not stored hold arbitrary values."""
+        length = positive_int("length", length)
+        rows = max(_count(ids), 1) * length
+        self._budget.check("length", length, rows, "get_sequences", "step")
         out: JaxBatch = self._get_seq(
-            state, ids, length=positive_int("length", length),
+            state, ids, length=length,
             within_episode=_flag("within_episode", within_episode),
         )  # fmt: skip
         return out
@@ -355,11 +365,12 @@ class JaxBuffer:
         Raises:
             rlreplay.ConfigError: ``batch_size`` or ``max_length`` not a positive int.
         """
+        batch_size = positive_int("batch_size", batch_size)
         length = self.config.env_capacity if max_length is None else max_length
-        out: JaxBatch = self._sample_ep(
-            state, key, batch_size=positive_int("batch_size", batch_size),
-            length=positive_int("max_length", length),
-        )  # fmt: skip
+        length = positive_int("max_length", length)
+        self._budget.check("batch_size", batch_size, batch_size * length, "sample_episodes",
+                           "step")  # fmt: skip
+        out: JaxBatch = self._sample_ep(state, key, batch_size=batch_size, length=length)
         return out
 
     def num_episodes(self, state: BufferState) -> Any:
@@ -405,6 +416,8 @@ class JaxBuffer:
             A batch like :meth:`sample`'s (``weights`` ones, no ``probabilities``), in the
             order of ``ids``; rows of ids that are not sampleable hold arbitrary values.
         """
+        n = _count(ids)
+        self._budget.check("ids", f"{n} ids", n, "get_transitions")
         out: JaxBatch = self._get(state, ids)
         return out
 
@@ -577,6 +590,15 @@ class JaxBuffer:
         if state.priorities is not None:
             return state.priorities.sums[-1][0] > 0
         return jnp.any(state.hi > state.lo)
+
+
+def _count(ids: Any) -> int:
+    """How many ids ``ids`` holds (an array, a traced array, a list; 1 for a scalar)."""
+    try:
+        shape = ids.shape if hasattr(ids, "shape") else np.shape(ids)
+    except (TypeError, ValueError):  # ragged or odd: left to the call's own checks
+        return 1
+    return math.prod(int(n) for n in shape)
 
 
 def _flag(name: str, value: Any) -> bool:
