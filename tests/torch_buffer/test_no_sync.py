@@ -31,6 +31,9 @@ CONFIGS: dict[str, dict[str, Any]] = {
     "prioritized, stack 2, few finals": dict(
         capacity=32, num_envs=2, n_step=2, frame_stack=2, prioritized=True, finals_per_env=2
     ),
+    "rank-based, stack 2": dict(
+        capacity=32, num_envs=2, n_step=2, frame_stack=2, prioritized=True, variant="rank_based"
+    ),
 }
 
 

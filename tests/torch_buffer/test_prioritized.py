@@ -154,4 +154,4 @@ def test_empty_prioritized_buffer_gives_weight_zero(device: str) -> None:
     b = buf.sample(4)
     assert b["weights"].tolist() == [0.0] * 4 and b["probabilities"].tolist() == [0.0] * 4
     with pytest.raises(rr.ConfigError, match="variant"):
-        make(device, capacity=8, prioritized=True, variant="rank_based")
+        make(device, capacity=8, prioritized=True, variant="inverse")

@@ -593,9 +593,9 @@ class DeviceReplayBuffer:
 
 class DevicePrioritizedReplayBuffer(DeviceReplayBuffer):
     """A :class:`DeviceReplayBuffer` that samples by priority, with importance weights: the
-    proportional law of :class:`rlreplay.PrioritizedReplayBuffer` (see
-    :mod:`rlreplay.torch.prioritized`), over float64 sum and min trees on the device whose
-    nodes are bit for bit the core's for the same priorities.
+    proportional or rank-based law of :class:`rlreplay.PrioritizedReplayBuffer` (see
+    :mod:`rlreplay.torch.prioritized`), over float64 sum and min trees on the device
+    (proportional: their nodes are bit for bit the core's for the same priorities).
 
     As the core: ``P(i) = p_i ** alpha / sum_k p_k ** alpha`` over the sampleable transitions,
     ``weights = (P_min / P(i)) ** beta`` (float32) with ``P_min`` over the whole buffer,
@@ -603,7 +603,12 @@ class DevicePrioritizedReplayBuffer(DeviceReplayBuffer):
     :meth:`sample` (a host counter), new transitions at ``max(initial_priority,
     max_priority)``, stratified draws by default. Differences, besides the uniform buffer's:
 
-    * ``variant="rank_based"`` is not offered.
+    * ``variant="rank_based"`` ranks exactly at every draw (the core's ``sort_interval=1``,
+      which :meth:`to_replay_buffer` sets; as the JAX buffer): ``P(i) = rank(i) ** -alpha /
+      sum_k rank(k) ** -alpha`` over the drawable transitions, ``rank = 1 + #{larger
+      priorities}``, equal priorities sharing a rank; each :meth:`sample` (and prioritized
+      :meth:`sample_sequences`) sorts the priorities on the device, ``O(capacity log
+      capacity)`` (see :mod:`rlreplay.torch.prioritized`).
     * :meth:`update_priorities` given device tensors cannot raise on their values: ids never
       issued and priorities that are negative, NaN, infinite or too large (see the core) are
       ignored, like overwritten ids. Given NumPy arrays or lists, it checks them on the host
@@ -615,13 +620,16 @@ class DevicePrioritizedReplayBuffer(DeviceReplayBuffer):
     Args:
         alpha, beta, beta_final, beta_steps, eps, initial_priority, priority_clip, stratified:
             The law, as for :class:`rlreplay.PrioritizedReplayBuffer`.
-        variant: ``"proportional"`` only.
+        variant: ``"proportional"`` or ``"rank_based"``.
+        sort_interval: Rank-based: ``None`` or ``1`` (ranks are exact at every draw).
         **kwargs: Every other :class:`DeviceReplayBuffer` argument but the draw options.
 
     Cost: :meth:`add` also sets ``E * (n_step + frame_stack)`` leaves; :meth:`sample` adds a
     descent of ``O(B * levels)``; :meth:`update_priorities` is ``O(B * levels)``. In torch
     ops: about 80 more per :meth:`add` (one update of the sum and min trees, about 10 ops
     per level), 10 per level for a descent, about 110 per :meth:`update_priorities`.
+    Rank-based: :meth:`sample` is a sort of the ``capacity`` priorities and a binary search
+    per draw instead of the descent (about 12 ms at capacity 100,000 on one CPU thread).
     """
 
     _prio: Priorities
@@ -640,6 +648,7 @@ class DevicePrioritizedReplayBuffer(DeviceReplayBuffer):
         initial_priority: float = 1.0,
         priority_clip: tuple[float, float] | None = None,
         stratified: bool = True,
+        sort_interval: int | None = None,
         num_envs: int = 1,
         n_step: int = 1,
         gamma: float = 0.99,
@@ -656,12 +665,16 @@ class DevicePrioritizedReplayBuffer(DeviceReplayBuffer):
             finals_per_env=finals_per_env, prioritized=True, alpha=alpha, beta=beta,
             beta_final=beta_final, beta_steps=beta_steps, eps=eps, variant=variant,
             initial_priority=initial_priority, priority_clip=priority_clip,
-            stratified=stratified,
+            stratified=stratified, sort_interval=sort_interval,
         )  # fmt: skip
         self._setup(config, device, seed)
 
     alpha = property(lambda self: self.config.alpha, doc="Prioritization exponent.")
     eps = property(lambda self: self.config.eps, doc="Added to every updated priority.")
+    variant = property(
+        lambda self: "rank_based" if self.config.rank_based else "proportional",
+        doc='``"proportional"`` or ``"rank_based"``.',
+    )
 
     @property
     def beta(self) -> float:

@@ -2,7 +2,8 @@
 
 Plain Python and NumPy (no torch): the same checks as the NumPy core's constructors
 (:meth:`rlreplay.buffer.geometry.Geometry.checked` for rings and windows,
-:class:`rlreplay.sampling.PrioritizedSampler` for the prioritized law,
+:class:`rlreplay.sampling.PrioritizedSampler` for the prioritized law (proportional or
+rank-based),
 :func:`rlreplay.sampling.uniform.draw_options` for the draw options), with the core's messages.
 """
 
@@ -66,6 +67,7 @@ class DeviceConfig:
     recent_ratio: float
     recent_steps: int
     replacement: bool
+    rank_based: bool = False
 
     @property
     def observation_names(self) -> tuple[str, ...]:
@@ -100,6 +102,8 @@ class DeviceConfig:
                 initial_priority=self.initial_priority, priority_clip=self.priority_clip,
                 stratified=self.stratified,
             )  # fmt: skip
+            if self.rank_based:  # exact ranks at every draw: the core's sort_interval=1
+                out.update(variant="rank_based", sort_interval=1)
         else:
             out.update(
                 recent_ratio=self.recent_ratio, recent_steps=self.recent_steps,
@@ -146,14 +150,13 @@ def make_config(
             f"fields['reward']: the device buffer sums rewards in their own dtype, float32 or "
             f"float64; got {reward}"
         )
-    variant = per.get("variant", "proportional")
-    if variant != "proportional":
-        raise ConfigError(
-            f"variant: the device buffer samples proportionally to priorities; expected "
-            f"'proportional', got {variant!r} (rank-based: rlreplay.PrioritizedReplayBuffer or "
-            "rlreplay.jax)"
-        )
+    # The core checks the law's arguments (variant, sort_interval, ...) with its messages.
     sampler = PrioritizedSampler(**per)
+    if sampler.sort_interval not in (None, 1):
+        raise ConfigError(
+            f"sort_interval: the device buffer ranks every draw exactly (the core's "
+            f"sort_interval=1); expected None or 1, got {sampler.sort_interval!r}"
+        )
     options = draw_options(recent_ratio, recent_steps, replacement)
     if prioritized and (options.recent_ratio > 0 or not options.replacement):
         raise ConfigError(
@@ -185,4 +188,5 @@ def make_config(
         recent_ratio=options.recent_ratio,
         recent_steps=options.recent_steps,
         replacement=options.replacement,
+        rank_based=sampler.variant == "rank_based",
     )

@@ -104,8 +104,13 @@ def to_replay_buffer(buf: DeviceReplayBuffer, *, seed: int | None = None) -> Rep
             "beta_step": pri.beta_step,
             "max_priority": float(pri.max_priority),
             "snapshot_size": 0,
-            "changes": 0,
+            # Rank-based: one change pending, so the core (sort_interval=1) ranks exactly
+            # before its first draw, as the device buffer ranks at every draw.
+            "changes": 1 if c.rank_based else 0,
         }
+        if c.rank_based:
+            arrays["priorities/rank"] = np.ones(E * C, np.int64)
+            arrays["priorities/snapshot"] = np.zeros(E * C, np.float64)
     np_buf.load_state_dict({**sd, "meta": meta, "arrays": arrays})
     return np_buf
 
@@ -118,11 +123,6 @@ def _refuse_unsupported(cls: str, config: dict[str, Any], env: Array) -> None:
         )
     if config["record_episodic_return"]:
         raise ConfigError("from_replay_buffer: record_episodic_return has no device counterpart")
-    if config.get("variant", "proportional") != "proportional":
-        raise ConfigError(
-            f"from_replay_buffer: variant {config['variant']!r} has no device counterpart "
-            "(proportional priorities only)"
-        )
     counts = env[:, COUNT]
     if (counts != counts[0]).any():
         raise ConfigError(
@@ -142,9 +142,10 @@ def from_replay_buffer(
     largest priority and ``beta``'s step), with the same configuration.
 
     Args:
-        np_buf: An :class:`rlreplay.ReplayBuffer` or a proportional
+        np_buf: An :class:`rlreplay.ReplayBuffer` or a
             :class:`rlreplay.PrioritizedReplayBuffer` whose envs have all added the same
-            number of steps.
+            number of steps. A rank-based buffer's ranks become exact at every draw (the
+            core's ``sort_interval=1``), whatever its ``sort_interval``.
         device: The device buffer's torch device.
         finals_per_env: Final observations kept per env (default: the device buffer's
             default, or more if the NumPy buffer holds more).
@@ -152,7 +153,7 @@ def from_replay_buffer(
 
     Raises:
         rlreplay.ConfigError: A buffer the device buffer cannot represent (naming why): other
-            samplers, rank-based priorities, recorded episodic returns, envs at different
+            samplers, recorded episodic returns, envs at different
             steps, abandoned episodes, ``finals_per_env`` below the final observations held.
     """
     sd = np_buf.state_dict()
@@ -189,7 +190,7 @@ def from_replay_buffer(
     buf: DeviceReplayBuffer
     if prioritized:
         keys = ("alpha", "beta", "beta_final", "beta_steps", "eps", "initial_priority",
-                "priority_clip", "stratified")  # fmt: skip
+                "priority_clip", "stratified", "variant")  # fmt: skip
         per = {k: config[k] for k in keys}
         if per["priority_clip"] is not None:
             per["priority_clip"] = tuple(per["priority_clip"])

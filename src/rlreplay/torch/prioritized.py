@@ -19,6 +19,17 @@ frame_stack)`` in all. Only an eviction (an env dropping its oldest episode for 
 record, possible when ``finals_per_env < C``) moves ``lo`` further; since whether one happened
 is a device value, a buffer that can evict recomputes every leaf at every add (``O(E * C)``;
 the default ``finals_per_env = C`` of a prioritized buffer never evicts).
+
+Rank-based (``variant="rank_based"``): the core's law with exact ranks at every draw (its
+``sort_interval=1``, as :mod:`rlreplay.jax.rank`): over the drawable slots (sampleable,
+priority ``> 0``), ``rank = 1 + #{drawable priorities > p}`` (competition ranking: equal
+priorities share a rank), mass ``rank ** -alpha`` (float64), ``P(i)`` the mass over the total
+and weights ``(smallest mass / mass) ** beta``. One new priority can move every rank, so the
+trees hold a mass of 1 per drawable slot (writes and updates cost what they cost a
+proportional buffer; the sum tree's root counts the drawable slots) and each draw ranks every
+slot with one :func:`torch.sort` (:meth:`Priorities.rank_masses`, ``O(N log N)``) and draws by
+the cumulative masses (:func:`draw_by_masses`, a binary search per draw): static shapes, no
+host synchronisation.
 """
 
 from __future__ import annotations
@@ -37,13 +48,13 @@ if TYPE_CHECKING:
 
     from rlreplay.torch.ring import Ring
 
-__all__ = ["Priorities", "priority_limit"]
+__all__ = ["Priorities", "draw_by_masses", "priority_limit"]
 
 
 def priority_limit(config: DeviceConfig) -> float:
     """The largest priority whose mass ``p ** alpha`` keeps every sum over the slots finite
-    (the core's ``Priorities._priority_limit``)."""
-    if config.alpha <= 0.0:
+    (the core's ``Priorities._priority_limit``; rank-based masses are at most 1)."""
+    if config.rank_based or config.alpha <= 0.0:
         return math.inf
     mass_limit = float(np.finfo(np.float64).max) / (2 * config.num_slots)
     with np.errstate(over="ignore"):
@@ -75,9 +86,12 @@ class Priorities:
 
     # ------------------------------------------------------------------ leaves
     def mass(self, p: Tensor) -> Tensor:
-        """The tree's mass of priorities ``p`` (0 stays 0, even with ``alpha = 0``)."""
+        """The tree's mass of priorities ``p`` (0 stays 0, even with ``alpha = 0``); rank-based:
+        1 for ``p > 0`` (the rank masses are computed at each draw, :meth:`rank_masses`)."""
         import torch
 
+        if self.config.rank_based:
+            return (p > 0).to(torch.float64)
         return torch.where(p > 0, torch.pow(p, self.config.alpha), 0.0)
 
     def _set(self, rows: Tensor, prio: Tensor | None, mass: Tensor) -> None:
@@ -147,6 +161,8 @@ class Priorities:
         # (t >= head >= 0 also refuses negative ids: their t is negative.)
         ok = (t >= ring.head.index_select(0, env)) & (t < ring.count)
         ok &= (p >= 0) & (p <= self.limit)
+        if math.isinf(self.limit):  # (inf <= inf: refuse infinite values too)
+            ok &= p < math.inf
         if c.priority_clip is not None:
             p = p.clamp(c.priority_clip[0], c.priority_clip[1])
         p = p + c.eps
@@ -180,17 +196,42 @@ class Priorities:
         frac = min(1.0, self.beta_step / c.beta_steps)
         return c.beta + (c.beta_final - c.beta) * frac
 
+    def rank_masses(self) -> Tensor:
+        """``(N,)`` float64: each slot's exact rank mass ``rank ** -alpha``, 0 where the slot
+        is not drawable (its leaf is 0). One descending :func:`torch.sort` of the priorities
+        with the undrawable slots last: ``O(N log N)``, static shapes."""
+        import torch
+
+        drawable = self.sums.get(self._all) > 0
+        # Priorities of drawable slots are finite and > 0, so their float64 bits order them as
+        # int64 values do (equal bits: equal priorities), and integers sort faster; the
+        # undrawable (-1) sort last.
+        key = torch.where(drawable, self.prio.view(torch.int64), -1)
+        ordered, order = torch.sort(key, descending=True)
+        # Competition ranks: the sorted position of the first of each run of equal priorities.
+        first = torch.ones_like(ordered, dtype=torch.bool)
+        first[1:] = ordered[1:] != ordered[:-1]
+        rank = torch.cummax(torch.where(first, self._all, 0), 0).values + 1
+        mass = torch.where(ordered >= 0, torch.pow(rank.to(torch.float64), -self.config.alpha), 0.0)
+        return torch.zeros_like(mass).index_copy_(0, order, mass)
+
     def draw(
         self, batch_size: int, gen: torch.Generator, beta: float | None = None
     ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
         """``batch_size`` draws by mass: ``(env, t, probabilities, weights)`` (with nothing
         drawable: arbitrary steps with probability and weight 0). Advances ``beta``'s step
-        unless ``beta`` is given."""
+        unless ``beta`` is given. Rank-based: by the exact rank masses (:meth:`rank_masses`)."""
         import torch
 
         if beta is None:
             beta = self.beta()
             self.beta_step += 1
+        if self.config.rank_based:
+            leaf, probabilities, weights = draw_by_masses(
+                self.rank_masses(), self._all, batch_size, gen, self.config.stratified, beta
+            )
+            env, t = self.ring.step_in_row(leaf)
+            return env, t, probabilities, weights
         u = torch.rand(batch_size, dtype=torch.float64, device=self.prio.device, generator=gen)
         leaf = self.sums.sample(u, stratified=self.config.stratified)
         m = self.sums.get(leaf)
@@ -200,3 +241,35 @@ class Priorities:
         weights = torch.where(positive, torch.pow(self.mins.min / safe, beta), 0.0)
         env, t = self.ring.step_in_row(leaf)
         return env, t, probabilities, weights.to(torch.float32)
+
+
+def draw_by_masses(
+    masses: Tensor, rows: Tensor, batch_size: int, gen: torch.Generator, stratified: bool,
+    beta: float,
+) -> tuple[Tensor, Tensor, Tensor]:  # fmt: skip
+    """``(row, probabilities, weights)`` of ``batch_size`` draws of rows with probability
+    ``masses / masses.sum()`` (the core's ``draw_among``): a cumulative sum and a binary search
+    per draw, ``O(N)``; stratified or independent uniforms; weights (float32) normalised by the
+    smallest positive mass. ``rows`` is ``arange(N)`` on the device. With every mass 0: row 0,
+    probability and weight 0."""
+    import torch
+
+    cum = torch.cumsum(masses, 0)
+    total = cum[-1]
+    u = torch.rand(batch_size, dtype=torch.float64, device=masses.device, generator=gen)
+    if stratified:
+        i = torch.arange(batch_size, dtype=torch.float64, device=masses.device)
+        target = (i + u) * (total / batch_size)
+    else:
+        target = u * total
+    # The first row whose running sum exceeds the target skips zero-mass rows; a target rounded
+    # up to the total falls back to the last positive row.
+    positive = masses > 0
+    last = torch.where(positive, rows, 0).amax()
+    row = torch.minimum(torch.searchsorted(cum, target, right=True), last)
+    m = masses.index_select(0, row)
+    smallest = torch.where(positive, masses, torch.inf).amin()
+    good = m > 0
+    probabilities = torch.where(good, m / total, 0.0)
+    weights = torch.where(good, torch.pow(smallest / torch.where(good, m, 1.0), beta), 0.0)
+    return row, probabilities, weights.float()

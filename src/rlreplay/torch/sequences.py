@@ -17,7 +17,8 @@ Where the core redraws starts that are not whole (a loop whose length depends on
 device buffer draws exactly among all whole starts: a cumulative count over the ``E * C``
 slots and a binary search per draw (``O(E * C)``, the same law, no host synchronisation).
 Prioritized starts with ``pad=False`` are drawn by their masses renormalised among whole
-starts, as the core's ``draw_among`` (``O(E * C)``).
+starts, as the core's ``draw_among`` (``O(E * C)``); rank-based, by the exact rank masses
+among all drawable slots (:meth:`~rlreplay.torch.prioritized.Priorities.rank_masses`).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from typing import TYPE_CHECKING
 
 from rlreplay.torch import draws
 from rlreplay.torch.assemble import select, zero_where
+from rlreplay.torch.prioritized import draw_by_masses
 
 if TYPE_CHECKING:
     import torch
@@ -105,26 +107,11 @@ def prioritized_starts(
     rows = torch.arange(c.num_slots, dtype=torch.int64, device=ring.device)
     env, t = ring.step_in_row(rows)
     ok = whole(ring, env, t, length, within_episode)
-    masses = torch.where(ok, prio.sums.get(rows), 0.0)
-    cum = torch.cumsum(masses, 0)
-    total = cum[-1]
-    u = torch.rand(batch_size, dtype=torch.float64, device=ring.device, generator=gen)
-    if c.stratified:
-        i = torch.arange(batch_size, dtype=torch.float64, device=ring.device)
-        mass = (i + u) * (total / batch_size)
-    else:
-        mass = u * total
-    # The first row whose running sum exceeds the mass skips zero-mass rows; a mass rounded up
-    # to the total falls back to the last positive row.
-    positive = masses > 0
-    last = torch.where(positive, rows, 0).amax()
-    row = torch.minimum(torch.searchsorted(cum, mass, right=True), last)
-    m = masses.index_select(0, row)
-    smallest = torch.where(positive, masses, torch.inf).amin()
-    good = m > 0
-    probabilities = torch.where(good, m / total, 0.0)
-    weights = torch.where(good, torch.pow(smallest / torch.where(good, m, 1.0), beta), 0.0)
-    return env.index_select(0, row), t.index_select(0, row), probabilities, weights.float()
+    # Rank-based: the exact ranks among all drawable slots, renormalised among whole starts.
+    slot_masses = prio.rank_masses() if c.rank_based else prio.sums.get(rows)
+    masses = torch.where(ok, slot_masses, 0.0)
+    row, probabilities, weights = draw_by_masses(masses, rows, batch_size, gen, c.stratified, beta)
+    return env.index_select(0, row), t.index_select(0, row), probabilities, weights
 
 
 def gather(
