@@ -39,6 +39,7 @@ __all__ = [
     "as_field",
     "clip_pair",
     "int_at_least",
+    "narrowed_cast",
     "positive_int",
 ]
 
@@ -452,26 +453,9 @@ class Schema:
                     f"(only same_kind casts are allowed; convert explicitly, e.g. "
                     f".astype(np.{f.dtype.name}), if the loss is intended)"
                 )
-            if _narrowing_float(arr.dtype, f.dtype):
-                # Cast now, so a value beyond the field's range is an error here rather than
-                # an inf (and a warning) halfway through the write.
-                try:
-                    with np.errstate(over="raise", invalid="ignore"):
-                        return arr.astype(f.dtype)
-                except FloatingPointError:
-                    raise DTypeError(
-                        f"{name}: values beyond the range of {f.dtype} "
-                        f"(largest magnitude {float(np.finfo(f.dtype).max):g})"
-                    ) from None
-            if _narrowing_int(arr.dtype, f.dtype) and arr.size:
-                info = np.iinfo(f.dtype)
-                lo, hi = arr.min(), arr.max()
-                if lo < info.min or hi > info.max:
-                    raise DTypeError(
-                        f"{name}: values in [{lo}, {hi}] do not fit {f.dtype} "
-                        f"(range [{info.min}, {info.max}])"
-                    )
-                return arr
+            narrowed = narrowed_cast(name, arr, f.dtype)
+            if narrowed is not None:
+                return narrowed
         if len(self._ok) < _MAX_CACHED:  # extend() sees many lengths; keep the cache small
             self._ok.add(key)
         return arr
@@ -504,6 +488,41 @@ def _scalar_range(dtype: np.dtype[Any]) -> tuple[float, float]:
         return _int_range(dtype)
     big = float(np.finfo(dtype).max)
     return (-big, big)
+
+
+def narrowed_cast(
+    name: str, arr: np.ndarray[Any, Any], dtype: np.dtype[Any]
+) -> np.ndarray[Any, Any] | None:
+    """``arr`` ready for a field of ``dtype`` when the cast may lose values, else ``None``.
+
+    A narrowing float cast (float64 -> float32) is made now, so that a value beyond the
+    field's range is an error here rather than an inf (and a warning) halfway through a
+    write; a narrowing integer cast is checked (``arr`` is returned uncast). ``arr``'s dtype
+    must cast to ``dtype`` under NumPy's ``same_kind`` rule.
+
+    Raises:
+        DTypeError: A value beyond ``dtype``'s range, naming ``name``.
+    """
+    if _narrowing_float(arr.dtype, dtype):
+        try:
+            with np.errstate(over="raise", invalid="ignore"):
+                out: np.ndarray[Any, Any] = arr.astype(dtype)
+                return out
+        except FloatingPointError:
+            raise DTypeError(
+                f"{name}: values beyond the range of {dtype} "
+                f"(largest magnitude {float(np.finfo(dtype).max):g})"
+            ) from None
+    if _narrowing_int(arr.dtype, dtype) and arr.size:
+        info = np.iinfo(dtype)
+        lo, hi = arr.min(), arr.max()
+        if lo < info.min or hi > info.max:
+            raise DTypeError(
+                f"{name}: values in [{lo}, {hi}] do not fit {dtype} "
+                f"(range [{info.min}, {info.max}])"
+            )
+        return arr
+    return None
 
 
 def _narrowing_float(src: np.dtype[Any], dst: np.dtype[Any]) -> bool:

@@ -27,6 +27,7 @@ from rlreplay.errors import (
 )
 from rlreplay.sampling.prioritized_args import _real
 from rlreplay.spec import Field, positive_int
+from rlreplay.spec.schema import narrowed_cast
 from rlreplay.storage.torch import TorchStorage, _host_array, numpy_dtype, torch_dtype
 from rlreplay.torch import draws
 from rlreplay.torch.assemble import Assembler
@@ -270,6 +271,9 @@ class DeviceReplayBuffer:
                 value = value.to(self.device, non_blocking=value.device.type == "cpu")
             out: Tensor = value if value.dtype == stored else value.to(stored)
             return out
+        narrowed = narrowed_cast(name, value, f.dtype)  # a value beyond the field's range
+        if narrowed is not None:  # is an error here, not an inf or a wrapped int
+            value = narrowed
         host = torch.from_numpy(_host_array(np.asarray(value, f.dtype.newbyteorder("="))))
         return host.to(self.device, non_blocking=True)
 
@@ -791,8 +795,16 @@ class DevicePrioritizedReplayBuffer(DeviceReplayBuffer):
                     )
         idx = self._ids(ids)
         if isinstance(priorities, torch.Tensor):
+            if priorities.dtype.is_complex or priorities.dtype == torch.bool:
+                raise PriorityError(f"priorities: expected real numbers, got {priorities.dtype}")
             p = priorities.to(self.device, torch.float64).reshape(-1)
         else:
+            try:
+                kind = np.asarray(priorities).dtype.kind
+            except (TypeError, ValueError):  # ragged nests: refused below
+                kind = "O"
+            if kind not in "iufO":  # (bools, complex, dates: no priorities, as in the core)
+                raise PriorityError(f"priorities: expected real numbers, got {priorities!r:.80}")
             try:
                 host_p = np.asarray(priorities, dtype=np.float64).reshape(-1)
             except (TypeError, ValueError, OverflowError):  # (an int beyond float64's range)
