@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Self
 
 import numpy as np
 
@@ -94,4 +94,63 @@ class Batch(Mapping[str, Array]):
 
     def to_dict(self) -> dict[str, Array]:
         """A plain ``dict`` of the same arrays (not copied)."""
+        return dict(self._data)
+
+
+class FrameworkBatch(Mapping[str, Any]):
+    """A read-only batch of framework arrays (torch tensors, JAX arrays): ``batch["obs"]`` and
+    ``batch.obs`` both work; :meth:`replace` derives a new batch.
+
+    The base of :class:`rlreplay.io.TensorBatch`, :class:`rlreplay.jax.JaxBatch` and
+    :class:`rlreplay.torch.DeviceBatch`, which differ only in what they hold (and, for JAX,
+    in being a pytree). Messages and ``repr`` name the subclass.
+    """
+
+    __slots__ = ("_data",)
+    _data: dict[str, Any]
+
+    def __init__(self, data: Mapping[str, Any]) -> None:
+        object.__setattr__(self, "_data", dict(data))
+
+    def __getitem__(self, key: str) -> Any:
+        return self._data[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._data)
+
+    def __len__(self) -> int:
+        return len(self._data)
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("__") or name == "_data":  # copy/pickle probe before _data exists
+            raise AttributeError(name)
+        try:
+            return self._data[name]
+        except KeyError:
+            raise AttributeError(
+                f"{type(self).__name__} has no field {name!r}; it holds {sorted(self._data)}"
+            ) from None
+
+    def __setattr__(self, name: str, value: object) -> None:
+        raise AttributeError(
+            f"{type(self).__name__} is read-only; use batch.replace(name=value) for a new one"
+        )
+
+    def __reduce__(self) -> tuple[type[Self], tuple[dict[str, Any]]]:
+        return (type(self), (self._data,))
+
+    def __repr__(self) -> str:
+        parts = ", ".join(
+            f"{k}: {getattr(v, 'dtype', type(v).__name__)}{list(getattr(v, 'shape', ()))}"
+            for k, v in self._data.items()
+        )
+        return f"{type(self).__name__}({parts})"
+
+    def replace(self, **values: Any) -> Self:
+        """A new batch of the same type with some values replaced or added; this one is
+        unchanged."""
+        return type(self)({**self._data, **values})
+
+    def to_dict(self) -> dict[str, Any]:
+        """A plain ``dict`` of the same values (not copied)."""
         return dict(self._data)

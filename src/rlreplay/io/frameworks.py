@@ -30,12 +30,12 @@ A read-only array (e.g. a view a user transform returned) is copied first: neith
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
 
-from rlreplay.batch import Batch
+from rlreplay.batch import Batch, FrameworkBatch
 from rlreplay.errors import ConfigError
 from rlreplay.spec.arguments import shown
 
@@ -55,51 +55,14 @@ Array = np.ndarray[Any, Any]
 FORMATS = ("numpy", "torch", "jax")
 
 
-class TensorBatch(Mapping[str, Any]):
+class TensorBatch(FrameworkBatch):
     """A read-only batch of framework arrays: ``tb["obs"]`` and ``tb.obs`` both work.
 
     The same keys as the :class:`~rlreplay.Batch` it came from; values are
     :class:`torch.Tensor` or :class:`jax.Array`.
     """
 
-    __slots__ = ("_data",)
-    _data: dict[str, Any]
-
-    def __init__(self, data: Mapping[str, Any]) -> None:
-        object.__setattr__(self, "_data", dict(data))
-
-    def __getitem__(self, key: str) -> Any:
-        return self._data[key]
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self._data)
-
-    def __len__(self) -> int:
-        return len(self._data)
-
-    def __getattr__(self, name: str) -> Any:
-        if name.startswith("__") or name == "_data":
-            raise AttributeError(name)
-        try:
-            return self._data[name]
-        except KeyError:
-            raise AttributeError(
-                f"TensorBatch has no field {name!r}; it holds {sorted(self._data)}"
-            ) from None
-
-    def __setattr__(self, name: str, value: object) -> None:
-        raise AttributeError("TensorBatch is read-only")
-
-    def __reduce__(self) -> tuple[type[TensorBatch], tuple[dict[str, Any]]]:
-        return (TensorBatch, (self._data,))
-
-    def __repr__(self) -> str:
-        parts = ", ".join(f"{k}: {v.dtype}{list(v.shape)}" for k, v in self._data.items())
-        return f"TensorBatch({parts})"
-
-    def to_dict(self) -> dict[str, Any]:
-        """A plain ``dict`` of the same tensors."""
-        return dict(self._data)
+    __slots__ = ()
 
 
 def _shareable(arr: Array) -> Array:

@@ -2,64 +2,21 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
 from typing import Any
+
+from rlreplay.batch import FrameworkBatch
 
 __all__ = ["JaxBatch", "register_batch"]
 
 
-class JaxBatch(Mapping[str, Any]):
+class JaxBatch(FrameworkBatch):
     """A sampled batch of JAX arrays: ``batch["obs"]`` and ``batch.obs`` both work.
 
     The keys of :class:`rlreplay.Batch`, in its order. A pytree (its keys are static), so it
     passes through ``jit``, ``vmap`` and ``lax.scan`` and ``jax.tree.map`` maps its arrays.
     """
 
-    __slots__ = ("_data",)
-    _data: dict[str, Any]
-
-    def __init__(self, data: Mapping[str, Any]) -> None:
-        object.__setattr__(self, "_data", dict(data))
-
-    def __getitem__(self, key: str) -> Any:
-        return self._data[key]
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self._data)
-
-    def __len__(self) -> int:
-        return len(self._data)
-
-    def __getattr__(self, name: str) -> Any:
-        if name.startswith("__") or name == "_data":
-            raise AttributeError(name)
-        try:
-            return self._data[name]
-        except KeyError:
-            raise AttributeError(
-                f"JaxBatch has no field {name!r}; it holds {sorted(self._data)}"
-            ) from None
-
-    def __setattr__(self, name: str, value: object) -> None:
-        raise AttributeError("JaxBatch is read-only; use batch.replace(name=array)")
-
-    def __reduce__(self) -> tuple[type[JaxBatch], tuple[dict[str, Any]]]:
-        return (JaxBatch, (self._data,))
-
-    def __repr__(self) -> str:
-        parts = ", ".join(
-            f"{k}: {getattr(v, 'dtype', type(v).__name__)}{list(getattr(v, 'shape', ()))}"
-            for k, v in self._data.items()
-        )
-        return f"JaxBatch({parts})"
-
-    def replace(self, **arrays: Any) -> JaxBatch:
-        """A new batch with some arrays replaced or added; this one is unchanged."""
-        return JaxBatch({**self._data, **arrays})
-
-    def to_dict(self) -> dict[str, Any]:
-        """A plain ``dict`` of the same arrays."""
-        return dict(self._data)
+    __slots__ = ()
 
 
 def _flatten(batch: JaxBatch) -> tuple[tuple[Any, ...], tuple[str, ...]]:
