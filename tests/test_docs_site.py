@@ -37,6 +37,7 @@ PUBLIC_MODULES = [
     "rlreplay.io.inspect",
     "rlreplay.distributed",
     "rlreplay.jax",
+    "rlreplay.torch",
     "rlreplay.integrations.sb3",
     "rlreplay.integrations.torchrl",
 ]
