@@ -25,6 +25,7 @@ from rlreplay.jax.draws import distinct, mixed, recent_count, uniform
 from rlreplay.jax.episodes import complete_records, draw_episodes
 from rlreplay.jax.ring import cleared, first_sampleable, write_index
 from rlreplay.jax.state import BufferState, init_state
+from rlreplay.sampling.prioritized_args import _check_uniform_only
 from rlreplay.sampling.uniform import draw_options
 from rlreplay.spec import Field, Schema, positive_int
 
@@ -247,12 +248,8 @@ class JaxBuffer:
         replace = c.replacement if replacement is None else replacement
         traced = not isinstance(steps, int | np.integer)  # a traced recent_steps: as it is
         options = draw_options(ratio, 1 if traced else steps, replace)
-        if c.prioritized and (options.recent_ratio > 0 or not options.replacement):
-            raise ConfigError(
-                "recent_ratio/replacement: prioritized sampling draws by priority with "
-                "replacement; recency mixing and draws without replacement are uniform-only "
-                "(as in rlreplay.PrioritizedReplayBuffer)"
-            )
+        if c.prioritized:
+            _check_uniform_only(options)
         return options.recent_ratio, steps if traced else options.recent_steps
 
     def sample_sequences(

@@ -16,8 +16,7 @@ import numpy as np
 
 from rlreplay.buffer.geometry import Geometry
 from rlreplay.errors import ConfigError
-from rlreplay.sampling import PrioritizedSampler
-from rlreplay.sampling.uniform import draw_options
+from rlreplay.sampling.prioritized import device_law
 from rlreplay.spec import Field, Schema, positive_int
 
 __all__ = [
@@ -175,19 +174,9 @@ def make_config(
             f"float64 with jax_enable_x64); got {schema.fields['reward'].dtype}"
         )
     # The NumPy core checks the law's arguments and the draw options with its own messages.
-    sampler = PrioritizedSampler(**per)
-    if sampler.sort_interval not in (None, 1):
-        raise ConfigError(
-            f"sort_interval: the JAX buffer ranks every draw exactly (the core's "
-            f"sort_interval=1); expected None or 1, got {sampler.sort_interval!r}"
-        )
-    options = draw_options(recent_ratio, recent_steps, replacement)
-    if prioritized and (options.recent_ratio > 0 or not options.replacement):
-        raise ConfigError(
-            "recent_ratio/replacement: prioritized sampling draws by priority with "
-            "replacement; recency mixing and draws without replacement are uniform-only (as "
-            "in rlreplay.PrioritizedReplayBuffer)"
-        )
+    sampler, options = device_law(
+        "JAX buffer", bool(prioritized), recent_ratio, recent_steps, replacement, **per
+    )
     clip = sampler.priority_clip
     return BufferConfig(
         capacity=capacity,

@@ -26,11 +26,11 @@ from rlreplay.errors import CheckpointError, ConfigError, EmptyBufferError, Prio
 from rlreplay.sampling.base import Draw, settled_rows
 from rlreplay.sampling.priorities import VARIANTS, Priorities
 from rlreplay.sampling.prioritized_args import _check_uniform_only, _clip_range, _real
-from rlreplay.sampling.uniform import DrawOptions
+from rlreplay.sampling.uniform import DrawOptions, draw_options
 from rlreplay.sampling.uniform_sampler import nothing_sampleable
 from rlreplay.spec.schema import int_at_least
 
-__all__ = ["PrioritizedSampler", "PriorityMass", "PriorityStarts"]
+__all__ = ["PrioritizedSampler", "PriorityMass", "PriorityStarts", "device_law"]
 
 Array = np.ndarray[Any, Any]
 
@@ -419,3 +419,31 @@ class PrioritizedSampler:
     def after_load(self, index: EpisodeIndex) -> None:
         env_ids, t = index.sampleable_steps()
         self.raw.restore(index.slots(env_ids, t))
+
+
+def device_law(
+    backend: str,
+    prioritized: bool,
+    recent_ratio: float,
+    recent_steps: int,
+    replacement: bool,
+    **per: Any,
+) -> tuple[PrioritizedSampler, DrawOptions]:
+    """The sampling law of a device buffer (``rlreplay.torch``, ``rlreplay.jax``), checked as
+    the core checks its own: the priority arguments by a :class:`PrioritizedSampler` (with its
+    messages), ranks exact at every draw (``sort_interval`` ``None`` or 1, the only rank-based
+    law a device buffer keeps), and the draw options, uniform-only for a prioritized buffer.
+
+    Raises:
+        ConfigError: Naming the argument, what was expected and what came.
+    """
+    sampler = PrioritizedSampler(**per)
+    if sampler.sort_interval not in (None, 1):
+        raise ConfigError(
+            f"sort_interval: the {backend} ranks every draw exactly (the core's "
+            f"sort_interval=1); expected None or 1, got {sampler.sort_interval!r}"
+        )
+    options = draw_options(recent_ratio, recent_steps, replacement)
+    if prioritized:
+        _check_uniform_only(options)
+    return sampler, options

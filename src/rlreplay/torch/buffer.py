@@ -25,7 +25,7 @@ from rlreplay.errors import (
     PriorityError,
     ShapeError,
 )
-from rlreplay.sampling.prioritized_args import _real
+from rlreplay.sampling.prioritized_args import _check_uniform_only, _real
 from rlreplay.spec import Field, positive_int
 from rlreplay.spec.schema import narrowed_cast
 from rlreplay.storage.torch import TorchStorage, _host_array, numpy_dtype, torch_dtype
@@ -728,12 +728,7 @@ class DevicePrioritizedReplayBuffer(DeviceReplayBuffer):
             1 if recent_steps is None else recent_steps,
             True if replacement is None else replacement,
         )
-        if options.recent_ratio > 0 or not options.replacement:
-            raise ConfigError(
-                "recent_ratio/replacement: prioritized sampling draws by priority with "
-                "replacement; recency mixing and draws without replacement are uniform-only "
-                "(as in rlreplay.PrioritizedReplayBuffer)"
-            )
+        _check_uniform_only(options)
         if beta is not None:
             beta = _real("beta", beta)
         self._check_nonempty(check)

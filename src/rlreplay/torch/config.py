@@ -2,9 +2,8 @@
 
 Plain Python and NumPy (no torch): the same checks as the NumPy core's constructors
 (:meth:`rlreplay.buffer.geometry.Geometry.checked` for rings and windows,
-:class:`rlreplay.sampling.PrioritizedSampler` for the prioritized law (proportional or
-rank-based),
-:func:`rlreplay.sampling.uniform.draw_options` for the draw options), with the core's messages.
+:func:`rlreplay.sampling.prioritized.device_law` for the prioritized law, proportional or
+rank-based, and the draw options), with the core's messages.
 """
 
 from __future__ import annotations
@@ -17,8 +16,7 @@ import numpy as np
 
 from rlreplay.buffer.geometry import Geometry
 from rlreplay.errors import ConfigError
-from rlreplay.sampling import PrioritizedSampler
-from rlreplay.sampling.uniform import draw_options
+from rlreplay.sampling.prioritized import device_law
 from rlreplay.spec import Field, Schema, positive_int
 
 __all__ = ["DeviceConfig", "default_finals", "make_config"]
@@ -151,19 +149,9 @@ def make_config(
             f"float64; got {reward}"
         )
     # The core checks the law's arguments (variant, sort_interval, ...) with its messages.
-    sampler = PrioritizedSampler(**per)
-    if sampler.sort_interval not in (None, 1):
-        raise ConfigError(
-            f"sort_interval: the device buffer ranks every draw exactly (the core's "
-            f"sort_interval=1); expected None or 1, got {sampler.sort_interval!r}"
-        )
-    options = draw_options(recent_ratio, recent_steps, replacement)
-    if prioritized and (options.recent_ratio > 0 or not options.replacement):
-        raise ConfigError(
-            "recent_ratio/replacement: prioritized sampling draws by priority with "
-            "replacement; recency mixing and draws without replacement are uniform-only (as "
-            "in rlreplay.PrioritizedReplayBuffer)"
-        )
+    sampler, options = device_law(
+        "device buffer", bool(prioritized), recent_ratio, recent_steps, replacement, **per
+    )
     clip = sampler.priority_clip
     return DeviceConfig(
         capacity=g.capacity,
