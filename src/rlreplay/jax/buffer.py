@@ -250,7 +250,9 @@ class JaxBuffer:
         options = draw_options(ratio, 1 if traced else steps, replace)
         if c.prioritized:
             _check_uniform_only(options)
-        return options.recent_ratio, steps if traced else options.recent_steps
+        # An env holds at most env_capacity steps, so larger windows draw alike (and a host
+        # int past the index dtype would not reach the jitted draw).
+        return options.recent_ratio, steps if traced else min(options.recent_steps, c.env_capacity)
 
     def sample_sequences(
         self,
@@ -502,7 +504,7 @@ class JaxBuffer:
             out["probabilities"] = probabilities
             return JaxBatch(out)
         recent = recent_count(c.recent_ratio if recent_ratio is None else recent_ratio, batch_size)
-        steps = c.recent_steps if recent_steps is None else recent_steps
+        steps = min(c.recent_steps, c.env_capacity) if recent_steps is None else recent_steps
 
         def with_replacement() -> tuple[Any, Any]:
             if recent:

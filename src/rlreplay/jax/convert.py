@@ -15,27 +15,23 @@ from typing import Any
 
 import numpy as np
 
-from rlreplay.buffer import PrioritizedReplayBuffer, ReplayBuffer
+from rlreplay.buffer import ReplayBuffer
+from rlreplay.buffer.portable import Contents, Index, Priorities, read_contents, write_contents
 from rlreplay.errors import ConfigError, ShapeError
 from rlreplay.jax._lib import jax, jnp
 from rlreplay.jax.buffer import JaxBuffer, make_buffer
 from rlreplay.jax.config import BufferConfig, default_finals
 from rlreplay.jax.state import BufferState, PriorityState, empty_tree
-from rlreplay.spec import Field
 
 __all__ = ["from_replay_buffer", "to_replay_buffer"]
 
 Array = np.ndarray[Any, Any]
 
-# Columns of the NumPy index's tables (rlreplay.episodes.kernels; part of the checkpoint format).
-COUNT, HEAD, LAST_END, LO, HI, F_COUNT, F_HEAD = range(7)
-EP_START, FINAL_FID, EP_END = range(3)
-ABANDONED = -2
 
-
-def _env_major(a: Array, E: int, C: int) -> Array:
+def _env_major(a: Any, E: int, C: int) -> Array:
     """Time-major rows ``(t % C) * E + e`` -> env-major rows ``e * C + t % C``."""
-    return a.reshape(C, E, *a.shape[1:]).swapaxes(0, 1).reshape(E * C, *a.shape[1:])
+    h: Array = np.asarray(a)
+    return h.reshape(C, E, *h.shape[1:]).swapaxes(0, 1).reshape(E * C, *h.shape[1:])
 
 
 def _time_major(a: Array, E: int, C: int) -> Array:
@@ -43,21 +39,7 @@ def _time_major(a: Array, E: int, C: int) -> Array:
     return a.reshape(E, C, *a.shape[1:]).swapaxes(0, 1).reshape(C * E, *a.shape[1:])
 
 
-def _episode_ends(final_fid: Array, head: Array, count: int, C: int) -> Array:
-    """Per env-major slot of a stored step: its episode's last step, -1 while it runs."""
-    E = head.shape[0]
-    ep_end = np.full(E * C, -1, np.int64)
-    for e in range(E):
-        t = np.arange(int(head[e]), count, dtype=np.int64)
-        rows = e * C + t % C
-        never = np.iinfo(np.int64).max
-        ends = np.where(final_fid[rows] != -1, t, never)
-        following = np.minimum.accumulate(ends[::-1])[::-1]  # the first end at or after t
-        ep_end[rows] = np.where(following == never, -1, following)
-    return ep_end
-
-
-def _numpy_buffer(config: BufferConfig, seed: int | None) -> ReplayBuffer:
+def _core_kwargs(config: BufferConfig) -> dict[str, Any]:
     kwargs: dict[str, Any] = {
         "num_envs": config.num_envs,
         "n_step": config.n_step,
@@ -65,17 +47,13 @@ def _numpy_buffer(config: BufferConfig, seed: int | None) -> ReplayBuffer:
         "frame_stack": config.frame_stack,
         "stack_pad": config.stack_pad,
         "next_fields": config.next_fields,
-        "seed": seed,
     }
-    fields = dict(config.schema.fields)
     if config.prioritized:
-        return PrioritizedReplayBuffer(
-            config.capacity, fields, **config.prioritized_kwargs(), **kwargs
-        )
-    return ReplayBuffer(
-        config.capacity, fields, recent_ratio=config.recent_ratio,
-        recent_steps=config.recent_steps, replacement=config.replacement, **kwargs,
-    )  # fmt: skip
+        return {**kwargs, **config.prioritized_kwargs()}
+    return {
+        **kwargs, "recent_ratio": config.recent_ratio, "recent_steps": config.recent_steps,
+        "replacement": config.replacement,
+    }  # fmt: skip
 
 
 def to_replay_buffer(
@@ -108,68 +86,34 @@ def to_replay_buffer(
             f"state: expected one buffer's state, got a stack of {np.shape(host.count)} "
             "(pick one: jax.tree.map(lambda x: x[i], state))"
         )
-    E, C, F = c.num_envs, c.env_capacity, c.finals_per_env
-    np_buf = _numpy_buffer(c, seed)
-    sd = np_buf.state_dict()
-    count = int(host.count)
-    env = np.zeros((E, 7), np.int64)
-    env[:, COUNT] = count
-    env[:, HEAD] = host.head
-    env[:, LAST_END] = host.last_end
-    env[:, LO] = host.lo
-    env[:, HI] = host.hi
-    env[:, F_COUNT] = host.f_count
-    env[:, F_HEAD] = host.f_head
-    slot_meta = np.zeros((E * C, 3), np.int64)
-    slot_meta[:, EP_START] = _env_major(np.asarray(host.ep_start), E, C)
-    slot_meta[:, FINAL_FID] = _env_major(np.asarray(host.final_fid), E, C)
-    slot_meta[:, EP_END] = _episode_ends(slot_meta[:, FINAL_FID], env[:, HEAD], count, C)
-    arrays: dict[str, Array] = {
-        "index/env": env,
-        "index/slot_meta": slot_meta,
-        "index/final_owner": np.asarray(host.final_owner, np.int64),
-    }
-    for name, f in c.schema.fields.items():
-        col = _env_major(np.asarray(host.columns[name]), E, C)
-        arrays[f"columns/steps/{name}"] = col.astype(f.dtype)
-    for name in c.observation_names:
-        dtype = c.schema.fields[name].dtype
-        arrays[f"columns/finals/{name}"] = np.asarray(host.finals[name]).astype(dtype)
-    meta = dict(sd["meta"])
-    meta["finals_capacity"] = F
+    E, C = c.num_envs, c.env_capacity
+
+    def ints(a: Any) -> Array:
+        return np.asarray(a, np.int64)
+
+    index = Index(
+        count=np.full(E, int(host.count), np.int64), head=ints(host.head),
+        last_end=ints(host.last_end), lo=ints(host.lo), hi=ints(host.hi),
+        f_count=ints(host.f_count), f_head=ints(host.f_head),
+        ep_start=ints(_env_major(host.ep_start, E, C)),
+        final_fid=ints(_env_major(host.final_fid, E, C)), final_owner=ints(host.final_owner),
+    )  # fmt: skip
+    priorities = None
     if host.priorities is not None:
         pri = host.priorities
-        prio = np.asarray(pri.prio[: E * C], np.float64)
-        arrays["priorities/prio"] = _env_major(prio, E, C)
-        meta["priorities"] = {
-            "beta_step": int(pri.beta_step),
-            "max_priority": float(pri.max_priority),
-            "snapshot_size": 0,
-            # Rank-based: one change pending, so the core (sort_interval=1) ranks exactly
-            # before its first draw, as the JAX buffer ranks at every draw.
-            "changes": 1 if c.rank_based else 0,
-        }
-        if c.rank_based:
-            arrays["priorities/rank"] = np.ones(E * C, np.int64)
-            arrays["priorities/snapshot"] = np.zeros(E * C, np.float64)
-    np_buf.load_state_dict({**sd, "meta": meta, "arrays": arrays})
-    return np_buf
-
-
-def _refuse_unsupported(cls: str, config: dict[str, Any], env: Array) -> None:
-    if cls not in ("ReplayBuffer", "PrioritizedReplayBuffer") or "sampler" in config:
-        raise ConfigError(
-            f"from_replay_buffer: a {cls} with its own sampler has no JAX counterpart; "
-            "expected an rr.ReplayBuffer or an rr.PrioritizedReplayBuffer"
+        priorities = Priorities(
+            prio=_env_major(np.asarray(pri.prio[: E * C], np.float64), E, C),
+            max_priority=float(pri.max_priority),
+            beta_step=int(pri.beta_step),
         )
-    if config["record_episodic_return"]:
-        raise ConfigError("from_replay_buffer: record_episodic_return has no JAX counterpart")
-    counts = env[:, COUNT]
-    if (counts != counts[0]).any():
-        raise ConfigError(
-            f"from_replay_buffer: the JAX buffer's envs step together; this buffer's envs "
-            f"have added {counts.tolist()} steps"
-        )
+    contents = Contents(
+        kwargs=_core_kwargs(c), capacity=c.capacity, fields=dict(c.schema.fields),
+        finals_per_env=c.finals_per_env, index=index,
+        steps={name: _env_major(host.columns[name], E, C) for name in c.schema.fields},
+        finals={name: np.asarray(host.finals[name]) for name in c.observation_names},
+        priorities=priorities,
+    )  # fmt: skip
+    return write_contents(contents, seed=seed)
 
 
 def from_replay_buffer(
@@ -195,95 +139,48 @@ def from_replay_buffer(
             episodes, ``finals_per_env`` below the final observations held, or values that
             do not fit JAX's 32-bit types (enable ``jax_enable_x64``).
     """
-    sd = np_buf.state_dict()
-    config, arrays, meta = sd["config"], sd["arrays"], sd["meta"]
-    env: Array = arrays["index/env"]
-    _refuse_unsupported(sd["class"], config, env)
-    E = int(config["num_envs"])
-    C = int(config["capacity"]) // E
-    count = int(env[0, COUNT])
-    slot_meta: Array = arrays["index/slot_meta"]
-    for e in range(E):
-        rows = e * C + np.arange(int(env[e, HEAD]), count) % C
-        if (slot_meta[rows, FINAL_FID] == ABANDONED).any():
-            raise ConfigError(
-                f"from_replay_buffer: env {e} holds an abandoned episode (abandon_episode); "
-                "the JAX buffer has no such episodes"
-            )
-    live = int((env[:, F_COUNT] - env[:, F_HEAD]).max())
-    if finals_per_env is None:
-        finals_per_env = max(default_finals(C), live)
-    elif finals_per_env < live:
-        raise ConfigError(
-            f"finals_per_env: an env of this buffer holds {live} final observations; expected "
-            f"at least that, got {finals_per_env}"
-        )
-    fields = {name: Field.from_json(d) for name, d in config["fields"].items()}
-    per_kwargs = {}
-    if sd["class"] == "PrioritizedReplayBuffer":
-        keys = ("alpha", "beta", "beta_final", "beta_steps", "eps", "initial_priority",
-                "priority_clip", "stratified", "variant")  # fmt: skip
-        per_kwargs = {k: config[k] for k in keys}
-        if per_kwargs["priority_clip"] is not None:
-            per_kwargs["priority_clip"] = tuple(per_kwargs["priority_clip"])
+    got = read_contents(
+        np_buf, kind="JAX", finals_per_env=finals_per_env,
+        default_finals=lambda C, _prioritized: default_finals(C),
+    )  # fmt: skip
     buf = make_buffer(
-        int(config["capacity"]), fields, num_envs=E, n_step=config["n_step"],
-        gamma=config["gamma"], frame_stack=config["frame_stack"],
-        stack_pad=config["stack_pad"], next_fields=config["next_fields"],
-        finals_per_env=finals_per_env, prioritized=bool(per_kwargs),
-        recent_ratio=config["recent_ratio"], recent_steps=config["recent_steps"],
-        replacement=config["replacement"], **per_kwargs,
+        got.capacity, got.fields, finals_per_env=got.finals_per_env,
+        prioritized=got.prioritized, **got.kwargs,
     )  # fmt: skip
     c = buf.config
+    E, C = c.num_envs, c.env_capacity
     idt = c.index_dtype
+    ix = got.index
+    count = int(ix.count[0])
     if count * E >= np.iinfo(idt).max:
         raise ConfigError(
             f"from_replay_buffer: ids up to {count * E} do not fit {idt}; enable jax_enable_x64"
         )
-    columns = {}
-    for name in c.schema.fields:
-        columns[name] = _fit(name, _time_major(arrays[f"columns/steps/{name}"], E, C), c)
-    F, F_np = c.finals_per_env, int(meta["finals_capacity"])
-    src, dst = [], []
-    for e in range(E):
-        fid = np.arange(int(env[e, F_HEAD]), int(env[e, F_COUNT]))
-        src.append(e * F_np + fid % F_np)
-        dst.append(e * F + fid % F)
-    src_rows, dst_rows = np.concatenate(src), np.concatenate(dst)
-    finals = {}
-    for name in c.observation_names:
-        fin = arrays[f"columns/finals/{name}"]
-        out = np.zeros((E * F, *fin.shape[1:]), fin.dtype)
-        out[dst_rows] = fin[src_rows]
-        finals[name] = _fit(name, out, c)
-    owner = np.full(E * F, -1, np.int64)
-    owner[dst_rows] = arrays["index/final_owner"][src_rows]
     host = BufferState(
-        columns=columns,
-        finals=finals,
+        columns={name: _fit(name, _time_major(got.steps[name], E, C), c) for name in got.fields},
+        finals={name: _fit(name, got.finals[name], c) for name in c.observation_names},
         count=np.asarray(count, idt),
-        head=env[:, HEAD].astype(idt),
-        lo=env[:, LO].astype(idt),
-        hi=env[:, HI].astype(idt),
-        last_end=env[:, LAST_END].astype(idt),
-        f_count=env[:, F_COUNT].astype(idt),
-        f_head=env[:, F_HEAD].astype(idt),
-        ep_start=_time_major(slot_meta[:, EP_START], E, C).astype(idt),
-        final_fid=_time_major(slot_meta[:, FINAL_FID], E, C).astype(idt),
-        final_owner=owner.astype(idt),
+        head=ix.head.astype(idt),
+        lo=ix.lo.astype(idt),
+        hi=ix.hi.astype(idt),
+        last_end=ix.last_end.astype(idt),
+        f_count=ix.f_count.astype(idt),
+        f_head=ix.f_head.astype(idt),
+        ep_start=_time_major(ix.ep_start, E, C).astype(idt),
+        final_fid=_time_major(ix.final_fid, E, C).astype(idt),
+        final_owner=ix.final_owner.astype(idt),
         priorities=None,
     )
     state: BufferState = jax.device_put(host)
-    if c.prioritized:
-        pmeta = meta["priorities"]
+    if got.priorities is not None:
         prio, sums, mins = empty_tree(c)
-        loaded = _time_major(arrays["priorities/prio"], E, C).astype(np.float32)
+        loaded = _time_major(got.priorities.prio, E, C).astype(np.float32)
         pri = PriorityState(
             prio=prio.at[: E * C].set(loaded),
             sums=sums,
             mins=mins,
-            max_priority=jnp.asarray(pmeta["max_priority"], jnp.float32),
-            beta_step=jnp.asarray(pmeta["beta_step"], idt),
+            max_priority=jnp.asarray(got.priorities.max_priority, jnp.float32),
+            beta_step=jnp.asarray(got.priorities.beta_step, idt),
         )
         state = buf._rebuild(state._replace(priorities=pri))
     return buf, state
