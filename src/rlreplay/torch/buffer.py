@@ -60,12 +60,13 @@ def _numpy_dtypes() -> dict[torch.dtype, np.dtype[Any]]:
 
 
 class DeviceReplayBuffer:
-    """An episode-aware replay buffer whose data lives on a torch device, for envs that step
-    together (every :meth:`add` gives one step of each of the ``num_envs`` envs).
+    """An episode-aware replay buffer whose data lives on a torch device, for ``num_envs``
+    envs that step together (every :meth:`add` gives one step of each) or not (``add(...,
+    env_ids=...)`` gives one step of some of them).
 
-    Semantics are those of :class:`rlreplay.ReplayBuffer` for such envs: the same ids (``t *
-    num_envs + e``), the same sampleable transitions and, for every id, the same values bit
-    for bit (n-step rewards and discounts, ``next_obs`` with final observations at episode
+    Semantics are those of :class:`rlreplay.ReplayBuffer`: the same ids (``t * num_envs + e``,
+    ``t`` counted per env), the same sampleable transitions and, for every id, the same values
+    bit for bit (n-step rewards and discounts, ``next_obs`` with final observations at episode
     ends, terminated vs truncated, frame stacks with either ``stack_pad``, ``next_fields``),
     the same laws for draws (uniform, the recency mix, without replacement; from a
     :class:`torch.Generator` on the device seeded by ``seed``, not NumPy's stream) and the same
@@ -81,7 +82,7 @@ class DeviceReplayBuffer:
       False returns arbitrary rows with ``weights`` 0 (unless ``check=True``, which reads the
       count on the host and raises :class:`~rlreplay.EmptyBufferError`);
       :meth:`get_transitions` of ids that are not sampleable returns arbitrary values.
-    * Not offered: whole episodes, abandoned episodes, ``env_ids`` subsets, transforms, rate
+    * Not offered: whole episodes, abandoned episodes, transforms, rate
       limiters, memmap storage (:meth:`to_replay_buffer` gives a NumPy buffer that has them).
 
     Host synchronisation: given tensors on the device, :meth:`add`, :meth:`sample`,
@@ -100,7 +101,7 @@ class DeviceReplayBuffer:
             frame_stack)``. Each env keeps ``capacity // num_envs`` steps.
         fields: Name -> :class:`rlreplay.Field`, as for :class:`rlreplay.ReplayBuffer`
             (``reward`` must be float32 or float64).
-        num_envs: ``E``: every :meth:`add` takes one step of each env.
+        num_envs: ``E``: an :meth:`add` takes one step of each env (or of ``env_ids``).
         n_step: Window length.
         gamma: Discount in ``[0, 1]``.
         frame_stack: ``k``: sampled ``obs``/``next_obs`` are ``(B, k, *frame)`` stacks.
@@ -219,8 +220,35 @@ class DeviceReplayBuffer:
 
     @property
     def steps_added(self) -> int:
-        """Steps each env has added so far (a host int: the next step's ``t``)."""
-        return self._ring.count
+        """Steps each env has added so far (a host int: the next step's ``t``), while every
+        env has added as many (an :meth:`add` with ``env_ids`` may make them differ: then
+        :attr:`env_steps_added`).
+
+        Raises:
+            ShapeError: The envs are counted per env (an :meth:`add` gave ``env_ids``) and
+                their counts are not known equal on the host.
+        """
+        ring = self._ring
+        if not ring.per_env:
+            return ring.count
+        counts = ring.host_counts
+        if counts is not None and (counts == counts[0]).all():
+            return int(counts[0])
+        raise ShapeError(
+            "steps_added: the envs have added different numbers of steps (add with env_ids); "
+            "read env_steps_added, one count per env"
+        )
+
+    @property
+    def env_steps_added(self) -> Tensor:
+        """``(E,)`` int64 on the device: steps each env has added (its next step's ``t``)."""
+        import torch
+
+        ring = self._ring
+        if ring.counts is None:
+            return torch.full((self.config.num_envs,), ring.count, dtype=torch.int64,
+                              device=self.device)  # fmt: skip
+        return ring.counts.clone()
 
     @property
     def storage(self) -> TorchStorage:
@@ -236,7 +264,9 @@ class DeviceReplayBuffer:
         )
 
     # ------------------------------------------------------------------ inputs
-    def _tensor(self, name: str, value: Any, want: tuple[int, ...]) -> Tensor:
+    def _tensor(
+        self, name: str, value: Any, want: tuple[int, ...], axis: str = "num_envs"
+    ) -> Tensor:
         """One value checked (shape, ``same_kind`` cast) and on the device in its field's
         dtype; a NumPy value is cast on the host and copied once."""
         import torch
@@ -258,7 +288,7 @@ class DeviceReplayBuffer:
             value = value.reshape(shape)
         if shape != (*want, *f.shape):
             raise ShapeError(
-                f"{name}: expected shape {(*want, *f.shape)} (num_envs, *field shape), got {shape}"
+                f"{name}: expected shape {(*want, *f.shape)} ({axis}, *field shape), got {shape}"
             )
         if not np.can_cast(dtype, f.dtype, casting="same_kind"):
             raise DTypeError(
@@ -295,27 +325,45 @@ class DeviceReplayBuffer:
         return torch.from_numpy(flat.copy()).to(self.device, non_blocking=True)
 
     # ------------------------------------------------------------------ writes
-    def add(self, **values: Any) -> Tensor:
-        """Store one step of every env.
+    def add(self, *, env_ids: Any = None, **values: Any) -> Tensor:
+        """Store one step of every env, or of the envs ``env_ids``.
 
         Args:
+            env_ids: Which envs this step belongs to (default: all, in order), as
+                :meth:`rlreplay.ReplayBuffer.add` takes them: distinct ints in ``[0,
+                num_envs)``, in any order; every value then has a leading axis
+                ``len(env_ids)``. A 1-D integer tensor (on the device: no host
+                synchronisation), a NumPy array or a list. Host values are checked in full
+                (1-D, integers, in range, distinct); of a tensor only its shape and dtype are
+                checked (its values would have to be read on the host): out-of-range values
+                are a device-side indexing error and duplicates leave the envs' bookkeeping
+                undefined.
             **values: Every declared field, ``reward``, ``terminated``, ``truncated`` and
                 ``next_<obs>`` for each observation field, each with a leading axis ``E``
-                (omittable when ``E == 1``): tensors (used as they are when on the device,
-                cast there if their dtype differs; a CPU tensor is copied without waiting,
-                so a *pinned* one must not be changed until the device has read it) or
-                NumPy arrays / scalars (copied once).
+                (``len(env_ids)`` with ``env_ids``; omittable when ``E == 1``): tensors (used
+                as they are when on the device, cast there if their dtype differs; a CPU
+                tensor is copied without waiting, so a *pinned* one must not be changed until
+                the device has read it) or NumPy arrays / scalars (copied once).
                 ``next_<obs>`` is kept only where the step ends its episode.
 
         Returns:
-            int64 ids of the stored transitions, ``(E,)`` on the device.
+            int64 ids of the stored transitions, ``(E,)`` (``(len(env_ids),)``) on the device.
 
         Raises:
             FieldError: A missing or unknown name.
             ShapeError: A value's shape is not ``(E, *field.shape)``.
             DTypeError: A value that NumPy's ``same_kind`` rule cannot cast.
+            InvalidIdError: ``env_ids`` not a 1-D sequence of ints; host ``env_ids`` out of
+                range or repeated.
 
         Nothing is changed when an error is raised (every value is checked first).
+
+        Envs may thus add different numbers of steps (ids ``t_e * E + e`` with env ``e``'s
+        own ``t_e``). From the first ``add`` with ``env_ids`` on, the buffer counts steps per
+        env on the device (:mod:`rlreplay.torch.ring`): every later :meth:`add` costs about
+        25 more small ops, and :attr:`steps_added` gives way to :attr:`env_steps_added`.
+        ``env_ids`` naming every env in order (``range(num_envs)`` on the host) is a plain
+        :meth:`add`.
         """
         import torch
 
@@ -327,19 +375,80 @@ class DeviceReplayBuffer:
                 f"add: expected the keys {sorted(self._wanted)}; missing {missing}, unknown "
                 f"{unknown}"
             )
-        vals = {name: self._tensor(name, values[name], (c.num_envs,)) for name in self._wanted}
+        ring = self._ring
+        env, host_env = (None, None) if env_ids is None else self._env_ids(env_ids)
+        if env is None and not ring.per_env:
+            vals = {name: self._tensor(name, values[name], (c.num_envs,)) for name in self._wanted}
+            done = vals["terminated"] | vals["truncated"]
+            rows, pos = ring.advance(done)
+            self._store(rows, pos, done, vals)
+            if self._prio is not None:
+                self._prio.after_write()
+            return ring.envs + (ring.count - 1) * c.num_envs
+        if env is None:  # every env, counted per env
+            env, host_env = ring.envs, np.arange(c.num_envs)
+        k = env.shape[0]
+        axis = "num_envs" if env_ids is None else "len(env_ids)"
+        vals = {name: self._tensor(name, values[name], (k,), axis) for name in self._wanted}
+        if k == 0:  # no env steps
+            return torch.zeros(0, dtype=torch.int64, device=self.device)
         done = vals["terminated"] | vals["truncated"]
-        ring, st = self._ring, self._storage
-        rows, pos = ring.advance(done)
+        rows, pos, t, stepping = ring.advance_envs(env, done, host_env)
+        self._store(rows, pos, done, vals, env)
+        if self._prio is not None:
+            self._prio.after_write(stepping)
+        return torch.add(env, t, alpha=c.num_envs)
+
+    def _store(
+        self, rows: Tensor, pos: Tensor, done: Tensor, vals: dict[str, Tensor],
+        env: Tensor | None = None,
+    ) -> None:  # fmt: skip
+        """Write a step's values to ``rows`` (its next observations to final records ``pos``
+        where ``done``, else to the envs' spare rows) and settle the ring."""
+        import torch
+
+        c, ring, st = self.config, self._ring, self._storage
         st.write(rows, vals)
         if c.observation_names:  # next_<obs> to the final row where done, else a spare row
-            dest = torch.where(done, pos + self._finals_at, self._spare)
+            spare = self._spare if env is None else self._spare.index_select(0, env)
+            dest = torch.where(done, pos + self._finals_at, spare)
             for name in c.observation_names:
                 st.write_joint(name, dest, vals["next_" + name])
         ring.settle(st.steps["terminated"], st.steps["truncated"])
-        if self._prio is not None:
-            self._prio.after_write()
-        return ring.envs + (ring.count - 1) * c.num_envs
+
+    def _env_ids(self, env_ids: Any) -> tuple[Tensor | None, np.ndarray[Any, Any] | None]:
+        """``(envs on the device, the same on the host if known)``; ``(None, None)`` for every
+        env in order given on the host (a plain add)."""
+        import torch
+
+        E = self.config.num_envs
+        if isinstance(env_ids, torch.Tensor):
+            dt = env_ids.dtype
+            if env_ids.dim() != 1 or dt.is_floating_point or dt.is_complex or dt == torch.bool:
+                raise InvalidIdError(
+                    f"env_ids: expected a 1-D sequence of ints, got {dt} with shape "
+                    f"{tuple(env_ids.shape)}"
+                )
+            if env_ids.shape[0] > E:
+                raise InvalidIdError(
+                    f"env_ids: expected at most num_envs={E} distinct envs, got {env_ids.shape[0]}"
+                )
+            t = env_ids.to(self.device, non_blocking=env_ids.device.type == "cpu")
+            return t.long(), None
+        arr = np.asarray(env_ids)
+        if arr.ndim != 1 or (arr.dtype.kind not in "iu" and arr.size):
+            raise InvalidIdError(
+                f"env_ids: expected a 1-D sequence of ints, got {arr.dtype} with shape {arr.shape}"
+            )
+        arr = arr.astype(np.int64)
+        bad = arr[(arr < 0) | (arr >= E)]
+        if bad.size:
+            raise InvalidIdError(f"env_ids: expected values in [0, {E}), got {bad.tolist()}")
+        if np.unique(arr).size != arr.size:
+            raise InvalidIdError(f"env_ids: expected unique env ids, got {arr.tolist()}")
+        if arr.size == E and (arr == np.arange(E)).all():
+            return None, None
+        return torch.from_numpy(arr.copy()).to(self.device, non_blocking=True), arr
 
     def clear(self) -> None:
         """Drop every stored transition, as :meth:`rlreplay.ReplayBuffer.clear` does.
@@ -780,14 +889,7 @@ class DevicePrioritizedReplayBuffer(DeviceReplayBuffer):
         if not isinstance(ids, torch.Tensor):
             host = np.asarray(ids)
             if host.dtype.kind in "iu" and host.size:
-                issued = self._ring.count * self.config.num_envs
-                bad = (host < 0) | (host >= issued)
-                if bad.any():
-                    i = int(np.flatnonzero(bad.reshape(-1))[0])
-                    raise InvalidIdError(
-                        f"update_priorities: id {int(host.reshape(-1)[i])} at position {i} was "
-                        f"never issued (ids issued so far: 0 .. {issued - 1})"
-                    )
+                self._check_issued(host)
         idx = self._ids(ids)
         if isinstance(priorities, torch.Tensor):
             if priorities.dtype.is_complex or priorities.dtype == torch.bool:
@@ -822,6 +924,27 @@ class DevicePrioritizedReplayBuffer(DeviceReplayBuffer):
                 )
             p = torch.from_numpy(host_p.copy()).to(self.device, non_blocking=True)
         return self._prio.update(idx, p)
+
+    def _check_issued(self, host: np.ndarray[Any, Any]) -> None:
+        """Raise for host ids never issued (per env when envs are counted per env: with the
+        host copy of the counts, or, when unknown, only negative ids)."""
+        ring, E = self._ring, self.config.num_envs
+        flat = host.reshape(-1).astype(np.int64)
+        if not ring.per_env:
+            issued = ring.count * E
+            bad = (flat < 0) | (flat >= issued)
+            what = f"ids issued so far: 0 .. {issued - 1}"
+        elif ring.host_counts is not None:
+            bad = (flat < 0) | (flat // E >= ring.host_counts[flat % E])
+            what = f"steps added per env: {ring.host_counts.tolist()}"
+        else:
+            bad = flat < 0
+            what = "ids are >= 0"
+        if bad.any():
+            i = int(np.flatnonzero(bad)[0])
+            raise InvalidIdError(
+                f"update_priorities: id {int(flat[i])} at position {i} was never issued ({what})"
+            )
 
     def get_priorities(self, ids: Any) -> Tensor:
         """The stored priority (float64) of each id's slot (meaningful for stored ids)."""

@@ -109,21 +109,31 @@ class Priorities:
         """``max(initial_priority, largest priority applied)``: a 0-d tensor."""
         return self.max_priority.clamp_min(self.config.initial_priority)
 
-    def after_write(self) -> None:
+    def after_write(self, stepping: Tensor | None = None) -> None:
         """The new steps get the new-transition priority, and the leaves of every step whose
-        sampleability the write may have changed are recomputed."""
+        sampleability the write may have changed are recomputed (``stepping``: per-env mode,
+        the ``(E,)`` mask of the envs that added a step; the others' leaves are recomputed
+        to what they hold)."""
         import torch
 
         ring = self.ring
-        t = ring.count - 1  # the step just written
         C = self.config.env_capacity
+        E = ring.envs.shape[0]
+        now = ring.now
+        if isinstance(now, int):
+            t: int | Tensor = now - 1  # the step just written
+            back = (now - 1 - self._back).expand(-1, E)
+        else:
+            t = now - 1
+            back = t[None, :] - self._back
         # (n_step + frame_stack, E): one row of steps per offset, one column per env.
-        steps = torch.cat([(t - self._back).expand(-1, ring.envs.shape[0]),
-                           ring.head[None, :] + self._front])  # fmt: skip
+        steps = torch.cat([back, ring.head[None, :] + self._front])
         rows = torch.remainder(steps, C).add_(ring.env_base).view(-1)
         live = ((steps >= ring.lo) & (steps < ring.hi)).view(-1)
-        steps = steps.view(-1)
-        prio = torch.where(steps == t, self.new_priority(), self.prio.index_select(0, rows))
+        new = steps == t
+        if stepping is not None:
+            new &= stepping
+        prio = torch.where(new.view(-1), self.new_priority(), self.prio.index_select(0, rows))
         mass = torch.where(live, self.mass(prio), 0.0)
         # (A step before the first, or past the newest, maps to a row no stored step holds:
         # its leaf keeps its priority and gets mass 0, which it has.)
@@ -159,7 +169,7 @@ class Priorities:
         env = torch.remainder(ids, E)
         t = torch.div(ids, E, rounding_mode="floor")
         # (t >= head >= 0 also refuses negative ids: their t is negative.)
-        ok = (t >= ring.head.index_select(0, env)) & (t < ring.count)
+        ok = (t >= ring.head.index_select(0, env)) & (t < ring.now_of(env))
         ok &= (p >= 0) & (p <= self.limit)
         if math.isinf(self.limit):  # (inf <= inf: refuse infinite values too)
             ok &= p < math.inf

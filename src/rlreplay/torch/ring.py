@@ -6,16 +6,29 @@ Layout (``E`` envs, ``C = capacity // E`` slots per env, ``F`` final records per
 
 * Step ``t`` of env ``e`` has the id ``t * E + e`` and lives in row ``e * C + t % C`` of every
   column (env ``e``'s ring is rows ``e * C .. e * C + C - 1``).
-* Envs advance in lockstep (every :meth:`add` writes one step of each), so one counter
-  ``count`` serves them all, and it is a host int: which rows an add writes is known without
-  reading the device. ``head`` (oldest stored step), ``last_end`` and the sampleable range
-  ``[lo, hi)`` are per env, as in :class:`rlreplay.episodes.EpisodeIndex`.
+* Steps counted per env: ``head`` (oldest stored step), ``last_end`` and the sampleable range
+  ``[lo, hi)`` are per env, as in :class:`rlreplay.episodes.EpisodeIndex`, and so is the
+  count of steps added, in one of two modes:
+
+  - *Lockstep* (every :meth:`advance` so far wrote one step of every env): one counter
+    ``count``, a host int, serves all envs. Which rows an add writes is then known on the
+    host, and the bookkeeping is the fewest ops (``add`` without ``env_ids``).
+  - *Per env* (from the first :meth:`advance_envs`, an add of a subset of the envs, on):
+    ``counts``, an ``(E,)`` int64 tensor on the device. An add of envs given as a device
+    tensor cannot update a host counter without reading the device, so the counters live
+    where the env ids live; the ids and rows of env ``e`` are ``t_e * E + e`` and ``e * C +
+    t_e % C`` with its own ``t_e``. The ring also keeps a host copy of the counts
+    (``host_counts``) while every subset came from the host (NumPy arrays, lists), and
+    forgets it (``None``) at the first subset given as a device tensor.
+
+  :attr:`now` is the count in either mode (a host int, or the ``(E,)`` tensor), for code that
+  broadcasts it against per-env tensors; :meth:`env_counts` reads it on the host.
 * Final observations of ended episodes live in a ring of ``F`` records per env (row
   ``e * F + fid % F`` of each finals column), owned by the step that ended the episode
   (``final_owner``); ``final_fid`` names a step's record (``-1``: the step does not end its
   episode). Records ``[f_head, f_count)`` are live.
 
-The rules are the NumPy core's (:mod:`rlreplay.episodes.index`) for envs in lockstep:
+The rules are the NumPy core's (:mod:`rlreplay.episodes.index`), per env:
 
 * ``hi = max(last_end + 1, count - n_step)``: a step of a finished episode knows its whole
   window; a step ``t`` of a running episode needs its ``n_step`` successors.
@@ -37,7 +50,9 @@ per-row arrays: no host synchronisation, no data-dependent shape.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
 
 from rlreplay.torch.config import DeviceConfig
 
@@ -52,7 +67,10 @@ class Ring:
     """The index of a device buffer (see the module docstring).
 
     Attributes:
-        count: Steps each env has added (a host int).
+        count: Steps each env has added, a host int (lockstep mode only; setting it puts the
+            ring in lockstep mode).
+        counts: Per-env mode: ``(E,)`` int64, steps each env has added; ``None`` in lockstep.
+        host_counts: Per-env mode: the same on the host while known, else ``None``.
         head, lo, hi, last_end, f_count, f_head: ``(E,)`` int64 tensors.
         ep_start: ``(E * C,)`` per row: the first step of the row's episode.
         final_fid: ``(E * C,)`` per row: the step's final record, -1 if it does not end its
@@ -71,7 +89,9 @@ class Ring:
         def zeros(n: int, fill: int = 0) -> Tensor:
             return torch.full((n,), fill, dtype=torch.int64, device=device)
 
-        self.count = 0
+        self._count = 0
+        self.counts: Tensor | None = None
+        self.host_counts: np.ndarray[Any, Any] | None = None
         self.head, self.lo, self.hi = zeros(E), zeros(E), zeros(E)
         self.last_end = zeros(E, -1)
         self.f_count, self.f_head = zeros(E), zeros(E)
@@ -81,6 +101,73 @@ class Ring:
         self.envs = torch.arange(E, dtype=torch.int64, device=device)
         self.env_base = self.envs * C
         self.final_base = self.envs * F
+
+    # ------------------------------------------------------------------ counts
+    @property
+    def count(self) -> int:
+        """Steps every env has added (lockstep mode; per-env mode raises ``RuntimeError``:
+        read :meth:`env_counts`)."""
+        if self.counts is not None:
+            raise RuntimeError(
+                "Ring.count: the envs are counted per env (an add gave env_ids); read "
+                "env_counts() or now"
+            )
+        return self._count
+
+    @count.setter
+    def count(self, value: int) -> None:
+        self._count = int(value)
+        self.counts = None
+        self.host_counts = None
+
+    @property
+    def per_env(self) -> bool:
+        """Whether the ring counts steps per env (see the module docstring)."""
+        return self.counts is not None
+
+    @property
+    def now(self) -> int | Tensor:
+        """Steps added: the host int ``count`` in lockstep mode, else the ``(E,)`` tensor."""
+        return self._count if self.counts is None else self.counts
+
+    def now_of(self, env: Tensor) -> int | Tensor:
+        """Steps added by envs ``env``: the host int in lockstep mode, else a tensor like
+        ``env``."""
+        return self._count if self.counts is None else self.counts.index_select(0, env)
+
+    def env_counts(self) -> np.ndarray[Any, Any]:
+        """``(E,)`` int64 on the host: steps each env has added (waits for the device in
+        per-env mode unless the host copy is known)."""
+        E = self.config.num_envs
+        if self.counts is None:
+            return np.full(E, self._count, np.int64)
+        if self.host_counts is not None:
+            return self.host_counts.copy()
+        return np.asarray(self.counts.cpu().numpy(), np.int64)
+
+    def set_counts(self, counts: Any) -> None:
+        """Set the steps each env has added (``(E,)`` ints on the host): lockstep mode when
+        they are all equal, else per-env mode."""
+        import torch
+
+        a = np.asarray(counts, np.int64).reshape(-1)
+        if a.shape != (self.config.num_envs,):
+            raise ValueError(f"counts: expected shape ({self.config.num_envs},), got {a.shape}")
+        if (a == a[0]).all():
+            self.count = int(a[0])
+            return
+        self.counts = torch.from_numpy(a.copy()).to(self.device)
+        self.host_counts = a.copy()
+
+    def to_per_env(self) -> Tensor:
+        """Switch to per-env mode (if not already) and return ``counts``."""
+        import torch
+
+        if self.counts is None:
+            E = self.config.num_envs
+            self.counts = torch.full((E,), self._count, dtype=torch.int64, device=self.device)
+            self.host_counts = np.full(E, self._count, np.int64)
+        return self.counts
 
     # ------------------------------------------------------------------ rows
     def rows_of(self, t: Tensor, env: Tensor) -> Tensor:
@@ -121,7 +208,10 @@ class Ring:
 
         c = self.config
         C, F, n = c.env_capacity, c.finals_per_env, c.n_step
-        t = self.count
+        if self.counts is not None:
+            all_envs = np.arange(self.config.num_envs)
+            return self.advance_envs(self.envs, done, all_envs)[:2]
+        t = self._count
         # The step this one overwrites (t - C) gives up its final record if it owns the oldest
         # live one (live records belong to stored steps, and t - C is the oldest stored step).
         oldest = self.final_owner.index_select(0, self.final_base + torch.remainder(self.f_head, F))
@@ -142,10 +232,58 @@ class Ring:
         self.final_fid.index_copy_(0, rows, torch.where(done, fid, -1))
         self.final_owner.index_copy_(0, pos, torch.where(done, t, old_owner))
         self.last_end.masked_fill_(done, t)
-        self.count = t + 1
+        self._count = t + 1
         torch.add(self.last_end, 1, out=self.hi).clamp_(min=t + 1 - n)
         self.f_count.add_(done)
         return rows, pos
+
+    def advance_envs(
+        self, env: Tensor, done: Tensor, host_env: np.ndarray[Any, Any] | None = None
+    ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+        """Account for one new step of each of the envs ``env`` (``(K,)`` int64, distinct;
+        ``done``: ``(K,)`` bool) before its values are stored, in per-env mode (switching to it
+        if needed). ``host_env``: the same envs on the host, if known (keeps ``host_counts``).
+
+        The same rules as :meth:`advance`, for the envs in ``env``; the others' counters and
+        rows are left as they are. ``O(E + K)`` ops of fixed shapes, no host synchronisation.
+
+        Returns:
+            ``(rows, final_pos, t, stepping)``: the ``K`` rows the steps go to, the row of
+            each one's new final record (meaningful where ``done``), each one's step ``t``,
+            and the ``(E,)`` bool mask of the envs that stepped.
+        """
+        import torch
+
+        c = self.config
+        E, C, F, n = c.num_envs, c.env_capacity, c.finals_per_env, c.n_step
+        counts = self.to_per_env()
+        if host_env is None:
+            self.host_counts = None
+        elif self.host_counts is not None:
+            self.host_counts[host_env] += 1
+        s = torch.zeros(E, dtype=torch.bool, device=self.device).index_fill_(0, env, True)
+        d = torch.zeros(E, dtype=torch.bool, device=self.device).index_copy_(0, env, done)
+        t_env = counts.index_select(0, env)
+        oldest = self.final_owner.index_select(0, self.final_base + torch.remainder(self.f_head, F))
+        self.f_head.add_(s & (self.f_head < self.f_count) & (oldest == counts - C))
+        fid = self.f_count
+        pos = self.final_base + torch.remainder(fid, F)
+        old_owner = self.final_owner.index_select(0, pos)
+        torch.maximum(self.head, counts + s.long() - C, out=self.head)
+        if c.can_evict:
+            full = d & (fid - self.f_head >= F)
+            self.head.copy_(torch.where(full, torch.maximum(self.head, old_owner + 1), self.head))
+            self.f_head.add_(full)
+        rows = torch.remainder(t_env, C).add_(self.env_base.index_select(0, env))
+        self.ep_start.index_copy_(0, rows, (self.last_end + 1).index_select(0, env))
+        fid_env = fid.index_select(0, env)
+        self.final_fid.index_copy_(0, rows, torch.where(done, fid_env, -1))
+        self.final_owner.index_copy_(0, pos, torch.where(d, counts, old_owner))
+        self.last_end.copy_(torch.where(d, counts, self.last_end))
+        counts.add_(s)
+        self.hi.copy_(torch.where(s, torch.maximum(self.last_end + 1, counts - n), self.hi))
+        self.f_count.add_(d)
+        return rows, pos.index_select(0, env), t_env, s
 
     def settle(self, terminated: Tensor, truncated: Tensor) -> None:
         """Set ``lo`` from the new ``head`` and ``count``, once the step's columns are stored
@@ -153,7 +291,7 @@ class Ring:
         import torch
 
         k = self.config.frame_stack
-        head, count = self.head, self.count
+        head, count = self.head, self.now
         if k == 1:
             self.lo.copy_(head)
             return
@@ -173,6 +311,12 @@ class Ring:
         """Nothing stored: ``head = lo = hi = count`` and no live final record, as the core's
         ``EpisodeIndex.clear``; ``last_end`` and the per-row arrays stay (a running episode
         goes on, its start now before ``head``)."""
+        import torch
+
+        counts = self.counts
         for t in (self.head, self.lo, self.hi):
-            t.clamp_(min=self.count)
+            if counts is None:
+                t.clamp_(min=self._count)
+            else:
+                torch.maximum(t, counts, out=t)
         self.f_head.copy_(self.f_count)

@@ -42,7 +42,7 @@ __all__ = ["gather", "prioritized_starts", "uniform_starts", "whole"]
 
 def whole(ring: Ring, env: Tensor, t: Tensor, length: int, within_episode: bool) -> Tensor:
     """Whether the runs of ``length`` from stored steps ``t`` of envs ``env`` are all real."""
-    ok = (t >= ring.head.index_select(0, env)) & (t + length <= ring.count)
+    ok = (t >= ring.head.index_select(0, env)) & (t + length <= ring.now_of(env))
     if within_episode:
         ok = ok & (ring.ep_start.index_select(0, ring.rows_of(t + length - 1, env)) <= t)
     return ok
@@ -81,7 +81,11 @@ def uniform_starts(
         env, t, exists = all_env.index_select(0, row), all_t.index_select(0, row), cum[-1] > 0
     else:
         head = ring.head
-        end = torch.maximum(head, torch.full_like(head, ring.count - (0 if pad else length - 1)))
+        now = ring.now
+        last = now - (0 if pad else length - 1)
+        end = torch.maximum(
+            head, last if not isinstance(last, int) else torch.full_like(head, last)
+        )
         sizes = end - head
         exists = sizes.sum() > 0
         if balance_envs:
@@ -128,11 +132,12 @@ def gather(
     pos = t0[:, None] + lanes
     envs = env[:, None].expand_as(pos)
     rows = ring.rows_of(pos, envs)
-    count = ring.count
+    now = ring.now_of(env)
+    count = now if isinstance(now, int) else now[:, None]
     fid = ring.final_fid[rows]
     # Real steps: before the cursor and, within episodes, up to the first end from t0.
     stored = pos < count
-    n_real = (count - t0).clamp_max(length)
+    n_real = (now - t0).clamp_max(length)
     if within_episode:
         ends = (stored & (fid != -1)).long()
         first = torch.where(ends.amax(1) > 0, torch.argmax(ends, 1), length)
