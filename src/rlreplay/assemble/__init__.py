@@ -6,6 +6,7 @@ the transitions were chosen.
 """
 
 from rlreplay.assemble.sequences import gather_runs, valid_sequence_starts
+from rlreplay.assemble.stack_last import stack_frames_last
 from rlreplay.assemble.transitions import (
     Window,
     assemble_transitions,
@@ -20,6 +21,7 @@ __all__ = [
     "gather_runs",
     "nstep_window",
     "stack_frames",
+    "stack_frames_last",
     "stack_pair",
     "valid_sequence_starts",
 ]

@@ -28,6 +28,7 @@ import numba
 import numpy as np
 
 from rlreplay.assemble.powers import reward_powers
+from rlreplay.assemble.stack_last import stack_frames_last
 from rlreplay.codegen.prefetch import prefetch_slot
 from rlreplay.episodes.index import FINAL_FID, EpisodeIndex
 from rlreplay.storage.columns import Columns
@@ -224,8 +225,13 @@ def assemble_transitions(
     frame_stack: int,
     zero_pad: bool,
     next_fields: tuple[str, ...] = (),
+    stack_last: bool = False,
 ) -> dict[str, Array]:
     """Gather the transitions at absolute steps ``t`` of ``env_ids`` (all sampleable).
+
+    ``stack_last``: the ``obs`` and ``next_obs`` stacks (``frame_stack > 1``) are laid out
+    ``(B, *frame, frame_stack)``, C-contiguous (:func:`rlreplay.assemble.stack_frames_last`),
+    instead of ``(B, frame_stack, *frame)``; the same values.
 
     Returns:
         Declared fields (observation fields stacked when ``frame_stack > 1`` for ``obs``),
@@ -271,12 +277,20 @@ def assemble_transitions(
         # instead of two, and one fresh allocation (two large ones in a row make glibc trim
         # and re-fault the heap on every call). Its two halves are independent arrays.
         if name == "obs" and ep_start is not None and base is not None:
-            take = functools.partial(cols.take, name)
             steps = stack_pair(t, t + win.m)  # the current and next steps
-            both = stack_frames(take, base, steps, ep_start, frame_stack, C, zero_pad)
+            if stack_last:
+                col = cols.steps[name]
+                both = stack_frames_last(col, base, steps, ep_start, frame_stack, C, zero_pad)
+            else:
+                take = functools.partial(cols.take, name)
+                both = stack_frames(take, base, steps, ep_start, frame_stack, C, zero_pad)
             out[name], nxt = both[0], both[1]
             if ended_rows.size:
-                nxt[ended_rows, -1] = cols.take_finals(name, final_pos)
+                finals = cols.take_finals(name, final_pos)
+                if stack_last:
+                    nxt[ended_rows, ..., -1] = finals
+                else:
+                    nxt[ended_rows, -1] = finals
         else:
             both = cols.take(name, pair)
             out[name], nxt = both[0], both[1]

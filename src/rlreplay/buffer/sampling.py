@@ -96,18 +96,27 @@ class Draws:
             undo()
             raise
 
-    def get_transitions(self, ids: Any) -> Batch:
+    def get_transitions(self, ids: Any, *, stack_layout: str = "first") -> Batch:
         """Assemble the transitions with the given ids (each must be sampleable now).
 
         Args:
             ids: Transition ids, as returned by :meth:`add` or found in ``batch.ids``.
+            stack_layout: Where the stack axis of stacked observations (``obs`` and
+                ``next_obs`` with ``frame_stack > 1``) goes: ``"first"``, ``(B, frame_stack,
+                *frame)`` as :meth:`sample`'s; or ``"last"``, ``(B, *frame, frame_stack)``,
+                C-contiguous (the frames of one pixel side by side, as ReAgent's states):
+                the same values, written in that layout directly, which is cheaper than a
+                contiguous copy of the transposed ``"first"`` stacks.
 
         Returns:
             A :class:`Batch` like :meth:`sample`'s, in the order of ``ids``.
 
         Raises:
             InvalidIdError: An id never issued, overwritten, or not sampleable (yet).
+            ConfigError: ``stack_layout`` is neither ``"first"`` nor ``"last"``.
         """
+        if stack_layout not in ("first", "last"):
+            raise ConfigError(f"stack_layout: expected 'first' or 'last', got {stack_layout!r}")
         with self.sync.lock:
             self.sync.check_open()
             index = self.index
@@ -122,7 +131,8 @@ class Draws:
                     f"ids: {np.asarray(ids)[bad][:5].tolist()} are not sampleable (overwritten, "
                     "or their window or frame stack is not complete)"
                 )
-            return self.batch(env_ids, t, {"weights": np.ones(t.shape[0], np.float32)})
+            ones = {"weights": np.ones(t.shape[0], np.float32)}
+            return self.batch(env_ids, t, ones, stack_last=stack_layout == "last")
 
     def transformed(self, batch: Batch, transform: Transform | None) -> Batch:
         """``batch`` through the buffer's transforms, then the call's ``transform``."""
@@ -133,8 +143,11 @@ class Draws:
             batch = apply_transform(transform, batch)
         return batch
 
-    def batch(self, env_ids: Array, t: Array, extra: dict[str, Array]) -> Batch:
-        """The assembled transitions at steps ``(env_ids, t)``, with the draw's ``extra``."""
+    def batch(
+        self, env_ids: Array, t: Array, extra: dict[str, Array], *, stack_last: bool = False
+    ) -> Batch:
+        """The assembled transitions at steps ``(env_ids, t)``, with the draw's ``extra``
+        (``stack_last``: frame stacks laid out stack-last, see :meth:`get_transitions`)."""
         data = assemble_transitions(
             self.cols,
             self.index,
@@ -145,6 +158,7 @@ class Draws:
             frame_stack=self.frame_stack,
             zero_pad=self.stack_pad == "zero",
             next_fields=self.next_fields,
+            stack_last=stack_last,
         )
         data["env_ids"] = env_ids
         data.update(extra)

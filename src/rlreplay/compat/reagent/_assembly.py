@@ -100,9 +100,10 @@ def transition_arrays(buf: BufferState, batch: _Batch) -> dict[str, Any]:
     # next_reward: the reward at t+m, 0 where the window reached a terminal (the core's
     # next_fields; an episode ends only at a terminal here)
     next_reward = tb.next_reward.astype(buf._reward_dtype, copy=False)
+    # stack_size > 1: the core's stacks are stack-last already (_slots.gather), C-contiguous
     out: dict[str, Any] = {
-        "state": state_stack(tb.obs, k),
-        "next_state": state_stack(tb.next_obs, k),
+        "state": tb.obs if k > 1 else state_stack(tb.obs, k),
+        "next_state": tb.next_obs if k > 1 else state_stack(tb.next_obs, k),
         "action": tb.action,
         "reward": n_step_reward(buf, ids, m, tb.reward),
         "next_action": tb.next_action,

@@ -224,16 +224,18 @@ def gather(buf: BufferState, slots: Array, *, check: bool = True) -> _Batch:
     """
     ids = buf._slot_id[slots]
     ok = _slotread.intact(buf, slots) if check else None
+    # states are returned stack-last: the core writes its frame stacks so (stack_size > 1)
+    layout = "last" if buf._stack_size > 1 else "first"
     if ok is None or ok.all():  # the fast path: every row from the core
         try:
-            return _Batch(slots, ids, buf._core.get_transitions(ids))
+            return _Batch(slots, ids, buf._core.get_transitions(ids, stack_layout=layout))
         except InvalidIdError:  # the slots' read is 0.1's answer whatever the core says
             ok = _slotread.intact(buf, slots)
     assert ok is not None  # (the fast path returned, or found rows to read raw)
     core = None
     if ok.any():
         try:
-            core = buf._core.get_transitions(ids[ok])
+            core = buf._core.get_transitions(ids[ok], stack_layout=layout)
         except InvalidIdError:
             ok[:] = False
     return _Batch(slots, ids, core, raw=~ok)
