@@ -82,6 +82,7 @@ class DeviceReplayBuffer:
       False returns arbitrary rows with ``weights`` 0 (unless ``check=True``, which reads the
       count on the host and raises :class:`~rlreplay.EmptyBufferError`);
       :meth:`get_transitions` of ids that are not sampleable returns arbitrary values.
+    * :meth:`dequeue` never blocks (one thread uses a buffer).
     * Not offered: whole episodes, abandoned episodes, transforms, rate
       limiters, memmap storage (:meth:`to_replay_buffer` gives a NumPy buffer that has them).
 
@@ -93,8 +94,8 @@ class DeviceReplayBuffer:
     ``torch.cuda.set_sync_debug_mode("error")`` they raise nothing (the CPU test suite counts
     such calls with a :class:`torch.overrides.TorchFunctionMode` and finds none). NumPy
     arrays and Python scalars given to them are copied to the device once. What waits for the
-    device says so: :meth:`sampleable_ids`, ``sample(..., check=True)``,
-    :meth:`to_replay_buffer` and :meth:`save`.
+    device says so: :meth:`sampleable_ids`, ``sample(..., check=True)``, :meth:`dequeue`,
+    :meth:`gather_all`, :meth:`to_replay_buffer` and :meth:`save`.
 
     Args:
         capacity: Transitions stored over all envs; at least ``num_envs * (n_step +
@@ -461,6 +462,48 @@ class DeviceReplayBuffer:
         self._ring.clear()
         if self._prio is not None:
             self._prio.clear()
+
+    # ------------------------------------------------------------------ FIFO use
+    def dequeue(
+        self, n: int, env_ids: Any = None, *, block: bool = False, timeout: float | None = None
+    ) -> DeviceBatch:
+        """Remove and return the oldest ``n`` steps of each env (ALF ``dequeue``), as
+        :meth:`rlreplay.ReplayBuffer.dequeue`: the same values, and the same steps stay.
+
+        Args:
+            n: Steps per env.
+            env_ids: Which envs (default: all): distinct ints, host values or a tensor.
+            block: Only False: a device buffer is used from one thread, so nothing could add
+                the steps a blocking call would wait for.
+            timeout: Checked as the core checks it (no call waits).
+
+        Returns:
+            A :class:`DeviceBatch` of raw per-step fields shaped ``(len(env_ids), n, ...)``,
+            with ``next_<obs>``, ``mask`` (all True), ``next_known``, per-step ``ids`` and
+            ``env_ids``.
+
+        Raises:
+            ConfigError: ``n`` not a positive int, ``block=True``, an invalid ``timeout``.
+            InvalidIdError: ``env_ids`` not distinct ints in ``[0, num_envs)``.
+            ShapeError: ``n`` is more than an env can hold.
+            EmptyBufferError: A named env holds fewer than ``n`` steps (nothing is removed).
+
+        Waits for the device: whether the envs hold ``n`` steps is read on the host. Steps
+        removed are no longer sampleable (a prioritized buffer's leaves are recomputed,
+        ``O(E * C)``); their ids become stale.
+        """
+        from rlreplay.torch import fifo
+
+        return fifo.dequeue(self, n, env_ids, block=block, timeout=timeout)
+
+    def gather_all(self) -> DeviceBatch:
+        """Every stored step, shaped ``(E, T, ...)`` (ALF ``gather_all``), as
+        :meth:`rlreplay.ReplayBuffer.gather_all`: ``T`` is the most steps any env holds,
+        ``mask`` marks real steps where envs hold fewer; per-step ``ids`` and ``env_ids``.
+        Waits for the device (``T`` is read on the host)."""
+        from rlreplay.torch import fifo
+
+        return fifo.gather_all(self)
 
     # ------------------------------------------------------------------ reads
     @property

@@ -307,6 +307,29 @@ class Ring:
             lo_cut = torch.where((j < count) & end, j + 1, lo_cut)
         self.lo.copy_(torch.where(cut, lo_cut, head))
 
+    def dequeue(self, env: Tensor, n: int) -> None:
+        """Drop the oldest ``n`` stored steps of the envs ``env`` (distinct, each holding at
+        least ``n``), as the core's ``EpisodeIndex.dequeue``: ``head`` moves ``n`` on, the
+        final records owned by dropped steps are freed, ``hi`` is recomputed (call
+        :meth:`settle` for ``lo``). ``O(E * F)`` ops of fixed shapes."""
+        import torch
+
+        c = self.config
+        E, F = c.num_envs, c.finals_per_env
+        s = torch.zeros(E, dtype=torch.bool, device=self.device).index_fill_(0, env, True)
+        self.head.add_(s.long() * n)
+        # Live records are ordered by owner: those owned by dropped steps are a prefix.
+        fid = self.f_head[:, None] + torch.arange(F, dtype=torch.int64, device=self.device)
+        owner = self.final_owner[self.final_base[:, None] + torch.remainder(fid, F)]
+        dead = (fid < self.f_count[:, None]) & (owner < self.head[:, None])
+        self.f_head.add_(dead.sum(1))
+        floor = self.now - c.n_step  # (the core's bound)
+        if isinstance(floor, int):
+            hi = (self.last_end + 1).clamp_min_(floor)
+        else:
+            hi = torch.maximum(self.last_end + 1, floor)
+        self.hi.copy_(torch.where(s, hi, self.hi))
+
     def clear(self) -> None:
         """Nothing stored: ``head = lo = hi = count`` and no live final record, as the core's
         ``EpisodeIndex.clear``; ``last_end`` and the per-row arrays stay (a running episode
