@@ -1,7 +1,7 @@
 """Device replay: rlreplay.torch's buffers against TorchRL's on the same device.
 
 Run: ``python benchmarks/torch_device.py [--device cuda:0] [--capacity N] [--envs E]
-[--batch B] [--obs 84,84 --dtype uint8] [--iters N]``.
+[--batch B] [--obs 84,84 --dtype uint8] [--iters N] [--compile]``.
 
 One iteration is what a vectorised training loop does per env step: add one step of ``E``
 envs (tensors already on the device), then sample a batch of ``B``; prioritized rows also
@@ -12,8 +12,10 @@ extended with a TensorDict of the ``E`` transitions (``obs``, ``action``, ``rewa
 also assembles n-step windows (``--n-step``) and tracks episodes; TorchRL samples stored rows.
 Prints µs per iteration (median of 5 rounds after a warm-up) and the ratio TorchRL / rlreplay
 (above 1: rlreplay is faster). On a GPU every round ends with ``torch.cuda.synchronize()``.
-``--count-ops`` also prints how many torch ops (views and other metadata-only ops left out:
-roughly the kernels a GPU launches) one ``add``, ``sample`` and ``update_priorities`` run.
+``--compile`` adds a uniform row whose sample is :func:`rlreplay.torch.compiled_sampler` (on a
+GPU with ``mode="reduce-overhead"``: a CUDA graph). ``--count-ops`` also prints how many torch
+ops (views and other metadata-only ops left out: roughly the kernels a GPU launches) one
+``add``, ``sample`` and ``update_priorities`` run.
 """
 
 from __future__ import annotations
@@ -56,7 +58,9 @@ def steps_pool(args: argparse.Namespace, n: int = 64) -> list[dict[str, torch.Te
     return out
 
 
-def ours(args: argparse.Namespace, prioritized: bool) -> Callable[[dict[str, Any]], None]:
+def ours(
+    args: argparse.Namespace, prioritized: bool, compiled: bool = False
+) -> Callable[[dict[str, Any]], None]:
     fields = {"obs": rr.Field(args.obs, np.dtype(args.dtype)), "action": rr.Field((), np.int64)}
     common = dict(num_envs=args.envs, n_step=args.n_step, device=args.device, seed=0)
     if prioritized:
@@ -64,10 +68,14 @@ def ours(args: argparse.Namespace, prioritized: bool) -> Callable[[dict[str, Any
     else:
         buf = rrt.DeviceReplayBuffer(args.capacity, fields, **common)
     B = args.batch
+    sample: Callable[[], Any] = lambda: buf.sample(B)  # noqa: E731
+    if compiled:  # CUDA: one CUDA graph per call (a batch lives until the next call)
+        mode = "reduce-overhead" if torch.device(args.device).type == "cuda" else None
+        sample = rrt.compiled_sampler(buf, B, mode=mode)
 
     def step(s: dict[str, Any]) -> None:
         buf.add(**s)
-        batch = buf.sample(B)
+        batch = sample()
         if prioritized:
             buf.update_priorities(batch["ids"], batch["reward"].abs().double() + 0.1)
 
@@ -183,6 +191,10 @@ def main() -> None:
     p.add_argument("--iters", type=int, default=200)
     p.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: torch's default)")
     p.add_argument("--count-ops", action="store_true", help="also print torch ops per call")
+    p.add_argument(
+        "--compile", action="store_true",
+        help="also time the uniform loop with rrt.compiled_sampler (compiles first: seconds)",
+    )  # fmt: skip
     args = p.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -208,6 +220,9 @@ def main() -> None:
             print(f"| {name} | {a:.0f} | n/a ({type(exc).__name__}: {str(exc)[:60]}) | |")
             continue
         print(f"| {name} | {a:.0f} | {b:.0f} | {b / a:.2f} |")
+        if args.compile and not prioritized:
+            a = timed(ours(args, False, compiled=True), pool, args)
+            print(f"| uniform, compiled_sampler | {a:.0f} | {b:.0f} | {b / a:.2f} |")
 
 
 if __name__ == "__main__":

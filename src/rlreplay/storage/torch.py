@@ -49,7 +49,6 @@ is: ``import rlreplay`` and the import of this module stay free of it.
 
 from __future__ import annotations
 
-import functools
 import math
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
@@ -71,13 +70,20 @@ _WIDE_BYTES = 64
 Array = np.ndarray[Any, Any]
 
 
-@functools.cache
+_TWINS: dict[torch.dtype, torch.dtype] = {}
+
+
 def _signed_twins() -> dict[torch.dtype, torch.dtype]:
     """Unsigned dtypes torch cannot index_select / index_copy, and the signed dtype of the same
-    width that holds their bits here."""
-    import torch
+    width that holds their bits here (filled on first use; a plain dict, which
+    :func:`torch.compile` reads as a constant, unlike a cached function)."""
+    if not _TWINS:
+        import torch
 
-    return {torch.uint16: torch.int16, torch.uint32: torch.int32, torch.uint64: torch.int64}
+        _TWINS.update(
+            {torch.uint16: torch.int16, torch.uint32: torch.int32, torch.uint64: torch.int64}
+        )
+    return _TWINS
 
 
 def torch_dtype(dtype: Any) -> torch.dtype:

@@ -33,12 +33,14 @@ Example:
 
 from rlreplay.torch.batch import DeviceBatch
 from rlreplay.torch.buffer import DevicePrioritizedReplayBuffer, DeviceReplayBuffer
+from rlreplay.torch.compiled import compiled_sampler
 from rlreplay.torch.convert import from_replay_buffer, load, to_replay_buffer
 
 __all__ = [
     "DeviceBatch",
     "DevicePrioritizedReplayBuffer",
     "DeviceReplayBuffer",
+    "compiled_sampler",
     "from_replay_buffer",
     "load",
     "to_replay_buffer",

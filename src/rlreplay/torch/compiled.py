@@ -1,0 +1,126 @@
+"""A device buffer's uniform ``sample`` as one compiled graph: :func:`compiled_sampler`.
+
+Everything a uniform draw does after its random numbers (the positions, the env and step of
+each, the n-step windows, ``next_<obs>``, frame stacks, the weights) is a fixed sequence of
+torch ops on tensors that :meth:`~rlreplay.torch.DeviceReplayBuffer.add` updates in place,
+with shapes that depend on the batch size only. :func:`torch.compile` captures it whole
+(``fullgraph=True``): on a GPU its kernels fuse into a few, and ``mode="reduce-overhead"``
+replays them as one CUDA graph. Only the draw of the uniforms stays outside, since the
+buffer's :class:`torch.Generator` cannot enter a graph; it is the draw
+:meth:`~rlreplay.torch.DeviceReplayBuffer.sample` makes, so a compiled sampler and ``sample``
+give the same batches from the same generator state.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from rlreplay.errors import ConfigError
+from rlreplay.spec import positive_int
+from rlreplay.torch import draws
+from rlreplay.torch.batch import DeviceBatch
+
+if TYPE_CHECKING:
+    from torch import Tensor
+
+    from rlreplay.torch.buffer import DeviceReplayBuffer
+
+__all__ = ["compiled_sampler"]
+
+_log = logging.getLogger(__name__)
+
+
+def positions(u: Tensor, n: Tensor) -> Tensor:
+    """Integers uniform in ``[0, n)`` from float64 uniforms ``u`` (0 where ``n`` is 0):
+    :func:`rlreplay.torch.draws.below` with the uniforms given."""
+    import torch
+
+    return torch.minimum((u * n).long(), (n - 1).clamp_min(0))
+
+
+def compiled_sampler(
+    buf: DeviceReplayBuffer,
+    batch_size: int,
+    *,
+    mode: str | None = None,
+    **compile_kwargs: Any,
+) -> Callable[[], DeviceBatch]:
+    """``buf.sample(batch_size)`` as a function whose work after the random draw is one
+    :func:`torch.compile` d graph.
+
+    The graph reads the buffer's tensors as they are when it runs, so the sampler follows
+    every later :meth:`~rlreplay.torch.DeviceReplayBuffer.add`, ``clear`` and load; it
+    compiles on its first call (seconds; once per buffer and batch size) and never again.
+    It draws what ``buf.sample(batch_size)`` would draw from the same generator state, and
+    the same values bit for bit. Like ``sample`` it reads nothing on the host: on an empty
+    buffer it gives arbitrary rows with ``weights`` 0.
+
+    Worth it where ops are launched one by one at a cost: on a GPU (with
+    ``mode="reduce-overhead"``, one CUDA graph per call; a batch then lives in memory the
+    next call reuses, so copy what must outlive it). On a CPU the graph saves about a third
+    of ``sample``'s own time (see ``docs/accelerator.md``).
+
+    Args:
+        buf: A uniform :class:`~rlreplay.torch.DeviceReplayBuffer` drawing with
+            replacement and without a recency mix (its defaults).
+        batch_size: Transitions per call.
+        mode: :func:`torch.compile`'s ``mode``.
+        **compile_kwargs: Further arguments of :func:`torch.compile` (``fullgraph=True``
+            and ``dynamic=False`` are set).
+
+    Returns:
+        A function of no argument returning a :class:`~rlreplay.torch.DeviceBatch`, the keys
+        of :meth:`~rlreplay.torch.DeviceReplayBuffer.sample`'s.
+
+    Raises:
+        ConfigError: A prioritized buffer, a buffer drawing without replacement or with a
+            recency mix, or ``batch_size`` not a positive int.
+
+    Example:
+        >>> import numpy as np, rlreplay as rr, rlreplay.torch as rrt
+        >>> buf = rrt.DeviceReplayBuffer(64, {"obs": rr.Field((2,), np.float32)})
+        >>> sample = rrt.compiled_sampler(buf, 32)  # compiles on its first call
+    """
+    import torch
+
+    from rlreplay.torch.buffer import DevicePrioritizedReplayBuffer
+
+    c = buf.config
+    if isinstance(buf, DevicePrioritizedReplayBuffer):
+        raise ConfigError(
+            "compiled_sampler: expected a uniform DeviceReplayBuffer, got a "
+            "DevicePrioritizedReplayBuffer"
+        )
+    if c.recent_ratio > 0 or not c.replacement:
+        raise ConfigError(
+            "compiled_sampler: expected a buffer drawing with replacement and no recency mix, "
+            f"got recent_ratio={c.recent_ratio}, replacement={c.replacement}"
+        )
+    B = positive_int("batch_size", batch_size)
+    buf._budget.check("batch_size", B, B, "compiled_sampler")
+    ring, assembler, device = buf._ring, buf._assembler, buf.device
+
+    def draw_and_assemble(u: Tensor) -> dict[str, Tensor]:
+        sizes = ring.sizes()
+        total = sizes.sum()
+        env, t = draws.to_steps(ring.lo, sizes, positions(u, total))
+        out = assembler.transitions(env, t)
+        out["weights"] = (total > 0).expand(B).to(torch.float32)
+        return out
+
+    graph = torch.compile(
+        draw_and_assemble, fullgraph=True, dynamic=False, mode=mode, **compile_kwargs
+    )
+    compiled = False
+
+    def sample() -> DeviceBatch:
+        nonlocal compiled
+        if not compiled:
+            _log.info("compiling a device buffer's sample of %d on %s (once)", B, device)
+            compiled = True
+        u = torch.rand(B, dtype=torch.float64, device=device, generator=buf._gen)
+        return DeviceBatch(graph(u))
+
+    return sample
