@@ -45,7 +45,8 @@ step tests.log 240 "$py" -m pytest -q -n0 -p no:cacheprovider -p no:benchmark "$
 
 step torch_trees.txt 90 "$py" benchmarks/torch_trees.py --device "$RLREPLAY_TEST_DEVICE"
 if [ -f benchmarks/torch_device.py ]; then
-    step torch_device.txt 150 "$py" benchmarks/torch_device.py --device "$RLREPLAY_TEST_DEVICE"
+    step torch_device.txt 150 "$py" benchmarks/torch_device.py --device "$RLREPLAY_TEST_DEVICE" \
+        --count-ops --compile
 fi
 step accelerator.txt 150 "$py" benchmarks/accelerator.py --device "${JAX_DEVICE:-gpu}" --repeats 3 \
     --json "$out/accelerator.json"
