@@ -31,15 +31,16 @@ _UINT = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}
 
 
 # Each kernel: src (R, P) unsigned elements, rows (N, K) int64 rows of src (-1: a zero frame),
-# zero (P,) zeros of src's dtype, out (N, P) unsigned words holding the K elements of a pixel.
-# The frames are written out per stack length: the loop over pixels then compiles to vector
-# instructions (a loop over the frames inside it does not).
+# zero (P,) zeros of src's dtype, out (N, P) unsigned words holding the K elements of a pixel,
+# written in the stacks' order ``order`` (a permutation of range(N)). The frames are written
+# out per stack length: the loop over pixels then compiles to vector instructions (a loop over
+# the frames inside it does not).
 @numba.njit(cache=True, nogil=True)
 def _words2(
-    src: Array, rows: Array, zero: Array, out: Array, bits: int
+    src: Array, rows: Array, zero: Array, out: Array, order: Array, bits: int
 ) -> None:  # pragma: no cover - Numba
     s1 = np.uint64(bits)
-    for n in range(rows.shape[0]):
+    for n in order:
         a0 = src[rows[n, 0]] if rows[n, 0] >= 0 else zero
         a1 = src[rows[n, 1]] if rows[n, 1] >= 0 else zero
         for p in range(src.shape[1]):
@@ -48,10 +49,10 @@ def _words2(
 
 @numba.njit(cache=True, nogil=True)
 def _words4(
-    src: Array, rows: Array, zero: Array, out: Array, bits: int
+    src: Array, rows: Array, zero: Array, out: Array, order: Array, bits: int
 ) -> None:  # pragma: no cover - Numba
     s1, s2, s3 = np.uint64(bits), np.uint64(2 * bits), np.uint64(3 * bits)
-    for n in range(rows.shape[0]):
+    for n in order:
         a0 = src[rows[n, 0]] if rows[n, 0] >= 0 else zero
         a1 = src[rows[n, 1]] if rows[n, 1] >= 0 else zero
         a2 = src[rows[n, 2]] if rows[n, 2] >= 0 else zero
@@ -69,10 +70,10 @@ def _words4(
 # the 64-bit one above (the same bytes).
 @numba.njit(cache=True, nogil=True)
 def _words4_bytes(
-    src: Array, rows: Array, zero: Array, out: Array
+    src: Array, rows: Array, zero: Array, out: Array, order: Array
 ) -> None:  # pragma: no cover - Numba
     s1, s2, s3 = np.uint32(8), np.uint32(16), np.uint32(24)
-    for n in range(rows.shape[0]):
+    for n in order:
         a0 = src[rows[n, 0]] if rows[n, 0] >= 0 else zero
         a1 = src[rows[n, 1]] if rows[n, 1] >= 0 else zero
         a2 = src[rows[n, 2]] if rows[n, 2] >= 0 else zero
@@ -88,9 +89,9 @@ def _words4_bytes(
 
 @numba.njit(cache=True, nogil=True)
 def _words8(
-    src: Array, rows: Array, zero: Array, out: Array, bits: int
+    src: Array, rows: Array, zero: Array, out: Array, order: Array, bits: int
 ) -> None:  # pragma: no cover - Numba
-    for n in range(rows.shape[0]):
+    for n in order:
         for p in range(src.shape[1]):
             word = np.uint64(0)
             for j in range(8):
@@ -162,10 +163,13 @@ def stack_frames_last(
         flat = src.reshape(src.shape[0], size).view(_UINT[item])
         words = out.reshape(n, size * k).view(_UINT[k * item])
         zero = np.zeros(size, flat.dtype)
+        # a row's current and next stacks one after the other: the frames they share (all
+        # but m of them, for a window of m steps) are read while still in the cache
+        order = np.arange(n).reshape(-1, t.shape[-1]).T.ravel()
         if k == 4 and item == 1:
-            _words4_bytes(flat, rows, zero, words)
+            _words4_bytes(flat, rows, zero, words, order)
         else:
-            _WORDS[k](flat, rows, zero, words, 8 * item)
+            _WORDS[k](flat, rows, zero, words, order, 8 * item)
         return out
     unit = next(u for u in (8, 4, 2, 1) if item % u == 0)
     elems = src.reshape(src.shape[0], size).view(np.uint8).reshape(src.shape[0], size, item)
