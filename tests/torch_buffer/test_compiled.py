@@ -57,6 +57,26 @@ def test_draws_what_sample_draws(device: str, name: str) -> None:
     assert dynamo.utils.counters["stats"]["unique_graphs"] == 1  # no recompile
 
 
+def test_follows_adds_of_env_subsets(device: str) -> None:
+    """Once an add names its envs the buffer counts steps per env: one more graph, then the
+    same draws as ``sample`` again."""
+    import torch._dynamo as dynamo
+
+    dynamo.reset()
+    dynamo.utils.counters.clear()
+    config = dict(capacity=24, num_envs=3, n_step=2, frame_stack=2, finals_per_env=8)
+    eager, compiled = make(device, **config), make(device, **config)
+    sample = rrt.compiled_sampler(compiled, 8)
+    rng = np.random.default_rng(3)
+    for i in range(24):
+        env_ids = None if i < 6 else sorted(rng.choice(3, 2, replace=False).tolist())
+        step = on(random_step(rng, 3 if env_ids is None else 2, p_end=0.25), device)
+        for buf in (eager, compiled):
+            buf.add(**step) if env_ids is None else buf.add(env_ids=env_ids, **step)
+        assert_same_batch(sample(), eager.sample(8))
+    assert dynamo.utils.counters["stats"]["unique_graphs"] <= 2
+
+
 def test_empty_buffer_gives_zero_weights(device: str) -> None:
     buf = make(device, capacity=8)
     batch = rrt.compiled_sampler(buf, 4)()

@@ -144,12 +144,47 @@ def test_save_and_load_in_the_core_format(device: str, tmp_path: Path) -> None:
     assert_same_buffers(loaded, tw.buf)
 
 
+@pytest.mark.parametrize("prioritized", [False, True])
+def test_envs_at_different_steps_convert_both_ways(device: str, prioritized: bool) -> None:
+    """A core buffer fed subsets of its envs becomes a device buffer holding the same, which
+    goes on as the core does, and converts back to the same."""
+    cls = rr.PrioritizedReplayBuffer if prioritized else rr.ReplayBuffer
+    np_buf = cls(24, FIELDS, num_envs=3, n_step=2, frame_stack=2, gamma=0.9)
+    rng = np.random.default_rng(11)
+
+    def both(bufs: list[Any], step: dict[str, Any], env_ids: list[int]) -> None:
+        for b in bufs:
+            ids = np.asarray(env_ids) if isinstance(b, rr.ReplayBuffer) else env_ids
+            b.add(env_ids=ids, **step)
+
+    for _ in range(25):
+        env_ids = sorted(rng.choice(3, size=int(rng.integers(1, 4)), replace=False).tolist())
+        both([np_buf], random_step(rng, len(env_ids), p_end=0.3), env_ids)
+    buf = rrt.from_replay_buffer(np_buf, device=device, finals_per_env=8)
+    np.testing.assert_array_equal(
+        buf._ring.env_counts(), np_buf.state_dict()["arrays"]["index/env"][:, 0]
+    )
+
+    def same(a: rr.ReplayBuffer, b: rrt.DeviceReplayBuffer) -> None:
+        ids = a.sampleable_ids()
+        np.testing.assert_array_equal(b.sampleable_ids().cpu().numpy(), ids)
+        theirs = {k: np.asarray(v) for k, v in a.get_transitions(ids).items()}
+        ours = host(b.get_transitions(torch.from_numpy(ids).to(b.device)))
+        assert_bit_identical(ours, theirs)
+
+    same(np_buf, buf)
+    for _ in range(10):  # both go on alike
+        env_ids = sorted(rng.choice(3, size=int(rng.integers(1, 4)), replace=False).tolist())
+        both([np_buf, buf], random_step(rng, len(env_ids), p_end=0.3), env_ids)
+    same(np_buf, buf)
+    back = buf.to_replay_buffer()
+    np.testing.assert_array_equal(
+        back.state_dict()["arrays"]["index/env"], np_buf.state_dict()["arrays"]["index/env"]
+    )
+    same(back, buf)
+
+
 def test_what_the_device_buffer_cannot_hold_is_refused() -> None:
-    uneven = rr.ReplayBuffer(16, FIELDS, num_envs=2)
-    step = random_step(np.random.default_rng(0), 1)
-    uneven.add(env_ids=[0], **step)
-    with pytest.raises(rr.ConfigError, match="step together"):
-        rrt.from_replay_buffer(uneven)
     many = rr.ReplayBuffer(16, FIELDS)
     for _ in range(10):
         numpy_add(many, random_step(np.random.default_rng(0), 1, p_end=1.0))

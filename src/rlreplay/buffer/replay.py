@@ -91,8 +91,7 @@ class ReplayBuffer:
         storage: ``"memory"`` or ``"memmap"`` (working files in ``path``); ``"shared"``
             (writer processes: :meth:`share`); ``"torch"`` makes a
             :class:`rlreplay.torch.DeviceReplayBuffer` on ``device`` instead (columns, episode
-            index and priorities as tensors there; envs step together; see
-            :mod:`rlreplay.buffer.on_device`).
+            index and priorities as tensors there; see :mod:`rlreplay.buffer.on_device`).
         path: Directory for ``storage="memmap"``.
         next_fields: Non-observation fields to also read at step ``t+m`` (``next_action``,
             ``next_<extra>``); zeros where the window reached the episode's end.

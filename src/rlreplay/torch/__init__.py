@@ -2,8 +2,8 @@
 (``"cpu"``, ``"cuda:0"``, ...) and are updated in place.
 
 :class:`DeviceReplayBuffer` and :class:`DevicePrioritizedReplayBuffer` have the NumPy core's
-semantics (:class:`rlreplay.ReplayBuffer`, :class:`rlreplay.PrioritizedReplayBuffer`) for envs
-that step together (every ``add`` gives one step of every env): the same ids, sampleable
+semantics (:class:`rlreplay.ReplayBuffer`, :class:`rlreplay.PrioritizedReplayBuffer`), for
+envs that step together or subsets of them (``add(..., env_ids=...)``): the same ids, sampleable
 transitions and transition values bit for bit, the same laws for draws, with the JAX buffer's
 one documented difference (``finals_per_env``: an env that ends more episodes than it keeps
 final observations for drops its oldest stored episode whole). ``add``, ``sample`` and
@@ -13,7 +13,8 @@ training loop on a GPU keeps its queue full. :func:`to_replay_buffer` /
 :func:`load` use the core's format).
 
 Owns: the device buffer's bookkeeping (``ring``), draws (``draws``), transitions
-(``assemble``), priorities (``prioritized``), conversions (``convert``). The field columns are
+(``assemble``), priorities (``prioritized``), conversions (``convert``), the compiled
+sample (``compiled``). The field columns are
 a :class:`rlreplay.storage.TorchStorage`, the priority trees
 :mod:`rlreplay.sampling.torch_trees`; the arguments are checked by the core's own checks.
 Torch is imported when a buffer is made (``import rlreplay`` stays free of it; this package's

@@ -50,7 +50,7 @@ def to_replay_buffer(buf: DeviceReplayBuffer, *, seed: int | None = None) -> Rep
         return np.asarray(t.cpu().numpy(), np.int64)
 
     index = Index(
-        count=np.full(c.num_envs, ring.count, np.int64), head=host(ring.head),
+        count=ring.env_counts(), head=host(ring.head),
         last_end=host(ring.last_end), lo=host(ring.lo), hi=host(ring.hi),
         f_count=host(ring.f_count), f_head=host(ring.f_head), ep_start=host(ring.ep_start),
         final_fid=host(ring.final_fid), final_owner=host(ring.final_owner),
@@ -88,9 +88,10 @@ def from_replay_buffer(
 
     Args:
         np_buf: An :class:`rlreplay.ReplayBuffer` or a
-            :class:`rlreplay.PrioritizedReplayBuffer` whose envs have all added the same
-            number of steps. A rank-based buffer's ranks become exact at every draw (the
-            core's ``sort_interval=1``), whatever its ``sort_interval``.
+            :class:`rlreplay.PrioritizedReplayBuffer` (its envs may have added different
+            numbers of steps, as after ``add(..., env_ids=...)``). A rank-based buffer's
+            ranks become exact at every draw (the core's ``sort_interval=1``), whatever its
+            ``sort_interval``.
         device: The device buffer's torch device.
         finals_per_env: Final observations kept per env (default: the device buffer's
             default, or more if the NumPy buffer holds more).
@@ -98,12 +99,13 @@ def from_replay_buffer(
 
     Raises:
         rlreplay.ConfigError: A buffer the device buffer cannot represent (naming why): other
-            samplers, recorded episodic returns, envs at different
-            steps, abandoned episodes, ``finals_per_env`` below the final observations held.
+            samplers, recorded episodic returns, abandoned episodes, ``finals_per_env``
+            below the final observations held.
     """
     got = read_contents(
-        np_buf, kind="device", finals_per_env=finals_per_env, default_finals=default_finals
-    )
+        np_buf, kind="device", finals_per_env=finals_per_env, default_finals=default_finals,
+        lockstep=False,
+    )  # fmt: skip
     common: dict[str, Any] = dict(
         finals_per_env=got.finals_per_env, device=device, seed=seed, **got.kwargs
     )
@@ -117,7 +119,7 @@ def from_replay_buffer(
         st.assign(st.steps[name], Ellipsis, got.steps[name])
     for name in buf.config.observation_names:
         st.assign(st.finals[name], Ellipsis, got.finals[name])
-    ring.count = int(ix.count[0])
+    ring.set_counts(ix.count)
     for t, values in (
         (ring.head, ix.head), (ring.lo, ix.lo), (ring.hi, ix.hi), (ring.last_end, ix.last_end),
         (ring.f_count, ix.f_count), (ring.f_head, ix.f_head), (ring.ep_start, ix.ep_start),
