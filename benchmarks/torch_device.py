@@ -12,7 +12,7 @@ extended with a TensorDict of the ``E`` transitions (``obs``, ``action``, ``rewa
 also assembles n-step windows (``--n-step``) and tracks episodes; TorchRL samples stored rows.
 Prints µs per iteration (median of 5 rounds after a warm-up) and the ratio TorchRL / rlreplay
 (above 1: rlreplay is faster). On a GPU every round ends with ``torch.cuda.synchronize()``.
-``--compile`` adds a uniform row whose sample is :func:`rlreplay.torch.compiled_sampler` (on a
+``--compile`` adds rows whose sample is :func:`rlreplay.torch.compiled_sampler` (on a
 GPU with ``mode="reduce-overhead"``: a CUDA graph). ``--count-ops`` also prints how many torch
 ops (views and other metadata-only ops left out: roughly the kernels a GPU launches) one
 ``add``, ``sample`` and ``update_priorities`` run.
@@ -193,7 +193,7 @@ def main() -> None:
     p.add_argument("--count-ops", action="store_true", help="also print torch ops per call")
     p.add_argument(
         "--compile", action="store_true",
-        help="also time the uniform loop with rrt.compiled_sampler (compiles first: seconds)",
+        help="also time the loops with rrt.compiled_sampler (compiles first: seconds)",
     )  # fmt: skip
     args = p.parse_args()
     if args.threads:
@@ -218,11 +218,14 @@ def main() -> None:
             b = timed(torchrl(args, prioritized), pool, args)
         except (ImportError, RuntimeError) as exc:  # e.g. TorchRL built without its C++ trees
             print(f"| {name} | {a:.0f} | n/a ({type(exc).__name__}: {str(exc)[:60]}) | |")
+            if args.compile:
+                a = timed(ours(args, prioritized, compiled=True), pool, args)
+                print(f"| {name}, compiled_sampler | {a:.0f} | n/a | |")
             continue
         print(f"| {name} | {a:.0f} | {b:.0f} | {b / a:.2f} |")
-        if args.compile and not prioritized:
-            a = timed(ours(args, False, compiled=True), pool, args)
-            print(f"| uniform, compiled_sampler | {a:.0f} | {b:.0f} | {b / a:.2f} |")
+        if args.compile:
+            a = timed(ours(args, prioritized, compiled=True), pool, args)
+            print(f"| {name}, compiled_sampler | {a:.0f} | {b:.0f} | {b / a:.2f} |")
 
 
 if __name__ == "__main__":

@@ -26,6 +26,9 @@ CONFIGS: dict[str, dict[str, Any]] = {
     "1-step, 1 env, stack 2 first": dict(
         capacity=12, num_envs=1, frame_stack=2, stack_pad="first", finals_per_env=12
     ),
+    "prioritized, 3-step, 2 envs, beta schedule": dict(
+        capacity=24, num_envs=2, n_step=3, prioritized=True, beta_steps=20, alpha=0.7
+    ),
 }
 
 
@@ -53,7 +56,11 @@ def test_draws_what_sample_draws(device: str, name: str) -> None:
         if i == 17:
             eager.clear()
             compiled.clear()
-        assert_same_batch(sample(), eager.sample(16))
+        assert_same_batch(got := sample(), eager.sample(16))
+        if eager.config.prioritized:
+            p = got["reward"].abs().double() + 0.1
+            eager.update_priorities(got["ids"], p)
+            compiled.update_priorities(got["ids"], p)
     assert dynamo.utils.counters["stats"]["unique_graphs"] == 1  # no recompile
 
 
@@ -86,7 +93,7 @@ def test_empty_buffer_gives_zero_weights(device: str) -> None:
 @pytest.mark.parametrize(
     "kwargs, match",
     [
-        (dict(prioritized=True), "uniform DeviceReplayBuffer"),
+        (dict(prioritized=True, variant="rank_based"), "variant='rank_based'"),
         (dict(recent_ratio=0.5, recent_steps=4), "recent_ratio=0.5"),
         (dict(replacement=False), "replacement=False"),
     ],

@@ -462,13 +462,21 @@ class TorchSumTree(_TorchSegmentTree):
         n = u.shape[0]
         total = self._nodes[self._root, 0]
         if stratified:
-            i = self._strata.get(n)
-            if i is None:  # kept per batch size (one arange less per draw)
-                i = self._strata[n] = torch.arange(n, dtype=torch.float64, device=self.device)
-            masses = (i + u) * (total / n) if n else u
+            masses = (self.strata(n) + u) * (total / n) if n else u
         else:
             masses = u * total
         return self._descend(masses)
+
+    def strata(self, n: int) -> Tensor:
+        """``arange(n)`` as float64 on the device: the strata of a stratified draw of ``n``,
+        made once per ``n`` (one op less per draw; a compiled caller makes it before
+        compiling, so that the graph finds it)."""
+        import torch
+
+        i = self._strata.get(n)
+        if i is None:
+            i = self._strata[n] = torch.arange(n, dtype=torch.float64, device=self.device)
+        return i
 
     def _descend(self, masses: Tensor) -> Tensor:
         """Leaf of each mass, exactly as :func:`~rlreplay.sampling.tree_kernels._descend_all`:

@@ -88,18 +88,20 @@ def compiled_sampler(
     from rlreplay.torch.buffer import DevicePrioritizedReplayBuffer
 
     c = buf.config
-    if isinstance(buf, DevicePrioritizedReplayBuffer):
+    if isinstance(buf, DevicePrioritizedReplayBuffer) and c.rank_based:
         raise ConfigError(
-            "compiled_sampler: expected a uniform DeviceReplayBuffer, got a "
-            "DevicePrioritizedReplayBuffer"
+            "compiled_sampler: expected a uniform or a proportional prioritized buffer, got "
+            "variant='rank_based'"
         )
-    if c.recent_ratio > 0 or not c.replacement:
+    if not c.prioritized and (c.recent_ratio > 0 or not c.replacement):
         raise ConfigError(
             "compiled_sampler: expected a buffer drawing with replacement and no recency mix, "
             f"got recent_ratio={c.recent_ratio}, replacement={c.replacement}"
         )
     B = positive_int("batch_size", batch_size)
     buf._budget.check("batch_size", B, B, "compiled_sampler")
+    if c.prioritized:
+        return _prioritized(buf, B, mode, compile_kwargs)
     ring, assembler, device = buf._ring, buf._assembler, buf.device
 
     def draw_and_assemble(u: Tensor) -> dict[str, Tensor]:
@@ -122,5 +124,43 @@ def compiled_sampler(
             compiled = True
         u = torch.rand(B, dtype=torch.float64, device=device, generator=buf._gen)
         return DeviceBatch(graph(u))
+
+    return sample
+
+
+def _prioritized(
+    buf: DeviceReplayBuffer, B: int, mode: str | None, compile_kwargs: dict[str, Any]
+) -> Callable[[], DeviceBatch]:
+    """:func:`compiled_sampler` of a proportional prioritized buffer: ``beta`` (the schedule's
+    value, advanced on the host as ``sample`` advances it) goes in as a 0-d tensor on the
+    device, so that a new value neither recompiles nor leaves the graph."""
+    import torch
+
+    pri, assembler, device = buf._prio, buf._assembler, buf.device
+    assert pri is not None
+    beta_t = torch.zeros((), dtype=torch.float64, device=device)
+    pri.sums.strata(B)  # made before compiling: the graph reads it, never makes it
+
+    def draw_and_assemble(u: Tensor, beta: Tensor) -> dict[str, Tensor]:
+        env, t, probabilities, weights = pri.draw_proportional(u, beta)
+        out = assembler.transitions(env, t)
+        out["weights"] = weights
+        out["probabilities"] = probabilities
+        return out
+
+    graph = torch.compile(
+        draw_and_assemble, fullgraph=True, dynamic=False, mode=mode, **compile_kwargs
+    )
+    compiled = False
+
+    def sample() -> DeviceBatch:
+        nonlocal compiled
+        if not compiled:
+            _log.info("compiling a device buffer's sample of %d on %s (once)", B, device)
+            compiled = True
+        beta_t.fill_(pri.beta())
+        pri.beta_step += 1
+        u = torch.rand(B, dtype=torch.float64, device=device, generator=buf._gen)
+        return DeviceBatch(graph(u, beta_t))
 
     return sample

@@ -243,6 +243,16 @@ class Priorities:
             env, t = self.ring.step_in_row(leaf)
             return env, t, probabilities, weights
         u = torch.rand(batch_size, dtype=torch.float64, device=self.prio.device, generator=gen)
+        return self.draw_proportional(u, beta)
+
+    def draw_proportional(
+        self, u: Tensor, beta: float | Tensor
+    ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+        """:meth:`draw` of a proportional buffer from its float64 uniforms ``u`` (``(B,)`` in
+        ``[0, 1)``), with ``beta`` given (a float, or a 0-d float64 tensor: the same
+        weights)."""
+        import torch
+
         leaf = self.sums.sample(u, stratified=self.config.stratified)
         m = self.sums.get(leaf)
         positive = m > 0
