@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from rlreplay.buffer.episodes import StoredRange
 from rlreplay.buffer.sync import flag
 from rlreplay.errors import (
     ConfigError,
@@ -532,6 +533,20 @@ class DeviceReplayBuffer:
         env = torch.remainder(idx, E)
         t = torch.div(idx, E, rounding_mode="floor")
         return (idx >= 0) & self._ring.sampleable(env, t)
+
+    @property
+    def num_stored(self) -> Tensor:
+        """A 0-d int64 tensor: steps stored over all envs (no wait for the device)."""
+        ring = self._ring
+        return (ring.now - ring.head).sum()
+
+    def stored_range(self) -> StoredRange:
+        """Each env's stored steps ``first[e] .. end[e] - 1``, as
+        :meth:`rlreplay.ReplayBuffer.stored_range` gives them (int64 NumPy arrays of shape
+        ``(num_envs,)``). Waits for the device."""
+        ring = self._ring
+        first = np.asarray(ring.head.cpu().numpy(), np.int64)
+        return StoredRange(first, ring.env_counts())
 
     def sampleable_ids(self) -> Tensor:
         """Every sampleable id (int64 on the device), env after env, ascending within each,

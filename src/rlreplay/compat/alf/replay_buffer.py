@@ -88,7 +88,13 @@ from rlreplay.compat.alf._setup import (
 from rlreplay.compat.alf._types import BatchInfo, StepType
 from rlreplay.compat.alf.segment_tree import check_device
 
-__all__ = ["BatchInfo", "ReplayAssertionError", "ReplayBuffer", "StepType"]
+__all__ = [
+    "BatchInfo",
+    "HostReplayBuffer",
+    "ReplayAssertionError",
+    "ReplayBuffer",
+    "StepType",
+]
 
 Array = np.ndarray[Any, Any]
 
@@ -119,7 +125,12 @@ class ReplayBuffer(Sampling, torch.nn.Module):
         device: ``"cpu"`` or ``"cuda"``: where :meth:`dequeue`, :meth:`get_field`, the position
             queries and ``gather_all(convert_to_default_device=False)`` create tensors.
             :meth:`get_batch` and ``gather_all()`` return on torch's default device, which is
-            ALF's default device.
+            ALF's default device. ``"cuda"`` (any device but the CPU) also keeps the data
+            there: the buffer is then a
+            :class:`~rlreplay.compat.alf._device.DeviceReplayBuffer`, which refuses
+            ``prioritized_sampling``, episode information, ``allow_multiprocess``,
+            ``enable_checkpoint``, ``max_length=1`` and blocking calls
+            (:class:`HostReplayBuffer` keeps the data on the host and offers them all).
         allow_multiprocess: Let other processes use this buffer, as ALF's shared-memory one:
             a forked child, or a process it is pickled to (a ``Process`` argument, fork or
             spawn), gets a handle whose every method and property runs in this process (over
@@ -156,6 +167,18 @@ class ReplayBuffer(Sampling, torch.nn.Module):
     """
 
     ONE_MINUS = np.float32(1) - np.finfo(np.float32).eps
+
+    def __new__(cls, *args: Any, **kwargs: Any) -> Any:
+        """``ReplayBuffer(..., device=<an accelerator>)`` makes a
+        :class:`~rlreplay.compat.alf._device.DeviceReplayBuffer`: the data on that device
+        (``device="cpu"``, or ``"cuda"`` where CUDA is not available: this class)."""
+        if cls is ReplayBuffer and _on_accelerator(
+            kwargs["device"] if "device" in kwargs else args[9] if len(args) > 9 else "cpu"
+        ):
+            from rlreplay.compat.alf._device import DeviceReplayBuffer
+
+            cls = DeviceReplayBuffer
+        return super().__new__(cls)
 
     def __init__(
         self,
@@ -505,4 +528,28 @@ class ReplayBuffer(Sampling, torch.nn.Module):
         return self._nest(data, device), info
 
 
+def _on_accelerator(device: Any) -> bool:
+    """Whether ``device`` names a usable torch device other than the CPU."""
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, TypeError):
+        return False  # (the constructor says why)
+    return dev.type != "cpu" and (dev.type != "cuda" or torch.cuda.is_available())
+
+
 forward_public(ReplayBuffer)  # a handle's calls run in the owner
+
+
+class HostReplayBuffer(ReplayBuffer):
+    """:class:`ReplayBuffer` with its data on the host whatever ``device`` is (``device``
+    only places the tensors it hands back): every option, ``prioritized_sampling`` and
+    episode information included, where ``ReplayBuffer(..., device="cuda")`` keeps the data on
+    the device and refuses those (:class:`~rlreplay.compat.alf._device.DeviceReplayBuffer`)."""
+
+
+def __getattr__(name: str) -> Any:
+    if name == "DeviceReplayBuffer":  # (defined over this module's ReplayBuffer)
+        from rlreplay.compat.alf._device import DeviceReplayBuffer
+
+        return DeviceReplayBuffer
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,0 +1,293 @@
+"""ALF's replay buffer with its data on a torch device (``ReplayBuffer(..., device="cuda")``,
+:class:`rlreplay.compat.alf._device.DeviceReplayBuffer`), run here on torch's CPU device: for
+the same stream of ``add_batch`` calls (all envs or subsets, tensors or arrays) and the same
+``torch.manual_seed``, it returns what the host-backed buffer returns, value for value:
+``get_batch`` (the same draws), ``gather_all``, ``dequeue``, ``clear``, ``get_field``,
+``total_size``; and it refuses, naming them, the options it does not offer."""
+
+from __future__ import annotations
+
+import collections
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import rlreplay as rr
+from rlreplay.compat.alf import ReplayAssertionError, ReplayBuffer, StepType, TensorSpec
+from rlreplay.compat.alf.replay_buffer import HostReplayBuffer, _on_accelerator
+from rlreplay.compat.alf.tensor_specs import flatten_spec
+from tests.torch_device.helpers import DEVICES, no_host_sync
+
+Exp = collections.namedtuple("Exp", "step_type reward discount observation")
+SPEC = Exp(
+    step_type=TensorSpec((), torch.int32),
+    reward=TensorSpec(()),
+    discount=TensorSpec(()),
+    observation={
+        "obs": TensorSpec((2,)),
+        "image": TensorSpec((3,), torch.uint8),
+        "half": TensorSpec((), torch.bfloat16),
+    },
+)
+SPEC_NO_REWARD = {"x": TensorSpec((2,), torch.float64), "n": (TensorSpec((), torch.int64),)}
+
+
+def device_rb(spec: Any, E: int, device: str = "cpu", **kw: Any) -> Any:
+    from rlreplay.compat.alf.replay_buffer import DeviceReplayBuffer
+
+    return DeviceReplayBuffer(spec, E, device=device, **kw)
+
+
+def pair(spec: Any, E: int, seed: int, device: str = "cpu", **kw: Any) -> tuple[Any, Any]:
+    """A host-backed and a device-backed buffer whose draws are seeded alike."""
+    torch.manual_seed(seed)
+    host = ReplayBuffer(spec, E, **kw)
+    torch.manual_seed(seed)
+    dev = device_rb(spec, E, device, **kw)
+    return host, dev
+
+
+def batch_of(spec: Any, rng: np.random.Generator, B: int, device: str, tensors: bool) -> Any:
+    """A nest of random values of ``B`` steps (tensors on ``device`` or NumPy arrays)."""
+
+    def value(s: TensorSpec) -> Any:
+        shape = (B, *s.shape)
+        if s.dtype == torch.int32:  # step_type
+            arr = rng.integers(0, 3, shape).astype(np.int32)
+        elif s.dtype == torch.uint8:
+            arr = rng.integers(0, 255, shape).astype(np.uint8)
+        elif s.dtype == torch.int64:
+            arr = rng.integers(-9, 9, shape)
+        else:
+            arr = rng.standard_normal(shape)
+        t = torch.from_numpy(arr).to(s.dtype)
+        if tensors:
+            return t.to(device)
+        return t.float().numpy() if s.dtype == torch.bfloat16 else t.numpy()
+
+    def build(node: Any) -> Any:
+        if isinstance(node, TensorSpec):
+            return value(node)
+        if isinstance(node, dict):
+            return {k: build(v) for k, v in node.items()}
+        if hasattr(node, "_fields"):
+            return type(node)(*(build(v) for v in node))
+        return type(node)(build(v) for v in node)
+
+    return build(spec)
+
+
+def assert_same(ours: Any, theirs: Any) -> None:
+    """Two nests (or BatchInfos) with equal leaves: same shapes, dtypes and values."""
+    if isinstance(theirs, torch.Tensor):
+        assert isinstance(ours, torch.Tensor), (type(ours), theirs)
+        assert ours.shape == theirs.shape and ours.dtype == theirs.dtype, (ours, theirs)
+        assert torch.equal(ours.cpu(), theirs.cpu()), (ours, theirs)
+    elif isinstance(theirs, dict):
+        assert list(ours) == list(theirs)
+        for k in theirs:
+            assert_same(ours[k], theirs[k])
+    elif isinstance(theirs, tuple | list) and not hasattr(theirs, "replay_buffer"):
+        assert type(ours) is type(theirs) and len(ours) == len(theirs)
+        for a, b in zip(ours, theirs, strict=True):
+            assert_same(a, b)
+    elif hasattr(theirs, "replay_buffer"):  # BatchInfo: every field but the buffer
+        for name in ("env_ids", "positions", "importance_weights", "discounted_return"):
+            assert_same(getattr(ours, name), getattr(theirs, name))
+    else:
+        assert ours == theirs
+
+
+def both(host: Any, dev: Any, call: str, *args: Any, **kwargs: Any) -> None:
+    """The same call on both: the same result, or the same error type."""
+    try:
+        theirs = getattr(host, call)(*args, **kwargs)
+    except (rr.ReplayError, AssertionError, IndexError) as exc:
+        with pytest.raises(type(exc)):
+            getattr(dev, call)(*args, **kwargs)
+        return
+    ours = getattr(dev, call)(*args, **kwargs)
+    assert_same(ours, theirs)
+
+
+OPTIONS: list[dict[str, Any]] = [
+    dict(max_length=6),
+    dict(max_length=5, with_replacement=True),
+    dict(max_length=16, recent_data_ratio=0.5, recent_data_steps=2),
+    dict(max_length=2),
+]
+
+ops = st.lists(
+    st.one_of(
+        st.tuples(st.just("add"), st.integers(0, 2**31 - 1), st.integers(1, 20)),
+        st.tuples(st.just("get_batch"), st.integers(1, 9), st.integers(1, 4)),
+        st.tuples(st.just("dequeue"), st.integers(0, 2**31 - 1), st.integers(1, 4)),
+        st.tuples(st.just("clear"), st.integers(0, 2**31 - 1), st.just(0)),
+        st.tuples(st.just("read"), st.integers(0, 2**31 - 1), st.just(0)),
+    ),
+    min_size=1,
+    max_size=20,
+)
+
+
+@settings(deadline=None, max_examples=40, suppress_health_check=[HealthCheck.too_slow])
+@given(options=st.sampled_from(range(len(OPTIONS))), script=ops, seed=st.integers(0, 2**16))
+def test_random_use_matches_the_host_backed_buffer(
+    options: int, script: list[tuple[str, int, int]], seed: int
+) -> None:
+    E = 3
+    host, dev = pair(SPEC, E, seed, **OPTIONS[options])
+    rng = np.random.default_rng(seed)
+    for op, a, b in script:
+        pick = np.random.default_rng(a)
+        if op == "add":
+            for i in range(b):
+                kind = pick.integers(0, 4)
+                envs = None if kind == 0 else pick.permutation(E)[: pick.integers(1, E + 1)]
+                B = E if envs is None else envs.shape[0]
+                values = batch_of(SPEC, rng, B, "cpu", tensors=bool(i % 2))
+                given_envs: Any = envs
+                if envs is not None and kind == 1:
+                    given_envs = torch.from_numpy(envs)
+                host.add_batch(values, envs)
+                dev.add_batch(values, given_envs)
+        elif op == "get_batch":
+            both(host, dev, "get_batch", a, b)
+        elif op == "dequeue":
+            envs = None if pick.random() < 0.4 else pick.permutation(E)[: pick.integers(1, E + 1)]
+            both(host, dev, "dequeue", envs, b)
+        elif op == "clear":
+            envs = None if pick.random() < 0.3 else list(pick.integers(-E, E, 2))
+            both(host, dev, "clear", envs)
+        else:
+            both(host, dev, "gather_all")
+            both(host, dev, "gather_all", convert_to_default_device=False)
+            assert int(dev.total_size) == int(host.total_size)
+            heads, counts = host._bounds()
+            env = pick.integers(0, E, 4)
+            stored = counts[env] > heads[env]
+            if stored.any():  # stored positions
+                env = env[stored]
+                pos = pick.integers(heads[env], counts[env])
+                both(host, dev, "get_field", "observation", torch.from_numpy(env), pos)
+                both(host, dev, "get_field", ["reward", "observation.half"], env[:1], pos[:1])
+            e = int(pick.integers(0, E))  # one just before or after the stored ones
+            bad = heads[e] - 1 if heads[e] > 0 and pick.random() < 0.5 else counts[e]
+            both(host, dev, "get_field", "observation.obs", [e], [bad])
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("options", range(len(OPTIONS)))
+def test_a_long_stream_on_the_device(device: str, options: int) -> None:
+    """Tensors on ``device`` in, the same batches as the host-backed buffer's out."""
+    E = 4
+    spec = SPEC if options % 2 else SPEC_NO_REWARD
+    host, dev = pair(spec, E, 7 + options, device, **OPTIONS[options])
+    rng = np.random.default_rng(options)
+    for i in range(60):
+        envs = np.flatnonzero(rng.random(E) < 0.8)
+        values = batch_of(spec, rng, envs.shape[0], device, tensors=True)
+        host.add_batch(values, envs)
+        dev.add_batch(values, torch.from_numpy(envs).to(device))
+        if i % 6 == 5:
+            both(host, dev, "get_batch", 13, 2)
+            both(host, dev, "get_batch", 4, 1)
+            assert int(dev.total_size) == int(host.total_size)
+        if i == 40:
+            both(host, dev, "dequeue", [2, 0], 1)
+    assert dev.device == torch.device(device)
+    assert dev.device_buffer.storage.steps[dev.field_names[next(iter(dev.field_names))]].device == (
+        torch.device(device)
+    )
+    both(host, dev, "clear", [1])
+    both(host, dev, "dequeue", [0, 3], 2)
+
+
+def test_add_batch_with_device_env_ids_never_waits() -> None:
+    dev = device_rb(SPEC, 3, max_length=8)
+    rng = np.random.default_rng(0)
+    steps = [batch_of(SPEC, rng, 2, "cpu", tensors=True) for _ in range(12)]
+    envs = [torch.from_numpy(rng.permutation(3)[:2]) for _ in range(12)]
+    with no_host_sync("cpu") as counter:
+        for values, e in zip(steps, envs, strict=True):
+            dev.add_batch(values, e)
+        _ = dev.total_size
+    assert dict(counter.calls) == {}
+
+
+def test_broadcast_and_dtype_rules_are_the_host_backed_ones() -> None:
+    host, dev = pair(SPEC, 2, 0)
+    values = batch_of(SPEC, np.random.default_rng(0), 2, "cpu", tensors=True)
+    values = values._replace(reward=torch.tensor(1.5), discount=torch.tensor(1.0))  # broadcast
+    host.add_batch(values)
+    dev.add_batch(values)
+    both(host, dev, "gather_all")
+    wrong = values._replace(reward=torch.ones(2, dtype=torch.float64))
+    with pytest.raises(rr.DTypeError, match="Index put requires"):
+        dev.add_batch(wrong)
+    with pytest.raises(rr.ShapeError, match="batch_size 3 given for 2"):
+        dev.add_batch(values._replace(discount=torch.ones(3)))
+    with pytest.raises(rr.FieldError, match="observation"):
+        dev.add_batch(values._replace(observation={}))
+    with pytest.raises(rr.InvalidIdError, match="unique"):
+        dev.add_batch(values, [1, 1])
+    both(host, dev, "gather_all")  # nothing was added by the refused calls
+
+
+@pytest.mark.parametrize(
+    ("kw", "option"),
+    [
+        (dict(prioritized_sampling=True), "prioritized_sampling"),
+        (dict(keep_episodic_info=True), "keep_episodic_info"),
+        (dict(num_earliest_frames_ignored=2), "num_earliest_frames_ignored"),
+        (dict(record_episodic_return=True), "record_episodic_return"),
+        (dict(allow_multiprocess=True), "allow_multiprocess"),
+        (dict(enable_checkpoint=True), "enable_checkpoint"),
+        (dict(max_length=1), "max_length"),
+        (dict(device="nowhere"), "device"),
+    ],
+)
+def test_options_it_does_not_offer_are_refused(kw: dict[str, Any], option: str) -> None:
+    with pytest.raises(rr.ConfigError, match=f"^{option}:.*"):
+        device_rb(SPEC, 2, **kw)
+
+
+def test_refused_calls_name_what_to_use() -> None:
+    dev = device_rb(SPEC, 2, max_length=4)
+    values = batch_of(SPEC, np.random.default_rng(0), 2, "cpu", tensors=True)
+    with pytest.raises(rr.ConfigError, match="blocking"):
+        dev.add_batch(values, blocking=True)
+    dev.add_batch(values)
+    with pytest.raises(rr.ConfigError, match="blocking"):
+        dev.dequeue(n=1, blocking=True)
+    with pytest.raises(rr.ConfigError, match="device_buffer"):
+        _ = dev.core
+    with pytest.raises(ReplayAssertionError, match="prioritized_sampling"):
+        dev.update_priority([0], [0], [1.0])
+    for query in ("steps_to_episode_end", "get_episode_begin_position",
+                  "get_disc_0_begin_position"):  # fmt: skip
+        with pytest.raises(ReplayAssertionError, match="keep_episodic_info"):
+            getattr(dev, query)(torch.tensor([0]), torch.tensor([0]))
+    assert dev.initial_priority.item() == 1.0
+    assert dev.state_dict() == ReplayBuffer(SPEC, 2).state_dict()  # (no contents)
+    assert int(dev.total_size) == 2 and dev.max_length == 4 and dev.num_environments == 2
+    assert dev.field_names["observation.obs"] == "observation__obs"
+    assert "device='cpu'" in repr(dev)
+    assert StepType.LAST == 2
+
+
+def test_which_class_a_device_makes() -> None:
+    """An accelerator keeps the data there; the CPU (and CUDA where it is missing: the
+    host-backed buffer's error) keeps the host-backed buffer."""
+    assert type(ReplayBuffer(SPEC, 2)) is ReplayBuffer
+    assert type(ReplayBuffer(SPEC, 2, device="cpu")) is ReplayBuffer
+    assert type(HostReplayBuffer(SPEC, 2, device="cpu")) is HostReplayBuffer
+    assert not _on_accelerator("cpu") and not _on_accelerator("tpu")
+    assert _on_accelerator("cuda") == torch.cuda.is_available()
+    assert _on_accelerator("meta")
+    leaves = [".".join(p) for p, _ in flatten_spec(SPEC)]
+    assert leaves[-1] == "observation.half"
