@@ -335,3 +335,25 @@ def test_device_env_ids_never_wait_for_the_device(device: str) -> None:
                     buf.clear()
                 buf.add(**every)  # every env, counted per env
         assert dict(counter.calls) == {}
+
+
+@pytest.mark.parametrize("config", [0, 4])
+def test_sampled_sequences_of_env_subsets(device: str, config: int) -> None:
+    """Starts drawn among the stored (pad) or whole (no pad) runs of each env's own range,
+    and rows that are the core's sequences of those starts."""
+    buf = make(device, **CONFIGS[config])
+    tw = SubsetTwins(buf)
+    rng = np.random.default_rng(config)
+    E = buf.num_envs
+    for _ in range(40):
+        envs = np.flatnonzero(rng.random(E) < [0.9, 0.5, 0.2][:E])
+        tw.add(random_step(rng, E, p_end=0.2), envs, "tensor")
+    stored = set(tw.stored_ids().tolist())
+    for pad in (True, False):
+        b = host(buf.sample_sequences(64, 3, pad=pad))
+        assert set(b["ids"].tolist()) <= stored
+        if not pad:
+            assert b["mask"].all()
+        theirs = tw.np_buf.get_sequences(b["ids"], 3)
+        ours = {k: v for k, v in b.items() if k not in ("weights", "probabilities")}
+        assert_bit_identical(ours, {k: np.asarray(v) for k, v in theirs.items()})
