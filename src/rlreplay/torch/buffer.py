@@ -84,7 +84,7 @@ class DeviceReplayBuffer:
       count on the host and raises :class:`~rlreplay.EmptyBufferError`);
       :meth:`get_transitions` of ids that are not sampleable returns arbitrary values.
     * :meth:`dequeue` never blocks (one thread uses a buffer).
-    * Not offered: whole episodes, abandoned episodes, transforms, rate
+    * Not offered: abandoned episodes, transforms, rate
       limiters, memmap storage (:meth:`to_replay_buffer` gives a NumPy buffer that has them).
 
     Host synchronisation: given tensors on the device, :meth:`add`, :meth:`sample`,
@@ -715,6 +715,58 @@ class DeviceReplayBuffer:
         out["weights"] = weights
         if probabilities is not None:
             out["probabilities"] = probabilities
+        return DeviceBatch(out)
+
+    @property
+    def num_episodes(self) -> Tensor:
+        """A 0-d int64 tensor: how many complete episodes (ended, every step still stored)
+        :meth:`sample_episodes` draws from (no wait for the device)."""
+        from rlreplay.torch.episodes import complete_records
+
+        return complete_records(self._ring)[1].sum()
+
+    def sample_episodes(self, n: int, *, max_length: int | None = None) -> DeviceBatch:
+        """Draw ``n`` complete episodes (ended with a final observation, every step still
+        stored) uniformly, with replacement, as :meth:`rlreplay.ReplayBuffer.sample_episodes`
+        draws them (from the buffer's generator).
+
+        Each row holds one episode's steps from its first: the keys of :meth:`get_sequences`
+        (per-step fields, ``next_<obs>``, ``mask``, ``next_known``, ``ids`` and ``env_ids`` of
+        the first steps) plus ``lengths``, each episode's length.
+
+        Args:
+            n: Episodes.
+            max_length: Steps per row. ``None`` (the core's shapes): the longest drawn
+                episode's length, read on the host (a wait for the device), and an
+                :class:`~rlreplay.EmptyBufferError` when no complete episode is stored. Given
+                (as the JAX buffer's): no wait, rows of ``max_length`` steps (an episode longer
+                than that gives its first ``max_length`` steps, with its full ``lengths``), and
+                arbitrary rows with ``lengths`` 0 where none is stored.
+
+        Raises:
+            ConfigError: ``n`` or ``max_length`` not a positive int, or a result above the
+                size budget.
+            EmptyBufferError: ``max_length=None`` and no complete episode is stored.
+        """
+        from rlreplay.torch import sequences
+        from rlreplay.torch.episodes import draw_episodes
+
+        n = positive_int("n", n)
+        if max_length is not None:
+            max_length = positive_int("max_length", max_length)
+            self._budget.check("n", n, n * max_length, "sample_episodes", "step")
+        else:
+            self._budget.check("n", n, n, "sample_episodes", "step")
+        env, start, lengths, total = draw_episodes(self._ring, n, self._gen)
+        if max_length is None:
+            if not bool(total > 0):
+                raise EmptyBufferError("sample_episodes: no complete episode is stored")
+            max_length = int(lengths.max())
+            self._budget.check("n", n, n * max_length, "sample_episodes", "step")
+        else:
+            lengths = lengths.masked_fill(total == 0, 0)
+        out = sequences.gather(self._ring, self._storage, env, start, max_length, True)
+        out["lengths"] = lengths
         return DeviceBatch(out)
 
     def get_sequences(self, ids: Any, length: int, *, within_episode: bool = True) -> DeviceBatch:
