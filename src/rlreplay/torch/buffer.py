@@ -335,11 +335,12 @@ class DeviceReplayBuffer:
                 :meth:`rlreplay.ReplayBuffer.add` takes them: distinct ints in ``[0,
                 num_envs)``, in any order; every value then has a leading axis
                 ``len(env_ids)``. A 1-D integer tensor (on the device: no host
-                synchronisation), a NumPy array or a list. Host values are checked in full
-                (1-D, integers, in range, distinct); of a tensor only its shape and dtype are
-                checked (its values would have to be read on the host): out-of-range values
-                are a device-side indexing error and duplicates leave the envs' bookkeeping
-                undefined.
+                synchronisation), a NumPy array or a list. Host values (and a CPU tensor
+                given to a buffer on another device) are checked in full (1-D, integers, in
+                range, distinct); of a tensor on the buffer's device only its shape and dtype
+                are checked (its values would have to be read on the host): out-of-range
+                values are a device-side indexing error and duplicates leave the envs'
+                bookkeeping undefined.
             **values: Every declared field, ``reward``, ``terminated``, ``truncated`` and
                 ``next_<obs>`` for each observation field, each with a leading axis ``E``
                 (``len(env_ids)`` with ``env_ids``; omittable when ``E == 1``): tensors (used
@@ -431,12 +432,16 @@ class DeviceReplayBuffer:
                     f"env_ids: expected a 1-D sequence of ints, got {dt} with shape "
                     f"{tuple(env_ids.shape)}"
                 )
-            if env_ids.shape[0] > E:
-                raise InvalidIdError(
-                    f"env_ids: expected at most num_envs={E} distinct envs, got {env_ids.shape[0]}"
-                )
-            t = env_ids.to(self.device, non_blocking=env_ids.device.type == "cpu")
-            return t.long(), None
+            if env_ids.device.type == "cpu" and self.device.type != "cpu":
+                env_ids = env_ids.numpy()  # host values: checked in full, read without a wait
+            else:
+                if env_ids.shape[0] > E:
+                    raise InvalidIdError(
+                        f"env_ids: expected at most num_envs={E} distinct envs, got "
+                        f"{env_ids.shape[0]}"
+                    )
+                t = env_ids.to(self.device, non_blocking=env_ids.device.type == "cpu")
+                return t.long(), None
         arr = np.asarray(env_ids)
         if arr.ndim != 1 or (arr.dtype.kind not in "iu" and arr.size):
             raise InvalidIdError(
