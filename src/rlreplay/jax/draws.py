@@ -13,6 +13,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from rlreplay.jax import _random
 from rlreplay.jax._lib import jax, jnp
 
 __all__ = ["balanced", "below", "mixed", "recent_count", "uniform"]
@@ -50,7 +51,7 @@ def uniform(lo: Any, hi: Any, key: Any, batch_size: int) -> tuple[Any, Any]:
     With no candidate at all the draws are arbitrary steps (``lo`` of the last env).
     """
     sizes = jnp.maximum(hi - lo, 0)
-    bits = jax.random.bits(key, (batch_size,), jnp.uint32)
+    bits = _random.bits(key, batch_size)
     return _to_steps(lo, sizes, below(bits, jnp.sum(sizes)))
 
 
@@ -59,10 +60,10 @@ def balanced(lo: Any, hi: Any, key: Any, batch_size: int) -> tuple[Any, Any]:
     candidates ``[lo_e, hi_e)`` (the core's ``draw_balanced``, ALF ``get_batch``)."""
     sizes = jnp.maximum(hi - lo, 0)
     has = (sizes > 0).astype(sizes.dtype)
-    k_env, k_t = jax.random.split(key)
-    pick = below(jax.random.bits(k_env, (batch_size,), jnp.uint32), jnp.sum(has))
+    k_env, k_t = _random.split(key)
+    pick = below(_random.bits(k_env, batch_size), jnp.sum(has))
     env, _ = _to_steps(jnp.zeros_like(lo), has, pick)  # the pick-th env with a candidate
-    t = lo[env] + below(jax.random.bits(k_t, (batch_size,), jnp.uint32), sizes[env])
+    t = lo[env] + below(_random.bits(k_t, batch_size), sizes[env])
     return env, t.astype(lo.dtype)
 
 
@@ -78,7 +79,7 @@ def mixed(
     ``batch_size - recent`` uniform over all candidates; each with replacement."""
     sizes = jnp.maximum(hi - lo, 0)
     newest = jnp.minimum(sizes, jnp.asarray(recent_steps).astype(sizes.dtype))
-    bits = jax.random.bits(key, (batch_size,), jnp.uint32)
+    bits = _random.bits(key, batch_size)
     # A recent draw is a position among the newest steps: the ranges [hi - newest, hi).
     env_r, t_r = _to_steps(hi - newest, newest, below(bits[:recent], jnp.sum(newest)))
     env_a, t_a = _to_steps(lo, sizes, below(bits[recent:], jnp.sum(sizes)))
@@ -93,9 +94,9 @@ def ordered_subset(key: Any, n: Any, size: int) -> Any:
     ``size`` steps of ``O(size)`` (no pass over the population), a random permutation orders
     it, and values ``>= n`` move last, keeping the order of the others.
     """
-    k_pick, k_order = jax.random.split(key)
+    k_pick, k_order = _random.split(key)
     m = jnp.maximum(jnp.asarray(n, jnp.int32), size)
-    bits = jax.random.bits(k_pick, (size,), jnp.uint32)
+    bits = _random.bits(k_pick, size)
 
     def step(i: Any, chosen: Any) -> Any:
         j = m - size + i  # the population grows by one value per step: [0, j]
@@ -117,7 +118,7 @@ def distinct(
     ``batch_size`` sequential steps (:func:`ordered_subset`); nothing is ``O(capacity)``."""
     sizes = jnp.maximum(hi - lo, 0)
     total = jnp.sum(sizes)
-    k_recent, k_rest = jax.random.split(key)
+    k_recent, k_rest = _random.split(key)
     k = jnp.zeros((), jnp.int32)
     taken = jnp.zeros(0, lo.dtype)
     env_r = t_r = jnp.zeros(0, lo.dtype)

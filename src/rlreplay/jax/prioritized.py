@@ -24,8 +24,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from rlreplay.jax import rank, tree
-from rlreplay.jax._lib import jax, jnp, lax
+from rlreplay.jax import _random, rank, tree
+from rlreplay.jax._lib import jnp, lax
 from rlreplay.jax.config import BufferConfig, tree_levels
 from rlreplay.jax.ring import Written, rows_of, sampleable, step_in_row
 from rlreplay.jax.state import BufferState, PriorityState
@@ -157,7 +157,7 @@ def pick(
     """``(leaf, probabilities, weights)`` of ``batch_size`` draws from the sum tree ``sums``
     (stratified or not, as configured), weights normalised by the mass ``smallest``."""
     total = sums[-1][0]
-    u = jax.random.uniform(key, (batch_size,), jnp.float32)
+    u = _random.uniform(key, batch_size)
     if config.stratified:
         target = (jnp.arange(batch_size, dtype=jnp.float32) + u) * (total / batch_size)
     else:

@@ -20,9 +20,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from rlreplay.jax import _random, rank, tree
 from rlreplay.jax import prioritized as per
-from rlreplay.jax import rank, tree
-from rlreplay.jax._lib import jax, jnp, lax
+from rlreplay.jax._lib import jnp, lax
 from rlreplay.jax.config import BufferConfig, tree_levels
 from rlreplay.jax.draws import balanced, below, uniform
 from rlreplay.jax.ring import rows_of, step_in_row
@@ -61,12 +61,12 @@ def _uniform_whole(
     whole, exactly among all whole starts (``O(E * C)``, under :func:`jax.lax.cond`)."""
     head = state.head
     end = jnp.maximum(state.count - length + 1, head)
-    key, k0 = jax.random.split(key)
+    key, k0 = _random.split(key)
     env, t = uniform(head, end, k0, batch_size)
 
     def redraw(carry: Any) -> Any:
         i, key, env, t = carry
-        key, k = jax.random.split(key)
+        key, k = _random.split(key)
         bad = ~whole(config, state, env, t, length, True)
         env2, t2 = uniform(head, end, k, batch_size)
         return i + 1, key, jnp.where(bad, env2, env), jnp.where(bad, t2, t)
@@ -82,7 +82,7 @@ def _uniform_whole(
         all_env, all_t = _stored_rows(config, state)
         ok = whole(config, state, all_env, all_t, length, True)
         cum = jnp.cumsum(ok.astype(jnp.int32))
-        bits = jax.random.bits(key, (batch_size,), jnp.uint32)
+        bits = _random.bits(key, batch_size)
         pick = below(bits, cum[-1]).astype(jnp.int32)
         row = jnp.searchsorted(cum, pick, side="right", method="compare_all")
         row = jnp.minimum(row, cum.shape[0] - 1)
