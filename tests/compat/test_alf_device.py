@@ -207,15 +207,16 @@ def test_a_long_stream_on_the_device(device: str, options: int) -> None:
     both(host, dev, "dequeue", [0, 3], 2)
 
 
-def test_add_batch_with_device_env_ids_never_waits() -> None:
-    dev = device_rb(SPEC, 3, max_length=8)
+@pytest.mark.parametrize("prioritized", [False, True])
+def test_add_batch_with_device_env_ids_never_waits(prioritized: bool) -> None:
+    dev = device_rb(SPEC, 3, max_length=8, prioritized_sampling=prioritized)
     rng = np.random.default_rng(0)
     steps = [batch_of(SPEC, rng, 2, "cpu", tensors=True) for _ in range(12)]
     envs = [torch.from_numpy(rng.permutation(3)[:2]) for _ in range(12)]
     with no_host_sync("cpu") as counter:
         for values, e in zip(steps, envs, strict=True):
             dev.add_batch(values, e)
-        _ = dev.total_size
+        _ = dev.total_size, dev.initial_priority
     assert dict(counter.calls) == {}
 
 
@@ -241,7 +242,6 @@ def test_broadcast_and_dtype_rules_are_the_host_backed_ones() -> None:
 @pytest.mark.parametrize(
     ("kw", "option"),
     [
-        (dict(prioritized_sampling=True), "prioritized_sampling"),
         (dict(keep_episodic_info=True), "keep_episodic_info"),
         (dict(num_earliest_frames_ignored=2), "num_earliest_frames_ignored"),
         (dict(record_episodic_return=True), "record_episodic_return"),
@@ -267,7 +267,7 @@ def test_refused_calls_name_what_to_use() -> None:
     with pytest.raises(rr.ConfigError, match="device_buffer"):
         _ = dev.core
     with pytest.raises(ReplayAssertionError, match="prioritized_sampling"):
-        dev.update_priority([0], [0], [1.0])
+        dev.update_priority([0], [0], [1.0])  # (a uniform buffer)
     for query in ("steps_to_episode_end", "get_episode_begin_position",
                   "get_disc_0_begin_position"):  # fmt: skip
         with pytest.raises(ReplayAssertionError, match="keep_episodic_info"):
@@ -291,3 +291,84 @@ def test_which_class_a_device_makes() -> None:
     assert _on_accelerator("meta")
     leaves = [".".join(p) for p, _ in flatten_spec(SPEC)]
     assert leaves[-1] == "observation.half"
+
+
+def test_prioritized_draws_follow_alfs_law() -> None:
+    """P(i) = p_i / sum p over the possible starts (chi-square), weights p_i * nnz / sum p,
+    rows the host-backed buffer's values at the drawn positions, and ALF's new-step rule
+    (max(initial_priority, current largest), through overwrites, dequeues and clears)."""
+    from scipy import stats
+
+    from rlreplay.compat.alf._draws import StartRanges, start_masses
+
+    E, L = 2, 2
+    host, dev = pair(SPEC, E, 3, max_length=8, prioritized_sampling=True, initial_priority=0.5)
+    rng = np.random.default_rng(3)
+
+    def add(n: int) -> None:
+        for _ in range(n):
+            envs = np.flatnonzero(rng.random(E) < 0.8)
+            values = batch_of(SPEC, rng, envs.shape[0], "cpu", tensors=True)
+            host.add_batch(values, envs)
+            dev.add_batch(values, torch.from_numpy(envs))
+            assert dev.initial_priority.item() == host.initial_priority.item()
+
+    def update() -> None:
+        heads, counts = host._bounds()
+        env = np.repeat(np.arange(E), counts - heads)
+        pos = np.concatenate([np.arange(heads[e], counts[e]) for e in range(E)])
+        p = rng.choice([0.0, 0.3, 1.0, 2.5], size=pos.shape[0])
+        host.update_priority(env, pos, p)
+        dev.update_priority(torch.from_numpy(env), torch.from_numpy(pos), torch.from_numpy(p))
+        assert dev.initial_priority.item() == host.initial_priority.item()
+
+    add(13)
+    update()
+    add(3)  # new steps at the largest priority
+    heads, counts = host._bounds()
+    masses = start_masses(host._pcore, StartRanges(heads, counts - L + 1, counts - heads, L, 0))
+    env_all = np.repeat(np.arange(E), np.maximum(counts - L + 1 - heads, 0))
+    pos_all = np.concatenate([np.arange(heads[e], counts[e] - L + 1) for e in range(E)])
+    p_all = host._pcore.get_priorities(pos_all * E + env_all)
+    drawn = []
+    for _ in range(40):
+        batch, info = dev.get_batch(64, L)
+        env, pos = info.env_ids.numpy(), info.positions.numpy()
+        assert (np.diff(env) >= 0).all()
+        p = host._pcore.get_priorities(pos * E + env)
+        want = (p * (masses.nonzero / np.float64(masses.total))).astype(np.float32)
+        np.testing.assert_allclose(info.importance_weights.numpy(), want, rtol=1e-6)
+        steps = torch.from_numpy(pos)[:, None] + torch.arange(L)
+        assert_same(batch, host.get_field("", torch.from_numpy(env)[:, None], steps))
+        drawn.append(pos * E + env)
+    ids = np.concatenate(drawn)
+    keep = p_all > 0
+    counts_drawn = np.array([(ids == i).sum() for i in (pos_all * E + env_all)[keep]])
+    assert counts_drawn.sum() == ids.size  # nothing of priority 0, nothing out of range
+    expected = p_all[keep] / p_all[keep].sum() * ids.size
+    assert stats.chisquare(counts_drawn, expected).pvalue > 1e-3
+    both(host, dev, "dequeue", [1], 2)
+    assert dev.initial_priority.item() == host.initial_priority.item()
+    add(2)
+    both(host, dev, "clear", [0])
+    add(1)
+    both(host, dev, "clear")
+    assert dev.initial_priority.item() == host.initial_priority.item() == 0.5
+
+
+def test_prioritized_refusals() -> None:
+    host, dev = pair(SPEC, 2, 0, max_length=4, prioritized_sampling=True)
+    values = batch_of(SPEC, np.random.default_rng(0), 2, "cpu", tensors=True)
+    for rb in (host, dev):
+        rb.add_batch(values)
+        rb.add_batch(values)
+    both(host, dev, "update_priority", [0, 1], [0, 0], [0.0, 0.0])
+    both(host, dev, "update_priority", [0, 1], [1, 1], [0.0, 0.0])
+    both(host, dev, "get_batch", 2, 1)  # nothing of priority > 0
+    both(host, dev, "update_priority", [0], [5], [1.0])  # never added
+    both(host, dev, "update_priority", [0], [0], [1.0, 2.0])  # shapes
+    for bad in (-1.0, float("nan"), float("inf")):
+        with pytest.raises(rr.ConfigError, match=r"priorities: .*finite priorities >= 0"):
+            dev.update_priority([0], [0], [bad])
+    with pytest.raises(rr.ConfigError, match="initial_priority"):
+        device_rb(SPEC, 2, prioritized_sampling=True, initial_priority=float("inf"))

@@ -545,6 +545,17 @@ class DeviceReplayBuffer:
         ring = self._ring
         return (ring.now - ring.head).sum()
 
+    @property
+    def stored_bounds(self) -> tuple[Tensor, Tensor]:
+        """``(first, end)``: each env's stored steps ``first[e] .. end[e] - 1`` as ``(E,)``
+        int64 tensors on the device (copies; no wait for the device)."""
+        import torch
+
+        ring = self._ring
+        now = ring.now
+        end = torch.full_like(ring.head, now) if isinstance(now, int) else now.clone()
+        return ring.head.clone(), end
+
     def stored_range(self) -> StoredRange:
         """Each env's stored steps ``first[e] .. end[e] - 1``, as
         :meth:`rlreplay.ReplayBuffer.stored_range` gives them (int64 NumPy arrays of shape

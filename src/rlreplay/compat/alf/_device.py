@@ -10,32 +10,55 @@ tensors on the device copies nothing through the host, and what is read back
 device.
 
 What stays on the host is what ALF's API decides there: which sequences :meth:`get_batch`
-draws (ALF's law, drawn exactly as the host-backed buffer draws it, with the same NumPy
-generator seeded from torch's global one: for the same stream and ``torch.manual_seed``, both
-return the same batches) and its checks that every env holds enough steps, which read each
-env's stored range (a few ints) from the device; so do :meth:`gather_all`, :meth:`dequeue`,
-:meth:`clear` of some envs and :meth:`get_field` (which refuses positions not stored).
+draws uniformly (ALF's law, drawn exactly as the host-backed buffer draws it, with the same
+NumPy generator seeded from torch's global one: for the same stream and ``torch.manual_seed``,
+both return the same batches) and its checks that every env holds enough steps, which read
+each env's stored range (a few ints) from the device; so do :meth:`gather_all`,
+:meth:`dequeue`, :meth:`clear` of some envs and :meth:`get_field` (which refuses positions not
+stored).
+
+With ``prioritized_sampling`` the priorities live on the device too (float64 per slot, and
+ALF's max tree of the stored ones as a tensor, for the new-step rule ``max(initial_priority,
+current largest priority)``): :meth:`get_batch` draws its prioritized starts there, with ALF's
+law (``P(i) = p_i / sum p`` over the possible starts, with replacement; importance weights
+``p_i * nnz / sum p``; the recent part uniform as above), from a generator on the device (the
+same law as the host-backed buffer's, not the same draws). :meth:`update_priority` reads its
+ids and priorities on the host, as the host-backed buffer does, and takes finite priorities
+``>= 0`` only: ALF's algorithm for negative, NaN and infinite ones is the host-backed buffer's.
 
 Episodes are not tracked (ALF's sequences cross them, ``step_type`` shows them), so the
-options that need episode information or priorities are refused with a
-:class:`~rlreplay.ConfigError` naming them: ``prioritized_sampling``, ``keep_episodic_info``,
-``num_earliest_frames_ignored > 0``, ``record_episodic_return``, as are
-``allow_multiprocess``, ``enable_checkpoint`` and ``max_length=1``; blocking calls
-(``add_batch(blocking=True)``, ``dequeue(blocking=True)``) are refused too (a device buffer is
-used from one thread). :class:`rlreplay.compat.alf.replay_buffer.HostReplayBuffer` keeps the
-data on the host and offers all of them, with results on ``device``.
+options that need episode information are refused with a :class:`~rlreplay.ConfigError`
+naming them: ``keep_episodic_info``, ``num_earliest_frames_ignored > 0``,
+``record_episodic_return``, as are ``allow_multiprocess``, ``enable_checkpoint`` and
+``max_length=1``; blocking calls (``add_batch(blocking=True)``, ``dequeue(blocking=True)``)
+are refused too (a device buffer is used from one thread).
+:class:`rlreplay.compat.alf.replay_buffer.HostReplayBuffer` keeps the data on the host and
+offers all of them, with results on ``device``.
 """
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
 import torch
 
-from rlreplay import ConfigError, DTypeError, EmptyBufferError, FieldError, InvalidIdError
+from rlreplay import (
+    ConfigError,
+    DTypeError,
+    EmptyBufferError,
+    FieldError,
+    InvalidIdError,
+    ShapeError,
+)
 from rlreplay.buffer import check_timeout
-from rlreplay.compat.alf._draws import ReplayAssertionError, draw_starts
+from rlreplay.compat.alf._draws import (
+    ReplayAssertionError,
+    StartRanges,
+    draw_starts,
+    uniform_starts,
+)
 from rlreplay.compat.alf._nest import (
     _TORCH_NAMES,
     AssignDTypeError,
@@ -48,6 +71,7 @@ from rlreplay.compat.alf._nest import (
 from rlreplay.compat.alf._setup import check_options, positive, spec_layout
 from rlreplay.compat.alf._types import BatchInfo
 from rlreplay.compat.alf.replay_buffer import ReplayBuffer
+from rlreplay.compat.alf.segment_tree import as_numpy
 from rlreplay.compat.alf.tensor_specs import carrier, get_path, pack, split_path
 
 __all__ = ["DeviceReplayBuffer"]
@@ -103,8 +127,6 @@ class DeviceReplayBuffer(ReplayBuffer):
             num_environments, max_length, num_earliest_frames_ignored, allow_multiprocess,
             keep_episodic_info, record_episodic_return, recent_data_ratio,
         )  # fmt: skip
-        if prioritized_sampling:
-            raise _refuse("prioritized_sampling", "draws uniformly only")
         if ignored:
             raise _refuse("num_earliest_frames_ignored", "keeps no episode information")
         if record_episodic_return:
@@ -126,8 +148,12 @@ class DeviceReplayBuffer(ReplayBuffer):
         self._names, self._discount = self._layout.names, self._layout.discount
         self._num_envs, self._max_length, self._ignored = E, C, 0
         self._keep_episodic_info = False
-        self._prioritized = False
+        self._prioritized = bool(prioritized_sampling)
         self._initial_priority = float(initial_priority)
+        if self._prioritized and not math.isfinite(self._initial_priority):
+            raise _refuse(
+                "initial_priority", f"takes finite priorities only (got {initial_priority!r})"
+            )
         self._recent_steps = positive("recent_data_steps", recent_data_steps)
         self._recent_ratio = float(recent_data_ratio)
         self._with_replacement = bool(with_replacement)
@@ -152,6 +178,14 @@ class DeviceReplayBuffer(ReplayBuffer):
         )
         self._device = self._dev.device
         self._leaves = [(path, spec, self._names[path]) for path, spec in self._layout.leaves]
+        # Prioritized: each slot's priority (float64), and ALF's max tree of the priorities
+        # of stored (or just overwritten) steps, -inf where a step was removed.
+        self._prio: torch.Tensor | None = None
+        self._top: torch.Tensor | None = None
+        if self._prioritized:
+            self._prio = torch.zeros(E * C, dtype=torch.float64, device=self._device)
+            self._top = torch.full((E * C,), -math.inf, dtype=torch.float64, device=self._device)
+            self._slots = torch.arange(E * C, dtype=torch.int64, device=self._device)
         self._fill: dict[int, dict[str, torch.Tensor]] = {}  # per batch size: built-in values
 
     # ------------------------------------------------------------------ properties
@@ -180,8 +214,15 @@ class DeviceReplayBuffer(ReplayBuffer):
 
     @property
     def initial_priority(self) -> torch.Tensor:
-        """``initial_priority`` (this buffer draws uniformly: no priorities are stored)."""
-        return torch.tensor(self._initial_priority, dtype=torch.float32, device=self._device)
+        """The priority new steps get: ``max(initial_priority, current largest priority)``
+        (a 0-d float32 tensor on ``device``; no wait for the device)."""
+        return self._new_priority_tensor().to(torch.float32)
+
+    def _new_priority_tensor(self) -> torch.Tensor:
+        floor = torch.tensor(self._initial_priority, dtype=torch.float64, device=self._device)
+        if self._top is None:
+            return floor
+        return torch.maximum(self._top.amax(), floor)
 
     def _bounds(self) -> tuple[Array, Array]:
         """Per env: the oldest stored position and ``current_pos`` (read from the device)."""
@@ -233,9 +274,18 @@ class DeviceReplayBuffer(ReplayBuffer):
             B, given = int(host.shape[0]), host
         values = self._step_values(batch, B)
         try:
-            self._dev.add(env_ids=given, **values)
+            ids = self._dev.add(env_ids=given, **values)
         except DTypeError as exc:
             raise AssignDTypeError(str(exc)) from None
+        if self._prio is not None and self._top is not None:
+            # ALF's rule: max(initial_priority, the largest priority in its max tree), which
+            # still holds the priority of the step each new one overwrites.
+            p0 = self._new_priority_tensor()
+            E, C = self._num_envs, self._max_length
+            slots = torch.remainder(torch.div(ids, E, rounding_mode="floor"), C)
+            slots = slots.add_(torch.remainder(ids, E) * C)
+            self._prio.index_copy_(0, slots, p0.expand(B))
+            self._top.index_copy_(0, slots, p0.expand(B))
 
     def _step_values(self, batch: Any, B: int) -> dict[str, Any]:
         """The device buffer's ``add`` arguments of a batch of ``B`` steps: the leaves (tensors
@@ -282,23 +332,30 @@ class DeviceReplayBuffer(ReplayBuffer):
     def get_batch(self, batch_size: int, batch_length: int) -> tuple[Any, BatchInfo]:
         """Randomly get ``batch_size`` sequences of ``batch_length`` consecutive steps, as the
         host-backed buffer's :meth:`~rlreplay.compat.alf.replay_buffer.ReplayBuffer.get_batch`
-        draws them (uniform; env ``e`` gets ``B // E`` sequences and ``B % E`` random envs one
-        more; ``recent_data_*``, ``with_replacement``). Reads the envs' stored ranges from the
-        device (one wait) and gathers the rows there.
+        draws them (uniform: env ``e`` gets ``B // E`` sequences and ``B % E`` random envs one
+        more, ``recent_data_*``, ``with_replacement``, the same draws; prioritized: by
+        priority on the device, see the module docstring). Reads the envs' stored ranges from
+        the device (and, prioritized, the drawn starts) and gathers the rows there.
 
         Returns:
             ``(nest [B, L, ...], BatchInfo)`` on torch's (ALF's) default device.
 
         Raises:
-            ReplayAssertionError: An env holds fewer than ``batch_length`` steps.
+            ReplayAssertionError: Uniform draws and an env holds fewer than ``batch_length``
+                steps; or, prioritized, no possible start has a non-zero priority.
         """
         B = positive("batch_size", batch_size)
         L = positive("batch_length", batch_length)
         heads, counts = self._bounds()
-        env, t, _ = draw_starts(
-            self._rng, None, heads, counts, B, L, ignored=0, recent_ratio=self._recent_ratio,
-            recent_steps=self._recent_steps, replacement=self._with_replacement,
-        )  # fmt: skip
+        weights: torch.Tensor | None = None
+        if self._prio is None:
+            env, t, _ = draw_starts(
+                self._rng, None, heads, counts, B, L, ignored=0,
+                recent_ratio=self._recent_ratio, recent_steps=self._recent_steps,
+                replacement=self._with_replacement,
+            )  # fmt: skip
+        else:
+            env, t, weights = self._priority_starts(heads, counts, B, L)
         order = np.argsort(env, kind="stable")
         env, t = env[order], t[order]
         ids = torch.from_numpy(t * self._num_envs + env).to(self._device)
@@ -307,11 +364,68 @@ class DeviceReplayBuffer(ReplayBuffer):
         info = BatchInfo(
             env_ids=torch.from_numpy(env).to(device),
             positions=torch.from_numpy(t).to(device),
-            importance_weights=(),
+            importance_weights=()
+            if weights is None
+            else weights.index_select(0, torch.from_numpy(order).to(weights.device)).to(device),
             replay_buffer=self,
             discounted_return=(),
         )
         return self._pack(seq, device), info
+
+    def _priority_starts(
+        self, heads: Array, counts: Array, B: int, L: int
+    ) -> tuple[Array, Array, torch.Tensor]:
+        """ALF's prioritized starts (see :meth:`get_batch`): ``(env, pos, weights)``, the
+        weights a float32 tensor on ``device``."""
+        assert self._prio is not None
+        E, C, dev = self._num_envs, self._max_length, self._device
+        n_recent = 0
+        if self._recent_ratio > 0:
+            avg = (counts - heads).sum() / E - (L - 1)
+            if avg * self._recent_ratio > self._recent_steps:
+                n_recent = min(B, math.ceil(round(B * self._recent_ratio, 9)))
+        lo, hi = heads, counts - L + 1
+        # Each slot's step in [lo, lo + C) of its env, and whether it is a possible start.
+        lo_t = torch.from_numpy(lo).to(dev)
+        env_of = torch.div(self._slots, C, rounding_mode="floor")
+        lo_s = lo_t.index_select(0, env_of)
+        step = lo_s + torch.remainder(self._slots - lo_s, C)
+        possible = step < torch.from_numpy(hi).to(dev).index_select(0, env_of)
+        masses = torch.where(possible, self._prio, 0.0)
+        cum = torch.cumsum(masses, 0)
+        total = cum[-1]
+        nonzero = (masses != 0).sum()
+        if B - n_recent and not bool(total > 0):
+            raise ReplayAssertionError(
+                "There is no data in the buffer or the data has not been assigned valid "
+                f"priority (no start of {L} stored steps has a priority > 0)"
+            )
+        gen = self._draws_generator()
+        u = torch.rand(B - n_recent, dtype=torch.float64, device=dev, generator=gen)
+        slot = torch.searchsorted(cum, u * total, right=True)
+        last = torch.where(masses > 0, self._slots, 0).amax()
+        slot = torch.minimum(slot, last)  # (u * total rounded up to the total)
+        env_r, t_r = uniform_starts(
+            self._rng, StartRanges(lo, hi, counts - heads, L, 0), n_recent, n_recent,
+            self._recent_steps, self._with_replacement,
+        )  # fmt: skip
+        slots = torch.cat([slot, torch.from_numpy(env_r * C + t_r % C).to(dev)])
+        p = self._prio.index_select(0, slots)
+        weights = (p * (nonzero / total)).to(torch.float32)
+        env_p = torch.div(slot, C, rounding_mode="floor")
+        t_p = step.index_select(0, slot)
+        env = np.concatenate([env_p.cpu().numpy(), env_r]).astype(np.int64)
+        t = np.concatenate([t_p.cpu().numpy(), t_r]).astype(np.int64)
+        return env, t, weights
+
+    def _draws_generator(self) -> torch.Generator:
+        """The generator of prioritized draws on ``device``, seeded from the host draws'."""
+        gen = getattr(self, "_gen", None)
+        if gen is None:
+            gen = torch.Generator(device=self._device)
+            gen.manual_seed(int(self._rng.integers(0, 2**62)))
+            self._gen = gen
+        return gen
 
     def _pack(self, data: Any, device: torch.device) -> Any:
         def leaf(path: Any) -> torch.Tensor:
@@ -375,12 +489,15 @@ class DeviceReplayBuffer(ReplayBuffer):
             got = self._dev.dequeue(n, envs)
         except EmptyBufferError as exc:
             raise ReplayAssertionError(f"dequeue: not enough data: {exc}") from None
+        self._removed(got["ids"])
         return self._pack(got, self._device)
 
     def clear(self, env_ids: Any = None) -> None:
         """Remove every stored step of ``env_ids`` (default: all). Positions keep counting."""
         if env_ids is None:
             self._dev.clear()
+            if self._top is not None:
+                self._top.fill_(-math.inf)
             return
         envs = env_array(env_ids, self._all_envs)
         heads, counts = self._bounds()
@@ -390,7 +507,7 @@ class DeviceReplayBuffer(ReplayBuffer):
             raise IndexError(f"index {int(out[0])} is out of bounds for axis 0 with size {n}")
         for e in dict.fromkeys(e % n for e in envs.tolist()):  # an env named twice: once
             if counts[e] > heads[e]:
-                self._dev.dequeue(int(counts[e] - heads[e]), [e])
+                self._removed(self._dev.dequeue(int(counts[e] - heads[e]), [e])["ids"])
 
     def get_field(self, field_name: Any, env_ids: Any, positions: Any) -> Any:
         """The stored value of a field at ``(env_ids, positions)``, on ``device`` (as the
@@ -430,9 +547,54 @@ class DeviceReplayBuffer(ReplayBuffer):
         return map_names(field_name, one)
 
     # ------------------------------------------------------------------ refused
+    def _removed(self, ids: torch.Tensor) -> None:
+        """Removed steps no longer count towards the largest priority."""
+        if self._top is not None and ids.numel():
+            E, C = self._num_envs, self._max_length
+            flat = ids.reshape(-1)
+            slots = torch.remainder(torch.div(flat, E, rounding_mode="floor"), C)
+            self._top.index_fill_(0, slots.add_(torch.remainder(flat, E) * C), -math.inf)
+
     def update_priority(self, env_ids: Any, positions: Any, priorities: Any) -> None:
-        """Refused, as by the host-backed buffer without ``prioritized_sampling``."""
-        raise ReplayAssertionError("update_priority: needs prioritized_sampling=True")
+        """Set the priorities of the steps ``(env_ids, positions)`` (from a
+        :class:`BatchInfo`), as the host-backed buffer does: overwritten steps are ignored,
+        with duplicates the last priority wins. Reads the ids, the priorities and the stored
+        ranges on the host (as the host-backed buffer does).
+
+        Raises:
+            ReplayAssertionError: ``prioritized_sampling`` is False.
+            rlreplay.InvalidIdError: A position never added.
+            rlreplay.ShapeError: ``priorities`` not of the ids' shape.
+            rlreplay.ConfigError: A negative, NaN or infinite priority (ALF draws those with
+                its own sum-tree algorithm, which only the host-backed buffer reproduces).
+        """
+        if self._prio is None or self._top is None:
+            raise ReplayAssertionError("update_priority: needs prioritized_sampling=True")
+        env, pos, _ = broadcast_ids(env_ids, positions, self._num_envs)
+        prio = as_numpy(priorities)
+        if prio.shape != env.shape:
+            raise ShapeError(f"priorities: expected shape {env.shape}, got {prio.shape}")
+        prio = prio.astype(np.float64).reshape(-1)
+        env, pos = env.reshape(-1), pos.reshape(-1)
+        if not (np.isfinite(prio) & (prio >= 0)).all():
+            raise _refuse("priorities", "takes finite priorities >= 0 only")
+        heads, counts = self._bounds()
+        never = pos >= counts[env]
+        if never.any():
+            raise InvalidIdError(
+                f"update_priority: positions never added: env {env[never][:5].tolist()} at "
+                f"positions {pos[never][:5].tolist()}"
+            )
+        live = pos >= heads[env]
+        C = self._max_length
+        slots = (env * C + pos % C)[live]
+        # The last of duplicates wins: keep each slot's last occurrence.
+        _, first_of_reversed = np.unique(slots[::-1], return_index=True)
+        keep = slots.shape[0] - 1 - first_of_reversed
+        rows = torch.from_numpy(slots[keep]).to(self._device)
+        values = torch.from_numpy(prio[live][keep]).to(self._device)
+        self._prio.index_copy_(0, rows, values)
+        self._top.index_copy_(0, rows, values)
 
     def steps_to_episode_end(self, pos: Any, env_ids: Any) -> torch.Tensor:
         """Refused: this buffer keeps no episode information."""
