@@ -1,10 +1,12 @@
 """Stacks with the stack axis last, copied C-contiguous fast (private to the ReAgent front-end).
 
 ReAgent returns a state as ``(B, *observation_shape, stack_size)``: the frames of one pixel
-side by side. The core gathers stacks as ``(B, stack_size, *observation_shape)``, one frame
-after another, and the front-end returns C-contiguous tensors, so every sampled state is a
-transposition of that gather. NumPy's strided copy moves one element at a time (about 600 µs
-for 32 stacks of four 84x84 uint8 frames; 230 µs one frame at a time).
+side by side. The states and next states come so from the core
+(``get_transitions(ids, stack_layout="last")``, C-contiguous); the other stacks the front-end
+returns (``return_everything_as_stack``, read from the slots) are gathered as ``(B,
+stack_size, *shape)``, one step after another, and the front-end returns C-contiguous
+tensors, so each is a transposition of that gather. NumPy's strided copy moves one element at
+a time (about 600 µs for 32 stacks of four 84x84 uint8 frames; 230 µs one frame at a time).
 
 :func:`interleaved` does it with one machine word per pixel: the ``K`` frames' elements of a
 pixel, ``itemsize`` bytes each, are exactly the ``K * itemsize`` bytes of the output at that

@@ -14,7 +14,8 @@ This adapter keeps only that slot bookkeeping and hands every step to one
 ReAgent                       core
 ============================  =================================================================
 ``observation``               field ``obs`` (one frame), ``frame_stack=stack_size``,
-                              ``stack_pad="zero"`` (what the padding rows give)
+                              ``stack_pad="zero"`` (what the padding rows give); states
+                              read with ``get_transitions(ids, stack_layout="last")``
 ``action``, ``reward``        fields ``action``, ``reward`` (declared shapes and dtypes)
 extra storage ``name``        field ``extra_<name>``
 ``terminal``                  ``terminated`` with a zero *placeholder* final observation (ReAgent
