@@ -70,3 +70,36 @@ def test_the_counter_sees_what_waits(device: str) -> None:
         buf.sampleable_ids()
         buf.sample(2, check=True)
     assert sum(counter.calls.values()) >= 2
+
+
+@pytest.mark.parametrize("name", list(CONFIGS))
+def test_env_id_subsets_never_wait_for_the_device(device: str, name: str) -> None:
+    """``add(..., env_ids=<a device tensor>)`` and every call after it (envs counted per env
+    on the device) read nothing on the host either."""
+    buf = make(device, **CONFIGS[name])
+    E = buf.num_envs
+    rng = np.random.default_rng(1)
+    subsets = [rng.permutation(E)[: rng.integers(1, E + 1)] for _ in range(40)]
+    steps = [
+        on({k: v[: s.shape[0]] for k, v in random_step(rng, E, p_end=0.3).items()}, device)
+        for s in subsets
+    ]
+    envs = [torch.from_numpy(s).to(device) for s in subsets]
+    some_ids = torch.tensor([0, 1, 2, 3], device=device)
+    with no_host_sync(device) as counter:
+        for i, (env_ids, step) in enumerate(zip(envs, steps, strict=True)):
+            ids = buf.add(env_ids=env_ids, **step)
+            batch = buf.sample(8)
+            buf.get_transitions(batch["ids"])
+            buf.can_sample(8)
+            _ = buf.num_sampleable, buf.num_stored, buf.num_episodes, buf.env_steps_added
+            _ = buf.stored_bounds
+            buf.sampleable(some_ids)
+            buf.sample_sequences(4, 3, pad=i % 2 == 0)
+            buf.sample_episodes(4, max_length=3)
+            if hasattr(buf, "update_priorities"):
+                buf.update_priorities(batch["ids"], batch["reward"].abs().double())
+                buf.update_priorities(ids, torch.full_like(ids, 2.0, dtype=torch.float64))
+            if i == 20:
+                buf.clear()
+    assert dict(counter.calls) == {}
