@@ -29,6 +29,9 @@ if TYPE_CHECKING:
 
 __all__ = ["compiled_sampler"]
 
+#: The function :func:`torch.compile` captures: the uniforms (and extra tensors) to a batch.
+Graph = Callable[..., dict[str, Any]]
+
 _log = logging.getLogger(__name__)
 
 
@@ -100,9 +103,29 @@ def compiled_sampler(
         )
     B = positive_int("batch_size", batch_size)
     buf._budget.check("batch_size", B, B, "compiled_sampler")
-    if c.prioritized:
-        return _prioritized(buf, B, mode, compile_kwargs)
-    ring, assembler, device = buf._ring, buf._assembler, buf.device
+    graph_of: Callable[[DeviceReplayBuffer, int], tuple[Graph, Callable[[], tuple[Any, ...]]]]
+    graph_of = _prioritized if c.prioritized else _uniform
+    fn, extra = graph_of(buf, B)
+    graph = torch.compile(fn, fullgraph=True, dynamic=False, mode=mode, **compile_kwargs)
+    announced = False
+
+    def sample() -> DeviceBatch:
+        nonlocal announced
+        if not announced:
+            _log.info("compiling a device buffer's sample of %d on %s (once)", B, buf.device)
+            announced = True
+        args = extra()  # host-side steps first, in sample's order, then the uniforms
+        u = torch.rand(B, dtype=torch.float64, device=buf.device, generator=buf._gen)
+        return DeviceBatch(graph(u, *args))
+
+    return sample
+
+
+def _uniform(buf: DeviceReplayBuffer, B: int) -> tuple[Graph, Callable[[], tuple[Any, ...]]]:
+    """The graph of a uniform draw from the uniforms ``u``, and its extra arguments (none)."""
+    import torch
+
+    ring, assembler = buf._ring, buf._assembler
 
     def draw_and_assemble(u: Tensor) -> dict[str, Tensor]:
         sizes = ring.sizes()
@@ -112,33 +135,19 @@ def compiled_sampler(
         out["weights"] = (total > 0).expand(B).to(torch.float32)
         return out
 
-    graph = torch.compile(
-        draw_and_assemble, fullgraph=True, dynamic=False, mode=mode, **compile_kwargs
-    )
-    compiled = False
-
-    def sample() -> DeviceBatch:
-        nonlocal compiled
-        if not compiled:
-            _log.info("compiling a device buffer's sample of %d on %s (once)", B, device)
-            compiled = True
-        u = torch.rand(B, dtype=torch.float64, device=device, generator=buf._gen)
-        return DeviceBatch(graph(u))
-
-    return sample
+    return draw_and_assemble, lambda: ()
 
 
-def _prioritized(
-    buf: DeviceReplayBuffer, B: int, mode: str | None, compile_kwargs: dict[str, Any]
-) -> Callable[[], DeviceBatch]:
-    """:func:`compiled_sampler` of a proportional prioritized buffer: ``beta`` (the schedule's
-    value, advanced on the host as ``sample`` advances it) goes in as a 0-d tensor on the
-    device, so that a new value neither recompiles nor leaves the graph."""
+def _prioritized(buf: DeviceReplayBuffer, B: int) -> tuple[Graph, Callable[[], tuple[Any, ...]]]:
+    """The graph of a proportional draw from the uniforms ``u`` and ``beta``, and its extra
+    arguments: ``beta`` (the schedule's value, advanced on the host as ``sample`` advances
+    it) as a 0-d tensor on the device, so that a new value neither recompiles nor leaves the
+    graph."""
     import torch
 
-    pri, assembler, device = buf._prio, buf._assembler, buf.device
+    pri, assembler = buf._prio, buf._assembler
     assert pri is not None
-    beta_t = torch.zeros((), dtype=torch.float64, device=device)
+    beta_t = torch.zeros((), dtype=torch.float64, device=buf.device)
     pri.sums.strata(B)  # made before compiling: the graph reads it, never makes it
 
     def draw_and_assemble(u: Tensor, beta: Tensor) -> dict[str, Tensor]:
@@ -148,19 +157,9 @@ def _prioritized(
         out["probabilities"] = probabilities
         return out
 
-    graph = torch.compile(
-        draw_and_assemble, fullgraph=True, dynamic=False, mode=mode, **compile_kwargs
-    )
-    compiled = False
-
-    def sample() -> DeviceBatch:
-        nonlocal compiled
-        if not compiled:
-            _log.info("compiling a device buffer's sample of %d on %s (once)", B, device)
-            compiled = True
+    def beta() -> tuple[Tensor]:
         beta_t.fill_(pri.beta())
         pri.beta_step += 1
-        u = torch.rand(B, dtype=torch.float64, device=device, generator=buf._gen)
-        return DeviceBatch(graph(u, beta_t))
+        return (beta_t,)
 
-    return sample
+    return draw_and_assemble, beta
