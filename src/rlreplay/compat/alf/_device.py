@@ -180,6 +180,7 @@ class DeviceReplayBuffer(ReplayBuffer):
         self._leaves = [(path, spec, self._names[path]) for path, spec in self._layout.leaves]
         # Prioritized: each slot's priority (float64), and ALF's max tree of the priorities
         # of stored (or just overwritten) steps, -inf where a step was removed.
+        self._floor = torch.tensor(self._initial_priority, dtype=torch.float64, device=self._device)
         self._prio: torch.Tensor | None = None
         self._top: torch.Tensor | None = None
         if self._prioritized:
@@ -219,10 +220,9 @@ class DeviceReplayBuffer(ReplayBuffer):
         return self._new_priority_tensor().to(torch.float32)
 
     def _new_priority_tensor(self) -> torch.Tensor:
-        floor = torch.tensor(self._initial_priority, dtype=torch.float64, device=self._device)
         if self._top is None:
-            return floor
-        return torch.maximum(self._top.amax(), floor)
+            return self._floor
+        return torch.maximum(self._top.amax(), self._floor)
 
     def _bounds(self) -> tuple[Array, Array]:
         """Per env: the oldest stored position and ``current_pos`` (read from the device)."""
