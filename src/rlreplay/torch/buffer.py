@@ -87,16 +87,20 @@ class DeviceReplayBuffer:
     * Not offered: abandoned episodes, transforms, rate
       limiters, memmap storage (:meth:`to_replay_buffer` gives a NumPy buffer that has them).
 
-    Host synchronisation: given tensors on the device, :meth:`add`, :meth:`sample`,
-    :meth:`get_transitions`, :meth:`can_sample`, :attr:`num_sampleable` and :meth:`clear` (and
-    :meth:`DevicePrioritizedReplayBuffer.update_priorities`) read no device value on the host
+    Host synchronisation: given tensors on the device, :meth:`add` (``env_ids`` too),
+    :meth:`sample`, :meth:`get_transitions`, :meth:`sample_sequences`, :meth:`get_sequences`,
+    ``sample_episodes(..., max_length=L)``, :meth:`can_sample`, :attr:`num_sampleable`,
+    :attr:`num_stored`, :attr:`num_episodes`, :attr:`env_steps_added`, :attr:`stored_bounds`
+    and :meth:`clear` (and :meth:`DevicePrioritizedReplayBuffer.update_priorities`) read no
+    device value on the host
     (no ``.item()``, ``.cpu()``, ``.tolist()``, ``bool()`` of a device tensor) and make no
     data-dependent shape: they queue work on the device and return. On a GPU, with
     ``torch.cuda.set_sync_debug_mode("error")`` they raise nothing (the CPU test suite counts
     such calls with a :class:`torch.overrides.TorchFunctionMode` and finds none). NumPy
     arrays and Python scalars given to them are copied to the device once. What waits for the
     device says so: :meth:`sampleable_ids`, ``sample(..., check=True)``, :meth:`dequeue`,
-    :meth:`gather_all`, :meth:`to_replay_buffer` and :meth:`save`.
+    :meth:`gather_all`, :meth:`sample_episodes` without ``max_length``, :meth:`stored_range`,
+    :meth:`to_replay_buffer` and :meth:`save`.
 
     Args:
         capacity: Transitions stored over all envs; at least ``num_envs * (n_step +
