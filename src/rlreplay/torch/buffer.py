@@ -838,7 +838,8 @@ class DevicePrioritizedReplayBuffer(DeviceReplayBuffer):
     """A :class:`DeviceReplayBuffer` that samples by priority, with importance weights: the
     proportional or rank-based law of :class:`rlreplay.PrioritizedReplayBuffer` (see
     :mod:`rlreplay.torch.prioritized`), over float64 sum and min trees on the device
-    (proportional: their nodes are bit for bit the core's for the same priorities).
+    (proportional: their nodes are bit for bit the core's for the same leaf masses; a mass
+    ``p ** alpha`` from torch's ``pow`` can be one unit in the last place from NumPy's).
 
     As the core: ``P(i) = p_i ** alpha / sum_k p_k ** alpha`` over the sampleable transitions,
     ``weights = (P_min / P(i)) ** beta`` (float32) with ``P_min`` over the whole buffer,
