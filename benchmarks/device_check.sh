@@ -41,6 +41,8 @@ PY
 
 tests=(tests/torch_device tests/contracts/test_storage_torch.py tests/io/test_staging.py)
 [ -d tests/torch_buffer ] && tests+=(tests/torch_buffer)
+[ -f tests/compat/test_alf_device.py ] && tests+=(tests/compat/test_alf_device.py)
+[ -f tests/test_accelerator_torch_docs.py ] && tests+=(tests/test_accelerator_torch_docs.py)
 step tests.log 240 "$py" -m pytest -q -n0 -p no:cacheprovider -p no:benchmark "${tests[@]}"
 
 step torch_trees.txt 90 "$py" benchmarks/torch_trees.py --device "$RLREPLAY_TEST_DEVICE"
