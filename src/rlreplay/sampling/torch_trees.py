@@ -461,10 +461,12 @@ class TorchSumTree(_TorchSegmentTree):
         u = _to(uniforms, self.device, torch.float64).reshape(-1)
         n = u.shape[0]
         total = self._nodes[self._root, 0]
-        if stratified:
-            masses = (self.strata(n) + u) * (total / n) if n else u
-        else:
+        if not stratified:
             masses = u * total
+        elif n:
+            masses = (self.strata(n) + u) * (total / n)
+        else:
+            masses = u
         return self._descend(masses)
 
     def strata(self, n: int) -> Tensor:
