@@ -428,6 +428,8 @@ class DeviceReplayBuffer:
         env in order given on the host (a plain add)."""
         import torch
 
+        from rlreplay.torch.fifo import host_env_ids
+
         E = self.config.num_envs
         if isinstance(env_ids, torch.Tensor):
             dt = env_ids.dtype
@@ -446,17 +448,7 @@ class DeviceReplayBuffer:
                     )
                 t = env_ids.to(self.device, non_blocking=env_ids.device.type == "cpu")
                 return t.long(), None
-        arr = np.asarray(env_ids)
-        if arr.ndim != 1 or (arr.dtype.kind not in "iu" and arr.size):
-            raise InvalidIdError(
-                f"env_ids: expected a 1-D sequence of ints, got {arr.dtype} with shape {arr.shape}"
-            )
-        arr = arr.astype(np.int64)
-        bad = arr[(arr < 0) | (arr >= E)]
-        if bad.size:
-            raise InvalidIdError(f"env_ids: expected values in [0, {E}), got {bad.tolist()}")
-        if np.unique(arr).size != arr.size:
-            raise InvalidIdError(f"env_ids: expected unique env ids, got {arr.tolist()}")
+        arr = host_env_ids(self, env_ids)
         if arr.size == E and (arr == np.arange(E)).all():
             return None, None
         return torch.from_numpy(arr.copy()).to(self.device, non_blocking=True), arr
