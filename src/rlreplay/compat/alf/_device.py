@@ -67,6 +67,7 @@ from rlreplay.compat.alf._nest import (
     broadcast_ids,
     env_array,
     map_names,
+    runs_to_clear,
 )
 from rlreplay.compat.alf._setup import check_options, positive, spec_layout
 from rlreplay.compat.alf._types import BatchInfo
@@ -499,15 +500,8 @@ class DeviceReplayBuffer(ReplayBuffer):
             if self._top is not None:
                 self._top.fill_(-math.inf)
             return
-        envs = env_array(env_ids, self._all_envs)
-        heads, counts = self._bounds()
-        n = counts.shape[0]
-        out = envs[(envs >= n) | (envs < -n)]
-        if out.size:  # ALF's indexing error, raised before any env is cleared
-            raise IndexError(f"index {int(out[0])} is out of bounds for axis 0 with size {n}")
-        for e in dict.fromkeys(e % n for e in envs.tolist()):  # an env named twice: once
-            if counts[e] > heads[e]:
-                self._removed(self._dev.dequeue(int(counts[e] - heads[e]), [e])["ids"])
+        for e, n in runs_to_clear(env_ids, self._all_envs, *self._bounds()):
+            self._removed(self._dev.dequeue(n, [e])["ids"])
 
     def get_field(self, field_name: Any, env_ids: Any, positions: Any) -> Any:
         """The stored value of a field at ``(env_ids, positions)``, on ``device`` (as the

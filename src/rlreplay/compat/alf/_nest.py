@@ -70,6 +70,24 @@ def env_array(env_ids: Any, all_envs: Array) -> Array:
     return arr
 
 
+def runs_to_clear(
+    env_ids: Any, all_envs: Array, heads: Array, counts: Array
+) -> list[tuple[int, int]]:
+    """``(env, stored steps)`` of each env ``clear(env_ids)`` empties (``heads``/``counts``: the
+    envs' stored ranges), each env once, in the order given; an env out of range raises ALF's
+    indexing error before any env is cleared."""
+    envs = env_array(env_ids, all_envs)
+    n = counts.shape[0]
+    out = envs[(envs >= n) | (envs < -n)]
+    if out.size:
+        raise IndexError(f"index {int(out[0])} is out of bounds for axis 0 with size {n}")
+    return [
+        (e, int(counts[e] - heads[e]))
+        for e in dict.fromkeys(e % n for e in envs.tolist())  # an env named twice: once
+        if counts[e] > heads[e]
+    ]
+
+
 def broadcast_ids(env_ids: Any, positions: Any, num_envs: int) -> tuple[Array, Array, Array]:
     """Broadcast ``env_ids`` and ``positions``; return ``(env, pos, core ids)``."""
     env = int_array(env_ids, "env_ids")

@@ -26,7 +26,12 @@ from rlreplay.compat.alf._episodic import (
     Disc0Segments,
     joined_tails,
 )
-from rlreplay.compat.alf._nest import broadcast_ids, env_array, field_tensors, to_tensor
+from rlreplay.compat.alf._nest import (
+    broadcast_ids,
+    field_tensors,
+    runs_to_clear,
+    to_tensor,
+)
 from rlreplay.compat.alf._odd import OddPriorities
 from rlreplay.compat.alf.tensor_specs import Path
 
@@ -183,16 +188,8 @@ class EpisodicQueries:
                 if self._odd is not None:
                     self._odd.clear()
                 return
-            envs = env_array(env_ids, self._all_envs)
-            heads, counts = self._bounds()
-            n = counts.shape[0]
-            out = envs[(envs >= n) | (envs < -n)]
-            if out.size:  # ALF's indexing error, raised before any env is cleared
-                raise IndexError(f"index {int(out[0])} is out of bounds for axis 0 with size {n}")
-            for e in dict.fromkeys(e % n for e in envs.tolist()):  # an env named twice: once
-                if counts[e] > heads[e]:
-                    got = self._core.dequeue(int(counts[e] - heads[e]), [e])
-                    self._forget(got)
+            for e, n in runs_to_clear(env_ids, self._all_envs, *self._bounds()):
+                self._forget(self._core.dequeue(n, [e]))
 
     def _forget(self, got: Batch) -> None:
         """Dequeued steps no longer count towards the largest priority."""
