@@ -3,16 +3,80 @@
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
-from typing import TYPE_CHECKING, Any, Self
+from typing import TYPE_CHECKING, Any, Self, TypeVar
 
 import numpy as np
 
 __all__ = ["Batch"]
 
 Array = np.ndarray[Any, Any]
+V = TypeVar("V")
 
 
-class Batch(Mapping[str, Array]):
+class ReadOnlyBatch(Mapping[str, V]):
+    """A read-only mapping of a batch's arrays: ``batch["obs"]`` and ``batch.obs`` both work;
+    :meth:`replace` derives a new batch.
+
+    The base of :class:`Batch` (NumPy arrays), :class:`rlreplay.io.TensorBatch`,
+    :class:`rlreplay.jax.JaxBatch` and :class:`rlreplay.torch.DeviceBatch`, which differ only
+    in what they hold (and, for JAX, in being a pytree). Messages and ``repr`` name the
+    subclass.
+    """
+
+    __slots__ = ("_data",)
+    _data: dict[str, V]
+    #: What the batch holds, as the read-only message names it (``replace(name=...)``).
+    _VALUE = "value"
+
+    def __init__(self, data: Mapping[str, V]) -> None:
+        object.__setattr__(self, "_data", dict(data))
+
+    def __getitem__(self, key: str) -> V:
+        return self._data[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._data)
+
+    def __len__(self) -> int:
+        return len(self._data)
+
+    def __getattr__(self, name: str) -> V:
+        if name.startswith("__") or name == "_data":  # copy/pickle probe before _data exists
+            raise AttributeError(name)
+        try:
+            return self._data[name]
+        except KeyError:
+            raise AttributeError(
+                f"{type(self).__name__} has no field {name!r}; it holds {sorted(self._data)}"
+            ) from None
+
+    def __setattr__(self, name: str, value: object) -> None:
+        raise AttributeError(
+            f"{type(self).__name__} is read-only; use batch.replace(name={self._VALUE}) for a "
+            "new one"
+        )
+
+    def __reduce__(self) -> tuple[type[Self], tuple[dict[str, V]]]:
+        return (type(self), (self._data,))
+
+    def __repr__(self) -> str:
+        parts = ", ".join(
+            f"{k}: {getattr(v, 'dtype', type(v).__name__)}{list(getattr(v, 'shape', ()))}"
+            for k, v in self._data.items()
+        )
+        return f"{type(self).__name__}({parts})"
+
+    def replace(self, **values: V) -> Self:
+        """A new batch of the same type with some values replaced or added; this one is
+        unchanged."""
+        return type(self)({**self._data, **values})
+
+    def to_dict(self) -> dict[str, V]:
+        """A plain ``dict`` of the same values (not copied)."""
+        return dict(self._data)
+
+
+class Batch(ReadOnlyBatch[Array]):
     """A sampled batch: ``batch["obs"]`` and ``batch.obs`` both work.
 
     A batch from :meth:`rlreplay.ReplayBuffer.sample` holds ``obs``, ``action`` (and every other
@@ -28,8 +92,8 @@ class Batch(Mapping[str, Array]):
         (np.float64(2.0), ['obs', 'reward'])
     """
 
-    __slots__ = ("_data",)
-    _data: dict[str, Array]
+    __slots__ = ()
+    _VALUE = "array"
 
     if TYPE_CHECKING:  # the keys every buffer sample has; extras are reached the same way
         obs: Array
@@ -49,35 +113,6 @@ class Batch(Mapping[str, Array]):
         merged.update(arrays)
         object.__setattr__(self, "_data", merged)
 
-    def __getitem__(self, key: str) -> Array:
-        return self._data[key]
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self._data)
-
-    def __len__(self) -> int:
-        return len(self._data)
-
-    def __getattr__(self, name: str) -> Array:
-        if name.startswith("__") or name == "_data":  # copy/pickle probe before _data exists
-            raise AttributeError(name)
-        try:
-            return self._data[name]
-        except KeyError:
-            raise AttributeError(
-                f"Batch has no field {name!r}; it holds {sorted(self._data)}"
-            ) from None
-
-    def __setattr__(self, name: str, value: object) -> None:
-        raise AttributeError("Batch is read-only; use batch.replace(name=array) for a new one")
-
-    def __reduce__(self) -> tuple[type[Batch], tuple[dict[str, Array]]]:
-        return (Batch, (self._data,))
-
-    def __repr__(self) -> str:
-        parts = ", ".join(f"{k}: {v.dtype}{list(v.shape)}" for k, v in self._data.items())
-        return f"Batch({parts})"
-
     def __dir__(self) -> list[str]:
         return sorted(set(super().__dir__()) | set(self._data))
 
@@ -87,70 +122,3 @@ class Batch(Mapping[str, Array]):
         for v in self._data.values():
             return int(v.shape[0]) if v.ndim else 0
         return 0
-
-    def replace(self, **arrays: Array) -> Batch:
-        """A new batch with some arrays replaced or added; this one is unchanged."""
-        return Batch(self._data, **arrays)
-
-    def to_dict(self) -> dict[str, Array]:
-        """A plain ``dict`` of the same arrays (not copied)."""
-        return dict(self._data)
-
-
-class FrameworkBatch(Mapping[str, Any]):
-    """A read-only batch of framework arrays (torch tensors, JAX arrays): ``batch["obs"]`` and
-    ``batch.obs`` both work; :meth:`replace` derives a new batch.
-
-    The base of :class:`rlreplay.io.TensorBatch`, :class:`rlreplay.jax.JaxBatch` and
-    :class:`rlreplay.torch.DeviceBatch`, which differ only in what they hold (and, for JAX,
-    in being a pytree). Messages and ``repr`` name the subclass.
-    """
-
-    __slots__ = ("_data",)
-    _data: dict[str, Any]
-
-    def __init__(self, data: Mapping[str, Any]) -> None:
-        object.__setattr__(self, "_data", dict(data))
-
-    def __getitem__(self, key: str) -> Any:
-        return self._data[key]
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self._data)
-
-    def __len__(self) -> int:
-        return len(self._data)
-
-    def __getattr__(self, name: str) -> Any:
-        if name.startswith("__") or name == "_data":  # copy/pickle probe before _data exists
-            raise AttributeError(name)
-        try:
-            return self._data[name]
-        except KeyError:
-            raise AttributeError(
-                f"{type(self).__name__} has no field {name!r}; it holds {sorted(self._data)}"
-            ) from None
-
-    def __setattr__(self, name: str, value: object) -> None:
-        raise AttributeError(
-            f"{type(self).__name__} is read-only; use batch.replace(name=value) for a new one"
-        )
-
-    def __reduce__(self) -> tuple[type[Self], tuple[dict[str, Any]]]:
-        return (type(self), (self._data,))
-
-    def __repr__(self) -> str:
-        parts = ", ".join(
-            f"{k}: {getattr(v, 'dtype', type(v).__name__)}{list(getattr(v, 'shape', ()))}"
-            for k, v in self._data.items()
-        )
-        return f"{type(self).__name__}({parts})"
-
-    def replace(self, **values: Any) -> Self:
-        """A new batch of the same type with some values replaced or added; this one is
-        unchanged."""
-        return type(self)({**self._data, **values})
-
-    def to_dict(self) -> dict[str, Any]:
-        """A plain ``dict`` of the same values (not copied)."""
-        return dict(self._data)

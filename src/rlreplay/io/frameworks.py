@@ -35,7 +35,7 @@ from typing import Any
 
 import numpy as np
 
-from rlreplay.batch import Batch, FrameworkBatch
+from rlreplay.batch import Batch, ReadOnlyBatch
 from rlreplay.errors import ConfigError
 from rlreplay.spec.arguments import shown
 
@@ -55,7 +55,7 @@ Array = np.ndarray[Any, Any]
 FORMATS = ("numpy", "torch", "jax")
 
 
-class TensorBatch(FrameworkBatch):
+class TensorBatch(ReadOnlyBatch[Any]):
     """A read-only batch of framework arrays: ``tb["obs"]`` and ``tb.obs`` both work.
 
     The same keys as the :class:`~rlreplay.Batch` it came from; values are

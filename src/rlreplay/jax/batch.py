@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from rlreplay.batch import FrameworkBatch
+from rlreplay.batch import ReadOnlyBatch
 
 __all__ = ["JaxBatch", "register_batch"]
 
 
-class JaxBatch(FrameworkBatch):
+class JaxBatch(ReadOnlyBatch[Any]):
     """A sampled batch of JAX arrays: ``batch["obs"]`` and ``batch.obs`` both work.
 
     The keys of :class:`rlreplay.Batch`, in its order. A pytree (its keys are static), so it

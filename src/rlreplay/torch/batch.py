@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
-from rlreplay.batch import FrameworkBatch
+from typing import Any
+
+from rlreplay.batch import ReadOnlyBatch
 
 __all__ = ["DeviceBatch"]
 
 
-class DeviceBatch(FrameworkBatch):
+class DeviceBatch(ReadOnlyBatch[Any]):
     """A sampled batch of device tensors: ``batch["obs"]`` and ``batch.obs`` both work.
 
     The keys of :class:`rlreplay.Batch`, in its order: every declared field, ``reward``,
