@@ -242,9 +242,6 @@ def test_broadcast_and_dtype_rules_are_the_host_backed_ones() -> None:
 @pytest.mark.parametrize(
     ("kw", "option"),
     [
-        (dict(keep_episodic_info=True), "keep_episodic_info"),
-        (dict(num_earliest_frames_ignored=2), "num_earliest_frames_ignored"),
-        (dict(record_episodic_return=True), "record_episodic_return"),
         (dict(allow_multiprocess=True), "allow_multiprocess"),
         (dict(enable_checkpoint=True), "enable_checkpoint"),
         (dict(max_length=1), "max_length"),

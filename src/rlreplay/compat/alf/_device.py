@@ -26,12 +26,21 @@ same law as the host-backed buffer's, not the same draws). :meth:`update_priorit
 ids and priorities on the host, as the host-backed buffer does, and takes finite priorities
 ``>= 0`` only: ALF's algorithm for negative, NaN and infinite ones is the host-backed buffer's.
 
-Episodes are not tracked (ALF's sequences cross them, ``step_type`` shows them), so the
-options that need episode information are refused with a :class:`~rlreplay.ConfigError`
-naming them: ``keep_episodic_info``, ``num_earliest_frames_ignored > 0``,
-``record_episodic_return``, as are ``allow_multiprocess``, ``enable_checkpoint`` and
-``max_length=1``; blocking calls (``add_batch(blocking=True)``, ``dequeue(blocking=True)``)
-are refused too (a device buffer is used from one thread).
+With ``keep_episodic_info`` (or ``num_earliest_frames_ignored > 0``, or
+``record_episodic_return``) ALF's episode information lives on the device too
+(:mod:`._device_episodes`): each step's episode begin, what ends its episode, its discount-0
+segment and, with ``record_episodic_return``, its discounted return, updated by
+:meth:`add_batch` with torch ops that never wait for the device. :meth:`get_batch` and
+:meth:`gather_all` gather ``discounted_return`` there (it agrees with the host-backed
+buffer's to float32 rounding: both sum the same terms, in another order), and the earliest
+``num_earliest_frames_ignored`` steps of each env are never starts, as in the host-backed
+buffer. :meth:`steps_to_episode_end`, :meth:`get_episode_begin_position` and
+:meth:`get_disc_0_begin_position` compute on the device after reading the stored ranges on
+the host (to refuse positions not stored, as the host-backed buffer does).
+
+Refused with a :class:`~rlreplay.ConfigError` naming them: ``allow_multiprocess``,
+``enable_checkpoint`` and ``max_length=1``; blocking calls (``add_batch(blocking=True)``,
+``dequeue(blocking=True)``) are refused too (a device buffer is used from one thread).
 :class:`rlreplay.compat.alf.replay_buffer.HostReplayBuffer` keeps the data on the host and
 offers all of them, with results on ``device``.
 """
@@ -53,6 +62,7 @@ from rlreplay import (
     ShapeError,
 )
 from rlreplay.buffer import check_timeout
+from rlreplay.compat.alf._device_episodes import DeviceEpisodes
 from rlreplay.compat.alf._draws import (
     ReplayAssertionError,
     StartRanges,
@@ -69,7 +79,13 @@ from rlreplay.compat.alf._nest import (
     map_names,
     runs_to_clear,
 )
-from rlreplay.compat.alf._setup import check_options, positive, spec_layout
+from rlreplay.compat.alf._setup import (
+    check_clip,
+    check_gamma,
+    check_options,
+    positive,
+    spec_layout,
+)
 from rlreplay.compat.alf._types import BatchInfo
 from rlreplay.compat.alf.replay_buffer import ReplayBuffer
 from rlreplay.compat.alf.segment_tree import as_numpy
@@ -128,12 +144,6 @@ class DeviceReplayBuffer(ReplayBuffer):
             num_environments, max_length, num_earliest_frames_ignored, allow_multiprocess,
             keep_episodic_info, record_episodic_return, recent_data_ratio,
         )  # fmt: skip
-        if ignored:
-            raise _refuse("num_earliest_frames_ignored", "keeps no episode information")
-        if record_episodic_return:
-            raise _refuse("record_episodic_return", "keeps no episode information")
-        if keep_episodic_info:
-            raise _refuse("keep_episodic_info", "keeps no episode information")
         if allow_multiprocess:
             raise _refuse("allow_multiprocess", "is used from one process")
         if enable_checkpoint:
@@ -145,10 +155,13 @@ class DeviceReplayBuffer(ReplayBuffer):
         except (RuntimeError, TypeError):
             raise ConfigError(f"device: expected a torch device, got {device!r}") from None
         self._spec = data_spec
-        self._layout = spec_layout(data_spec, False)
+        self._layout = spec_layout(data_spec, keep_episodic_info)
         self._names, self._discount = self._layout.names, self._layout.discount
-        self._num_envs, self._max_length, self._ignored = E, C, 0
-        self._keep_episodic_info = False
+        self._num_envs, self._max_length, self._ignored = E, C, ignored
+        self._keep_episodic_info = keep_episodic_info
+        returns = None
+        if record_episodic_return:
+            returns = (check_gamma(gamma), check_clip(reward_clip), float(default_return))
         self._prioritized = bool(prioritized_sampling)
         self._initial_priority = float(initial_priority)
         if self._prioritized and not math.isfinite(self._initial_priority):
@@ -158,7 +171,7 @@ class DeviceReplayBuffer(ReplayBuffer):
         self._recent_steps = positive("recent_data_steps", recent_data_steps)
         self._recent_ratio = float(recent_data_ratio)
         self._with_replacement = bool(with_replacement)
-        self._record = False
+        self._record = bool(record_episodic_return)
         self._default_return = float(default_return)
         self._enable_checkpoint = False
         self._name = name
@@ -189,6 +202,11 @@ class DeviceReplayBuffer(ReplayBuffer):
             self._top = torch.full((E * C,), -math.inf, dtype=torch.float64, device=self._device)
             self._slots = torch.arange(E * C, dtype=torch.int64, device=self._device)
         self._fill: dict[int, dict[str, torch.Tensor]] = {}  # per batch size: built-in values
+        self._episodes: DeviceEpisodes | None = None
+        if keep_episodic_info:
+            self._episodes = DeviceEpisodes(
+                E, C, self._device, discount=self._discount is not None, returns=returns
+            )
 
     # ------------------------------------------------------------------ properties
     @property
@@ -278,6 +296,8 @@ class DeviceReplayBuffer(ReplayBuffer):
             ids = self._dev.add(env_ids=given, **values)
         except DTypeError as exc:
             raise AssignDTypeError(str(exc)) from None
+        if self._episodes is not None:
+            self._record_episodes(ids, values)
         if self._prio is not None and self._top is not None:
             # ALF's rule: max(initial_priority, the largest priority in its max tree), which
             # still holds the priority of the step each new one overwrites.
@@ -287,6 +307,25 @@ class DeviceReplayBuffer(ReplayBuffer):
             slots = slots.add_(torch.remainder(ids, E) * C)
             self._prio.index_copy_(0, slots, p0.expand(B))
             self._top.index_copy_(0, slots, p0.expand(B))
+
+    def _record_episodes(self, ids: torch.Tensor, values: dict[str, Any]) -> None:
+        """Update the episode information with the steps ``ids`` just added (on the device)."""
+        assert self._episodes is not None and self._layout.step_type is not None
+        E = self._num_envs
+        env = torch.remainder(ids, E)
+        t = torch.div(ids, E, rounding_mode="floor")
+        disc = self._layout.discount
+        self._episodes.record(
+            env, t, self._on_device(values[self._layout.step_type]),
+            None if disc is None else self._on_device(values[disc]),
+            self._on_device(values["reward"]) if self._record else None,
+            self._dev.stored_bounds,
+        )  # fmt: skip
+
+    def _on_device(self, value: Any) -> torch.Tensor:
+        """A flat tensor of a scalar leaf's values on ``device`` (host values copied once)."""
+        t = value if isinstance(value, torch.Tensor) else torch.from_numpy(np.array(value))
+        return t.to(self._device, non_blocking=True).reshape(-1)
 
     def _step_values(self, batch: Any, B: int) -> dict[str, Any]:
         """The device buffer's ``add`` arguments of a batch of ``B`` steps: the leaves (tensors
@@ -351,7 +390,7 @@ class DeviceReplayBuffer(ReplayBuffer):
         weights: torch.Tensor | None = None
         if self._prio is None:
             env, t, _ = draw_starts(
-                self._rng, None, heads, counts, B, L, ignored=0,
+                self._rng, None, heads, counts, B, L, ignored=self._ignored,
                 recent_ratio=self._recent_ratio, recent_steps=self._recent_steps,
                 replacement=self._with_replacement,
             )  # fmt: skip
@@ -362,6 +401,11 @@ class DeviceReplayBuffer(ReplayBuffer):
         ids = torch.from_numpy(t * self._num_envs + env).to(self._device)
         seq = self._dev.get_sequences(ids, L, within_episode=False)
         device = torch.get_default_device()
+        returns: Any = ()
+        if self._record and self._episodes is not None:
+            steps = ids[:, None] // self._num_envs + torch.arange(L, device=self._device)
+            env_t = torch.remainder(ids, self._num_envs)[:, None]
+            returns = self._episodes.returns_of(env_t, steps).to(device)
         info = BatchInfo(
             env_ids=torch.from_numpy(env).to(device),
             positions=torch.from_numpy(t).to(device),
@@ -369,7 +413,7 @@ class DeviceReplayBuffer(ReplayBuffer):
             if weights is None
             else weights.index_select(0, torch.from_numpy(order).to(weights.device)).to(device),
             replay_buffer=self,
-            discounted_return=(),
+            discounted_return=returns,
         )
         return self._pack(seq, device), info
 
@@ -382,10 +426,10 @@ class DeviceReplayBuffer(ReplayBuffer):
         E, C, dev = self._num_envs, self._max_length, self._device
         n_recent = 0
         if self._recent_ratio > 0:
-            avg = (counts - heads).sum() / E - (L - 1)
+            avg = (counts - heads).sum() / E - (L - 1 + self._ignored)
             if avg * self._recent_ratio > self._recent_steps:
                 n_recent = min(B, math.ceil(round(B * self._recent_ratio, 9)))
-        lo, hi = heads, counts - L + 1
+        lo, hi = heads + self._ignored, counts - L + 1
         # Each slot's step in [lo, lo + C) of its env, and whether it is a possible start.
         lo_t = torch.from_numpy(lo).to(dev)
         env_of = torch.div(self._slots, C, rounding_mode="floor")
@@ -407,7 +451,7 @@ class DeviceReplayBuffer(ReplayBuffer):
         last = torch.where(masses > 0, self._slots, 0).amax()
         slot = torch.minimum(slot, last)  # (u * total rounded up to the total)
         env_r, t_r = uniform_starts(
-            self._rng, StartRanges(lo, hi, counts - heads, L, 0), n_recent, n_recent,
+            self._rng, StartRanges(lo, hi, counts - heads, L, self._ignored), n_recent, n_recent,
             self._recent_steps, self._with_replacement,
         )  # fmt: skip
         slots = torch.cat([slot, torch.from_numpy(env_r * C + t_r % C).to(dev)])
@@ -452,14 +496,22 @@ class DeviceReplayBuffer(ReplayBuffer):
                 f"{sizes.tolist()}"
             )
         got = self._dev.gather_all()
+        k = min(self._ignored, int(sizes[0])) if ignore_earliest_frames else 0
+        data = {name: got[name][:, k:] for name in self._names.values()}
         device = torch.get_default_device() if convert_to_default_device else self._device
+        returns: Any = ()
+        if self._record and self._episodes is not None:
+            first = torch.from_numpy(heads + k).to(self._device)[:, None]
+            steps = first + torch.arange(int(sizes[0]) - k, device=self._device)
+            env = torch.arange(self._num_envs, device=self._device)[:, None]
+            returns = self._episodes.returns_of(env, steps).to(device)
         info = BatchInfo(
             env_ids=torch.from_numpy(self._all_envs.copy()).to(device),
-            positions=torch.from_numpy(heads).to(device),
+            positions=torch.from_numpy(heads + k).to(device),
             replay_buffer=self,
-            discounted_return=(),
+            discounted_return=returns,
         )
-        return self._pack(got, device), info
+        return self._pack(data, device), info
 
     def dequeue(
         self,
@@ -590,17 +642,71 @@ class DeviceReplayBuffer(ReplayBuffer):
         self._prio.index_copy_(0, rows, values)
         self._top.index_copy_(0, rows, values)
 
+    # ------------------------------------------------------------------ episodes
+    def _stored(
+        self, what: str, env_ids: Any, positions: Any
+    ) -> tuple[DeviceEpisodes, torch.Tensor, torch.Tensor, tuple[int, ...]]:
+        """``(episodes, env, pos, shape)``: the broadcast ids as flat tensors on ``device``,
+        checked to be stored (the envs' stored ranges are read from the device).
+
+        Raises:
+            ReplayAssertionError: ``keep_episodic_info`` is False.
+            rlreplay.InvalidIdError: A position not stored (overwritten or never added).
+        """
+        self._require_episodic(what)
+        assert self._episodes is not None
+        env, pos, _ = broadcast_ids(env_ids, positions, self._num_envs)
+        heads, counts = self._bounds()
+        bad = (pos < heads[env]) | (pos >= counts[env])
+        if bad.any():
+            raise InvalidIdError(
+                f"{what}: positions not stored (overwritten or never added): env "
+                f"{env[bad][:5].tolist()} at positions {pos[bad][:5].tolist()}"
+            )
+        dev = self._device
+        flat_env = torch.from_numpy(env.reshape(-1)).to(dev)
+        flat_pos = torch.from_numpy(pos.reshape(-1)).to(dev)
+        return self._episodes, flat_env, flat_pos, env.shape
+
     def steps_to_episode_end(self, pos: Any, env_ids: Any) -> torch.Tensor:
-        """Refused: this buffer keeps no episode information."""
-        raise ReplayAssertionError("steps_to_episode_end: needs keep_episodic_info=True")
+        """The distance from each stored step to its episode's end (the step before the
+        env's next ``FIRST``, or the env's newest step), as the host-backed buffer's
+        :meth:`~rlreplay.compat.alf.replay_buffer.ReplayBuffer.steps_to_episode_end`.
+        Computed on the device (``O(n * max_length)``) after reading the stored ranges.
+
+        Raises:
+            ReplayAssertionError: ``keep_episodic_info`` is False.
+            rlreplay.InvalidIdError: A position not stored.
+        """
+        ep, env, p, shape = self._stored("steps_to_episode_end", env_ids, pos)
+        out = ep.steps_to_end(env, p, self._dev.stored_bounds[1])
+        return out.reshape(shape)
 
     def get_episode_begin_position(self, pos: Any, env_ids: Any) -> torch.Tensor:
-        """Refused: this buffer keeps no episode information."""
-        raise ReplayAssertionError("get_episode_begin_position: needs keep_episodic_info=True")
+        """The position of the first step of each stored step's episode (maybe no longer
+        stored), as the host-backed buffer's; gathered on the device.
+
+        Raises:
+            ReplayAssertionError: ``keep_episodic_info`` is False.
+            rlreplay.InvalidIdError: A position not stored.
+        """
+        ep, env, p, shape = self._stored("get_episode_begin_position", env_ids, pos)
+        return ep.begin_of(env, p).reshape(shape)
 
     def get_disc_0_begin_position(self, pos: Any, env_ids: Any) -> torch.Tensor:
-        """Refused: this buffer keeps no episode information."""
-        raise ReplayAssertionError("get_disc_0_begin_position: needs keep_episodic_info=True")
+        """Where the discount-0 segment of each stored step begins, as the host-backed
+        buffer's; gathered on the device.
+
+        Raises:
+            ReplayAssertionError: ``keep_episodic_info`` is False.
+            rlreplay.FieldError: ``data_spec`` has no scalar top-level ``discount``.
+            rlreplay.InvalidIdError: A position not stored.
+        """
+        self._require_episodic("get_disc_0_begin_position")
+        if self._discount is None:
+            raise FieldError("get_disc_0_begin_position: data_spec has no scalar 'discount'")
+        ep, env, p, shape = self._stored("get_disc_0_begin_position", env_ids, pos)
+        return ep.disc0_of(env, p).reshape(shape)
 
     def get_extra_state(self) -> dict[str, Any]:
         """Nothing (``enable_checkpoint`` is refused)."""

@@ -19,6 +19,8 @@ from rlreplay.compat.alf.tensor_specs import Path, TensorSpec, core_field_names,
 __all__ = [
     "ConfigAssertionError",
     "SpecLayout",
+    "check_clip",
+    "check_gamma",
     "check_options",
     "keep_newest",
     "make_core",
@@ -150,6 +152,31 @@ def clip_pair_or_none(value: Any) -> tuple[float, float] | None:
         lo, hi = (float(v) for v in value)
     except (TypeError, ValueError):
         return None
+    return lo, hi
+
+
+def check_gamma(gamma: Any) -> float:
+    """``gamma`` of recorded returns, checked as the core checks it (a number in [0, 1])."""
+    if isinstance(gamma, bool) or not isinstance(gamma, int | float | np.number):
+        raise ConfigError(f"gamma: expected a number in [0, 1], got {gamma!r}")
+    if not 0.0 <= float(gamma) <= 1.0:
+        raise ConfigError(f"gamma: expected a value in [0, 1], got {float(gamma)}")
+    return float(gamma)
+
+
+def check_clip(reward_clip: Any) -> tuple[float, float] | None:
+    """``reward_clip`` as the host-backed buffer takes it: ``None`` or ``(lo, hi)``; with
+    ``lo > hi`` every reward becomes ``hi`` (ALF's ``torch.clamp``), so ``(hi, hi)``."""
+    if reward_clip is None:
+        return None
+    pair = clip_pair_or_none(reward_clip)
+    if pair is None:
+        raise ConfigError(f"reward_clip: expected None or (lo, hi), got {reward_clip!r}")
+    lo, hi = pair
+    if lo > hi:
+        return hi, hi
+    if not lo <= hi:  # NaN
+        raise ConfigError(f"reward_clip: expected lo <= hi, got ({lo}, {hi})")
     return lo, hi
 
 

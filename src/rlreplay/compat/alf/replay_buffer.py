@@ -127,9 +127,9 @@ class ReplayBuffer(Sampling, torch.nn.Module):
             :meth:`get_batch` and ``gather_all()`` return on torch's default device, which is
             ALF's default device. ``"cuda"`` (any device but the CPU) also keeps the data
             there: the buffer is then a
-            :class:`~rlreplay.compat.alf._device.DeviceReplayBuffer`, which refuses episode
-            information, ``allow_multiprocess``, ``enable_checkpoint``, ``max_length=1``,
-            blocking calls and negative, NaN or infinite priorities
+            :class:`~rlreplay.compat.alf._device.DeviceReplayBuffer` (episode information
+            on the device too), which refuses ``allow_multiprocess``, ``enable_checkpoint``,
+            ``max_length=1``, blocking calls and negative, NaN or infinite priorities
             (:class:`HostReplayBuffer` keeps the data on the host and offers them all).
         allow_multiprocess: Let other processes use this buffer, as ALF's shared-memory one:
             a forked child, or a process it is pickled to (a ``Process`` argument, fork or
@@ -542,9 +542,9 @@ forward_public(ReplayBuffer)  # a handle's calls run in the owner
 
 class HostReplayBuffer(ReplayBuffer):
     """:class:`ReplayBuffer` with its data on the host whatever ``device`` is (``device``
-    only places the tensors it hands back): every option, episode information and ALF's
+    only places the tensors it hands back): every option, blocking calls and ALF's
     handling of negative, NaN and infinite priorities included, where ``ReplayBuffer(...,
-    device="cuda")`` keeps the data on the device and refuses those
+    device="cuda")`` keeps the data on the device and refuses some of them
     (:class:`~rlreplay.compat.alf._device.DeviceReplayBuffer`)."""
 
 
