@@ -63,7 +63,6 @@ def test_device_defaults_to_the_cpu() -> None:
     [
         ("transforms", [lambda b: b]),
         ("record_episodic_return", True),
-        ("rate_limiter", rr.MinSize(4)),
         ("path", "/tmp/x"),
         ("default_return", 0.0),
     ],

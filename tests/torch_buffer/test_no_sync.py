@@ -103,3 +103,37 @@ def test_env_id_subsets_never_wait_for_the_device(device: str, name: str) -> Non
             if i == 20:
                 buf.clear()
     assert dict(counter.calls) == {}
+
+
+@pytest.mark.parametrize("prioritized", [False, True])
+def test_a_rate_limiter_reads_nothing_on_the_device(device: str, prioritized: bool) -> None:
+    """A rate limiter's counters come from shapes and host counts: add (all envs, host
+    ``env_ids``, device ``env_ids``), sample, sample_sequences and clear still read nothing
+    on the host, granted or refused."""
+    import rlreplay as rr
+
+    E = 2
+    lim = rr.SampleToInsertRatio(samples_per_insert=1.0, min_size_to_sample=4, error_buffer=12.0)
+    buf = make(device, capacity=32, num_envs=E, n_step=2, prioritized=prioritized,
+               rate_limiter=lim)  # fmt: skip
+    rng = np.random.default_rng(2)
+    steps = [on(random_step(rng, E, p_end=0.3), device) for _ in range(30)]
+    subset = torch.tensor([1], device=device)
+    refused = 0
+    with no_host_sync(device) as counter:
+        for i, step in enumerate(steps):
+            for call in (
+                lambda step=step: buf.add(**step),
+                lambda step=step: buf.add(env_ids=[0], **{k: v[:1] for k, v in step.items()}),
+                lambda step=step: buf.add(env_ids=subset, **{k: v[1:] for k, v in step.items()}),
+                lambda: buf.sample(3),
+                lambda: buf.sample_sequences(2, 3),
+            ):
+                try:
+                    call()
+                except rr.ReplayTimeout:
+                    refused += 1
+            if i == 15:
+                buf.clear()
+    assert dict(counter.calls) == {}
+    assert refused and lim.stats.samples and lim.stats.inserts

@@ -33,9 +33,10 @@ Example:
 """
 
 from rlreplay.torch.batch import DeviceBatch
-from rlreplay.torch.buffer import DevicePrioritizedReplayBuffer, DeviceReplayBuffer
+from rlreplay.torch.buffer import DeviceReplayBuffer
 from rlreplay.torch.compiled import compiled_sampler
 from rlreplay.torch.convert import from_replay_buffer, load, to_replay_buffer
+from rlreplay.torch.prioritized_buffer import DevicePrioritizedReplayBuffer
 
 __all__ = [
     "DeviceBatch",

@@ -1,6 +1,7 @@
-"""The device buffers: :class:`DeviceReplayBuffer` and :class:`DevicePrioritizedReplayBuffer`.
+"""The device buffer :class:`DeviceReplayBuffer` (its prioritized subclass:
+:mod:`rlreplay.torch.prioritized_buffer`).
 
-They check their arguments once, on the host (:mod:`rlreplay.torch.config`), and hold their
+It checks its arguments once, on the host (:mod:`rlreplay.torch.config`), and holds its
 data as tensors on one torch device, updated in place by every call: the field columns in a
 :class:`rlreplay.storage.TorchStorage`, the episode bookkeeping in a
 :class:`~rlreplay.torch.ring.Ring`, the priorities in
@@ -9,34 +10,27 @@ data as tensors on one torch device, updated in place by every call: the field c
 
 from __future__ import annotations
 
-import functools
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from rlreplay.buffer.episodes import StoredRange
-from rlreplay.buffer.sync import flag
-from rlreplay.errors import (
-    ConfigError,
-    DTypeError,
-    EmptyBufferError,
-    FieldError,
-    InvalidIdError,
-    PriorityError,
-    ShapeError,
-)
-from rlreplay.sampling.prioritized_args import _check_uniform_only, _real
+from rlreplay.buffer.sync import check_timeout, flag
+from rlreplay.errors import ConfigError, DTypeError, EmptyBufferError, ShapeError
+from rlreplay.limits import RateLimiter
+from rlreplay.sampling.prioritized_args import _real
 from rlreplay.spec import Field, positive_int
-from rlreplay.spec.schema import narrowed_cast
-from rlreplay.storage.torch import TorchStorage, _host_array, numpy_dtype, torch_dtype
+from rlreplay.storage.torch import TorchStorage
 from rlreplay.torch import draws
 from rlreplay.torch.assemble import Assembler
 from rlreplay.torch.batch import DeviceBatch
 from rlreplay.torch.budget import DeviceBudget
 from rlreplay.torch.config import DeviceConfig, make_config
+from rlreplay.torch.pacing import DevicePacing
 from rlreplay.torch.prioritized import Priorities
 from rlreplay.torch.ring import Ring
+from rlreplay.torch.writing import Writes
 
 if TYPE_CHECKING:
     import os
@@ -45,19 +39,9 @@ if TYPE_CHECKING:
     from torch import Tensor
 
     from rlreplay.buffer import ReplayBuffer
+    from rlreplay.sampling.uniform import DrawOptions
 
-__all__ = ["DevicePrioritizedReplayBuffer", "DeviceReplayBuffer"]
-
-
-@functools.cache
-def _numpy_dtypes() -> dict[torch.dtype, np.dtype[Any]]:
-    """NumPy dtype of each torch dtype that has one (built once, when the first buffer is
-    made: an input's dtype is then looked up, not computed from an empty tensor)."""
-    import torch
-
-    names = ("bool", "uint8", "int8", "int16", "int32", "int64", "uint16", "uint32", "uint64",
-             "float16", "float32", "float64", "complex64", "complex128")  # fmt: skip
-    return {getattr(torch, n): numpy_dtype(getattr(torch, n)) for n in names}
+__all__ = ["DeviceReplayBuffer"]
 
 
 class DeviceReplayBuffer:
@@ -84,8 +68,12 @@ class DeviceReplayBuffer:
       count on the host and raises :class:`~rlreplay.EmptyBufferError`);
       :meth:`get_transitions` of ids that are not sampleable returns arbitrary values.
     * :meth:`dequeue` never blocks (one thread uses a buffer).
-    * Not offered: abandoned episodes, transforms, rate
-      limiters, memmap storage (:meth:`to_replay_buffer` gives a NumPy buffer that has them).
+    * A ``rate_limiter`` never makes a call wait (one thread uses a buffer): a call it refuses
+      raises :class:`~rlreplay.ReplayTimeout` at once. Its ``size`` is counted on the host
+      from the steps each env holds, less its newest ``n_step`` (the core's sampleable count
+      when no episode ended among them; see :mod:`rlreplay.torch.pacing`).
+    * Not offered: abandoned episodes, transforms, memmap storage (:meth:`to_replay_buffer`
+      gives a NumPy buffer that has them).
 
     Host synchronisation: given tensors on the device, :meth:`add` (``env_ids`` too),
     :meth:`sample`, :meth:`get_transitions`, :meth:`sample_sequences`, :meth:`get_sequences`,
@@ -120,6 +108,12 @@ class DeviceReplayBuffer:
             uniform over the ``recent_steps`` newest sampleable transitions of each env.
         replacement: If False, a batch has no duplicates whenever enough transitions are
             sampleable (``O(E * C)`` per draw: a key per slot and a top-k on the device).
+        rate_limiter: A :class:`rlreplay.RateLimiter` (``rr.MinSize``,
+            ``rr.SampleToInsertRatio``) that :meth:`add` (one insert per env step) and
+            :meth:`sample` / :meth:`sample_sequences` (one sample per row) ask first, with the
+            core's counters and checks; it counts for this buffer only. Nothing waits for it
+            (see above); :meth:`to_replay_buffer` and :meth:`save` carry its parameters and
+            counters.
 
     Cost: :meth:`add` writes ``E`` rows per column plus ``O(E * frame_stack)`` bookkeeping;
     :meth:`sample` and :meth:`get_transitions` are ``O(B * (n_step + frame_stack))`` gathers
@@ -144,6 +138,7 @@ class DeviceReplayBuffer:
     """
 
     _prio: Priorities | None = None
+    _pacing: DevicePacing | None = None
 
     def __init__(
         self,
@@ -162,6 +157,7 @@ class DeviceReplayBuffer:
         recent_ratio: float = 0.0,
         recent_steps: int = 1,
         replacement: bool = True,
+        rate_limiter: RateLimiter | None = None,
     ) -> None:
         config = make_config(
             capacity, fields, num_envs=num_envs, n_step=n_step, gamma=gamma,
@@ -169,9 +165,12 @@ class DeviceReplayBuffer:
             finals_per_env=finals_per_env, prioritized=False, recent_ratio=recent_ratio,
             recent_steps=recent_steps, replacement=replacement,
         )  # fmt: skip
-        self._setup(config, device, seed)
+        self._setup(config, device, seed, rate_limiter)
 
-    def _setup(self, config: DeviceConfig, device: Any, seed: int | None) -> None:
+    def _setup(
+        self, config: DeviceConfig, device: Any, seed: int | None,
+        rate_limiter: RateLimiter | None,
+    ) -> None:  # fmt: skip
         try:
             import torch
         except ImportError as exc:
@@ -183,6 +182,7 @@ class DeviceReplayBuffer:
             isinstance(seed, bool) or not isinstance(seed, int | np.integer) or seed < 0
         ):
             raise ConfigError(f"seed: expected None or an int >= 0, got {seed!r}")
+        DevicePacing.check(rate_limiter, config.num_envs)
         self.config = config
         self._storage = TorchStorage(
             config.schema, config.num_envs, config.env_capacity, config.finals_per_env, device,
@@ -190,11 +190,6 @@ class DeviceReplayBuffer:
         )  # fmt: skip
         self.device: torch.device = self._storage.device
         self._ring = Ring(config, self.device)
-        E, C, F = config.num_envs, config.env_capacity, config.finals_per_env
-        # Each env's spare row of the joint observation tensors (where a step that does not
-        # end its episode writes its next observation) and the offset of the final rows.
-        self._spare = self._ring.envs + (E * C + E * F)
-        self._finals_at = E * C
         self._assembler = Assembler(config, self._storage, self._ring)
         self._budget = DeviceBudget(config, self.device)  # results' sizes, checked before draws
         self._gen = torch.Generator(device=self.device)
@@ -203,14 +198,12 @@ class DeviceReplayBuffer:
         else:
             self._gen.manual_seed(int(seed))
         self.seed = seed
-        self._wanted: dict[str, Field] = dict(config.schema.fields)
-        self._wanted.update(
-            {"next_" + n: config.schema.fields[n] for n in config.observation_names}
-        )
-        self._stored = {n: torch_dtype(f.dtype) for n, f in self._wanted.items()}
-        _numpy_dtypes()
         if config.prioritized:
             self._prio = Priorities(config, self._ring)
+        self._pacing = None if rate_limiter is None else DevicePacing(rate_limiter, config)
+        self._writes = Writes(config, self._storage, self._ring, self._prio, self._pacing)
+        if rate_limiter is not None:
+            rate_limiter.bind(self)
 
     # ------------------------------------------------------------------ sizes
     capacity = property(lambda self: self.config.capacity, doc="Transitions over all envs.")
@@ -257,6 +250,14 @@ class DeviceReplayBuffer:
         return ring.counts.clone()
 
     @property
+    def rate_limiter(self) -> RateLimiter | None:
+        """The :class:`rlreplay.RateLimiter` that paces :meth:`add` against :meth:`sample` and
+        :meth:`sample_sequences` (``None``: none); its ``stats`` are live. Nothing waits for
+        it: a call it refuses raises :class:`~rlreplay.ReplayTimeout` at once. Its ``size``
+        is counted on the host (see :mod:`rlreplay.torch.pacing`)."""
+        return None if self._pacing is None else self._pacing.limiter
+
+    @property
     def storage(self) -> TorchStorage:
         """The field columns (env ``e``'s ring in rows ``e * C .. e * C + C - 1``)."""
         return self._storage
@@ -270,49 +271,6 @@ class DeviceReplayBuffer:
         )
 
     # ------------------------------------------------------------------ inputs
-    def _tensor(
-        self, name: str, value: Any, want: tuple[int, ...], axis: str = "num_envs"
-    ) -> Tensor:
-        """One value checked (shape, ``same_kind`` cast) and on the device in its field's
-        dtype; a NumPy value is cast on the host and copied once."""
-        import torch
-
-        f = self._wanted[name]
-        E = self.config.num_envs
-        if isinstance(value, torch.Tensor):
-            shape = tuple(value.shape)
-            dtype = _numpy_dtypes().get(value.dtype)
-            if dtype is None:
-                raise DTypeError(
-                    f"{name}: expected values castable to {f.dtype}, got {value.dtype}"
-                )
-        else:
-            value = np.asarray(value)
-            shape, dtype = value.shape, value.dtype
-        if len(want) == 1 and E == 1 and shape == f.shape:
-            shape = (1, *shape)
-            value = value.reshape(shape)
-        if shape != (*want, *f.shape):
-            raise ShapeError(
-                f"{name}: expected shape {(*want, *f.shape)} ({axis}, *field shape), got {shape}"
-            )
-        if not np.can_cast(dtype, f.dtype, casting="same_kind"):
-            raise DTypeError(
-                f"{name}: expected values castable to {f.dtype} (NumPy's same_kind rule), got "
-                f"{dtype}"
-            )
-        stored = self._stored[name]
-        if isinstance(value, torch.Tensor):
-            if value.device != self.device:
-                value = value.to(self.device, non_blocking=value.device.type == "cpu")
-            out: Tensor = value if value.dtype == stored else value.to(stored)
-            return out
-        narrowed = narrowed_cast(name, value, f.dtype)  # a value beyond the field's range
-        if narrowed is not None:  # is an error here, not an inf or a wrapped int
-            value = narrowed
-        host = torch.from_numpy(_host_array(np.asarray(value, f.dtype.newbyteorder("="))))
-        return host.to(self.device, non_blocking=True)
-
     def _ids(self, ids: Any) -> Tensor:
         """Ids as flat int64 on the device (integers only)."""
         import torch
@@ -331,7 +289,7 @@ class DeviceReplayBuffer:
         return torch.from_numpy(flat.copy()).to(self.device, non_blocking=True)
 
     # ------------------------------------------------------------------ writes
-    def add(self, *, env_ids: Any = None, **values: Any) -> Tensor:
+    def add(self, *, env_ids: Any = None, timeout: float | None = None, **values: Any) -> Tensor:
         """Store one step of every env, or of the envs ``env_ids``.
 
         Args:
@@ -352,6 +310,8 @@ class DeviceReplayBuffer:
                 tensor is copied without waiting, so a *pinned* one must not be changed until
                 the device has read it) or NumPy arrays / scalars (copied once).
                 ``next_<obs>`` is kept only where the step ends its episode.
+            timeout: Checked as the core checks it; with a ``rate_limiter``, a step it does
+                not allow now raises :class:`~rlreplay.ReplayTimeout` at once (nothing waits).
 
         Returns:
             int64 ids of the stored transitions, ``(E,)`` (``(len(env_ids),)``) on the device.
@@ -362,6 +322,8 @@ class DeviceReplayBuffer:
             DTypeError: A value that NumPy's ``same_kind`` rule cannot cast.
             InvalidIdError: ``env_ids`` not a 1-D sequence of ints; host ``env_ids`` out of
                 range or repeated.
+            ReplayTimeout: The ``rate_limiter`` does not allow the step's inserts now
+                (``num_envs`` of them, or ``len(env_ids)``).
 
         Nothing is changed when an error is raised (every value is checked first).
 
@@ -372,86 +334,7 @@ class DeviceReplayBuffer:
         ``env_ids`` naming every env in order (``range(num_envs)`` on the host) is a plain
         :meth:`add`.
         """
-        import torch
-
-        c = self.config
-        missing = sorted(set(self._wanted) - set(values))
-        unknown = sorted(set(values) - set(self._wanted))
-        if missing or unknown:
-            raise FieldError(
-                f"add: expected the keys {sorted(self._wanted)}; missing {missing}, unknown "
-                f"{unknown}"
-            )
-        ring = self._ring
-        env, host_env = (None, None) if env_ids is None else self._env_ids(env_ids)
-        if env is None and not ring.per_env:
-            vals = {name: self._tensor(name, values[name], (c.num_envs,)) for name in self._wanted}
-            done = vals["terminated"] | vals["truncated"]
-            rows, pos = ring.advance(done)
-            self._store(rows, pos, done, vals)
-            if self._prio is not None:
-                self._prio.after_write()
-            return ring.envs + (ring.count - 1) * c.num_envs
-        if env is None:  # every env, counted per env
-            env, host_env = ring.envs, np.arange(c.num_envs)
-        k = env.shape[0]
-        axis = "num_envs" if env_ids is None else "len(env_ids)"
-        vals = {name: self._tensor(name, values[name], (k,), axis) for name in self._wanted}
-        if k == 0:  # no env steps
-            return torch.zeros(0, dtype=torch.int64, device=self.device)
-        done = vals["terminated"] | vals["truncated"]
-        rows, pos, t, stepping = ring.advance_envs(env, done, host_env)
-        self._store(rows, pos, done, vals, env)
-        if self._prio is not None:
-            self._prio.after_write(stepping)
-        return torch.add(env, t, alpha=c.num_envs)
-
-    def _store(
-        self, rows: Tensor, pos: Tensor, done: Tensor, vals: dict[str, Tensor],
-        env: Tensor | None = None,
-    ) -> None:  # fmt: skip
-        """Write a step's values to ``rows`` (its next observations to final records ``pos``
-        where ``done``, else to the envs' spare rows) and settle the ring."""
-        import torch
-
-        c, ring, st = self.config, self._ring, self._storage
-        st.write(rows, vals)
-        if c.observation_names:  # next_<obs> to the final row where done, else a spare row
-            spare = self._spare if env is None else self._spare.index_select(0, env)
-            dest = torch.where(done, pos + self._finals_at, spare)
-            for name in c.observation_names:
-                st.write_joint(name, dest, vals["next_" + name])
-        ring.settle(st.steps["terminated"], st.steps["truncated"])
-
-    def _env_ids(self, env_ids: Any) -> tuple[Tensor | None, np.ndarray[Any, Any] | None]:
-        """``(envs on the device, the same on the host if known)``; ``(None, None)`` for every
-        env in order given on the host (a plain add)."""
-        import torch
-
-        from rlreplay.torch.fifo import host_env_ids
-
-        E = self.config.num_envs
-        if isinstance(env_ids, torch.Tensor):
-            dt = env_ids.dtype
-            if env_ids.dim() != 1 or dt.is_floating_point or dt.is_complex or dt == torch.bool:
-                raise InvalidIdError(
-                    f"env_ids: expected a 1-D sequence of ints, got {dt} with shape "
-                    f"{tuple(env_ids.shape)}"
-                )
-            if env_ids.device.type == "cpu" and self.device.type != "cpu":
-                env_ids = env_ids.numpy()  # host values: checked in full, read without a wait
-            else:
-                if env_ids.shape[0] > E:
-                    raise InvalidIdError(
-                        f"env_ids: expected at most num_envs={E} distinct envs, got "
-                        f"{env_ids.shape[0]}"
-                    )
-                t = env_ids.to(self.device, non_blocking=env_ids.device.type == "cpu")
-                return t.long(), None
-        arr = host_env_ids(self, env_ids)
-        if arr.size == E and (arr == np.arange(E)).all():
-            return None, None
-        return torch.from_numpy(arr.copy()).to(self.device, non_blocking=True), arr
+        return self._writes.add(env_ids, timeout, values)
 
     def clear(self) -> None:
         """Drop every stored transition, as :meth:`rlreplay.ReplayBuffer.clear` does.
@@ -459,11 +342,14 @@ class DeviceReplayBuffer:
         Ids keep counting, so ids issued before stay recognisably stale. An episode running
         across the call goes on: its later steps are stored and sampleable as those of an
         episode whose start was overwritten. A prioritized buffer keeps its largest priority
-        and ``beta``'s step. ``O(E)`` (prioritized: ``O(E * C)``, the trees are emptied).
+        and ``beta``'s step; a ``rate_limiter``'s size drops to 0 (its counts of inserts and
+        samples stay). ``O(E)`` (prioritized: ``O(E * C)``, the trees are emptied).
         """
         self._ring.clear()
         if self._prio is not None:
             self._prio.clear()
+        if self._pacing is not None:
+            self._pacing.cleared()
 
     # ------------------------------------------------------------------ FIFO use
     def dequeue(
@@ -599,6 +485,7 @@ class DeviceReplayBuffer:
         recent_steps: int | None = None,
         replacement: bool | None = None,
         check: bool = False,
+        timeout: float | None = None,
     ) -> DeviceBatch:
         """Draw ``batch_size`` transitions uniformly (see the class docstring for the laws).
 
@@ -610,6 +497,9 @@ class DeviceReplayBuffer:
                 :class:`~rlreplay.EmptyBufferError` if not (one wait for the device). Without
                 it (the default) nothing waits: an empty buffer gives arbitrary rows with
                 ``weights`` 0.
+            timeout: Checked as the core checks it; with a ``rate_limiter``, a batch it
+                does not allow now raises :class:`~rlreplay.ReplayTimeout` at once (nothing
+                waits: see :mod:`rlreplay.torch.pacing`).
 
         Returns:
             A :class:`DeviceBatch`: the keys of :meth:`rlreplay.ReplayBuffer.sample`'s batch
@@ -618,8 +508,10 @@ class DeviceReplayBuffer:
         Raises:
             ConfigError: ``batch_size`` not a positive int, or a draw option out of range.
             EmptyBufferError: ``check`` and nothing sampleable.
+            ReplayTimeout: The ``rate_limiter`` does not allow ``batch_size`` samples now.
+
+        A refused call draws nothing and changes nothing.
         """
-        import torch
 
         from rlreplay.sampling.uniform import draw_options
 
@@ -631,7 +523,18 @@ class DeviceReplayBuffer:
             c.recent_steps if recent_steps is None else recent_steps,
             c.replacement if replacement is None else replacement,
         )
-        self._check_nonempty(check)
+
+        def draw() -> DeviceBatch:
+            self._check_nonempty(check)
+            return self._draw_uniform(batch_size, options)
+
+        return self._paced(batch_size, timeout, "sample", draw)
+
+    def _draw_uniform(self, batch_size: int, options: DrawOptions) -> DeviceBatch:
+        """A uniform draw of ``batch_size`` transitions (the recency mix, without
+        replacement), assembled."""
+        import torch
+
         recent = draws.recent_count(options.recent_ratio, batch_size)
         ring, gen = self._ring, self._gen
         sizes = ring.sizes()
@@ -640,7 +543,7 @@ class DeviceReplayBuffer:
         else:
             env, t = draws.uniform(ring, batch_size, gen, sizes)
         total = sizes.sum()
-        if not options.replacement and batch_size <= c.num_slots:
+        if not options.replacement and batch_size <= self.config.num_slots:
             # Distinct whenever enough are sampleable (else, as the core, with replacement).
             env_d, t_d = draws.distinct(ring, batch_size, recent, options.recent_steps, gen)
             enough = batch_size <= total
@@ -648,6 +551,23 @@ class DeviceReplayBuffer:
         out = self._assembler.transitions(env, t)
         out["weights"] = (total > 0).expand(batch_size).to(torch.float32)
         return DeviceBatch(out)
+
+    def _paced(
+        self, n: int, timeout: Any, what: str, draw: Callable[[], DeviceBatch]
+    ) -> DeviceBatch:
+        """``draw()``, once the rate limiter (if any) granted ``n`` samples (handed back if
+        the draw raises); ``timeout`` checked as the core checks it."""
+        pacing = self._pacing
+        if pacing is None:
+            if timeout is not None:
+                check_timeout(timeout)
+            return draw()
+        pacing.grant_sample(n, timeout, what)
+        try:
+            return draw()
+        except BaseException:
+            pacing.cancel_sample(n)
+            raise
 
     def sample_sequences(
         self,
@@ -658,6 +578,7 @@ class DeviceReplayBuffer:
         pad: bool = True,
         balance_envs: bool = False,
         beta: float | None = None,
+        timeout: float | None = None,
     ) -> DeviceBatch:
         """Draw ``batch_size`` sequences of ``length`` consecutive stored steps (R2D2, ALF),
         as :meth:`rlreplay.ReplayBuffer.sample_sequences` draws them (see
@@ -678,6 +599,8 @@ class DeviceReplayBuffer:
                 start uniform within it; rows ordered by env.
             beta: Prioritized buffers: the importance exponent of this draw (default: the
                 schedule's, which then advances).
+            timeout: As :meth:`sample`'s (a ``rate_limiter`` counts one sample per
+                sequence).
 
         Returns:
             A :class:`DeviceBatch`: per-step fields, ``next_<obs>``, ``mask``,
@@ -687,10 +610,8 @@ class DeviceReplayBuffer:
         Raises:
             ConfigError: ``batch_size`` or ``length`` not a positive int, a flag that is not a
                 bool, ``balance_envs`` for a prioritized buffer, ``beta`` for a uniform one.
+            ReplayTimeout: The ``rate_limiter`` does not allow ``batch_size`` samples now.
         """
-        import torch
-
-        from rlreplay.torch import sequences
 
         batch_size = positive_int("batch_size", batch_size)
         length = positive_int("length", length)
@@ -707,6 +628,22 @@ class DeviceReplayBuffer:
             raise ConfigError("beta: a uniform buffer has no importance weights")
         if beta is not None:
             beta = _real("beta", beta)
+        return self._paced(
+            batch_size, timeout, "sample_sequences",
+            lambda: self._draw_sequences(batch_size, length, within_episode, pad, balance_envs,
+                                         beta),
+        )  # fmt: skip
+
+    def _draw_sequences(
+        self, batch_size: int, length: int, within_episode: bool, pad: bool,
+        balance_envs: bool, beta: float | None,
+    ) -> DeviceBatch:  # fmt: skip
+        """The draw of :meth:`sample_sequences` (arguments checked)."""
+        import torch
+
+        from rlreplay.torch import sequences
+
+        prio = self._prio
         probabilities = None
         if prio is None:
             env, t, exists = sequences.uniform_starts(
@@ -824,257 +761,3 @@ class DeviceReplayBuffer:
         ``save``): :func:`rlreplay.load` reads it back as a NumPy buffer, and
         :func:`rlreplay.torch.load` as a device buffer. Waits for the device."""
         self.to_replay_buffer(seed=self.seed).save(path)
-
-
-class DevicePrioritizedReplayBuffer(DeviceReplayBuffer):
-    """A :class:`DeviceReplayBuffer` that samples by priority, with importance weights: the
-    proportional or rank-based law of :class:`rlreplay.PrioritizedReplayBuffer` (see
-    :mod:`rlreplay.torch.prioritized`), over float64 sum and min trees on the device
-    (proportional: their nodes are bit for bit the core's for the same leaf masses; a mass
-    ``p ** alpha`` from torch's ``pow`` can be one unit in the last place from NumPy's).
-
-    As the core: ``P(i) = p_i ** alpha / sum_k p_k ** alpha`` over the sampleable transitions,
-    ``weights = (P_min / P(i)) ** beta`` (float32) with ``P_min`` over the whole buffer,
-    ``probabilities`` (float64) in every batch, ``beta`` moving along its schedule once per
-    :meth:`sample` (a host counter), new transitions at ``max(initial_priority,
-    max_priority)``, stratified draws by default. Differences, besides the uniform buffer's:
-
-    * ``variant="rank_based"`` ranks exactly at every draw (the core's ``sort_interval=1``,
-      which :meth:`to_replay_buffer` sets; as the JAX buffer): ``P(i) = rank(i) ** -alpha /
-      sum_k rank(k) ** -alpha`` over the drawable transitions, ``rank = 1 + #{larger
-      priorities}``, equal priorities sharing a rank; each :meth:`sample` (and prioritized
-      :meth:`sample_sequences`) sorts the priorities on the device, ``O(capacity log
-      capacity)`` (see :mod:`rlreplay.torch.prioritized`).
-    * :meth:`update_priorities` given device tensors cannot raise on their values: ids never
-      issued and priorities that are negative, NaN, infinite or too large (see the core) are
-      ignored, like overwritten ids. Given NumPy arrays or lists, it checks them on the host
-      and raises as the core does (``InvalidIdError``, ``PriorityError``).
-    * ``finals_per_env`` defaults to ``C`` (no episode is ever dropped for a final record). A
-      smaller value makes every :meth:`add` recompute every leaf (``O(E * C)``), since
-      whether an episode was dropped is a device value.
-
-    Args:
-        alpha, beta, beta_final, beta_steps, eps, initial_priority, priority_clip, stratified:
-            The law, as for :class:`rlreplay.PrioritizedReplayBuffer`.
-        variant: ``"proportional"`` or ``"rank_based"``.
-        sort_interval: Rank-based: ``None`` or ``1`` (ranks are exact at every draw).
-        **kwargs: Every other :class:`DeviceReplayBuffer` argument but the draw options.
-
-    Cost: :meth:`add` also sets ``E * (n_step + frame_stack)`` leaves; :meth:`sample` adds a
-    descent of ``O(B * levels)``; :meth:`update_priorities` is ``O(B * levels)``. In torch
-    ops: about 80 more per :meth:`add` (one update of the sum and min trees, about 10 ops
-    per level), 10 per level for a descent, about 110 per :meth:`update_priorities`.
-    Rank-based: :meth:`sample` is a sort of the ``capacity`` priorities and a binary search
-    per draw instead of the descent (about 12 ms at capacity 100,000 on one CPU thread).
-    """
-
-    _prio: Priorities
-
-    def __init__(
-        self,
-        capacity: int,
-        fields: Mapping[str, Field | tuple[Any, Any]],
-        *,
-        alpha: float = 0.6,
-        beta: float = 0.4,
-        beta_final: float = 1.0,
-        beta_steps: int = 0,
-        eps: float = 1e-6,
-        variant: str = "proportional",
-        initial_priority: float = 1.0,
-        priority_clip: tuple[float, float] | None = None,
-        stratified: bool = True,
-        sort_interval: int | None = None,
-        num_envs: int = 1,
-        n_step: int = 1,
-        gamma: float = 0.99,
-        frame_stack: int = 1,
-        stack_pad: str = "zero",
-        next_fields: Sequence[str] = (),
-        finals_per_env: int | None = None,
-        device: Any = "cpu",
-        seed: int | None = None,
-    ) -> None:
-        config = make_config(
-            capacity, fields, num_envs=num_envs, n_step=n_step, gamma=gamma,
-            frame_stack=frame_stack, stack_pad=stack_pad, next_fields=next_fields,
-            finals_per_env=finals_per_env, prioritized=True, alpha=alpha, beta=beta,
-            beta_final=beta_final, beta_steps=beta_steps, eps=eps, variant=variant,
-            initial_priority=initial_priority, priority_clip=priority_clip,
-            stratified=stratified, sort_interval=sort_interval,
-        )  # fmt: skip
-        self._setup(config, device, seed)
-
-    alpha = property(lambda self: self.config.alpha, doc="Prioritization exponent.")
-    eps = property(lambda self: self.config.eps, doc="Added to every updated priority.")
-    variant = property(
-        lambda self: "rank_based" if self.config.rank_based else "proportional",
-        doc='``"proportional"`` or ``"rank_based"``.',
-    )
-
-    @property
-    def beta(self) -> float:
-        """The importance exponent of the next :meth:`sample`."""
-        return self._prio.beta()
-
-    @property
-    def beta_step(self) -> int:
-        """Samples drawn so far: the ``beta`` schedule's step."""
-        return self._prio.beta_step
-
-    @property
-    def max_priority(self) -> Tensor:
-        """The largest priority :meth:`update_priorities` applied (a 0-d float64 tensor)."""
-        return self._prio.max_priority
-
-    def sample(
-        self,
-        batch_size: int,
-        *,
-        recent_ratio: float | None = None,
-        recent_steps: int | None = None,
-        replacement: bool | None = None,
-        check: bool = False,
-        beta: float | None = None,
-    ) -> DeviceBatch:
-        """Draw ``batch_size`` transitions by priority.
-
-        Args:
-            batch_size: Transitions to draw.
-            recent_ratio, recent_steps, replacement: Refused when they ask for recency or no
-                replacement (as the core refuses them).
-            check: As :meth:`DeviceReplayBuffer.sample`.
-            beta: The importance exponent of this draw (default: the schedule's, which then
-                advances one step).
-
-        Returns:
-            A :class:`DeviceBatch` with ``weights`` (float32) and ``probabilities``
-            (float64); where nothing is drawable, both 0.
-        """
-        from rlreplay.sampling.uniform import draw_options
-
-        batch_size = positive_int("batch_size", batch_size)
-        self._budget.check("batch_size", batch_size, batch_size, "sample")
-        options = draw_options(
-            0.0 if recent_ratio is None else recent_ratio,
-            1 if recent_steps is None else recent_steps,
-            True if replacement is None else replacement,
-        )
-        _check_uniform_only(options)
-        if beta is not None:
-            beta = _real("beta", beta)
-        self._check_nonempty(check)
-        env, t, probabilities, weights = self._prio.draw(batch_size, self._gen, beta)
-        out = self._assembler.transitions(env, t)
-        out["weights"] = weights
-        out["probabilities"] = probabilities
-        return DeviceBatch(out)
-
-    def update_priorities(self, ids: Any, priorities: Any) -> Tensor:
-        """Set the priorities of transitions, typically ``abs(td_error)`` of a sampled batch.
-
-        Each priority is clipped to ``priority_clip`` (if set), then ``eps`` is added. Ids of
-        transitions overwritten (or cleared) since they were issued are ignored; with
-        duplicate ids the last one wins (only priorities that take effect count towards
-        :attr:`max_priority`). A transition stored but not sampleable yet keeps the priority
-        for when it becomes sampleable.
-
-        Args:
-            ids: Transition ids (``batch.ids``), any shape: a tensor or host values.
-            priorities: One per id (same shape): a tensor or host values.
-
-        Returns:
-            A 0-d int64 tensor: how many ids were ignored (overwritten; with tensor inputs
-            also never issued or with an invalid value).
-
-        Raises:
-            ShapeError: ``priorities`` and ``ids`` differ in shape.
-            DTypeError: Non-integer ids.
-            InvalidIdError: Host ids never issued by this buffer (tensor ids: ignored).
-            PriorityError: A host priority NaN, infinite, negative or too large (tensor
-                values: ignored).
-
-        Nothing is changed when an error is raised.
-        """
-        import torch
-
-        id_shape = tuple(ids.shape) if isinstance(ids, torch.Tensor) else np.shape(ids)
-        p_shape = (
-            tuple(priorities.shape)
-            if isinstance(priorities, torch.Tensor)
-            else np.shape(priorities)
-        )
-        if id_shape != p_shape:
-            raise ShapeError(
-                f"update_priorities: priorities must have the shape of ids {id_shape}, got "
-                f"{p_shape}"
-            )
-        if not isinstance(ids, torch.Tensor):
-            host = np.asarray(ids)
-            if host.dtype.kind in "iu" and host.size:
-                self._check_issued(host)
-        idx = self._ids(ids)
-        if isinstance(priorities, torch.Tensor):
-            if priorities.dtype.is_complex or priorities.dtype == torch.bool:
-                raise PriorityError(f"priorities: expected real numbers, got {priorities.dtype}")
-            p = priorities.to(self.device, torch.float64).reshape(-1)
-        else:
-            try:
-                kind = np.asarray(priorities).dtype.kind
-            except (TypeError, ValueError):  # ragged nests: refused below
-                kind = "O"
-            if kind not in "iufO":  # (bools, complex, dates: no priorities, as in the core)
-                raise PriorityError(f"priorities: expected real numbers, got {priorities!r:.80}")
-            try:
-                host_p = np.asarray(priorities, dtype=np.float64).reshape(-1)
-            except (TypeError, ValueError, OverflowError):  # (an int beyond float64's range)
-                raise PriorityError(
-                    f"update_priorities: expected real numbers (float64), got {priorities!r}"
-                ) from None
-            bad = ~(np.isfinite(host_p) & (host_p >= 0))
-            if bad.any():
-                i = int(np.flatnonzero(bad)[0])
-                raise PriorityError(
-                    f"priorities: expected finite values >= 0, got {host_p[i]!r} at position {i} "
-                    "(pass abs(td_error); NaN usually means the loss diverged)"
-                )
-            limit = self._prio.limit
-            if host_p.size and host_p.max() > limit:
-                raise PriorityError(
-                    f"priorities: {float(host_p.max())!r} is above {limit:.3g}, the largest "
-                    f"whose mass ** alpha={self.config.alpha} {self.config.num_slots} slots can "
-                    "sum without overflow; scale the priorities down"
-                )
-            p = torch.from_numpy(host_p.copy()).to(self.device, non_blocking=True)
-        return self._prio.update(idx, p)
-
-    def _check_issued(self, host: np.ndarray[Any, Any]) -> None:
-        """Raise for host ids never issued (per env when envs are counted per env: with the
-        host copy of the counts, or, when unknown, only negative ids)."""
-        ring, E = self._ring, self.config.num_envs
-        flat = host.reshape(-1).astype(np.int64)
-        if not ring.per_env:
-            issued = ring.count * E
-            bad = (flat < 0) | (flat >= issued)
-            what = f"ids issued so far: 0 .. {issued - 1}"
-        elif ring.host_counts is not None:
-            bad = (flat < 0) | (flat // E >= ring.host_counts[flat % E])
-            what = f"steps added per env: {ring.host_counts.tolist()}"
-        else:
-            bad = flat < 0
-            what = "ids are >= 0"
-        if bad.any():
-            i = int(np.flatnonzero(bad)[0])
-            raise InvalidIdError(
-                f"update_priorities: id {int(flat[i])} at position {i} was never issued ({what})"
-            )
-
-    def get_priorities(self, ids: Any) -> Tensor:
-        """The stored priority (float64) of each id's slot (meaningful for stored ids)."""
-        import torch
-
-        idx = self._ids(ids)
-        c = self.config
-        env = torch.remainder(idx, c.num_envs)
-        t = torch.div(idx, c.num_envs, rounding_mode="floor")
-        return self._prio.prio.index_select(0, self._ring.rows_of(t, env))

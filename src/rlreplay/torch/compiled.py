@@ -88,7 +88,7 @@ def compiled_sampler(
     """
     import torch
 
-    from rlreplay.torch.buffer import DevicePrioritizedReplayBuffer
+    from rlreplay.torch.prioritized_buffer import DevicePrioritizedReplayBuffer
 
     c = buf.config
     if isinstance(buf, DevicePrioritizedReplayBuffer) and c.rank_based:

@@ -9,8 +9,10 @@ env). A device buffer's checkpoint (:meth:`~rlreplay.torch.DeviceReplayBuffer.sa
 checkpoint: :func:`rlreplay.load` reads it as a NumPy buffer and :func:`load` as a device
 buffer.
 
-What is not data is not carried: the random generator's state (a loaded buffer is seeded
-anew), transforms, rate limiters. Every function here waits for the device.
+A rate limiter goes with the buffer as a checkpoint keeps it: a limiter of the same class and
+parameters with the same counts of inserts and samples (each buffer its own), its size that
+of the receiving buffer. What is not data is not carried: the random generator's state (a
+loaded buffer is seeded anew), transforms. Every function here waits for the device.
 """
 
 from __future__ import annotations
@@ -22,8 +24,10 @@ import numpy as np
 
 from rlreplay.buffer import ReplayBuffer
 from rlreplay.buffer.portable import Contents, Index, Priorities, read_contents, write_contents
-from rlreplay.torch.buffer import DevicePrioritizedReplayBuffer, DeviceReplayBuffer
+from rlreplay.limits import RateLimiter
+from rlreplay.torch.buffer import DeviceReplayBuffer
 from rlreplay.torch.config import default_finals
+from rlreplay.torch.prioritized_buffer import DevicePrioritizedReplayBuffer
 
 __all__ = ["from_replay_buffer", "load", "to_replay_buffer"]
 
@@ -63,8 +67,12 @@ def to_replay_buffer(buf: DeviceReplayBuffer, *, seed: int | None = None) -> Rep
             max_priority=float(pri.max_priority),
             beta_step=pri.beta_step,
         )
+    kwargs = c.core_kwargs()
+    limiter = buf.rate_limiter
+    if limiter is not None:  # its own limiter (one counts for one buffer); counters below
+        kwargs["rate_limiter"] = limiter.clone()
     contents = Contents(
-        kwargs=c.core_kwargs(), capacity=c.capacity, fields=fields,
+        kwargs=kwargs, capacity=c.capacity, fields=fields,
         finals_per_env=c.finals_per_env, index=index,
         steps={name: st.to_numpy(st.steps[name], f.dtype) for name, f in fields.items()},
         finals={
@@ -73,7 +81,18 @@ def to_replay_buffer(buf: DeviceReplayBuffer, *, seed: int | None = None) -> Rep
         },
         priorities=priorities,
     )  # fmt: skip
-    return write_contents(contents, seed=seed)
+    np_buf = write_contents(contents, seed=seed)
+    if limiter is not None:
+        _carry_counts(limiter, np_buf.rate_limiter, np_buf.num_sampleable)
+    return np_buf
+
+
+def _carry_counts(source: RateLimiter, target: RateLimiter | None, size: int) -> None:
+    """``target`` (a clone of ``source``) takes ``source``'s inserts and samples, and the
+    size of its own buffer."""
+    assert target is not None  # built with the clone
+    state = source.state_dict()
+    target.load_state_dict({**state, "size": int(size)})
 
 
 def from_replay_buffer(
@@ -109,6 +128,9 @@ def from_replay_buffer(
     common: dict[str, Any] = dict(
         finals_per_env=got.finals_per_env, device=device, seed=seed, **got.kwargs
     )
+    limiter = np_buf.rate_limiter
+    if limiter is not None:  # its own limiter (one counts for one buffer); counters below
+        common["rate_limiter"] = limiter.clone()
     buf: DeviceReplayBuffer
     if got.prioritized:
         buf = DevicePrioritizedReplayBuffer(got.capacity, got.fields, **common)
@@ -132,6 +154,9 @@ def from_replay_buffer(
         pri.max_priority.fill_(got.priorities.max_priority)
         pri.beta_step = got.priorities.beta_step
         pri.rebuild()
+    if limiter is not None and buf._pacing is not None:
+        buf._pacing.reread(np.asarray(ix.count - ix.head, np.int64))
+        _carry_counts(limiter, buf.rate_limiter, buf._pacing.size())
     return buf
 
 

@@ -35,12 +35,12 @@ __all__ = ["dequeue", "gather_all", "host_env_ids"]
 Array = np.ndarray[Any, Any]
 
 
-def host_env_ids(buf: DeviceReplayBuffer, env_ids: Any, name: str = "env_ids") -> Array:
+def host_env_ids(num_envs: int, env_ids: Any, name: str = "env_ids") -> Array:
     """``env_ids`` (host values or a tensor, read on the host) as distinct int64 envs in
     ``[0, num_envs)``, checked as the core checks them (:class:`InvalidIdError`)."""
     import torch
 
-    E = buf.config.num_envs
+    E = num_envs
     if isinstance(env_ids, torch.Tensor):
         dt = env_ids.dtype
         if dt.is_floating_point or dt.is_complex or dt == torch.bool:
@@ -95,7 +95,7 @@ def dequeue(
             "dequeue waits; expected block=False"
         )
     c, ring = buf.config, buf._ring
-    envs = np.arange(c.num_envs) if env_ids is None else host_env_ids(buf, env_ids)
+    envs = np.arange(c.num_envs) if env_ids is None else host_env_ids(c.num_envs, env_ids)
     if n > c.env_capacity:
         raise ShapeError(
             f"n: {n} steps per env can never be stored (env_capacity {c.env_capacity}); "
@@ -113,6 +113,9 @@ def dequeue(
         ring.settle(buf.storage.steps["terminated"], buf.storage.steps["truncated"])
         if buf._prio is not None:
             buf._prio.rebuild()
+        if buf._pacing is not None:  # a removal is no sample; the limiter's size drops
+            stored[envs] -= n
+            buf._pacing.reread(stored)
     return DeviceBatch(out)
 
 
