@@ -243,7 +243,6 @@ def test_broadcast_and_dtype_rules_are_the_host_backed_ones() -> None:
     ("kw", "option"),
     [
         (dict(allow_multiprocess=True), "allow_multiprocess"),
-        (dict(enable_checkpoint=True), "enable_checkpoint"),
         (dict(max_length=1), "max_length"),
         (dict(device="nowhere"), "device"),
     ],

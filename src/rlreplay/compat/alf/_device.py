@@ -38,8 +38,13 @@ buffer. :meth:`steps_to_episode_end`, :meth:`get_episode_begin_position` and
 :meth:`get_disc_0_begin_position` compute on the device after reading the stored ranges on
 the host (to refuse positions not stored, as the host-backed buffer does).
 
-Refused with a :class:`~rlreplay.ConfigError` naming them: ``allow_multiprocess``,
-``enable_checkpoint`` and ``max_length=1``; blocking calls (``add_batch(blocking=True)``,
+With ``enable_checkpoint``, ``state_dict()`` carries everything on the host (the steps as
+the NumPy core's ``state_dict`` of ``rlreplay.torch.to_replay_buffer(device_buffer)``, the
+draws' generators, the priorities, the episode information) and ``load_state_dict`` puts it
+back on ``device``: the loaded buffer draws as the one saved. Both wait for the device.
+
+Refused with a :class:`~rlreplay.ConfigError` naming them: ``allow_multiprocess`` and
+``max_length=1``; blocking calls (``add_batch(blocking=True)``,
 ``dequeue(blocking=True)``) are refused too (a device buffer is used from one thread).
 :class:`rlreplay.compat.alf.replay_buffer.HostReplayBuffer` keeps the data on the host and
 offers all of them, with results on ``device``.
@@ -146,8 +151,6 @@ class DeviceReplayBuffer(ReplayBuffer):
         )  # fmt: skip
         if allow_multiprocess:
             raise _refuse("allow_multiprocess", "is used from one process")
-        if enable_checkpoint:
-            raise _refuse("enable_checkpoint", "has no checkpoint state")
         if C < 2:
             raise _refuse("max_length", "keeps at least 2 steps per env (max_length=1 given)")
         try:
@@ -173,7 +176,7 @@ class DeviceReplayBuffer(ReplayBuffer):
         self._with_replacement = bool(with_replacement)
         self._record = bool(record_episodic_return)
         self._default_return = float(default_return)
-        self._enable_checkpoint = False
+        self._enable_checkpoint = bool(enable_checkpoint)
         self._name = name
         self._sharing = None
         self._remote = None
@@ -187,6 +190,7 @@ class DeviceReplayBuffer(ReplayBuffer):
         # the host-backed buffer seeds its core's (the same seed: the same draws).
         seed = int(torch.randint(0, 2**62, (), dtype=torch.int64))
         self._rng = np.random.default_rng(seed)
+        self._gen: torch.Generator | None = None  # prioritized draws' (made at the first)
         self._dev = rrt.DeviceReplayBuffer(
             E * C, self._layout.fields, num_envs=E, finals_per_env=1, device=dev, seed=0
         )
@@ -465,7 +469,7 @@ class DeviceReplayBuffer(ReplayBuffer):
 
     def _draws_generator(self) -> torch.Generator:
         """The generator of prioritized draws on ``device``, seeded from the host draws'."""
-        gen = getattr(self, "_gen", None)
+        gen = self._gen
         if gen is None:
             gen = torch.Generator(device=self._device)
             gen.manual_seed(int(self._rng.integers(0, 2**62)))
@@ -708,12 +712,68 @@ class DeviceReplayBuffer(ReplayBuffer):
         ep, env, p, shape = self._stored("get_disc_0_begin_position", env_ids, pos)
         return ep.disc0_of(env, p).reshape(shape)
 
+    # ------------------------------------------------------------------ state
     def get_extra_state(self) -> dict[str, Any]:
-        """Nothing (``enable_checkpoint`` is refused)."""
-        return {}
+        """The full state for ``state_dict()`` (``{}`` unless ``enable_checkpoint``), on the
+        host: the steps (the NumPy core's ``state_dict`` of
+        ``rlreplay.torch.to_replay_buffer(device_buffer)``), the draws' generators, the
+        priorities and the episode information. Waits for the device."""
+        if not self._enable_checkpoint:
+            return {}
+        import rlreplay.torch as rrt
+
+        gen = self._gen
+        state: dict[str, Any] = {
+            "device_buffer": rrt.to_replay_buffer(self._dev).state_dict(),
+            "rng": self._rng.bit_generator.state,
+            "draws_generator": None if gen is None else gen.get_state(),
+            "priorities": None if self._prio is None else self._prio.cpu().clone(),
+            "max_priorities": None if self._top is None else self._top.cpu().clone(),
+            "episodes": None if self._episodes is None else self._episodes.state_dict(),
+        }
+        return state
 
     def set_extra_state(self, state: Any) -> None:
-        """Nothing to restore."""
+        """Restore :meth:`get_extra_state` onto ``device`` (ignored unless
+        ``enable_checkpoint``): the same contents, and the same draws after the load.
+
+        Raises:
+            rlreplay.ConfigError: Not the state of a device-backed buffer with
+                ``enable_checkpoint``, or of one with or without priorities or episode
+                information where this one differs.
+            rlreplay.CheckpointError: The steps' configuration differs (checked as the NumPy
+                core checks a checkpoint). Nothing is changed when an error is raised.
+        """
+        if not self._enable_checkpoint or not state:
+            return
+        import rlreplay.torch as rrt
+
+        if not isinstance(state, dict) or "device_buffer" not in state:
+            got = sorted(state) if isinstance(state, dict) else type(state).__name__
+            raise ConfigError(
+                "enable_checkpoint: expected the state of a device-backed ALF buffer "
+                f"(keys device_buffer, rng, ...), got {got}"
+            )
+        for key, have in (("priorities", self._prio), ("episodes", self._episodes)):
+            if (state.get(key) is None) != (have is None):
+                raise ConfigError(
+                    f"enable_checkpoint: the state {'has' if have is None else 'lacks'} "
+                    f"{key}; load it into a buffer built with the same options"
+                )
+        host = rrt.to_replay_buffer(self._dev)
+        host.load_state_dict(state["device_buffer"])  # checked: raises before any change
+        self._dev = rrt.from_replay_buffer(host, device=self._device, finals_per_env=1, seed=0)
+        gen = None
+        if state["draws_generator"] is not None:
+            gen = torch.Generator(device=self._device)
+            gen.set_state(state["draws_generator"])
+        self._gen = gen
+        self._rng.bit_generator.state = state["rng"]
+        if self._prio is not None and self._top is not None:
+            self._prio.copy_(torch.as_tensor(state["priorities"]).to(self._device))
+            self._top.copy_(torch.as_tensor(state["max_priorities"]).to(self._device))
+        if self._episodes is not None:
+            self._episodes.load_state_dict(state["episodes"])
 
     def extra_repr(self) -> str:
         return super().extra_repr() + f", device={str(self._device)!r}"
