@@ -149,8 +149,9 @@ def test_non_terminal_comes_back_as_appended() -> None:
     assert buffer._objects is None  # numbers all fit the columnar store
     for i, nt in enumerate(values):
         assert buffer[i][3] is nt or (type(buffer[i][3]) is type(nt) and buffer[i][3] == nt)
+    buffer._core_size()  # the staged experiences are written (as before any read of the core)
     core = buffer._core
-    assert core is not None
+    assert core is not None and buffer._core_offset == 0
     ends = core.steps_to_episode_end(np.arange(len(values))).tolist()
     assert ends[5:] == [0, 0, 0, 0]  # 0, int64 0, False and 0.0 are terminal: non_terminal == 0
 

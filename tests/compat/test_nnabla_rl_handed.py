@@ -100,6 +100,7 @@ def test_experiences_the_core_holds_come_back_equal() -> None:
     assert experiences[4][6] == "extra" and experiences[4][3] is odd[3]
     # an experience without a tuple made at append (as one stored one by one) is read from
     # the core, as a new tuple at each read; the others in the same read are those tuples
+    buffer._core_size()  # every experience reaches the core (as before any read of it)
     handed = buffer._handed
     assert handed is not None
     kept = handed[3]

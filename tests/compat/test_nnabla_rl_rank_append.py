@@ -217,9 +217,10 @@ def run_pair(staged: Any, plain: Any, shape: tuple[int, ...], dtype: Any, ops: l
     assert len(staged) == len(plain) and items(staged) == items(plain)
     staged._core_size()  # the staged appends are written (as before any read of the core)
     if staged._core is not None and plain._core is not None and len(staged):
-        ids = np.arange(len(staged)) + staged._first_id()
+        ids = np.arange(len(staged)) + staged._first_id()  # the buffers' ids (and the core's
+        assert plain._core_offset == 0  # without staging)
         assert (
-            staged._core.steps_to_episode_end(ids).tolist()
+            staged._core.steps_to_episode_end(ids - staged._core_offset).tolist()
             == plain._core.steps_to_episode_end(ids).tolist()
         )
 

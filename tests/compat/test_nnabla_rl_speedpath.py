@@ -79,7 +79,7 @@ def episode_ends(buffer: Any) -> str:
     if buffer._core is None or not len(buffer):
         return "no core"
     buffer._core_size()  # the staged appends are written (as before any read of the core)
-    ids = np.arange(len(buffer)) + buffer._first_id()
+    ids = np.arange(len(buffer)) + buffer._first_id() - buffer._core_offset  # the core's ids
     return repr(buffer._core.steps_to_episode_end(ids).tolist())
 
 

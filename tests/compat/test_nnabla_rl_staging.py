@@ -10,6 +10,7 @@ turned off, over Hypothesis sequences that mix jumps, ends, odd objects and read
 
 from __future__ import annotations
 
+import pickle
 from typing import Any
 
 import numpy as np
@@ -72,9 +73,10 @@ def test_staged_appends_equal_one_by_one(capacity: int, ops: list[str]) -> None:
     assert items(staged) == items(plain) and len(staged) == len(plain)
     staged._core_size()  # the staged appends are written (as before any read of the core)
     if staged._core is not None and plain._core is not None and len(staged):
-        ids = np.arange(len(staged)) + staged._first_id()
+        ids = np.arange(len(staged)) + staged._first_id()  # the buffers' ids (and the core's
+        assert plain._core_offset == 0  # without staging)
         assert (
-            staged._core.steps_to_episode_end(ids).tolist()
+            staged._core.steps_to_episode_end(ids - staged._core_offset).tolist()
             == plain._core.steps_to_episode_end(ids).tolist()
         )
 
@@ -105,3 +107,93 @@ def test_prioritized_buffers_sample_what_was_staged() -> None:
         experiences, info = buffer.sample(8)
         assert all(int(e[2]) >= 70 for e in experiences) and info["weights"].shape == (8, 1)
         buffer.update_priorities(np.ones(8))
+
+
+def check_core(staged: ReplayBuffer, plain: ReplayBuffer) -> None:
+    """The staged buffer hands out what the one-by-one one does, and once its staged
+    experiences reach the core, the core holds them: decoded, they are the handed tuples,
+    and its episodes end where the one-by-one core's do."""
+    assert items(staged) == items(plain) and len(staged) == len(plain)
+    if not len(staged):
+        return
+    staged._core_size()  # the staged experiences are written (as before any read of the core)
+    assert staged._staging is None or staged._staging.n == 0
+    ids = np.arange(len(staged)) + staged._first_id()
+    assert [repr(e) for e in staged._from_core(ids)] == items(staged)
+    assert staged._core is not None and plain._core is not None
+    assert (
+        staged._core.steps_to_episode_end(ids - staged._core_offset).tolist()
+        == plain._core.steps_to_episode_end(ids).tolist()
+    )
+
+
+BURST = ["next", "timelimit", "next", "next", "terminal", "jump", "next"]
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    capacity=st.integers(1, 6),
+    ops=st.lists(
+        st.sampled_from(["next", "jump", "terminal", "timelimit", "burst", "core", "pickle"]),
+        max_size=25,
+    ),
+)
+def test_long_runs_of_staged_appends_reach_the_core_as_one_by_one(
+    capacity: int, ops: list[str]
+) -> None:
+    # a burst stages more experiences than the ring holds: the core starts anew from the ring
+    staged, plain = ReplayBuffer(capacity=capacity), OneByOne(capacity=capacity)
+    prev_next, t = None, 0
+    for op in ops:
+        if op == "core":
+            check_core(staged, plain)
+        elif op == "pickle":
+            staged = pickle.loads(pickle.dumps(staged))
+        else:
+            for k in range(2 * capacity + 3 if op == "burst" else 1):
+                kind = BURST[(t + k) % len(BURST)] if op == "burst" else op
+                e = step(t, kind, prev_next)
+                prev_next = e[4]
+                staged.append(e)
+                plain.append(e)
+                t += 1
+    check_core(staged, plain)
+    staged.append((t, "odd"))  # to the object store: every kept experience moves, in order
+    plain.append((t, "odd"))
+    assert items(staged) == items(plain)
+
+
+def test_a_training_loop_never_writes_the_core() -> None:
+    # appends and samples read the tuples made at append: the core stays empty, however
+    # many experiences pass through the ring
+    buffer = ReplayBuffer(capacity=50, seed=0)
+    prev = None
+    for t in range(500):
+        e = step(t, "terminal" if t % 37 == 36 else "next", prev)
+        prev = e[4]
+        buffer.append(e)
+        if t >= 32 and t % 4 == 0:
+            buffer.sample(32)
+            assert buffer[len(buffer) - 1][2] == t
+    assert buffer._core is not None and len(buffer._core) == 0 and len(buffer) == 50
+    plain = OneByOne(capacity=50)
+    prev = None
+    for t in range(500):
+        e = step(t, "terminal" if t % 37 == 36 else "next", prev)
+        prev = e[4]
+        plain.append(e)
+    check_core(buffer, plain)  # the first read of the core brings it up to date
+    assert buffer._core_offset == 500 - buffer._core.capacity
+
+
+def test_equal_actions_share_one_read_only_copy() -> None:
+    buffer = ReplayBuffer(capacity=10)
+    a = np.array([1])
+    s = np.zeros(2, np.float32)
+    for t in range(3):
+        buffer.append((s, a, float(t), 1.0, s, {}))
+    a[0] = 7  # the environment reuses its action array: the stored actions keep their value
+    buffer.append((s, a, 3.0, 1.0, s, {}))
+    first, second, last = buffer[0][1], buffer[1][1], buffer[3][1]
+    assert first is second and not first.flags.writeable and first.tolist() == [1]
+    assert last.tolist() == [7] and last is not first

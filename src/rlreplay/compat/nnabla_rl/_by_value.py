@@ -3,10 +3,10 @@
 nnabla-rl's buffers are plain objects: ``pickle`` and ``copy.deepcopy`` copy them by value
 (the core buffer copies itself; the global generator stays global). The tuples a staging
 buffer hands out (``_handed``) are copied with it, their arrays read-only again.
-Staged experiences go to the core first, as before any read; the staging rows are a cache,
-made again for the copy. ``copy.copy`` is an alias, as nnabla-rl's shallow copy shares its
-data holder. (``PrioritizedReplayBuffer`` holds its built buffer only: its state is its
-``__dict__``.)
+Staged experiences go to the core first, as before any read of the core; the staging is
+bookkeeping over the handed tuples, made again for the copy. ``copy.copy`` is an alias, as
+nnabla-rl's shallow copy shares its data holder. (``PrioritizedReplayBuffer`` holds its
+built buffer only: its state is its ``__dict__``.)
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ class ByValue:
     """``__getstate__``/``__setstate__``/``__copy__`` over the buffer's ``__dict__``.
 
     The host class provides ``_core_size()`` (which writes what is staged) and
-    ``_make_staging()``, and keeps its staging rows in ``_staging``.
+    ``_make_staging()``, and keeps its staging in ``_staging``.
     """
 
     _staging: Any

@@ -1,23 +1,31 @@
-"""Staged appends: the usual experiences go to the core in one ``extend`` per batch.
+"""Staged appends: the usual experiences reach the core only when something reads it.
 
 One :meth:`rlreplay.ReplayBuffer.add` per experience costs the nnabla-rl front-end more than
 nnabla-rl's whole ``append`` (a list insert). For the usual experience (one array ``s`` and
 ``s_next``, one action, a reward, of the first experience's kinds, dtypes and shapes) the
-front-end instead checks it and *copies* its values once into staging (deliberate difference 1
-holds: an environment that rewrites its observation array in place after the append cannot
-reach the stored copy), and :func:`write_staged` hands the staged rows to the core in one
-``extend`` when the rows are full, or before anything reads the core. Reads of experiences
-do not: the buffer hands back the tuple :meth:`Staging.push` made for each (read-only arrays
-over the copies, see :class:`Staging`), so a training loop's reads write nothing. ``append``
-then costs the checks, the copies and a little bookkeeping; the prioritized buffers write
-their structures out at the next read (``_prioritized_base``).
+front-end instead checks it and *copies* its values once (deliberate difference 1 holds: an
+environment that rewrites its observation array in place after the append cannot reach the
+stored copy), and keeps the tuple it hands back for it (read-only arrays over the copies, see
+:class:`Staging`) in the buffer's ring of handed tuples. Reads of experiences take those
+tuples, so a training loop of appends and samples never touches the core: ``append`` costs
+the checks, the copies and a little bookkeeping, and the core does not hold a second copy of
+each observation.
+
+The staged experiences reach the core when something reads it (anything that asks the
+core's size, an experience that is not a usual one, a copy or pickle of the buffer):
+:func:`write_staged` writes them in one core ``extend`` per batch of up to
+:attr:`Staging.rows`, oldest first. More staged experiences than the ring holds (a long run
+of appends that never reads the core) no longer all exist; the core then starts anew with
+the ones the ring holds (which include every kept one), numbered from an offset
+(``_core_offset``: the buffer's id of the new core's id 0), so the core holds what writing
+every experience would have left in it.
 
 Episode boundaries are those of the one-by-one path (see
-:mod:`rlreplay.compat.nnabla_rl.replay_buffer`), found for the whole batch at once: a step
-ends its episode at ``non_terminal == 0`` (terminated) or a true
-``info["TimeLimit.truncated"]`` (truncated), and a step whose ``s`` differs byte for byte
-from the previous, unended step's ``s_next`` starts a new one (the previous one cut with the
-core's ``end_episode``, its ``s_next`` as the final observation).
+:mod:`rlreplay.compat.nnabla_rl.replay_buffer`), found for each batch at once: a step ends
+its episode at ``non_terminal == 0`` (terminated) or a true ``info["TimeLimit.truncated"]``
+(truncated, read at ``append``), and a step whose ``s`` differs byte for byte from the
+previous, unended step's ``s_next`` starts a new one (the previous one cut with the core's
+``end_episode``, its ``s_next`` as the final observation).
 """
 
 from __future__ import annotations
@@ -26,7 +34,7 @@ import itertools
 import math
 import operator
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
@@ -43,60 +51,71 @@ from rlreplay.compat.nnabla_rl._stored import StoredTuple
 if TYPE_CHECKING:
     from rlreplay import ReplayBuffer as CoreBuffer
 
-__all__ = ["Staging", "frozen_maker", "staging_for", "write_staged"]
+__all__ = ["StagingHost", "Staging", "frozen_maker", "staging_for", "write_staged"]
 
 Array = np.ndarray[Any, Any]
 _TUPLES = (tuple, StoredTuple)
-#: Most bytes of observations (``s`` and ``s_next``) one batch of staging rows holds: a few
-#: MiB, so that the rows are still in the cache when the batch goes to the core (84x84 uint8
-#: frames: 297 rows; measured 5.1 us per append against 6.1 us with 16 MiB).
+#: Most bytes of observations (``s`` and ``s_next``) one batch of a core write holds: a few
+#: MiB (84x84 uint8 frames: 297 rows).
 STAGING_BYTES = 1 << 22
 #: Runs of fewer staged steps than this go to the core one ``add`` each, longer ones in one
 #: ``extend``: the core's ``add`` of plain values costs ~3.7 us a step, its ``extend``
-#: ~45 us a call whatever its length up to a few dozen steps (4-float observations; a
-#: training loop of a few appends per sample writes runs of a few steps).
+#: ~45 us a call whatever its length up to a few dozen steps (4-float observations).
 EXTEND_ROWS = 12
-#: Observations of at least this many bytes are gathered by copying each staged row into
-#: memory the staging keeps from batch to batch (one ``memcpy`` a row, into pages already
-#: touched) rather than joined into new memory each batch: a join of a batch of 84x84 uint8
-#: frames (2 MiB) is served by fresh pages, whose first touch made the gather cost about 3 us
-#: a row against 0.5 us (measured in the nnabla-rl benchmark's atari84 loop). Smaller rows
-#: join faster.
-SCRATCH_ROW_BYTES = 1024
+#: Most distinct actions (of at most :data:`ACTION_BYTES` bytes) whose read-only arrays a
+#: staging keeps, to hand the same array out for every experience with those bytes.
+ACTIONS_KEPT = 1024
+ACTION_BYTES = 64
+
+
+class StagingHost(ColumnarHost, Protocol):
+    """What staging reads and changes of a buffer beyond its columnar store."""
+
+    _handed: list[StoredTuple | None] | None  # the tuple handed out at slot id % len
+    _core_offset: int  # the buffer's id of the core's id 0
 
 
 class Staging:
-    """Up to ``rows`` checked, copied experiences awaiting one core ``extend``, and the
-    tuples the buffer hands out for them.
+    """The bookkeeping of staged experiences: the usual ones, checked and copied at
+    :meth:`push`, handed out from the buffer's ring, not yet in the core.
 
     Each array is copied once, at :meth:`push`, as its bytes (``tobytes``, the cheapest copy
-    NumPy makes of a few numbers). The bytes serve twice: :meth:`gather` builds the batch
-    the core receives from them, and ``push`` returns the experience the buffer hands back
-    (``buffer[i]``, ``sample``): a :class:`StoredTuple` whose arrays are *read-only* arrays
-    over those bytes (``np.frombuffer``, no second copy). nnabla-rl hands back the object it
-    keeps, the same one at every read; so does the buffer with this tuple, while neither an
-    environment that rewrites its arrays in place nor code that writes into a sampled array
-    can change what is stored (deliberate difference 1). A state ``s`` with the bytes of the
-    previous experience's ``s_next`` (a running episode) shares that array, so each
-    observation is held once. Numbers and ``non_terminal``, ``info`` and anything after
-    them are kept as the objects appended (as the one-by-one path keeps them).
+    NumPy makes). The tuple handed back (``buffer[i]``, ``sample``) is a
+    :class:`StoredTuple` whose arrays are *read-only* arrays over those bytes
+    (``np.frombuffer``, no second copy), stored at slot ``id % len`` of the buffer's
+    ``_handed`` ring. nnabla-rl hands back the object it keeps, the same one at every read;
+    so does the buffer with this tuple, while neither an environment that rewrites its arrays
+    in place nor code that writes into a sampled array can change what is stored (deliberate
+    difference 1). A state ``s`` with the bytes of the previous experience's ``s_next`` (a
+    running episode) shares that array, and an array action shares the array of an earlier
+    action with the same bytes, so each is held once. Numbers and ``non_terminal``, ``info``
+    and anything after them are kept as the objects appended (as the one-by-one path keeps
+    them). :func:`write_staged` builds the core's batches from those tuples.
+
+    Invariant: the ``n`` newest ids (``n`` at most the ring's length: older ones are no longer
+    in the ring) are staged, and the core holds every older experience the ring holds;
+    ``timelimits`` holds the staged ids whose ``info["TimeLimit.truncated"]`` was true at
+    their ``append``.
 
     ``push`` is, for the usual layout (array ``s`` and ``a``, a float reward), a function
     made for this staging's dtypes and shapes (:meth:`_usual_push`); it hands every other
     experience to :meth:`push_any`, which checks every kind the codec admits.
     """
 
-    #: Stage an experience: the tuple to hand out for it, or None if it is not a usual one
-    #: (nothing staged; the caller takes the one-by-one path).
-    push: Callable[[Any], StoredTuple | None]
+    #: Stage an experience: True if staged (its id taken, its tuple in the ring), False if it
+    #: is not a usual one (nothing changed; the caller takes the one-by-one path).
+    push: Callable[[Any], bool]
 
-    def __init__(self, codec: Codec, rows: int) -> None:
+    def __init__(self, codec: Codec, rows: int, buffer: StagingHost) -> None:
         self.obs_part = codec.state.parts[0]
         self.action_part = codec.action.parts[0]
         self.reward_part = codec.reward
         self.obs_name = codec.obs_names[0]
         self.action_name = self.action_part.name
-        self.rows = rows
+        self.rows = rows  # experiences per core write
+        self.buffer = buffer
+        assert buffer._handed is not None
+        self.ring: list[StoredTuple | None] = buffer._handed
         f_obs, f_act = self.obs_part.field, self.action_part.field
         # the usual kinds, checked inline by push
         self.obs_dtype, self.obs_shape = f_obs.dtype, f_obs.shape
@@ -108,32 +127,27 @@ class Staging:
         self.frozen_obs = frozen_maker(f_obs.dtype, f_obs.shape)
         self.frozen_action = frozen_maker(f_act.dtype, f_act.shape)
         self.frozen_reward = frozen_maker(codec.reward.field.dtype, codec.reward.field.shape)
-        # per staged step: (s, s_next, action, reward, terminated, truncated, side); s and
-        # s_next are their bytes; an action or reward is its bytes if it is an array, else
-        # the number. One list for the staging's life (push keeps a reference): gather
-        # empties it in place.
-        self.steps: list[tuple[Any, ...]] = []
+        self.n = 0  # staged experiences: the newest ids (the ring holds at most len(ring))
+        self.timelimits: set[int] = set()  # staged ids with a true TimeLimit.truncated
         # [bytes, array] of the newest staged s_next: the next s, if it has these bytes
         self.last: list[Any] = [None, None]
-        self.sides: tuple[tuple[Any, ...], ...] = ()  # those of the last gather
+        # read-only action arrays by their bytes (small actions: a few distinct values)
+        self.actions: dict[bytes, Array] = {}
         # the batch of the last gather
+        self.sides: list[tuple[Any, ...]] = []
         self.obs: Array = np.empty((0, *f_obs.shape), f_obs.dtype)
         self.next_obs: Array = self.obs
         self.action: Array = np.empty((0, *f_act.shape), f_act.dtype)
         self.reward: Array = np.empty(0, codec.reward.field.dtype)
         # each step's terminated and truncated flags (Python bools)
-        self.terms: tuple[bool, ...] = ()
-        self.truncs: tuple[bool, ...] = ()
+        self.terms: list[bool] = []
+        self.truncs: list[bool] = []
         self.cuts: list[int] = []  # steps that start an episode the previous did not end
         self.last_ended = False  # whether the newest gathered step ends its episode
-        # bytes of one observation, and the memory gather copies large ones into (the
-        # obs rows, and the next_obs rows where they are not the obs rows shifted)
-        self.obs_bytes = f_obs.dtype.itemsize * math.prod(f_obs.shape)
-        self.scratch: list[bytearray | None] = [None, None]
         usual = self.action_is_array and self.reward_is_float
         self.push = self._usual_push() if usual else self.push_any
 
-    def _usual_push(self) -> Callable[[Any], StoredTuple | None]:
+    def _usual_push(self) -> Callable[[Any], bool]:
         """:meth:`push_any` for a tuple of six ``(array, array, float, float, array,
         dict)`` of this staging's dtypes and shapes, with every constant bound once.
 
@@ -145,14 +159,17 @@ class Staging:
         """
         nd, dt, shape = np.ndarray, self.obs_dtype, self.obs_shape
         a_dt, a_shape = self.action_dtype, self.action_shape
-        append, push_any, key = self.steps.append, self.push_any, TIMELIMIT_KEY
-        last, stored, frombuffer, ndarray = self.last, StoredTuple, np.frombuffer, np.ndarray
-        # 1-D values need no reshape after np.frombuffer (the usual vector observation)
-        obs_flat, action_flat = len(shape) == 1, len(a_shape) == 1
+        push_any, key, timelimit = self.push_any, TIMELIMIT_KEY, self._timelimit
+        last, stored = self.last, StoredTuple
+        buffer, ring, actions = self.buffer, self.ring, self.actions
+        slots = len(ring)
+        frozen_obs, frozen_action = self.frozen_obs, self.frozen_action
         if dt.itemsize * math.prod(shape) == 0 or a_dt.itemsize * math.prod(a_shape) == 0:
             return self.push_any  # empty arrays: frombuffer has no buffer to view
+        kept_actions = ACTIONS_KEPT if a_dt.itemsize * math.prod(a_shape) <= ACTION_BYTES else 0
+        staging = self
 
-        def push(experience: Any) -> StoredTuple | None:
+        def push(experience: Any) -> bool:
             if type(experience) is tuple and len(experience) == 6:
                 s, a, r, non_terminal, s_next, info = experience
                 if (
@@ -170,44 +187,53 @@ class Staging:
                     and a.shape == a_shape
                 ):
                     # tobytes: the copies (deliberate difference 1); the arrays handed out
-                    # are read-only views of them (frombuffer of bytes)
-                    s_b, next_b, a_b = s.tobytes(), s_next.tobytes(), a.tobytes()
-                    prev_b = last[0]
-                    if s_b == prev_b:  # s is the previous s_next: one array for both
-                        s_b, s_out = prev_b, last[1]
-                    elif obs_flat:
-                        s_out = frombuffer(s_b, dt)
-                    else:  # (one array over the bytes: cheaper than frombuffer + reshape)
-                        s_out = ndarray(shape, dt, s_b)
-                    next_out = frombuffer(next_b, dt) if obs_flat else ndarray(shape, dt, next_b)
-                    a_out = frombuffer(a_b, a_dt)
-                    if not action_flat:
-                        a_out = a_out.reshape(a_shape)
+                    # are read-only views of them
+                    s_b, next_b = s.tobytes(), s_next.tobytes()
+                    # s with the bytes of the previous s_next: one array for both
+                    s_out = last[1] if s_b == last[0] else frozen_obs(s_b)
+                    next_out = frozen_obs(next_b)
                     last[0], last[1] = next_b, next_out
-                    truncated = key in info and is_timelimit(info)
-                    append(
-                        (s_b, next_b, a_b, r, non_terminal == 0, truncated, (non_terminal, info))
-                    )
-                    return stored((s_out, a_out, r, non_terminal, next_out, info))
+                    a_b = a.tobytes()
+                    a_out = actions.get(a_b)
+                    if a_out is None:
+                        a_out = frozen_action(a_b)
+                        if len(actions) < kept_actions:
+                            actions[a_b] = a_out
+                    i = buffer._next_id
+                    ring[i % slots] = stored((s_out, a_out, r, non_terminal, next_out, info))
+                    buffer._next_id = i + 1
+                    staging.n += 1
+                    if key in info and is_timelimit(info):
+                        timelimit(i)
+                    return True
             return push_any(experience)
 
         return push
 
-    def push_any(self, experience: Any) -> StoredTuple | None:
-        """Stage a usual experience; the tuple to hand out for it, or None if it is not one
-        (nothing staged; the caller takes the one-by-one path).
+    def _timelimit(self, i: int) -> None:
+        """Note that staged id ``i`` ends its episode truncated (kept for the ring's ids)."""
+        marks = self.timelimits
+        marks.add(i)
+        if len(marks) > len(self.ring):  # ids no longer in the ring
+            oldest = self.buffer._next_id - len(self.ring)
+            for j in [j for j in marks if j < oldest]:
+                marks.discard(j)
+
+    def push_any(self, experience: Any) -> bool:
+        """Stage a usual experience (True), or leave anything else unstaged (False: nothing
+        changed; the caller takes the one-by-one path).
 
         The checks are :meth:`Part.fits` and the codec's, written out for the usual kinds.
         """
         if type(experience) not in _TUPLES:
-            return None
+            return False
         size = len(experience)
         if size == 6:  # the usual experience: one unpacking
             s, a, r, non_terminal, s_next, info = experience
         elif size > 6:
             s, a, r, non_terminal, s_next, info = experience[:6]
         else:
-            return None
+            return False
         dt, shape = self.obs_dtype, self.obs_shape
         if not (
             type(s) is np.ndarray
@@ -217,7 +243,7 @@ class Staging:
             and s.shape == shape
             and s_next.shape == shape
         ):
-            return None
+            return False
         a_out = a  # numbers are immutable: handed out as appended
         if self.action_is_array:
             if not (
@@ -225,28 +251,23 @@ class Staging:
                 and (a.dtype is self.action_dtype or a.dtype == self.action_dtype)
                 and a.shape == self.action_shape
             ):
-                return None
-            a = a.tobytes()  # a copy
-            a_out = self.frozen_action(a)
+                return False
+            a_out = self.frozen_action(a.tobytes())  # a copy
         elif not self.action_part.fits(a):
-            return None
+            return False
         r_out = r
         if self.reward_is_float:
             if type(r) is not float:
-                return None
+                return False
         elif not self.reward_part.fits(r):
-            return None
+            return False
         elif self.reward_is_array:
-            r = r.tobytes()
-            r_out = self.frozen_reward(r)
-        if type(non_terminal) is float:
-            terminal = non_terminal == 0
-        elif type(non_terminal) in (int, bool) or (
-            isinstance(non_terminal, np.generic) and non_terminal.dtype.kind in "biuf"
+            r_out = self.frozen_reward(r.tobytes())
+        if not (
+            type(non_terminal) in (float, int, bool)
+            or (isinstance(non_terminal, np.generic) and non_terminal.dtype.kind in "biuf")
         ):
-            terminal = is_terminal(non_terminal)
-        else:
-            return None
+            return False
         if type(info) is dict:
             truncated = TIMELIMIT_KEY in info and is_timelimit(info)
         else:
@@ -255,94 +276,49 @@ class Staging:
         # the copies (deliberate difference 1)
         s_b, next_b = s.tobytes(), s_next.tobytes()
         last = self.last
-        prev_b = last[0]
-        if s_b == prev_b:
-            s_b, s_out = prev_b, last[1]
-        else:
-            s_out = self.frozen_obs(s_b)
+        s_out = last[1] if s_b == last[0] else self.frozen_obs(s_b)
         next_out = self.frozen_obs(next_b)
         last[0], last[1] = next_b, next_out
-        self.steps.append((s_b, next_b, a, r, terminal, truncated, (non_terminal, *rest)))
-        return StoredTuple((s_out, a_out, r_out, non_terminal, next_out, *rest))
+        buffer, ring = self.buffer, self.ring
+        i = buffer._next_id
+        ring[i % len(ring)] = StoredTuple((s_out, a_out, r_out, non_terminal, next_out, *rest))
+        buffer._next_id = i + 1
+        self.n += 1
+        if truncated:
+            self._timelimit(i)
+        return True
 
-    @property
-    def n(self) -> int:
-        """Steps staged."""
-        return len(self.steps)
-
-    def gather(self) -> None:
-        """The staged steps as batch arrays (``obs``, ``next_obs``, ...), oldest first."""
-        n = len(self.steps)
-        obs_b, next_b, actions, rewards, terms, truncs, sides = zip(*self.steps, strict=True)
-        self.steps.clear()
-
-        def stacked(chunks: tuple[Any, ...], dtype: np.dtype[Any], shape: Any) -> Array:
-            return np.frombuffer(b"".join(chunks), dtype).reshape(n, *shape)
-
-        def observations(chunks: tuple[Any, ...], slot: int) -> Array:
-            """The observations of ``chunks`` (bytes each) as one ``(len, *shape)`` array."""
-            joined: bytes | bytearray
-            if self.obs_bytes < SCRATCH_ROW_BYTES:
-                joined = b"".join(chunks)
-            else:
-                joined = self._copied(chunks, slot)
-            return np.frombuffer(
-                joined, self.obs_dtype, len(chunks) * math.prod(self.obs_shape)
-            ).reshape(len(chunks), *self.obs_shape)
-
+    def gather(self, first: int, end: int) -> None:
+        """Staged ids ``first .. end - 1`` (all in the ring) as batch arrays (``obs``,
+        ``next_obs``, ...), oldest first, from the tuples handed out for them."""
+        ring = self.ring
+        slots = len(ring)
+        tuples: list[Any] = [ring[i % slots] for i in range(first, end)]
+        n = len(tuples)
+        obs_in = [t[0] for t in tuples]
+        next_in = [t[4] for t in tuples]
         # step j continues step j - 1 unless j - 1 ended or s_j differs from s_next_{j-1}
-        # byte for byte; push shares the bytes object where they are equal, so identity
-        # settles almost every pair (one C loop) and only the others are compared
-        apart = np.flatnonzero(np.fromiter(map(operator.is_not, obs_b[1:], next_b[:-1]), bool))
-        differ = [j + 1 for j in apart.tolist() if obs_b[j + 1] != next_b[j]]
+        # byte for byte; push shares the array where they are equal, so identity settles
+        # almost every pair (one C loop) and only the others are compared
+        apart = np.flatnonzero(np.fromiter(map(operator.is_not, obs_in[1:], next_in[:-1]), bool))
+        differ = [j + 1 for j in apart.tolist() if obs_in[j + 1].tobytes() != next_in[j].tobytes()]
+        dt = self.obs_dtype
         if apart.size:
-            self.obs = observations(obs_b, 0)
-            self.next_obs = observations(next_b, 1)
+            self.obs = np.array(obs_in, dt)
+            self.next_obs = np.array(next_in, dt)
         else:  # every s_next is the next s: one copy, two views of it
-            rows = observations((*obs_b, next_b[-1]), 0)
+            rows = np.array([obs_in[0], *next_in], dt)
             self.obs, self.next_obs = rows[:n], rows[1:]
-        if self.action_is_array:
-            self.action = stacked(actions, self.action_dtype, self.action_shape)
-        else:
-            self.action = np.array(actions, self.action_dtype).reshape(n, *self.action_shape)
-        f_r = self.reward_part.field
-        if self.reward_is_array:
-            self.reward = stacked(rewards, f_r.dtype, f_r.shape)
-        else:
-            self.reward = np.array(rewards, f_r.dtype).reshape(n, *f_r.shape)
-        self.sides = sides
+        f_a, f_r = self.action_part.field, self.reward_part.field
+        self.action = np.array([t[1] for t in tuples], f_a.dtype).reshape(n, *f_a.shape)
+        self.reward = np.array([t[2] for t in tuples], f_r.dtype).reshape(n, *f_r.shape)
+        self.sides = [(t[3], *t[5:]) for t in tuples]
+        terms = [bool(is_terminal(t[3])) for t in tuples]
+        marks = self.timelimits
+        truncs = [i in marks for i in range(first, end)] if marks else [False] * n
         self.terms, self.truncs = terms, truncs
         self.cuts = [j for j in differ if not (terms[j - 1] or truncs[j - 1])]
         self.last_ended = bool(terms[-1] or truncs[-1])
-
-    def _copied(self, chunks: tuple[bytes, ...], slot: int) -> bytearray:
-        """``chunks`` (``obs_bytes`` each) copied one after another into scratch ``slot``.
-
-        The scratch memory is kept for the next batches: what :meth:`gather` makes of it is
-        read (and copied) by :func:`write_staged` before the next gather overwrites it.
-        """
-        width = self.obs_bytes
-        need = len(chunks) * width
-        scratch = self.scratch[slot]
-        if scratch is None or len(scratch) < need:
-            # Both slots at once, every page written now: the next_obs slot serves only the
-            # batches with an episode start, and its pages' first touch (about 1 ms for 2 MiB)
-            # would otherwise fall on one of those later batches.
-            size = max(need, (self.rows + 1) * width)
-            for s in range(len(self.scratch)):
-                kept = self.scratch[s]
-                if kept is None or len(kept) < size:
-                    made = bytearray(size)
-                    np.frombuffer(made, np.uint8).fill(0)  # (a large bytearray is calloc'd)
-                    self.scratch[s] = made
-            scratch = self.scratch[slot]
-            assert scratch is not None
-        view = memoryview(scratch)
-        end = 0
-        for chunk in chunks:
-            start, end = end, end + width
-            view[start:end] = chunk
-        return scratch
 
     def row(self, j: int) -> Row:
         """Gathered step ``j`` as the :class:`Row` the one-by-one path would have cached."""
@@ -378,8 +354,9 @@ def frozen_maker(dtype: np.dtype[Any], shape: tuple[int, ...]) -> Callable[[byte
     return lambda b: ndarray(shape, dtype, b)  # read-only: a view of immutable bytes
 
 
-def staging_for(buffer: ColumnarHost, base: type) -> Staging | None:
-    """Staging rows for a bounded, columnar buffer whose appends are ``base``'s own.
+def staging_for(buffer: StagingHost, base: type) -> Staging | None:
+    """Staging for a bounded, columnar buffer whose appends are ``base``'s own (its
+    ``_handed`` ring made first).
 
     None (every append one by one) for an unbounded buffer (it grows its core), a
     columnar-only one (Atari, hindsight: they cast or transform), a frame stack, an
@@ -400,7 +377,8 @@ def staging_for(buffer: ColumnarHost, base: type) -> Staging | None:
     obs = codec.state.parts[0].field
     per_row = 2 * obs.dtype.itemsize * math.prod(obs.shape)  # s and s_next
     # at least 16 rows (observations of several MiB): one core call per append costs more
-    return Staging(codec, min(1024, core.capacity, max(16, STAGING_BYTES // max(per_row, 1))))
+    rows = min(1024, core.capacity, max(16, STAGING_BYTES // max(per_row, 1)))
+    return Staging(codec, rows, buffer)
 
 
 def same_rows(a: Array, b: Array) -> Array:
@@ -419,23 +397,52 @@ def same_rows(a: Array, b: Array) -> Array:
     return out
 
 
-def write_staged(buffer: ColumnarHost, st: Staging) -> None:
-    """Store the staged steps in ``buffer``'s core, cutting episodes where ``s`` changed.
+def write_staged(buffer: StagingHost, st: Staging) -> None:
+    """Store the staged experiences in ``buffer``'s core, oldest first, in batches of
+    ``st.rows``, cutting episodes where ``s`` changed.
 
-    The buffer's ids, side ring and ``_next_id`` were advanced at staging; this writes the
-    steps, keeps the core size the adapter caches and the newest unended step's row.
+    The buffer's ids, handed tuples and ``_next_id`` were advanced at staging; this writes
+    the steps and their side ring, keeps the core size the adapter caches and the newest
+    unended step's row. If more were staged than the ring holds, the oldest are gone: the
+    core starts anew with those the ring holds (see the module docstring).
     """
     n = st.n
     if n == 0:
         return
-    st.gather()  # nothing staged from here on: the buffer's size may be asked while writing
+    st.n = 0  # nothing staged from here on: the buffer's size may be asked while writing
+    end = buffer._next_id
+    slots = len(st.ring)
+    if n > slots:
+        _restart_core(buffer, end - slots)
+        n = slots
+    for first in range(end - n, end, st.rows):
+        st.gather(first, min(first + st.rows, end))
+        _write_gathered(buffer, st, first)
+    st.timelimits.clear()
+    st.sides = []
+
+
+def _restart_core(buffer: StagingHost, first: int) -> None:
+    """An empty core of the same room in place of ``buffer``'s, its id 0 the buffer's
+    ``first`` (every experience the old core held is older than the ring's)."""
+    old = buffer._core
+    assert old is not None
+    new = buffer._new_core(old.capacity)
+    old.close()
+    buffer._core, buffer._core_offset, buffer._newest = new, first, None
+    buffer._core_len = 0
+
+
+def _write_gathered(buffer: StagingHost, st: Staging, first: int) -> None:
+    """Write the gathered steps (ids ``first ..``) after the core's newest step."""
+    n = len(st.sides)
     core = buffer._core
     assert core is not None
-    # the side ring of the staged ids (the newest n): (non_terminal, info, ...) as appended,
-    # in at most two slices of the ring (n <= the ring's length)
+    # the side ring of the gathered ids: (non_terminal, info, ...) as appended, in at most
+    # two slices of the ring (n <= the ring's length)
     extras = buffer._extras
     ring = len(extras)
-    head = (buffer._next_id - n) % ring
+    head = first % ring
     split = min(n, ring - head)
     extras[head : head + split] = st.sides[:split]
     extras[: n - split] = st.sides[split:]
@@ -463,7 +470,6 @@ def write_staged(buffer: ColumnarHost, st: Staging) -> None:
         stored = min(stored + (b - a), core.capacity)
         buffer._core_len = stored
     buffer._newest = None if st.last_ended else st.row(n - 1)
-    st.sides = ()
 
 
 def _add_each(core: CoreBuffer, st: Staging, a: int, b: int) -> None:

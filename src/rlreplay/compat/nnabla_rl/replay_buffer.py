@@ -35,13 +35,14 @@ differs (byte for byte) from the newest experience's ``s_next``: the newest step
 then cut with the core's :meth:`rlreplay.ReplayBuffer.end_episode`, ``s_next`` becoming its
 final observation. The adapter caches the newest step's row while its episode runs (its
 ``s_next`` is known nowhere else). A bounded buffer stages the usual experiences (checked and
-copied at ``append``) and writes them in one core ``extend`` per batch, or before anything
-reads the core (:mod:`~rlreplay.compat.nnabla_rl._staging`); other experiences go to the core
-one by one. Each staged experience is handed back as the tuple staging made for it at
-``append`` (``_handed``, a ring aligned with the core's ids): the same object at every read,
-as nnabla-rl's stored object, its arrays read-only views of the copies; reads of those
-experiences never touch the core. The draw is NumPy's, made by a kernel where it can
-(:mod:`~rlreplay.compat.nnabla_rl._choice`).
+copied at ``append``) and writes them to the core only when something reads the core, in one
+core ``extend`` per batch (:mod:`~rlreplay.compat.nnabla_rl._staging`; the core may then start
+anew, its ids offset by ``_core_offset``); other experiences go to the core one by one. Each
+staged experience is handed back as the tuple staging made for it at ``append``
+(``_handed``, a ring aligned with the ids): the same object at every read, as nnabla-rl's
+stored object, its arrays read-only views of the copies; reads of those experiences never
+touch the core, so a loop of appends and samples never writes it. The draw is NumPy's, made
+by a kernel where it can (:mod:`~rlreplay.compat.nnabla_rl._choice`).
 
 Capacity. ``capacity=None`` is unbounded: the core starts with room for
 ``_INITIAL_CAPACITY`` steps and, when full, is rebuilt with twice the room and every stored
@@ -141,9 +142,9 @@ class ReplayBuffer(ByValue):
     object store (``_objects``). With staging, ``_handed[id % core capacity]`` is the tuple
     handed out for each kept id that was staged, None for one stored one by one; staged
     experiences not yet written count in ``len``. Ids count appended experiences: the
-    experience at position ``i`` has id ``_first_id() + i`` in both stores. In the core,
-    episodes end exactly where the appended experiences' episodes end (see the module
-    docstring).
+    experience at position ``i`` has id ``_first_id() + i`` in both stores, and id
+    ``_core_offset + j`` in the core is the core's id ``j``. In the core, episodes end exactly
+    where the appended experiences' episodes end (see the module docstring).
 
     Hooks for subclasses (the prioritized, hindsight, Atari and trajectory buffers):
 
@@ -160,9 +161,10 @@ class ReplayBuffer(ByValue):
     * ``_on_written(ended)`` after each core step, ``_on_cut()`` after a cut episode.
 
     Cost: :meth:`append` is O(size of one experience) (amortised, with the doublings of an
-    unbounded buffer, or the batched core writes of a bounded one); :meth:`sample` is
-    O(num_samples * num_steps), independent of the buffer's size: the staged experiences'
-    tuples gathered in one C loop, others by one vectorised core gather and new tuples.
+    unbounded buffer, or a bounded one's batched core writes when the core is read);
+    :meth:`sample` is O(num_samples * num_steps), independent of the buffer's size: the
+    staged experiences' tuples gathered in one C loop, others by one vectorised core gather
+    and new tuples.
 
     Args:
         capacity: Most experiences kept (an int ``>= 0``), or None for no limit.
@@ -191,6 +193,8 @@ class ReplayBuffer(ByValue):
 
     #: Whether experiences that do not fit the columnar layout go to an object store.
     _objects_allowed: ClassVar[bool] = True
+    #: The buffer's id of the core's id 0 (a class default for buffers pickled without it).
+    _core_offset: int = 0
 
     def __init__(self, capacity: int | None = None, *, seed: int | None = None) -> None:
         self._capacity = check_capacity("capacity", capacity, allow_none=True)
@@ -199,6 +203,7 @@ class ReplayBuffer(ByValue):
         self._own_rng = None if self._seed is None else np.random.default_rng(self._seed)
         self._generation = 0  # cores built so far (each gets its own derived seed)
         self._core: CoreBuffer | None = None
+        self._core_offset = 0  # the buffer's id of the core's id 0 (_staging restarts it)
         self._core_len: int | None = 0  # len(self._core), kept by the adapter (None: unknown)
         self._codec: Codec | None = None
         self._extras: list[tuple[Any, ...] | None] = []  # slot id % core capacity
@@ -225,9 +230,13 @@ class ReplayBuffer(ByValue):
         if self._objects is not None:
             return len(self._objects)
         st = self._staging
-        if st is not None and st.steps and self._core_len is not None:
+        if st is not None and st.n:
             # the core's steps and the staged ones, without writing them (a bounded buffer)
-            n = self._core_len + len(st.steps)
+            core_len = self._core_len
+            if core_len is None:
+                assert self._core is not None
+                core_len = self._core_len = len(self._core)
+            n = core_len + st.n
             capacity = self._capacity
             return n if capacity is None or n < capacity else capacity
         return self._core_visible()
@@ -243,10 +252,10 @@ class ReplayBuffer(ByValue):
         The core's ``len`` takes its lock and sums its env table (a few microseconds); the
         adapter knows the count after each of its own writes (one step per ``add``, the oldest
         overwritten when full) and asks the core only after other changes (``_core_changed``).
-        Staged experiences are written first: every read of the buffer comes through here.
+        Staged experiences are written first: every read of the core comes through here.
         """
         st = self._staging
-        if st is not None and st.steps:
+        if st is not None and st.n:
             write_staged(self, st)
         if self._core is None:
             return 0
@@ -322,8 +331,10 @@ class ReplayBuffer(ByValue):
                 self._core = self._new_core(self._core_capacity())
                 self._core_changed()
                 self._extras = [None] * self._core.capacity
+                self._handed = [None] * self._core.capacity  # (the staging keeps this ring)
                 self._staging = self._make_staging()
-                self._handed = None if self._staging is None else [None] * self._core.capacity
+                if self._staging is None:
+                    self._handed = None
                 return row
             return self._codec.encode(experience)
         except Unfit as exc:
@@ -349,40 +360,20 @@ class ReplayBuffer(ByValue):
         """
         st = self._staging
         if st is not None:
-            handed = st.push(experience)
-            if handed is not None:  # staged (checked, copied): the id advances now
-                i = self._next_id
-                ring = self._handed
-                assert ring is not None
-                ring[i % len(ring)] = handed
-                self._next_id = i + 1
-                if len(st.steps) == st.rows:
-                    write_staged(self, st)
+            if st.push(experience):  # staged (checked, copied, handed out from now on)
                 return
             write_staged(self, st)  # an unusual experience: the one-by-one path, in order
         row = self._encode(experience)
         if row is None:
             self._append_object(experience)
             return
-        if st is None and self._staging is not None:  # the first experience built the core
-            handed = self._staging.push(experience)
-            if handed is not None:
-                self._stage(self._staging, handed)
-                return
+        # the first experience built the core, and the staging
+        if st is None and self._staging is not None and self._staging.push(experience):
+            return
         self._append_row(row)
 
-    def _stage(self, st: Staging, handed: StoredTuple) -> None:
-        """Account for an experience ``st.push`` staged (``handed``: the tuple it hands out)."""
-        i = self._next_id
-        handed_ring = self._handed
-        assert handed_ring is not None
-        handed_ring[i % len(handed_ring)] = handed
-        self._next_id = i + 1
-        if len(st.steps) == st.rows:
-            write_staged(self, st)
-
     def _make_staging(self) -> Staging | None:
-        """Staging rows for this buffer's appends, or None (see :func:`staging_for`)."""
+        """Staging for this buffer's appends, or None (see :func:`staging_for`)."""
         return staging_for(self, ReplayBuffer)
 
     def _append_row(self, row: Row) -> None:
@@ -468,6 +459,7 @@ class ReplayBuffer(ByValue):
         if self._core is not None:
             self._core.close()
         self._core, self._codec, self._extras, self._newest = None, None, [], None
+        self._core_offset = 0
         self._core_changed()
 
     # ------------------------------------------------------------------ reading
@@ -505,7 +497,7 @@ class ReplayBuffer(ByValue):
         """The core's transitions at stored, sampleable ``ids`` (HER relabels them)."""
         assert self._core is not None
         self._core_size()  # staged experiences are written first
-        return self._core.get_transitions(ids)
+        return self._core.get_transitions(ids - self._core_offset if self._core_offset else ids)
 
     def _sides_of(self, ids: Array) -> list[tuple[Any, ...]]:
         """``(non_terminal, info, ...)`` of each core id, as appended."""
@@ -522,7 +514,8 @@ class ReplayBuffer(ByValue):
 
     def _decode_batch(self, batch: Mapping[str, Array]) -> list[Experience]:
         assert self._codec is not None
-        return self._codec.decode(batch, self._sides_of(np.asarray(batch["ids"])))
+        ids = np.asarray(batch["ids"]) + self._core_offset  # the buffer's ids
+        return self._codec.decode(batch, self._sides_of(ids))
 
     def _raw_experiences(self, ids: Array) -> list[Experience]:
         """Experiences at kept ids, as stored (not decorated), in order."""

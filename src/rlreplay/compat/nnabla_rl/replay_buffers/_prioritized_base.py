@@ -17,7 +17,6 @@ from typing import Any
 import numpy as np
 
 from rlreplay import ConfigError, ReplayError
-from rlreplay.compat.nnabla_rl._staging import write_staged
 from rlreplay.compat.nnabla_rl.replay_buffer import Indices, ReplayBuffer
 
 __all__ = [
@@ -96,21 +95,12 @@ class _PrioritizedReplayBuffer(ReplayBuffer):
             be dropped off and the given experience will be added to the tail of the buffer.
         """
         st = self._staging
-        if st is not None:
-            handed = st.push(experience)
-            if handed is not None:
-                # ReplayBuffer.append's staged path, written out (this runs once per append
-                # and is most of its cost): the id advances now
-                ring = self._handed
-                assert ring is not None
-                i = self._next_id
-                ring[i % len(ring)] = handed
-                self._next_id = i + 1
-                if len(st.steps) == st.rows:
-                    write_staged(self, st)
-                if self._append_hook:
-                    self._on_append()
-                return
+        if st is not None and st.push(experience):
+            # ReplayBuffer.append's staged path, written out (this runs once per append):
+            # the id advanced in push
+            if self._append_hook:
+                self._on_append()
+            return
         ReplayBuffer.append(self, experience)  # (super() costs a lookup on every append)
         if self._append_hook:
             self._on_append()
