@@ -242,7 +242,6 @@ def test_broadcast_and_dtype_rules_are_the_host_backed_ones() -> None:
 @pytest.mark.parametrize(
     ("kw", "option"),
     [
-        (dict(allow_multiprocess=True), "allow_multiprocess"),
         (dict(max_length=1), "max_length"),
         (dict(device="nowhere"), "device"),
     ],

@@ -43,9 +43,14 @@ the NumPy core's ``state_dict`` of ``rlreplay.torch.to_replay_buffer(device_buff
 draws' generators, the priorities, the episode information) and ``load_state_dict`` puts it
 back on ``device``: the loaded buffer draws as the one saved. Both wait for the device.
 
-Refused with a :class:`~rlreplay.ConfigError` naming them: ``allow_multiprocess`` and
-``max_length=1``; blocking calls (``add_batch(blocking=True)``,
-``dequeue(blocking=True)``) are refused too (a device buffer is used from one thread).
+With ``allow_multiprocess``, other processes reach the buffer as they reach the host-backed
+one (:mod:`._multiprocess`): its data stays on ``device`` in the process that built it, whose
+server runs their calls (arguments and results pickled, tensors by value), each call under
+the buffer's lock. This is tested with torch's CPU device only; on CUDA it is untested.
+
+Refused with a :class:`~rlreplay.ConfigError` naming them: ``max_length=1`` and blocking
+calls (``add_batch(blocking=True)``, ``dequeue(blocking=True)``: no other call could make
+room or add steps while one waits, every call holding the device buffer alone).
 :class:`rlreplay.compat.alf.replay_buffer.HostReplayBuffer` keeps the data on the host and
 offers all of them, with results on ``device``.
 """
@@ -53,6 +58,7 @@ offers all of them, with results on ``device``.
 from __future__ import annotations
 
 import math
+import threading
 from typing import Any
 
 import numpy as np
@@ -74,6 +80,7 @@ from rlreplay.compat.alf._draws import (
     draw_starts,
     uniform_starts,
 )
+from rlreplay.compat.alf._multiprocess import Sharing, forward_public
 from rlreplay.compat.alf._nest import (
     _TORCH_NAMES,
     AssignDTypeError,
@@ -149,8 +156,6 @@ class DeviceReplayBuffer(ReplayBuffer):
             num_environments, max_length, num_earliest_frames_ignored, allow_multiprocess,
             keep_episodic_info, record_episodic_return, recent_data_ratio,
         )  # fmt: skip
-        if allow_multiprocess:
-            raise _refuse("allow_multiprocess", "is used from one process")
         if C < 2:
             raise _refuse("max_length", "keeps at least 2 steps per env (max_length=1 given)")
         try:
@@ -178,7 +183,11 @@ class DeviceReplayBuffer(ReplayBuffer):
         self._default_return = float(default_return)
         self._enable_checkpoint = bool(enable_checkpoint)
         self._name = name
-        self._sharing = None
+        # allow_multiprocess: other processes reach this buffer through a server in this one
+        # (_multiprocess), one thread per process: each call then holds this lock.
+        self._sharing = Sharing(self) if allow_multiprocess else None
+        if allow_multiprocess:
+            self._call_lock = threading.RLock()
         self._remote = None
         self._stopped = False
         self._all_envs = np.arange(E, dtype=np.int64)
@@ -777,6 +786,9 @@ class DeviceReplayBuffer(ReplayBuffer):
 
     def extra_repr(self) -> str:
         return super().extra_repr() + f", device={str(self._device)!r}"
+
+
+forward_public(DeviceReplayBuffer)  # a handle's calls run in the owner
 
 
 def _broadcast(name: str, value: Any, shape: tuple[int, ...], have: tuple[int, ...]) -> Any:

@@ -23,6 +23,9 @@ state (the core and the front-end's bookkeeping) stays in the process that built
   :data:`SLICE` seconds, so a caller that dies while blocked never takes data it cannot
   receive.
 
+The device-backed buffer (``_device``) is served the same way; it is not thread-safe itself,
+so it sets :data:`CALL_LOCK` and each of its calls in the owner holds that lock.
+
 Cost: a remote call is a round trip through a socket plus pickling both ways (see
 ``docs/migrating/alf.md`` for a measured rate). Calls in the owner stay direct, behind one
 ``__dict__`` look-up.
@@ -53,12 +56,15 @@ import torch
 from rlreplay import ConfigError, ReplayClosed, ReplayError, ReplayTimeout
 from rlreplay.buffer import check_timeout
 
-__all__ = ["SLICE", "Remote", "Sharing", "forward_public", "reduce"]
+__all__ = ["CALL_LOCK", "SLICE", "Remote", "Sharing", "forward_public", "reduce"]
 
 SLICE = 0.25  # seconds: longest wait of a blocking remote call before it checks its caller
 TYPEID = "alf_replay_buffer"
 SERVING = "rlreplay-alf-serving"  # name prefix of the owner's threads that serve a client
-LOCAL = ("core",)  # properties that hand out the owner's own objects: not forwarded
+CALL_LOCK = "_call_lock"  # a buffer's lock around each of its calls in the owner (if set)
+FORWARDS = "__rlreplay_forwards__"  # marks the forwarding wrappers
+# properties that hand out the owner's own storage objects: not forwarded
+LOCAL = ("core", "device_buffer")
 
 # Owner buffers of this process that allow_multiprocess (started or not).
 _live: weakref.WeakSet[Any] = weakref.WeakSet()
@@ -327,7 +333,7 @@ class Remote:
         """
         if name in LOCAL:
             raise ConfigError(
-                f"{name}: the core lives in the owner process {self.owner_pid}; from another "
+                f"{name}: the storage lives in the owner process {self.owner_pid}; from another "
                 "process use the ALF buffer's methods (they run in the owner)"
             )
         payload = pickle.dumps((args, kwargs or {}), pickle.HIGHEST_PROTOCOL)
@@ -381,13 +387,19 @@ def forward_public(cls: type) -> None:
     """Make the public methods and properties of ``cls`` (and its mixins') forward on handles.
 
     The wrappers are set on ``cls`` (so methods bound before a fork forward in the child too);
-    on a buffer that is no handle, they cost one ``__dict__`` look-up.
+    on a buffer that is no handle, they cost two ``__dict__`` look-ups, and take the
+    buffer's :data:`CALL_LOCK` if it has one (a buffer that is not thread-safe itself: the
+    owner serves each other process from its own thread). A subclass's call forwards its
+    own methods (the ones it inherits already forward).
     """
     for name in forwarded_methods(cls):
-        setattr(cls, name, _forwarding_method(name, getattr(cls, name)))
+        method = getattr(cls, name)
+        if not getattr(method, FORWARDS, False):
+            setattr(cls, name, _forwarding_method(name, method))
     for name in _property_names(cls):
         prop = getattr(cls, name)
-        setattr(cls, name, _forwarding_property(name, prop.fget))
+        if not getattr(prop.fget, FORWARDS, False):
+            setattr(cls, name, _forwarding_property(name, prop.fget))
 
 
 def _forwarding_method(name: str, method: Callable[..., Any]) -> Callable[..., Any]:
@@ -395,7 +407,11 @@ def _forwarding_method(name: str, method: Callable[..., Any]) -> Callable[..., A
     def forward(self: Any, *args: Any, **kwargs: Any) -> Any:
         remote: Remote | None = self.__dict__.get("_remote")
         if remote is None:
-            return method(self, *args, **kwargs)
+            lock = self.__dict__.get(CALL_LOCK)
+            if lock is None:
+                return method(self, *args, **kwargs)
+            with lock:
+                return method(self, *args, **kwargs)
         if name != "extra_repr":
             return remote.call("call", name, args, kwargs)
         try:  # repr() must not raise once the owner has gone
@@ -403,6 +419,7 @@ def _forwarding_method(name: str, method: Callable[..., Any]) -> Callable[..., A
         except ReplayClosed:
             return f"handle of a gone buffer (owner process {remote.owner_pid})"
 
+    setattr(forward, FORWARDS, True)
     return forward
 
 
@@ -412,8 +429,13 @@ def _forwarding_property(name: str, fget: Callable[[Any], Any]) -> property:
         remote: Remote | None = self.__dict__.get("_remote")
         if remote is not None:
             return remote.call("get", name)
-        return fget(self)
+        lock = self.__dict__.get(CALL_LOCK)
+        if lock is None:
+            return fget(self)
+        with lock:
+            return fget(self)
 
+    setattr(get, FORWARDS, True)
     return property(get, doc=fget.__doc__)
 
 

@@ -128,7 +128,7 @@ class ReplayBuffer(Sampling, torch.nn.Module):
             ALF's default device. ``"cuda"`` (any device but the CPU) also keeps the data
             there: the buffer is then a
             :class:`~rlreplay.compat.alf._device.DeviceReplayBuffer` (episode information
-            on the device too, checkpoints), which refuses ``allow_multiprocess``,
+            on the device too, checkpoints, ``allow_multiprocess``), which refuses
             ``max_length=1``, blocking calls and negative, NaN or infinite priorities
             (:class:`HostReplayBuffer` keeps the data on the host and offers them all).
         allow_multiprocess: Let other processes use this buffer, as ALF's shared-memory one:
