@@ -168,9 +168,11 @@ def calls(kind: str, method: str) -> st.SearchStrategy[Call]:
 
     if method == "sample":
         if kind == "device_prio":
-            return call(count(), beta=anything(), check=flags())
+            return call(count(), beta=anything(), check=flags(), timeout=anything())
         return call(count(), recent_ratio=anything() | st.floats(0, 1), recent_steps=count(),
-                    replacement=flags(), check=flags())  # fmt: skip
+                    replacement=flags(), check=flags(), timeout=anything())  # fmt: skip
+    if method == "abandon_episode":
+        return call(st.one_of(st.integers(-3, 3), anything()))
     if method == "sample_sequences":
         return call(count(), count(), within_episode=flags(), pad=flags(),
                     balance_envs=flags())  # fmt: skip
@@ -191,7 +193,7 @@ def calls(kind: str, method: str) -> st.SearchStrategy[Call]:
 
 
 METHODS = ["sample", "sample_sequences", "get_sequences", "get_transitions", "sampleable",
-           "can_sample", "add"]  # fmt: skip
+           "can_sample", "add", "abandon_episode"]  # fmt: skip
 PRIORITIZED = ["update_priorities", "get_priorities"]
 CASES = [(k, m) for k in KINDS for m in METHODS] + [("device_prio", m) for m in PRIORITIZED]
 

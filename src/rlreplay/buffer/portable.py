@@ -224,6 +224,7 @@ def read_contents(
     finals_per_env: int | None,
     default_finals: Callable[[int, bool], int],
     lockstep: bool = True,
+    abandoned: bool = False,
 ) -> Contents:
     """What a core buffer holds, with ``finals_per_env`` final records per env.
 
@@ -236,11 +237,14 @@ def read_contents(
             whether the buffer is prioritized.
         lockstep: Whether the receiving buffer's envs step together (refuse envs at
             different steps).
+        abandoned: Whether the receiving buffer keeps abandoned episodes (their ends marked
+            ``ABANDONED`` in ``index.final_fid``); else they are refused.
 
     Raises:
         rlreplay.ConfigError: What the receiving buffer cannot represent (naming why): other
             samplers, recorded episodic returns, envs at different steps (``lockstep``),
-            abandoned episodes, ``finals_per_env`` below the final observations held.
+            abandoned episodes (unless ``abandoned``), ``finals_per_env`` below the final
+            observations held.
     """
     sd = np_buf.state_dict()
     config, arrays, meta = sd["config"], sd["arrays"], sd["meta"]
@@ -249,7 +253,7 @@ def read_contents(
     E = int(config["num_envs"])
     C = int(config["capacity"]) // E
     slot_meta: Array = arrays["index/slot_meta"]
-    for e in range(E):
+    for e in range(0 if abandoned else E):
         rows = e * C + np.arange(int(env[e, HEAD]), int(env[e, COUNT])) % C
         if (slot_meta[rows, FINAL_FID] == ABANDONED).any():
             raise ConfigError(

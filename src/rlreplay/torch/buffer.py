@@ -72,8 +72,10 @@ class DeviceReplayBuffer:
       raises :class:`~rlreplay.ReplayTimeout` at once. Its ``size`` is counted on the host
       from the steps each env holds, less its newest ``n_step`` (the core's sampleable count
       when no episode ended among them; see :mod:`rlreplay.torch.pacing`).
-    * Not offered: abandoned episodes, transforms, memmap storage (:meth:`to_replay_buffer`
-      gives a NumPy buffer that has them).
+    * :meth:`abandon_episode` waits for the device (whether an episode runs is read on the
+      host); until the next :meth:`clear`, uniform draws map past the holes it leaves.
+    * Not offered: transforms, memmap storage (:meth:`to_replay_buffer` gives a NumPy buffer
+      that has them).
 
     Host synchronisation: given tensors on the device, :meth:`add` (``env_ids`` too),
     :meth:`sample`, :meth:`get_transitions`, :meth:`sample_sequences`, :meth:`get_sequences`,
@@ -351,6 +353,49 @@ class DeviceReplayBuffer:
         if self._pacing is not None:
             self._pacing.cleared()
 
+    def abandon_episode(self, env_id: int = 0) -> Tensor:
+        """Abandon env ``env_id``'s running episode: end it at its newest step, unobserved,
+        as :meth:`rlreplay.ReplayBuffer.abandon_episode` does.
+
+        No final observation and no ``terminated``/``truncated`` flag: the episode's steps
+        whose ``n_step``-step windows are complete inside it stay sampleable as they are; the
+        others (its last ``n_step`` steps) stay stored, for sequences, but are never
+        sampleable: :meth:`sample` never draws them, a prioritized buffer gives them no
+        mass and :meth:`~DevicePrioritizedReplayBuffer.update_priorities` ignores their ids.
+        The next step added for the env starts a new episode; ``sample_sequences`` and
+        ``get_sequences`` with ``within_episode`` stop at the cut (its ``next_known`` is
+        False) and :meth:`sample_episodes` leaves the episode out. Conversions and
+        checkpoints keep the cut (see :mod:`rlreplay.torch.holes`).
+
+        Args:
+            env_id: The env (an int in ``[0, num_envs)``).
+
+        Returns:
+            The id of the step that now ends the abandoned episode (an int64 tensor of shape
+            ``(1,)`` on the device), or an empty one when no episode runs (no step added
+            yet, or the newest step already ends its episode): then nothing changes. An
+            episode whose steps are no longer stored is still abandoned (its id returned).
+
+        Raises:
+            InvalidIdError: ``env_id`` is not an env of this buffer.
+
+        Waits for the device: whether an episode runs is read on the host. Until the next
+        :meth:`clear`, uniform draws map positions past the holes (a few more torch ops per
+        draw, one per hole an env holds) and a frame-stacked :meth:`add` checks the marks.
+
+        Example:
+            >>> import numpy as np, torch, rlreplay as rr, rlreplay.torch as rrt
+            >>> buf = rrt.DeviceReplayBuffer(8, {"obs": rr.Field((), np.float32)}, n_step=2)
+            >>> for t in range(4):
+            ...     _ = buf.add(obs=t, reward=1.0, terminated=False, truncated=False,
+            ...                 next_obs=t + 1)
+            >>> buf.abandon_episode().tolist(), buf.sampleable_ids().tolist()
+            ([3], [0, 1])
+        """
+        from rlreplay.torch.holes import abandon_episode
+
+        return abandon_episode(self, env_id)
+
     # ------------------------------------------------------------------ FIFO use
     def dequeue(
         self, n: int, env_ids: Any = None, *, block: bool = False, timeout: float | None = None
@@ -455,7 +500,12 @@ class DeviceReplayBuffer:
         ring = self._ring
         lo, hi = ring.lo.cpu().numpy(), ring.hi.cpu().numpy()
         E = self.config.num_envs
-        parts = [np.arange(lo[e], max(lo[e], hi[e]), dtype=np.int64) * E + e for e in range(E)]
+        parts = []
+        for e in range(E):
+            t = np.arange(lo[e], max(lo[e], hi[e]), dtype=np.int64)
+            for start, end in [] if ring.holes is None else ring.holes.lists[e]:
+                t = t[(t < start) | (t > end)]  # an abandoned episode's hole
+            parts.append(t * E + e)
         return torch.from_numpy(np.concatenate(parts)).to(self.device)
 
     def get_transitions(self, ids: Any) -> DeviceBatch:

@@ -111,6 +111,10 @@ def compiled_sampler(
 
     def sample() -> DeviceBatch:
         nonlocal announced
+        if not c.prioritized and buf._ring.holes is not None:
+            # Abandoned episodes' holes (until a clear): the eager draw, the same law and
+            # the same uniforms, rather than a graph per number of holes.
+            return buf.sample(B)
         if not announced:
             _log.info("compiling a device buffer's sample of %d on %s (once)", B, buf.device)
             announced = True

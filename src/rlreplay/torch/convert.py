@@ -27,6 +27,7 @@ from rlreplay.buffer.portable import Contents, Index, Priorities, read_contents,
 from rlreplay.limits import RateLimiter
 from rlreplay.torch.buffer import DeviceReplayBuffer
 from rlreplay.torch.config import default_finals
+from rlreplay.torch.holes import holes_from_index
 from rlreplay.torch.prioritized_buffer import DevicePrioritizedReplayBuffer
 
 __all__ = ["from_replay_buffer", "load", "to_replay_buffer"]
@@ -118,12 +119,12 @@ def from_replay_buffer(
 
     Raises:
         rlreplay.ConfigError: A buffer the device buffer cannot represent (naming why): other
-            samplers, recorded episodic returns, abandoned episodes, ``finals_per_env``
-            below the final observations held.
+            samplers, recorded episodic returns, ``finals_per_env`` below the final
+            observations held.
     """
     got = read_contents(
         np_buf, kind="device", finals_per_env=finals_per_env, default_finals=default_finals,
-        lockstep=False,
+        lockstep=False, abandoned=True,
     )  # fmt: skip
     common: dict[str, Any] = dict(
         finals_per_env=got.finals_per_env, device=device, seed=seed, **got.kwargs
@@ -148,6 +149,7 @@ def from_replay_buffer(
         (ring.final_fid, ix.final_fid), (ring.final_owner, ix.final_owner),
     ):  # fmt: skip
         st.assign(t, Ellipsis, np.ascontiguousarray(values, np.int64))
+    holes_from_index(ring, ix.head, ix.count, ix.final_fid, ix.ep_start)
     if buf._prio is not None and got.priorities is not None:
         pri = buf._prio
         st.assign(pri.prio, Ellipsis, got.priorities.prio)

@@ -74,7 +74,8 @@ def uniform(
     (with no candidate at all: arbitrary steps); ``sizes``: ``ring.sizes()`` if the caller
     has it."""
     sizes = ring.sizes() if sizes is None else sizes
-    return to_steps(ring.lo, sizes, below(sizes.sum(), batch_size, gen))
+    env, t = to_steps(ring.lo, sizes, below(sizes.sum(), batch_size, gen))
+    return env, ring.unhole(env, t)
 
 
 def balanced(sizes: Tensor, batch_size: int, gen: torch.Generator) -> tuple[Tensor, Tensor]:
@@ -105,9 +106,16 @@ def mixed(
 
     sizes = ring.sizes()
     newest = sizes.clamp_max(recent_steps)
-    env_r, t_r = to_steps(ring.hi - newest, newest, below(newest.sum(), recent, gen))
+    if ring.holes is None:
+        env_r, t_r = to_steps(ring.hi - newest, newest, below(newest.sum(), recent, gen))
+        env_a, t_a = to_steps(ring.lo, sizes, below(sizes.sum(), batch_size - recent, gen))
+        return torch.cat([env_r, env_a]), torch.cat([t_r, t_a])
+    # Positions among the sampleable steps (less the holes), then mapped past the holes.
+    base = ring.lo + sizes - newest
+    env_r, t_r = to_steps(base, newest, below(newest.sum(), recent, gen))
     env_a, t_a = to_steps(ring.lo, sizes, below(sizes.sum(), batch_size - recent, gen))
-    return torch.cat([env_r, env_a]), torch.cat([t_r, t_a])
+    env = torch.cat([env_r, env_a])
+    return env, ring.unhole(env, torch.cat([t_r, t_a]))
 
 
 def _keys(ring: Ring, candidate: Tensor, gen: torch.Generator) -> Tensor:
@@ -136,8 +144,13 @@ def distinct(
     if recent == 0:
         picked = torch.topk(keys, batch_size, sorted=True).indices
         return ring.step_in_row(picked)
-    newest = ring.sizes().clamp_max(recent_steps)
-    is_recent = candidate & (t >= (ring.hi - newest).index_select(0, env))
+    sizes = ring.sizes()
+    newest = sizes.clamp_max(recent_steps)
+    if ring.holes is None:
+        oldest_recent = ring.hi - newest
+    else:  # the step at position size - newest among the sampleable ones
+        oldest_recent = ring.unhole(ring.envs, ring.lo + sizes - newest)
+    is_recent = candidate & (t >= oldest_recent.index_select(0, env))
     recent_keys = _keys(ring, is_recent, gen)
     top_r = torch.topk(recent_keys, min(recent, n), sorted=True)
     valid = top_r.values >= 0  # a prefix: the k picks that are recent candidates

@@ -113,8 +113,9 @@ def dequeue(
         ring.settle(buf.storage.steps["terminated"], buf.storage.steps["truncated"])
         if buf._prio is not None:
             buf._prio.rebuild()
+        stored[envs] -= n
+        ring.prune_holes(ring.env_counts() - stored)  # (the new heads, on the host)
         if buf._pacing is not None:  # a removal is no sample; the limiter's size drops
-            stored[envs] -= n
             buf._pacing.reread(stored)
     return DeviceBatch(out)
 

@@ -130,6 +130,8 @@ class Priorities:
         steps = torch.cat([back, ring.head[None, :] + self._front])
         rows = torch.remainder(steps, C).add_(ring.env_base).view(-1)
         live = ((steps >= ring.lo) & (steps < ring.hi)).view(-1)
+        if ring.holes is not None:  # abandoned episodes' holes are never sampleable
+            live &= ~ring.holes.in_hole(rows, steps.view(-1))
         new = steps == t
         if stepping is not None:
             new &= stepping
@@ -156,8 +158,9 @@ class Priorities:
     def update(self, ids: Tensor, p: Tensor) -> Tensor:
         """Apply priorities ``p`` (float64) to ``ids`` (int64), both flat on the device.
 
-        Ignored: ids overwritten or never issued, values negative, NaN, infinite or above
-        :func:`priority_limit`. Of an id given several times the last applied value wins.
+        Ignored: ids overwritten or never issued, ids of an abandoned episode's hole (never
+        sampleable), values negative, NaN, infinite or above :func:`priority_limit`. Of an id
+        given several times the last applied value wins.
 
         Returns:
             A 0-d int64 tensor: how many ids were ignored.
@@ -170,6 +173,8 @@ class Priorities:
         t = torch.div(ids, E, rounding_mode="floor")
         # (t >= head >= 0 also refuses negative ids: their t is negative.)
         ok = (t >= ring.head.index_select(0, env)) & (t < ring.now_of(env))
+        if ring.holes is not None:  # abandoned episodes' holes: ignored, as stale ids
+            ok &= ~ring.holes.in_hole(ring.rows_of(t, env), t)
         ok &= (p >= 0) & (p <= self.limit)
         if math.isinf(self.limit):  # (inf <= inf: refuse infinite values too)
             ok &= p < math.inf

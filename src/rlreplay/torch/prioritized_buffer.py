@@ -180,7 +180,8 @@ class DevicePrioritizedReplayBuffer(DeviceReplayBuffer):
         """Set the priorities of transitions, typically ``abs(td_error)`` of a sampled batch.
 
         Each priority is clipped to ``priority_clip`` (if set), then ``eps`` is added. Ids of
-        transitions overwritten (or cleared) since they were issued are ignored; with
+        transitions overwritten (or cleared) since they were issued are ignored, and so are
+        those an abandoned episode left never sampleable (:meth:`abandon_episode`); with
         duplicate ids the last one wins (only priorities that take effect count towards
         :attr:`max_priority`). A transition stored but not sampleable yet keeps the priority
         for when it becomes sampleable.
@@ -190,8 +191,8 @@ class DevicePrioritizedReplayBuffer(DeviceReplayBuffer):
             priorities: One per id (same shape): a tensor or host values.
 
         Returns:
-            A 0-d int64 tensor: how many ids were ignored (overwritten; with tensor inputs
-            also never issued or with an invalid value).
+            A 0-d int64 tensor: how many ids were ignored (overwritten or in an abandoned
+            episode's hole; with tensor inputs also never issued or with an invalid value).
 
         Raises:
             ShapeError: ``priorities`` and ``ids`` differ in shape.

@@ -60,6 +60,8 @@ if TYPE_CHECKING:
     import torch
     from torch import Tensor
 
+    from rlreplay.torch.holes import Holes
+
 __all__ = ["Ring"]
 
 
@@ -101,6 +103,7 @@ class Ring:
         self.envs = torch.arange(E, dtype=torch.int64, device=device)
         self.env_base = self.envs * C
         self.final_base = self.envs * F
+        self.holes: Holes | None = None  # abandoned episodes' holes (rlreplay.torch.holes)
 
     # ------------------------------------------------------------------ counts
     @property
@@ -189,11 +192,31 @@ class Ring:
 
     def sampleable(self, env: Tensor, t: Tensor) -> Tensor:
         """Whether steps ``t`` of envs ``env`` are sampleable now."""
-        return (t >= self.lo.index_select(0, env)) & (t < self.hi.index_select(0, env))
+        ok = (t >= self.lo.index_select(0, env)) & (t < self.hi.index_select(0, env))
+        if self.holes is not None:
+            ok &= ~self.holes.in_hole(self.rows_of(t, env), t)
+        return ok
 
     def sizes(self) -> Tensor:
         """``(E,)`` sampleable steps per env."""
-        return (self.hi - self.lo).clamp_min(0)
+        sizes = (self.hi - self.lo).clamp_min(0)
+        if self.holes is not None:
+            sizes = sizes - self.holes.clipped(self.lo, self.hi)[1].sum(1)
+        return sizes
+
+    def unhole(self, env: Tensor, t: Tensor) -> Tensor:
+        """Steps ``lo + p`` of positions ``p`` among the sampleable steps of envs ``env``
+        (``[lo, hi)`` less the holes): ``t`` itself when no env has a hole."""
+        if self.holes is None:
+            return t
+        return self.holes.unhole(env, t, self.lo, self.hi)
+
+    def prune_holes(self, heads: np.ndarray[Any, Any]) -> None:
+        """Forget holes wholly below ``heads`` (host lower bounds of each env's ``head``)."""
+        if self.holes is not None:
+            self.holes.prune(heads)
+            if self.holes.empty:
+                self.holes = None
 
     # ------------------------------------------------------------------ updates
     def advance(self, done: Tensor) -> tuple[Tensor, Tensor]:
@@ -304,6 +327,8 @@ class Ring:
             j = head + i
             row = self.rows_of(j, self.envs)
             end = terminated.index_select(0, row) | truncated.index_select(0, row)
+            if self.holes is not None:  # an abandoned episode ends at its mark too
+                end |= self.final_fid.index_select(0, row) == -2
             lo_cut = torch.where((j < count) & end, j + 1, lo_cut)
         self.lo.copy_(torch.where(cut, lo_cut, head))
 
@@ -343,3 +368,4 @@ class Ring:
             else:
                 torch.maximum(t, counts, out=t)
         self.f_head.copy_(self.f_count)
+        self.holes = None  # every hole is below the new head
