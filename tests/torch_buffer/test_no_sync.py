@@ -137,3 +137,27 @@ def test_a_rate_limiter_reads_nothing_on_the_device(device: str, prioritized: bo
                 buf.clear()
     assert dict(counter.calls) == {}
     assert refused and lim.stats.samples and lim.stats.inserts
+
+
+@pytest.mark.parametrize("name", list(CONFIGS))
+def test_calls_after_an_abandon_never_wait_for_the_device(device: str, name: str) -> None:
+    """``abandon_episode`` reads the device (once per call), but the holes it leaves are
+    host-known: add, sample, sample_sequences, update_priorities after it read nothing."""
+    buf = make(device, **CONFIGS[name])
+    rng = np.random.default_rng(3)
+    steps = [on(random_step(rng, buf.num_envs, p_end=0.1), device) for _ in range(40)]
+    for step in steps[:12]:
+        buf.add(**step)
+    buf.abandon_episode(0)
+    buf.abandon_episode(buf.num_envs - 1)
+    assert buf._ring.holes is not None
+    with no_host_sync(device) as counter:
+        for step in steps[12:]:
+            ids = buf.add(**step)
+            batch = buf.sample(8)
+            buf.sampleable(batch["ids"])
+            buf.sample_sequences(4, 3)
+            _ = buf.num_sampleable
+            if hasattr(buf, "update_priorities"):
+                buf.update_priorities(ids, torch.full_like(ids, 2.0, dtype=torch.float64))
+    assert dict(counter.calls) == {}
