@@ -92,8 +92,8 @@ class Staging:
     and anything after them are kept as the objects appended (as the one-by-one path keeps
     them). :func:`write_staged` builds the core's batches from those tuples.
 
-    Invariant: the ``n`` newest ids (``n`` at most the ring's length: older ones are no longer
-    in the ring) are staged, and the core holds every older experience the ring holds;
+    Invariant: ids from ``synced`` on are staged (the newest :attr:`n`; the ring holds the
+    newest of them, or all of them), and the core holds every older experience the ring holds;
     ``timelimits`` holds the staged ids whose ``info["TimeLimit.truncated"]`` was true at
     their ``append``.
 
@@ -127,7 +127,7 @@ class Staging:
         self.frozen_obs = frozen_maker(f_obs.dtype, f_obs.shape)
         self.frozen_action = frozen_maker(f_act.dtype, f_act.shape)
         self.frozen_reward = frozen_maker(codec.reward.field.dtype, codec.reward.field.shape)
-        self.n = 0  # staged experiences: the newest ids (the ring holds at most len(ring))
+        self.synced = buffer._next_id  # ids from here on are staged (the newest ones)
         self.timelimits: set[int] = set()  # staged ids with a true TimeLimit.truncated
         # [bytes, array] of the newest staged s_next: the next s, if it has these bytes
         self.last: list[Any] = [None, None]
@@ -163,11 +163,11 @@ class Staging:
         last, stored = self.last, StoredTuple
         buffer, ring, actions = self.buffer, self.ring, self.actions
         slots = len(ring)
-        frozen_obs, frozen_action = self.frozen_obs, self.frozen_action
+        frozen_action, frombuffer = self.frozen_action, np.frombuffer
+        flat = len(shape) == 1  # (frombuffer makes a 1-D array faster than ndarray)
         if dt.itemsize * math.prod(shape) == 0 or a_dt.itemsize * math.prod(a_shape) == 0:
             return self.push_any  # empty arrays: frombuffer has no buffer to view
         kept_actions = ACTIONS_KEPT if a_dt.itemsize * math.prod(a_shape) <= ACTION_BYTES else 0
-        staging = self
 
         def push(experience: Any) -> bool:
             if type(experience) is tuple and len(experience) == 6:
@@ -190,8 +190,12 @@ class Staging:
                     # are read-only views of them
                     s_b, next_b = s.tobytes(), s_next.tobytes()
                     # s with the bytes of the previous s_next: one array for both
-                    s_out = last[1] if s_b == last[0] else frozen_obs(s_b)
-                    next_out = frozen_obs(next_b)
+                    if flat:
+                        s_out = last[1] if s_b == last[0] else frombuffer(s_b, dt)
+                        next_out = frombuffer(next_b, dt)
+                    else:
+                        s_out = last[1] if s_b == last[0] else nd(shape, dt, s_b)
+                        next_out = nd(shape, dt, next_b)
                     last[0], last[1] = next_b, next_out
                     a_b = a.tobytes()
                     a_out = actions.get(a_b)
@@ -202,13 +206,17 @@ class Staging:
                     i = buffer._next_id
                     ring[i % slots] = stored((s_out, a_out, r, non_terminal, next_out, info))
                     buffer._next_id = i + 1
-                    staging.n += 1
                     if key in info and is_timelimit(info):
                         timelimit(i)
                     return True
             return push_any(experience)
 
         return push
+
+    @property
+    def n(self) -> int:
+        """Staged experiences (more than the ring's length: the oldest are gone)."""
+        return self.buffer._next_id - self.synced
 
     def _timelimit(self, i: int) -> None:
         """Note that staged id ``i`` ends its episode truncated (kept for the ring's ids)."""
@@ -283,7 +291,6 @@ class Staging:
         i = buffer._next_id
         ring[i % len(ring)] = StoredTuple((s_out, a_out, r_out, non_terminal, next_out, *rest))
         buffer._next_id = i + 1
-        self.n += 1
         if truncated:
             self._timelimit(i)
         return True
@@ -406,11 +413,11 @@ def write_staged(buffer: StagingHost, st: Staging) -> None:
     unended step's row. If more were staged than the ring holds, the oldest are gone: the
     core starts anew with those the ring holds (see the module docstring).
     """
-    n = st.n
+    end = buffer._next_id
+    n = end - st.synced
     if n == 0:
         return
-    st.n = 0  # nothing staged from here on: the buffer's size may be asked while writing
-    end = buffer._next_id
+    st.synced = end  # nothing staged from here on: the buffer's size may be asked while writing
     slots = len(st.ring)
     if n > slots:
         _restart_core(buffer, end - slots)

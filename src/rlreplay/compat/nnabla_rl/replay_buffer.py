@@ -230,13 +230,13 @@ class ReplayBuffer(ByValue):
         if self._objects is not None:
             return len(self._objects)
         st = self._staging
-        if st is not None and st.n:
+        if st is not None and self._next_id != st.synced:
             # the core's steps and the staged ones, without writing them (a bounded buffer)
             core_len = self._core_len
             if core_len is None:
                 assert self._core is not None
                 core_len = self._core_len = len(self._core)
-            n = core_len + st.n
+            n = core_len + self._next_id - st.synced
             capacity = self._capacity
             return n if capacity is None or n < capacity else capacity
         return self._core_visible()
@@ -255,7 +255,7 @@ class ReplayBuffer(ByValue):
         Staged experiences are written first: every read of the core comes through here.
         """
         st = self._staging
-        if st is not None and st.n:
+        if st is not None and self._next_id != st.synced:
             write_staged(self, st)
         if self._core is None:
             return 0
@@ -424,6 +424,8 @@ class ReplayBuffer(ByValue):
         if self._handed is not None:
             self._handed[self._next_id % core.capacity] = None  # read from the core
         self._next_id += 1
+        if self._staging is not None:
+            self._staging.synced = self._next_id  # (the core holds every older experience)
         self._newest = row if end is None else None
         self._on_written(end is not None)
 
@@ -619,9 +621,9 @@ class ReplayBuffer(ByValue):
             handed = self._handed
             ring = len(handed)
             head = (self._next_id - n) % ring  # slot of position 0
-            slots = indices + head
-            if head + max_index > ring:  # some wrap around the ring
-                slots %= ring
+            # position p is at slot (p + head) % ring, which the list reads at index
+            # p + head - ring (in [-ring, ring): a negative index counts from the end)
+            slots = indices + (head - ring) if head else indices
             out = list(map(handed.__getitem__, slots.tolist()))
             if all(out):  # (a tuple of an experience is never empty; None is false)
                 if type(self)._decorate is not ReplayBuffer._decorate:
@@ -715,9 +717,8 @@ class ReplayBuffer(ByValue):
         assert handed is not None
         ring = len(handed)
         head = (self._next_id - n) % ring  # slot of position 0
-        slots = idx + head
-        if head + top >= ring:  # some wrap around the ring
-            slots %= ring
+        # position p is at slot (p + head) % ring: list index p + head - ring (see sample)
+        slots = idx + (head - ring) if head else idx
         out = list(map(handed.__getitem__, slots.tolist()))
         if not all(out):  # (a tuple of an experience is never empty; None is false)
             return None
