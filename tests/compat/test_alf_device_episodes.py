@@ -101,10 +101,18 @@ ops = st.lists(
 )
 
 
+def check_bounds(dev: Any) -> None:
+    """The stored ranges the buffer keeps on the host are the device buffer's."""
+    first, end = dev._bounds()
+    truth = dev.device_buffer.stored_range()
+    assert first.tolist() == truth.first.tolist() and end.tolist() == truth.end.tolist()
+
+
 def run_script(host: Any, dev: Any, spec: Any, script: list[tuple[str, int, int]], E: int,
                seed: int) -> None:  # fmt: skip
     rng = np.random.default_rng(seed)
     for op, a, b in script:
+        check_bounds(dev)
         pick = np.random.default_rng(a)
         if op == "add":
             for i in range(b):
@@ -176,9 +184,40 @@ def test_add_batch_never_waits(record: bool) -> None:
     assert dict(counter.calls) == {}
 
 
+@pytest.mark.parametrize("record", [False, True])
+def test_with_env_ids_on_the_host_get_batch_never_waits(record: bool) -> None:
+    """While every ``add_batch`` names its envs on the host (or all of them), each env's
+    stored range is known there: uniform ``get_batch`` (with returns, ignored frames and
+    recent draws) and ``add_batch`` read nothing from the device."""
+    dev = device_rb(SPEC, 3, max_length=8, record_episodic_return=record,
+                    keep_episodic_info=True, num_earliest_frames_ignored=1,
+                    recent_data_ratio=0.5)  # fmt: skip
+    rng = np.random.default_rng(0)
+    steps = [steps_of(SPEC, rng, 3, tensors=True) for _ in range(20)]
+    with no_host_sync("cpu") as counter:
+        for i, values in enumerate(steps):
+            if i % 3:
+                dev.add_batch(values)
+            else:
+                dev.add_batch({k: v[:2] for k, v in values.items()}, np.array([2, 0]))
+            if i >= 12:
+                dev.get_batch(5, 3)
+    assert dict(counter.calls) == {}
+    check_bounds(dev)
+    dev.add_batch({k: v[:1] for k, v in steps[0].items()}, torch.tensor([1]))
+    assert dev._known is None  # envs on the device: read once, at the next need
+    with no_host_sync("cpu") as counter:
+        dev.get_batch(5, 3)
+    assert set(counter.calls) == {"cpu", "numpy"}  # the stored ranges
+    with no_host_sync("cpu") as counter:
+        dev.get_batch(5, 3)
+    assert dict(counter.calls) == {}
+    check_bounds(dev)
+
+
 def test_returns_cost_get_batch_no_wait() -> None:
     """``discounted_return`` is gathered on the device: ``get_batch`` waits exactly as often
-    as without it (for the envs' stored ranges and the drawn starts)."""
+    as without it (here for the envs' stored ranges, after an add with envs on the device)."""
     counts = []
     for record in (False, True):
         torch.manual_seed(0)
@@ -187,10 +226,12 @@ def test_returns_cost_get_batch_no_wait() -> None:
         rng = np.random.default_rng(0)
         for _ in range(10):
             dev.add_batch(steps_of(SPEC, rng, 3, tensors=True))
+        dev.add_batch({k: v[:1] for k, v in steps_of(SPEC, rng, 3, tensors=True).items()},
+                      torch.tensor([1]))  # fmt: skip
         with no_host_sync("cpu") as counter:
             dev.get_batch(8, 3)
         counts.append(dict(counter.calls))
-    assert counts[0] == counts[1]
+    assert counts[0] == counts[1] and set(counts[0]) == {"cpu", "numpy"}
 
 
 def test_prioritized_batches_carry_the_returns_of_their_steps() -> None:

@@ -12,10 +12,14 @@ device.
 What stays on the host is what ALF's API decides there: which sequences :meth:`get_batch`
 draws uniformly (ALF's law, drawn exactly as the host-backed buffer draws it, with the same
 NumPy generator seeded from torch's global one: for the same stream and ``torch.manual_seed``,
-both return the same batches) and its checks that every env holds enough steps, which read
-each env's stored range (a few ints) from the device; so do :meth:`gather_all`,
-:meth:`dequeue`, :meth:`clear` of some envs and :meth:`get_field` (which refuses positions not
-stored).
+both return the same batches) and its checks that every env holds enough steps, which need
+each env's stored range (a few ints); so do :meth:`gather_all`, :meth:`dequeue`,
+:meth:`clear` of some envs and :meth:`get_field` (which refuses positions not stored). The
+buffer keeps those ranges on the host while every :meth:`add_batch` names its envs there
+(``env_ids=None``, a list, a NumPy array): then a uniform :meth:`get_batch` waits for nothing
+(it copies the drawn ids to the device and gathers there). An ``add_batch`` with ``env_ids``
+a tensor on the device makes the next call that needs the ranges read them from the device
+once (a wait).
 
 With ``prioritized_sampling`` the priorities live on the device too (float64 per slot, and
 ALF's max tree of the stored ones as a tensor, for the new-step rule ``max(initial_priority,
@@ -204,6 +208,8 @@ class DeviceReplayBuffer(ReplayBuffer):
             E * C, self._layout.fields, num_envs=E, finals_per_env=1, device=dev, seed=0
         )
         self._device = self._dev.device
+        # Each env's stored positions [first, end) while known on the host (None: read them)
+        self._known: tuple[Array, Array] | None = (np.zeros(E, np.int64), np.zeros(E, np.int64))
         self._leaves = [(path, spec, self._names[path]) for path, spec in self._layout.leaves]
         # Prioritized: each slot's priority (float64), and ALF's max tree of the priorities
         # of stored (or just overwritten) steps, -inf where a step was removed.
@@ -257,9 +263,24 @@ class DeviceReplayBuffer(ReplayBuffer):
         return torch.maximum(self._top.amax(), self._floor)
 
     def _bounds(self) -> tuple[Array, Array]:
-        """Per env: the oldest stored position and ``current_pos`` (read from the device)."""
-        first, end = self._dev.stored_range()
-        return first, end
+        """Per env: the oldest stored position and ``current_pos`` (copies): kept on the host
+        while every change came with env ids known there, else read from the device."""
+        if self._known is None:
+            first, end = self._dev.stored_range()
+            # copies: on torch's CPU device these arrays may share the device buffer's memory
+            self._known = (np.array(first, np.int64), np.array(end, np.int64))
+        first, end = self._known
+        return first.copy(), end.copy()
+
+    def _added(self, envs: Array | None) -> None:
+        """Steps were added to ``envs`` (``None``: envs not known on the host)."""
+        if envs is None or self._known is None:
+            self._known = None
+            return
+        first, end = self._known
+        end[envs] += 1
+        # each env keeps its newest max_length steps (no episode end drops any: see _step_values)
+        np.maximum(first, end - self._max_length, out=first)
 
     # ------------------------------------------------------------------ writing
     def add_batch(
@@ -293,8 +314,9 @@ class DeviceReplayBuffer(ReplayBuffer):
         if blocking:
             raise _refuse("blocking", "is used from one thread, so no call can make room")
         given: Any = None
+        known: Array | None = None  # the envs, if known on the host
         if env_ids is None:
-            B = self._num_envs
+            B, known = self._num_envs, self._all_envs
         elif isinstance(env_ids, torch.Tensor):
             if env_ids.dim() != 1:
                 raise InvalidIdError(
@@ -303,12 +325,13 @@ class DeviceReplayBuffer(ReplayBuffer):
             B, given = int(env_ids.shape[0]), env_ids
         else:
             host = env_array(env_ids, self._all_envs)
-            B, given = int(host.shape[0]), host
+            B, given, known = int(host.shape[0]), host, host
         values = self._step_values(batch, B)
         try:
             ids = self._dev.add(env_ids=given, **values)
         except DTypeError as exc:
             raise AssignDTypeError(str(exc)) from None
+        self._added(known)
         if self._episodes is not None:
             self._record_episodes(ids, values)
         if self._prio is not None and self._top is not None:
@@ -387,8 +410,10 @@ class DeviceReplayBuffer(ReplayBuffer):
         host-backed buffer's :meth:`~rlreplay.compat.alf.replay_buffer.ReplayBuffer.get_batch`
         draws them (uniform: env ``e`` gets ``B // E`` sequences and ``B % E`` random envs one
         more, ``recent_data_*``, ``with_replacement``, the same draws; prioritized: by
-        priority on the device, see the module docstring). Reads the envs' stored ranges from
-        the device (and, prioritized, the drawn starts) and gathers the rows there.
+        priority on the device, see the module docstring). Uniform, it waits for nothing
+        while the envs' stored ranges are known on the host (see the module docstring: else
+        it reads them once); prioritized, it also reads the drawn starts. The rows (and
+        ``discounted_return``) are gathered on the device.
 
         Returns:
             ``(nest [B, L, ...], BatchInfo)`` on torch's (ALF's) default device.
@@ -556,7 +581,13 @@ class DeviceReplayBuffer(ReplayBuffer):
         except EmptyBufferError as exc:
             raise ReplayAssertionError(f"dequeue: not enough data: {exc}") from None
         self._removed(got["ids"])
+        self._dequeued(envs, n)
         return self._pack(got, self._device)
+
+    def _dequeued(self, envs: Array, n: int) -> None:
+        """The oldest ``n`` steps of ``envs`` were removed."""
+        if self._known is not None:
+            self._known[0][envs] += n
 
     def clear(self, env_ids: Any = None) -> None:
         """Remove every stored step of ``env_ids`` (default: all). Positions keep counting."""
@@ -564,9 +595,12 @@ class DeviceReplayBuffer(ReplayBuffer):
             self._dev.clear()
             if self._top is not None:
                 self._top.fill_(-math.inf)
+            if self._known is not None:
+                self._known[0][...] = self._known[1]
             return
         for e, n in runs_to_clear(env_ids, self._all_envs, *self._bounds()):
             self._removed(self._dev.dequeue(n, [e])["ids"])
+            self._dequeued(np.array([e]), n)
 
     def get_field(self, field_name: Any, env_ids: Any, positions: Any) -> Any:
         """The stored value of a field at ``(env_ids, positions)``, on ``device`` (as the
@@ -772,6 +806,7 @@ class DeviceReplayBuffer(ReplayBuffer):
         host = rrt.to_replay_buffer(self._dev)
         host.load_state_dict(state["device_buffer"])  # checked: raises before any change
         self._dev = rrt.from_replay_buffer(host, device=self._device, finals_per_env=1, seed=0)
+        self._known = None
         gen = None
         if state["draws_generator"] is not None:
             gen = torch.Generator(device=self._device)
