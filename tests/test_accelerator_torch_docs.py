@@ -24,7 +24,7 @@ def torch_section() -> str:
 
 def test_torch_snippets_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: Any) -> None:
     snippets = re.findall(r"```python\n(.*?)```", torch_section(), flags=re.DOTALL)
-    assert len(snippets) == 6
+    assert len(snippets) == 7
     monkeypatch.chdir(tmp_path)
     namespace: dict[str, Any] = {}
     for k, code in enumerate(snippets):

@@ -61,7 +61,6 @@ def test_device_defaults_to_the_cpu() -> None:
 @pytest.mark.parametrize(
     ("name", "value"),
     [
-        ("transforms", [lambda b: b]),
         ("record_episodic_return", True),
         ("path", "/tmp/x"),
         ("default_return", 0.0),

@@ -161,3 +161,20 @@ def test_calls_after_an_abandon_never_wait_for_the_device(device: str, name: str
             if hasattr(buf, "update_priorities"):
                 buf.update_priorities(ids, torch.full_like(ids, 2.0, dtype=torch.float64))
     assert dict(counter.calls) == {}
+
+
+@pytest.mark.parametrize("prioritized", [False, True])
+def test_transforms_add_no_wait(device: str, prioritized: bool) -> None:
+    """The buffer's transforms and a call's transform (here torch ops on the batch) run
+    without the buffer reading anything on the host (its rollback point is the generator's
+    host state)."""
+    buf = make(device, capacity=32, num_envs=2, n_step=2, prioritized=prioritized,
+               transforms=[lambda b: b.replace(reward=b.reward * 2)])  # fmt: skip
+    rng = np.random.default_rng(4)
+    steps = [on(random_step(rng, 2, p_end=0.2), device) for _ in range(20)]
+    with no_host_sync(device) as counter:
+        for step in steps:
+            buf.add(**step)
+            buf.sample(8, transform=lambda b: b.replace(obs=b.obs + 1))
+            buf.sample_sequences(2, 3, transform=lambda b: b.replace(mask=~b.mask))
+    assert dict(counter.calls) == {}

@@ -6,7 +6,7 @@ device, made by the core's own constructors.
 storage="torch", ...)`` a :class:`rlreplay.torch.DevicePrioritizedReplayBuffer`: the same
 arguments, methods and semantics (see :mod:`rlreplay.torch` for the few differences), with
 tensors in and out. An argument of the core that the device buffer does not offer
-(``transforms``, ``record_episodic_return``, ``sampler``, ``path``, an
+(``record_episodic_return``, ``sampler``, ``path``, an
 ``as_`` other than ``"torch"``) is refused with a :class:`~rlreplay.ConfigError` naming it,
 unless it has its default value; ``finals_per_env`` (the device buffer's own) is accepted
 with ``storage="torch"`` only.

@@ -30,6 +30,13 @@ from rlreplay.torch.config import DeviceConfig, make_config
 from rlreplay.torch.pacing import DevicePacing
 from rlreplay.torch.prioritized import Priorities
 from rlreplay.torch.ring import Ring
+from rlreplay.torch.transforms import (
+    DeviceTransform,
+    apply,
+    checked,
+    checked_all,
+    rollback_point,
+)
 from rlreplay.torch.writing import Writes
 
 if TYPE_CHECKING:
@@ -74,8 +81,10 @@ class DeviceReplayBuffer:
       when no episode ended among them; see :mod:`rlreplay.torch.pacing`).
     * :meth:`abandon_episode` waits for the device (whether an episode runs is read on the
       host); until the next :meth:`clear`, uniform draws map past the holes it leaves.
-    * Not offered: transforms, memmap storage (:meth:`to_replay_buffer` gives a NumPy buffer
-      that has them).
+    * ``transforms`` are functions of a :class:`DeviceBatch`; bindable ones
+      (:class:`rlreplay.HindsightRelabel`) read a host buffer's parts and are refused
+      (:mod:`rlreplay.torch.transforms`).
+    * Not offered: memmap storage (:meth:`to_replay_buffer` gives a NumPy buffer that has it).
 
     Host synchronisation: given tensors on the device, :meth:`add` (``env_ids`` too),
     :meth:`sample`, :meth:`get_transitions`, :meth:`sample_sequences`, :meth:`get_sequences`,
@@ -116,6 +125,9 @@ class DeviceReplayBuffer:
             core's counters and checks; it counts for this buffer only. Nothing waits for it
             (see above); :meth:`to_replay_buffer` and :meth:`save` carry its parameters and
             counters.
+        transforms: Functions ``DeviceBatch -> DeviceBatch`` applied in order to every
+            :meth:`sample` (see :mod:`rlreplay.torch.transforms`); bindable transforms are
+            refused (:class:`~rlreplay.ConfigError`).
 
     Cost: :meth:`add` writes ``E`` rows per column plus ``O(E * frame_stack)`` bookkeeping;
     :meth:`sample` and :meth:`get_transitions` are ``O(B * (n_step + frame_stack))`` gathers
@@ -160,6 +172,7 @@ class DeviceReplayBuffer:
         recent_steps: int = 1,
         replacement: bool = True,
         rate_limiter: RateLimiter | None = None,
+        transforms: Sequence[DeviceTransform] = (),
     ) -> None:
         config = make_config(
             capacity, fields, num_envs=num_envs, n_step=n_step, gamma=gamma,
@@ -167,11 +180,11 @@ class DeviceReplayBuffer:
             finals_per_env=finals_per_env, prioritized=False, recent_ratio=recent_ratio,
             recent_steps=recent_steps, replacement=replacement,
         )  # fmt: skip
-        self._setup(config, device, seed, rate_limiter)
+        self._setup(config, device, seed, rate_limiter, transforms)
 
     def _setup(
         self, config: DeviceConfig, device: Any, seed: int | None,
-        rate_limiter: RateLimiter | None,
+        rate_limiter: RateLimiter | None, transforms: Sequence[DeviceTransform] = (),
     ) -> None:  # fmt: skip
         try:
             import torch
@@ -185,6 +198,7 @@ class DeviceReplayBuffer:
         ):
             raise ConfigError(f"seed: expected None or an int >= 0, got {seed!r}")
         DevicePacing.check(rate_limiter, config.num_envs)
+        self._transforms = checked_all(transforms)
         self.config = config
         self._storage = TorchStorage(
             config.schema, config.num_envs, config.env_capacity, config.finals_per_env, device,
@@ -250,6 +264,11 @@ class DeviceReplayBuffer:
             return torch.full((self.config.num_envs,), ring.count, dtype=torch.int64,
                               device=self.device)  # fmt: skip
         return ring.counts.clone()
+
+    @property
+    def transforms(self) -> tuple[DeviceTransform, ...]:
+        """The constructor's ``transforms``, applied in order to every :meth:`sample`."""
+        return self._transforms
 
     @property
     def rate_limiter(self) -> RateLimiter | None:
@@ -536,6 +555,7 @@ class DeviceReplayBuffer:
         replacement: bool | None = None,
         check: bool = False,
         timeout: float | None = None,
+        transform: DeviceTransform | None = None,
     ) -> DeviceBatch:
         """Draw ``batch_size`` transitions uniformly (see the class docstring for the laws).
 
@@ -550,13 +570,18 @@ class DeviceReplayBuffer:
             timeout: Checked as the core checks it; with a ``rate_limiter``, a batch it
                 does not allow now raises :class:`~rlreplay.ReplayTimeout` at once (nothing
                 waits: see :mod:`rlreplay.torch.pacing`).
+            transform: A function ``DeviceBatch -> DeviceBatch`` applied after the buffer's
+                ``transforms`` (see :mod:`rlreplay.torch.transforms`). If a transform raises,
+                its exception passes through and the draw is rolled back (the generator is
+                as before the call).
 
         Returns:
             A :class:`DeviceBatch`: the keys of :meth:`rlreplay.ReplayBuffer.sample`'s batch
             (``weights`` 1 where something was sampleable, else 0).
 
         Raises:
-            ConfigError: ``batch_size`` not a positive int, or a draw option out of range.
+            ConfigError: ``batch_size`` not a positive int, a draw option out of range, or a
+                ``transform`` that is not callable (or is bindable).
             EmptyBufferError: ``check`` and nothing sampleable.
             ReplayTimeout: The ``rate_limiter`` does not allow ``batch_size`` samples now.
 
@@ -574,11 +599,13 @@ class DeviceReplayBuffer:
             c.replacement if replacement is None else replacement,
         )
 
+        fns = self._transforms_of(transform, True)
+
         def draw() -> DeviceBatch:
             self._check_nonempty(check)
             return self._draw_uniform(batch_size, options)
 
-        return self._paced(batch_size, timeout, "sample", draw)
+        return self._paced(batch_size, timeout, "sample", draw, fns)
 
     def _draw_uniform(self, batch_size: int, options: DrawOptions) -> DeviceBatch:
         """A uniform draw of ``batch_size`` transitions (the recency mix, without
@@ -603,21 +630,41 @@ class DeviceReplayBuffer:
         return DeviceBatch(out)
 
     def _paced(
-        self, n: int, timeout: Any, what: str, draw: Callable[[], DeviceBatch]
-    ) -> DeviceBatch:
-        """``draw()``, once the rate limiter (if any) granted ``n`` samples (handed back if
-        the draw raises); ``timeout`` checked as the core checks it."""
+        self, n: int, timeout: Any, what: str, draw: Callable[[], DeviceBatch],
+        fns: tuple[DeviceTransform, ...] = (),
+    ) -> DeviceBatch:  # fmt: skip
+        """``draw()`` through the transforms ``fns``, once the rate limiter (if any) granted
+        ``n`` samples; if anything raises, the grant is handed back and (with transforms) the
+        generator and ``beta``'s step are put back. ``timeout`` checked as the core checks it."""
         pacing = self._pacing
-        if pacing is None:
+        if pacing is None and not fns:
             if timeout is not None:
                 check_timeout(timeout)
             return draw()
-        pacing.grant_sample(n, timeout, what)
+        if pacing is not None:
+            pacing.grant_sample(n, timeout, what)
+        elif timeout is not None:
+            check_timeout(timeout)
+        undo = rollback_point(self._gen, self._prio) if fns else None
         try:
-            return draw()
+            batch = draw()
+            for fn in fns:
+                batch = apply(fn, batch)
+            return batch
         except BaseException:
-            pacing.cancel_sample(n)
+            if undo is not None:
+                undo()
+            if pacing is not None:
+                pacing.cancel_sample(n)
             raise
+
+    def _transforms_of(self, transform: Any, buffer_transforms: bool) -> tuple[Any, ...]:
+        """The transforms a draw goes through: the buffer's (for transitions), then the
+        call's ``transform`` (checked)."""
+        fns = self._transforms if buffer_transforms else ()
+        if transform is None:
+            return fns
+        return (*fns, checked(transform, "transform"))
 
     def sample_sequences(
         self,
@@ -629,6 +676,7 @@ class DeviceReplayBuffer:
         balance_envs: bool = False,
         beta: float | None = None,
         timeout: float | None = None,
+        transform: DeviceTransform | None = None,
     ) -> DeviceBatch:
         """Draw ``batch_size`` sequences of ``length`` consecutive stored steps (R2D2, ALF),
         as :meth:`rlreplay.ReplayBuffer.sample_sequences` draws them (see
@@ -651,6 +699,9 @@ class DeviceReplayBuffer:
                 schedule's, which then advances).
             timeout: As :meth:`sample`'s (a ``rate_limiter`` counts one sample per
                 sequence).
+            transform: A function ``DeviceBatch -> DeviceBatch`` applied to the result (the
+                buffer's ``transforms`` are for transitions and are not applied here); if it
+                raises, the draw is rolled back.
 
         Returns:
             A :class:`DeviceBatch`: per-step fields, ``next_<obs>``, ``mask``,
@@ -682,6 +733,7 @@ class DeviceReplayBuffer:
             batch_size, timeout, "sample_sequences",
             lambda: self._draw_sequences(batch_size, length, within_episode, pad, balance_envs,
                                          beta),
+            self._transforms_of(transform, False),
         )  # fmt: skip
 
     def _draw_sequences(

@@ -17,6 +17,7 @@ from rlreplay.torch.batch import DeviceBatch
 from rlreplay.torch.buffer import DeviceReplayBuffer
 from rlreplay.torch.config import make_config
 from rlreplay.torch.prioritized import Priorities
+from rlreplay.torch.transforms import DeviceTransform
 
 if TYPE_CHECKING:
     from torch import Tensor
@@ -93,6 +94,7 @@ class DevicePrioritizedReplayBuffer(DeviceReplayBuffer):
         device: Any = "cpu",
         seed: int | None = None,
         rate_limiter: RateLimiter | None = None,
+        transforms: Sequence[DeviceTransform] = (),
     ) -> None:
         config = make_config(
             capacity, fields, num_envs=num_envs, n_step=n_step, gamma=gamma,
@@ -102,7 +104,7 @@ class DevicePrioritizedReplayBuffer(DeviceReplayBuffer):
             initial_priority=initial_priority, priority_clip=priority_clip,
             stratified=stratified, sort_interval=sort_interval,
         )  # fmt: skip
-        self._setup(config, device, seed, rate_limiter)
+        self._setup(config, device, seed, rate_limiter, transforms)
 
     alpha = property(lambda self: self.config.alpha, doc="Prioritization exponent.")
     eps = property(lambda self: self.config.eps, doc="Added to every updated priority.")
@@ -136,6 +138,7 @@ class DevicePrioritizedReplayBuffer(DeviceReplayBuffer):
         check: bool = False,
         beta: float | None = None,
         timeout: float | None = None,
+        transform: DeviceTransform | None = None,
     ) -> DeviceBatch:
         """Draw ``batch_size`` transitions by priority.
 
@@ -148,6 +151,8 @@ class DevicePrioritizedReplayBuffer(DeviceReplayBuffer):
                 advances one step).
             timeout: As :meth:`DeviceReplayBuffer.sample` (a ``rate_limiter`` that refuses
                 the batch raises at once).
+            transform: As :meth:`DeviceReplayBuffer.sample` (a raising transform also puts
+                ``beta``'s step back).
 
         Returns:
             A :class:`DeviceBatch` with ``weights`` (float32) and ``probabilities``
@@ -174,7 +179,8 @@ class DevicePrioritizedReplayBuffer(DeviceReplayBuffer):
             out["probabilities"] = probabilities
             return DeviceBatch(out)
 
-        return self._paced(batch_size, timeout, "sample", draw)
+        fns = self._transforms_of(transform, True)
+        return self._paced(batch_size, timeout, "sample", draw, fns)
 
     def update_priorities(self, ids: Any, priorities: Any) -> Tensor:
         """Set the priorities of transitions, typically ``abs(td_error)`` of a sampled batch.
