@@ -48,6 +48,7 @@ def test_device_calls_never_wait_for_the_device(device: str, name: str) -> None:
             ids = buf.add(**step)
             batch = buf.sample(8)
             buf.get_transitions(batch["ids"])
+            buf.get_transitions(batch["ids"], stack_layout="last")
             buf.can_sample(8)
             _ = buf.num_sampleable
             buf.sampleable(some_ids)

@@ -527,16 +527,30 @@ class DeviceReplayBuffer:
             parts.append(t * E + e)
         return torch.from_numpy(np.concatenate(parts)).to(self.device)
 
-    def get_transitions(self, ids: Any) -> DeviceBatch:
+    def get_transitions(self, ids: Any, *, stack_layout: str = "first") -> DeviceBatch:
         """Assemble the transitions ``ids`` (which should be sampleable: :meth:`sampleable`;
         rows of others hold arbitrary values), in their order.
+
+        Args:
+            ids: Transition ids (a tensor or host values).
+            stack_layout: Where the stack axis of stacked observations (``obs`` and
+                ``next_obs`` with ``frame_stack > 1``) goes, as
+                :meth:`rlreplay.ReplayBuffer.get_transitions` lays it out: ``"first"``,
+                ``(B, frame_stack, *frame)`` as :meth:`sample`'s; or ``"last"``, ``(B,
+                *frame, frame_stack)``, contiguous (the same values, bit for bit; one copy
+                of each stack on the device).
 
         Returns:
             A :class:`DeviceBatch` like :meth:`sample`'s (``weights`` ones, no
             ``probabilities``).
+
+        Raises:
+            ConfigError: ``stack_layout`` is neither ``"first"`` nor ``"last"``.
         """
         import torch
 
+        if not isinstance(stack_layout, str) or stack_layout not in ("first", "last"):
+            raise ConfigError(f"stack_layout: expected 'first' or 'last', got {stack_layout!r}")
         idx = self._ids(ids)
         self._budget.check("ids", f"{idx.shape[0]} ids", idx.shape[0], "get_transitions")
         E = self.config.num_envs
@@ -544,6 +558,9 @@ class DeviceReplayBuffer:
         t = torch.div(idx, E, rounding_mode="floor")
         out = self._assembler.transitions(env, t)
         out["weights"] = torch.ones(idx.shape[0], dtype=torch.float32, device=self.device)
+        if stack_layout == "last" and self.config.frame_stack > 1 and "obs" in out:
+            for key in ("obs", "next_obs"):  # the stacked ones (as the core stacks)
+                out[key] = out[key].movedim(1, -1).contiguous()
         return DeviceBatch(out)
 
     def sample(
