@@ -117,7 +117,7 @@ def check_core(staged: ReplayBuffer, plain: ReplayBuffer) -> None:
     if not len(staged):
         return
     staged._core_size()  # the staged experiences are written (as before any read of the core)
-    assert staged._staging is None or staged._staging.n == 0
+    assert staged._staging is None or staged._staging.synced == staged._next_id
     ids = np.arange(len(staged)) + staged._first_id()
     assert [repr(e) for e in staged._from_core(ids)] == items(staged)
     assert staged._core is not None and plain._core is not None

@@ -92,8 +92,8 @@ class Staging:
     and anything after them are kept as the objects appended (as the one-by-one path keeps
     them). :func:`write_staged` builds the core's batches from those tuples.
 
-    Invariant: ids from ``synced`` on are staged (the newest :attr:`n`; the ring holds the
-    newest of them, or all of them), and the core holds every older experience the ring holds;
+    Invariant: the buffer's ids from ``synced`` on are staged (the ring holds the newest of
+    them, or all of them), and the core holds every older experience the ring holds;
     ``timelimits`` holds the staged ids whose ``info["TimeLimit.truncated"]`` was true at
     their ``append``.
 
@@ -102,9 +102,11 @@ class Staging:
     experience to :meth:`push_any`, which checks every kind the codec admits.
     """
 
-    #: Stage an experience: True if staged (its id taken, its tuple in the ring), False if it
-    #: is not a usual one (nothing changed; the caller takes the one-by-one path).
-    push: Callable[[Any], bool]
+    #: ``push(buffer, experience)``: stage an experience of ``buffer`` (the one whose ring
+    #: this staging fills; passed in, so that the staging holds no reference to it): True if
+    #: staged (its id taken, its tuple in the ring), False if it is not a usual one (nothing
+    #: changed; the caller takes the one-by-one path).
+    push: Callable[[StagingHost, Any], bool]
 
     def __init__(self, codec: Codec, rows: int, buffer: StagingHost) -> None:
         self.obs_part = codec.state.parts[0]
@@ -113,7 +115,6 @@ class Staging:
         self.obs_name = codec.obs_names[0]
         self.action_name = self.action_part.name
         self.rows = rows  # experiences per core write
-        self.buffer = buffer
         assert buffer._handed is not None
         self.ring: list[StoredTuple | None] = buffer._handed
         f_obs, f_act = self.obs_part.field, self.action_part.field
@@ -147,7 +148,7 @@ class Staging:
         usual = self.action_is_array and self.reward_is_float
         self.push = self._usual_push() if usual else self.push_any
 
-    def _usual_push(self) -> Callable[[Any], bool]:
+    def _usual_push(self) -> Callable[[StagingHost, Any], bool]:
         """:meth:`push_any` for a tuple of six ``(array, array, float, float, array,
         dict)`` of this staging's dtypes and shapes, with every constant bound once.
 
@@ -161,7 +162,7 @@ class Staging:
         a_dt, a_shape = self.action_dtype, self.action_shape
         push_any, key, timelimit = self.push_any, TIMELIMIT_KEY, self._timelimit
         last, stored = self.last, StoredTuple
-        buffer, ring, actions = self.buffer, self.ring, self.actions
+        ring, actions = self.ring, self.actions
         slots = len(ring)
         frozen_action, frombuffer = self.frozen_action, np.frombuffer
         flat = len(shape) == 1  # (frombuffer makes a 1-D array faster than ndarray)
@@ -169,7 +170,7 @@ class Staging:
             return self.push_any  # empty arrays: frombuffer has no buffer to view
         kept_actions = ACTIONS_KEPT if a_dt.itemsize * math.prod(a_shape) <= ACTION_BYTES else 0
 
-        def push(experience: Any) -> bool:
+        def push(buffer: StagingHost, experience: Any) -> bool:
             if type(experience) is tuple and len(experience) == 6:
                 s, a, r, non_terminal, s_next, info = experience
                 if (
@@ -209,25 +210,21 @@ class Staging:
                     if key in info and is_timelimit(info):
                         timelimit(i)
                     return True
-            return push_any(experience)
+            return push_any(buffer, experience)
 
         return push
 
-    @property
-    def n(self) -> int:
-        """Staged experiences (more than the ring's length: the oldest are gone)."""
-        return self.buffer._next_id - self.synced
-
     def _timelimit(self, i: int) -> None:
-        """Note that staged id ``i`` ends its episode truncated (kept for the ring's ids)."""
+        """Note that staged id ``i`` (the newest) ends its episode truncated (kept for the
+        ring's ids)."""
         marks = self.timelimits
         marks.add(i)
         if len(marks) > len(self.ring):  # ids no longer in the ring
-            oldest = self.buffer._next_id - len(self.ring)
+            oldest = i + 1 - len(self.ring)
             for j in [j for j in marks if j < oldest]:
                 marks.discard(j)
 
-    def push_any(self, experience: Any) -> bool:
+    def push_any(self, buffer: StagingHost, experience: Any) -> bool:
         """Stage a usual experience (True), or leave anything else unstaged (False: nothing
         changed; the caller takes the one-by-one path).
 
@@ -287,7 +284,7 @@ class Staging:
         s_out = last[1] if s_b == last[0] else self.frozen_obs(s_b)
         next_out = self.frozen_obs(next_b)
         last[0], last[1] = next_b, next_out
-        buffer, ring = self.buffer, self.ring
+        ring = self.ring
         i = buffer._next_id
         ring[i % len(ring)] = StoredTuple((s_out, a_out, r_out, non_terminal, next_out, *rest))
         buffer._next_id = i + 1

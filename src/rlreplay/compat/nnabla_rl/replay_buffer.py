@@ -360,7 +360,7 @@ class ReplayBuffer(ByValue):
         """
         st = self._staging
         if st is not None:
-            if st.push(experience):  # staged (checked, copied, handed out from now on)
+            if st.push(self, experience):  # staged (checked, copied, handed out from now on)
                 return
             write_staged(self, st)  # an unusual experience: the one-by-one path, in order
         row = self._encode(experience)
@@ -368,7 +368,7 @@ class ReplayBuffer(ByValue):
             self._append_object(experience)
             return
         # the first experience built the core, and the staging
-        if st is None and self._staging is not None and self._staging.push(experience):
+        if st is None and self._staging is not None and self._staging.push(self, experience):
             return
         self._append_row(row)
 

@@ -95,7 +95,7 @@ class _PrioritizedReplayBuffer(ReplayBuffer):
             be dropped off and the given experience will be added to the tail of the buffer.
         """
         st = self._staging
-        if st is not None and st.push(experience):
+        if st is not None and st.push(self, experience):
             # ReplayBuffer.append's staged path, written out (this runs once per append):
             # the id advanced in push
             if self._append_hook:
