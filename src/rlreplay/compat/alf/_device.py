@@ -355,7 +355,7 @@ class DeviceReplayBuffer(ReplayBuffer):
             env, t, self._on_device(values[self._layout.step_type]),
             None if disc is None else self._on_device(values[disc]),
             self._on_device(values["reward"]) if self._record else None,
-            self._dev.stored_bounds,
+            self._dev.stored_bounds[0],
         )  # fmt: skip
 
     def _on_device(self, value: Any) -> torch.Tensor:

@@ -95,7 +95,13 @@ class DeviceEpisodes:
             torch.tensor(float(gamma), dtype=torch.float64, device=device),
             torch.arange(C if returns else 0, dtype=torch.float64, device=device),
         )
+        # gamma^(b - 1) for a step b steps before the newest, 0 for the newest itself
+        self.shifted = torch.cat([self.powers.new_zeros(min(C, 1)), self.powers[: C - 1]])
         self.slot_index = torch.arange(C, dtype=torch.int64, device=device)  # j of slot e*C+j
+        # Row C - 1 - n: (n - j) mod C for j in [0, C), the window at C - 1 - n of
+        # [C-1, ..., 0, C-1, ..., 0] (a view: no C x C table is stored).
+        lap = torch.flip(self.slot_index, (0,))
+        self.backs = torch.cat([lap, lap]).unfold(0, C, 1)
 
     def slots(self, env: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
         """Slot of the steps ``pos`` of ``env`` (broadcast)."""
@@ -109,11 +115,11 @@ class DeviceEpisodes:
         step_type: torch.Tensor,
         discount: torch.Tensor | None,
         reward: torch.Tensor | None,
-        bounds: tuple[torch.Tensor, torch.Tensor],
+        first_pos: torch.Tensor,
     ) -> None:
-        """Steps ``t`` of ``env`` (distinct envs) were just written; ``bounds`` are the envs'
-        stored ``(first, end)`` after the write (device tensors: nothing is read on the host)."""
-        first_pos, end_pos = bounds
+        """Steps ``t`` of ``env`` (distinct envs) were just written; ``first_pos`` is each
+        env's oldest stored position after the write (on the device: nothing is read on the
+        host)."""
         slots = self.slots(env, t)
         is_first = step_type == FIRST
         is_last = step_type == LAST
@@ -135,7 +141,7 @@ class DeviceEpisodes:
             self.disc0.index_copy_(0, slots, last0 + 1)
             self.last0.index_copy_(0, env, torch.where(discount == 0, t, last0))
         if self.returns:
-            self._accumulate(env, t, slots, is_last, alf, reward, first_pos, end_pos)
+            self._accumulate(env, t, slots, is_last, alf, reward, first_pos)
 
     def _accumulate(
         self,
@@ -146,7 +152,6 @@ class DeviceEpisodes:
         alf: torch.Tensor,
         reward: torch.Tensor | None,
         first_pos: torch.Tensor,
-        end_pos: torch.Tensor,
     ) -> None:
         """Add the new steps' discounted rewards to the earlier steps of their episodes and
         complete the episodes a ``LAST`` ends (every slot, masked: no host decision)."""
@@ -155,25 +160,28 @@ class DeviceEpisodes:
         r = torch.zeros(t.shape[0], dtype=torch.float64, device=dev)
         if reward is not None:
             r = reward.to(dev, torch.float64).reshape(-1).clamp(*self.clip)
-        # Per env (zeros for the envs without a new step): reward, episode begin, LAST.
-        stepped = torch.zeros(E, dtype=torch.bool, device=dev).index_fill_(0, env, True)
-        r_e = torch.zeros(E, dtype=torch.float64, device=dev).index_copy_(0, env, r)
-        begin_e = torch.zeros(E, dtype=torch.int64, device=dev).index_copy_(0, env, alf)
-        last_e = torch.zeros(E, dtype=torch.bool, device=dev).index_copy_(0, env, is_last)
         self.acc.index_fill_(0, slots, 0.0)
         self.ret.index_fill_(0, slots, 0.0)
         self.done.index_fill_(0, slots, False)
-        # Position held by each slot: the newest k = end - 1 sits in slot k % C, and slot j
-        # holds k - ((k - j) mod C), stored when >= first.
-        k = (end_pos - 1)[:, None]
-        pos = k - torch.remainder(k - self.slot_index, C)
-        same = (pos >= first_pos[:, None]) & (pos >= begin_e[:, None]) & stepped[:, None]
-        earlier = same & (pos < k)
-        dist = torch.clamp(k - 1 - pos, 0, C - 1)
-        add = self.powers.index_select(0, dist.reshape(-1)).reshape(E, C) * r_e[:, None]
-        acc = self.acc.view(E, C)
-        acc.add_(torch.where(earlier, add, 0.0))
-        complete = (same & last_e[:, None]).reshape(-1)
+        # Slot j of env e holds the step `back = (t - j) mod C` steps before the newest t
+        # (in slot t % C). The steps of t's episode still stored are those with
+        # back <= span = t - max(first, episode begin); the others of the env are not (and
+        # envs without a new step get span -1: nothing).
+        span = t - torch.maximum(first_pos.index_select(0, env), alf)
+        span_e = torch.full((E,), -1, dtype=torch.int64, device=dev).index_copy_(0, env, span)
+        done_e = torch.full((E,), -1, dtype=torch.int64, device=dev).index_copy_(
+            0, env, torch.where(is_last, span, -1)
+        )
+        r_e = torch.zeros(E, dtype=torch.float64, device=dev).index_copy_(0, env, r)
+        newest = torch.zeros(E, dtype=torch.int64, device=dev).index_copy_(0, env, t % C)
+        back = self.backs.index_select(0, (C - 1) - newest)
+        # step t - back gets gamma^(back - 1) * r_t (shifted[0] = 0: t itself gets nothing)
+        within = back.masked_fill(back > span_e[:, None], 0)
+        self.acc.view(E, C).add_(
+            self.shifted.index_select(0, within.reshape(-1)).reshape(E, C) * r_e[:, None]
+        )
+        # a LAST completes its episode: every stored step of it (t included: 0) keeps acc
+        complete = (back <= done_e[:, None]).reshape(-1)
         self.ret.copy_(torch.where(complete, self.acc, self.ret))
         self.done.logical_or_(complete)
 
