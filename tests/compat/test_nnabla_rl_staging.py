@@ -10,7 +10,9 @@ turned off, over Hypothesis sequences that mix jumps, ends, odd objects and read
 
 from __future__ import annotations
 
+import gc
 import pickle
+import weakref
 from typing import Any
 
 import numpy as np
@@ -197,3 +199,24 @@ def test_equal_actions_share_one_read_only_copy() -> None:
     first, second, last = buffer[0][1], buffer[1][1], buffer[3][1]
     assert first is second and not first.flags.writeable and first.tolist() == [1]
     assert last.tolist() == [7] and last is not first
+
+
+def test_a_staging_buffer_is_freed_with_its_last_reference() -> None:
+    # the staging holds no reference to its buffer: the buffer and its core go at once, not
+    # at the next garbage collection
+    classes = (ReplayBuffer, RankBasedPrioritizedReplayBuffer, ProportionalPrioritizedReplayBuffer)
+    for cls in classes:
+        buffer = cls(10)
+        prev = None
+        for t in range(30):
+            e = step(t, "next", prev)
+            prev = e[4]
+            buffer.append(e)
+        assert buffer._staging is not None
+        ref = weakref.ref(buffer)
+        gc.disable()
+        try:
+            del buffer
+            assert ref() is None
+        finally:
+            gc.enable()
