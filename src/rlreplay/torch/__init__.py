@@ -12,7 +12,8 @@ training loop on a GPU keeps its queue full. :func:`to_replay_buffer` /
 :func:`from_replay_buffer` move a buffer to and from the NumPy core (checkpoints: ``save`` and
 :func:`load` use the core's format).
 
-Owns: the device buffer (``buffer``, ``prioritized_buffer``), its write side (``writing``),
+Owns: the device buffer (``buffer``, ``prioritized_buffer``), its write and read sides (``writing``,
+``reading``),
 bookkeeping (``ring``), abandoned episodes (``holes``), draws (``draws``), transitions
 (``assemble``), priorities (``prioritized``), rate limiting (``pacing``), conversions
 (``convert``), the compiled sample (``compiled``). The field columns are

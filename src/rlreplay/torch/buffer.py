@@ -10,32 +10,27 @@ data as tensors on one torch device, updated in place by every call: the field c
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from rlreplay.buffer.episodes import StoredRange
-from rlreplay.buffer.sync import check_timeout, flag
-from rlreplay.errors import ConfigError, DTypeError, EmptyBufferError, ShapeError
+from rlreplay.errors import ConfigError, ShapeError
 from rlreplay.limits import RateLimiter
-from rlreplay.sampling.prioritized_args import _real
 from rlreplay.spec import Field, positive_int
 from rlreplay.storage.torch import TorchStorage
-from rlreplay.torch import draws
 from rlreplay.torch.assemble import Assembler
 from rlreplay.torch.batch import DeviceBatch
 from rlreplay.torch.budget import DeviceBudget
 from rlreplay.torch.config import DeviceConfig, make_config
 from rlreplay.torch.pacing import DevicePacing
 from rlreplay.torch.prioritized import Priorities
+from rlreplay.torch.reading import Reads
 from rlreplay.torch.ring import Ring
 from rlreplay.torch.transforms import (
     DeviceTransform,
-    apply,
-    checked,
     checked_all,
-    rollback_point,
 )
 from rlreplay.torch.writing import Writes
 
@@ -46,7 +41,6 @@ if TYPE_CHECKING:
     from torch import Tensor
 
     from rlreplay.buffer import ReplayBuffer
-    from rlreplay.sampling.uniform import DrawOptions
 
 __all__ = ["DeviceReplayBuffer"]
 
@@ -218,6 +212,10 @@ class DeviceReplayBuffer:
             self._prio = Priorities(config, self._ring)
         self._pacing = None if rate_limiter is None else DevicePacing(rate_limiter, config)
         self._writes = Writes(config, self._storage, self._ring, self._prio, self._pacing)
+        self._reads = Reads(
+            config, self._storage, self._ring, self._assembler, self._budget, self._gen,
+            self._prio, self._pacing, self._transforms,
+        )  # fmt: skip
         if rate_limiter is not None:
             rate_limiter.bind(self)
 
@@ -294,20 +292,7 @@ class DeviceReplayBuffer:
     # ------------------------------------------------------------------ inputs
     def _ids(self, ids: Any) -> Tensor:
         """Ids as flat int64 on the device (integers only)."""
-        import torch
-
-        if isinstance(ids, torch.Tensor):
-            if ids.dtype.is_floating_point or ids.dtype.is_complex or ids.dtype == torch.bool:
-                raise DTypeError(f"ids: expected integers, got {ids.dtype}")
-            t = ids.to(self.device, non_blocking=ids.device.type == "cpu")
-            return t.reshape(-1).long()
-        a = np.asarray(ids)
-        if a.dtype.kind not in "iu":
-            if a.size:
-                raise DTypeError(f"ids: expected integers, got {a.dtype}")
-            a = np.zeros(a.shape, np.int64)  # no ids (of any dtype: none to cast)
-        flat = np.ascontiguousarray(a.reshape(-1), np.int64)
-        return torch.from_numpy(flat.copy()).to(self.device, non_blocking=True)
+        return self._reads.ids(ids)
 
     # ------------------------------------------------------------------ writes
     def add(self, *, env_ids: Any = None, timeout: float | None = None, **values: Any) -> Tensor:
@@ -471,9 +456,7 @@ class DeviceReplayBuffer:
         of priority ``> 0``. For a warm-up size use ``num_sampleable >= n``.
         """
         positive_int("batch_size", batch_size)
-        if self._prio is not None:
-            return self._prio.sums.total > 0
-        return self.num_sampleable > 0
+        return self._reads.drawable()
 
     def sampleable(self, ids: Any) -> Tensor:
         """A bool tensor per id: whether the transition is sampleable now."""
@@ -547,21 +530,7 @@ class DeviceReplayBuffer:
         Raises:
             ConfigError: ``stack_layout`` is neither ``"first"`` nor ``"last"``.
         """
-        import torch
-
-        if not isinstance(stack_layout, str) or stack_layout not in ("first", "last"):
-            raise ConfigError(f"stack_layout: expected 'first' or 'last', got {stack_layout!r}")
-        idx = self._ids(ids)
-        self._budget.check("ids", f"{idx.shape[0]} ids", idx.shape[0], "get_transitions")
-        E = self.config.num_envs
-        env = torch.remainder(idx, E)
-        t = torch.div(idx, E, rounding_mode="floor")
-        out = self._assembler.transitions(env, t)
-        out["weights"] = torch.ones(idx.shape[0], dtype=torch.float32, device=self.device)
-        if stack_layout == "last" and self.config.frame_stack > 1 and "obs" in out:
-            for key in ("obs", "next_obs"):  # the stacked ones (as the core stacks)
-                out[key] = out[key].movedim(1, -1).contiguous()
-        return DeviceBatch(out)
+        return self._reads.get_transitions(ids, stack_layout)
 
     def sample(
         self,
@@ -604,84 +573,9 @@ class DeviceReplayBuffer:
 
         A refused call draws nothing and changes nothing.
         """
-
-        from rlreplay.sampling.uniform import draw_options
-
-        batch_size = positive_int("batch_size", batch_size)
-        self._budget.check("batch_size", batch_size, batch_size, "sample")
-        c = self.config
-        options = draw_options(
-            c.recent_ratio if recent_ratio is None else recent_ratio,
-            c.recent_steps if recent_steps is None else recent_steps,
-            c.replacement if replacement is None else replacement,
+        return self._reads.sample(
+            batch_size, recent_ratio, recent_steps, replacement, check, timeout, transform
         )
-
-        fns = self._transforms_of(transform, True)
-
-        def draw() -> DeviceBatch:
-            self._check_nonempty(check)
-            return self._draw_uniform(batch_size, options)
-
-        return self._paced(batch_size, timeout, "sample", draw, fns)
-
-    def _draw_uniform(self, batch_size: int, options: DrawOptions) -> DeviceBatch:
-        """A uniform draw of ``batch_size`` transitions (the recency mix, without
-        replacement), assembled."""
-        import torch
-
-        recent = draws.recent_count(options.recent_ratio, batch_size)
-        ring, gen = self._ring, self._gen
-        sizes = ring.sizes()
-        if recent:
-            env, t = draws.mixed(ring, batch_size, recent, options.recent_steps, gen)
-        else:
-            env, t = draws.uniform(ring, batch_size, gen, sizes)
-        total = sizes.sum()
-        if not options.replacement and batch_size <= self.config.num_slots:
-            # Distinct whenever enough are sampleable (else, as the core, with replacement).
-            env_d, t_d = draws.distinct(ring, batch_size, recent, options.recent_steps, gen)
-            enough = batch_size <= total
-            env, t = torch.where(enough, env_d, env), torch.where(enough, t_d, t)
-        out = self._assembler.transitions(env, t)
-        out["weights"] = (total > 0).expand(batch_size).to(torch.float32)
-        return DeviceBatch(out)
-
-    def _paced(
-        self, n: int, timeout: Any, what: str, draw: Callable[[], DeviceBatch],
-        fns: tuple[DeviceTransform, ...] = (),
-    ) -> DeviceBatch:  # fmt: skip
-        """``draw()`` through the transforms ``fns``, once the rate limiter (if any) granted
-        ``n`` samples; if anything raises, the grant is handed back and (with transforms) the
-        generator and ``beta``'s step are put back. ``timeout`` checked as the core checks it."""
-        pacing = self._pacing
-        if pacing is None and not fns:
-            if timeout is not None:
-                check_timeout(timeout)
-            return draw()
-        if pacing is not None:
-            pacing.grant_sample(n, timeout, what)
-        elif timeout is not None:
-            check_timeout(timeout)
-        undo = rollback_point(self._gen, self._prio) if fns else None
-        try:
-            batch = draw()
-            for fn in fns:
-                batch = apply(fn, batch)
-            return batch
-        except BaseException:
-            if undo is not None:
-                undo()
-            if pacing is not None:
-                pacing.cancel_sample(n)
-            raise
-
-    def _transforms_of(self, transform: Any, buffer_transforms: bool) -> tuple[Any, ...]:
-        """The transforms a draw goes through: the buffer's (for transitions), then the
-        call's ``transform`` (checked)."""
-        fns = self._transforms if buffer_transforms else ()
-        if transform is None:
-            return fns
-        return (*fns, checked(transform, "transform"))
 
     def sample_sequences(
         self,
@@ -730,60 +624,9 @@ class DeviceReplayBuffer:
                 bool, ``balance_envs`` for a prioritized buffer, ``beta`` for a uniform one.
             ReplayTimeout: The ``rate_limiter`` does not allow ``batch_size`` samples now.
         """
-
-        batch_size = positive_int("batch_size", batch_size)
-        length = positive_int("length", length)
-        self._budget.check("batch_size", batch_size, batch_size * length, "sample_sequences",
-                           "step")  # fmt: skip
-        within_episode = flag("within_episode", within_episode)
-        pad, balance_envs = flag("pad", pad), flag("balance_envs", balance_envs)
-        prio = self._prio
-        if prio is not None and balance_envs:
-            raise ConfigError(
-                "balance_envs: prioritized sequence starts are drawn by priority over all envs"
-            )
-        if prio is None and beta is not None:
-            raise ConfigError("beta: a uniform buffer has no importance weights")
-        if beta is not None:
-            beta = _real("beta", beta)
-        return self._paced(
-            batch_size, timeout, "sample_sequences",
-            lambda: self._draw_sequences(batch_size, length, within_episode, pad, balance_envs,
-                                         beta),
-            self._transforms_of(transform, False),
-        )  # fmt: skip
-
-    def _draw_sequences(
-        self, batch_size: int, length: int, within_episode: bool, pad: bool,
-        balance_envs: bool, beta: float | None,
-    ) -> DeviceBatch:  # fmt: skip
-        """The draw of :meth:`sample_sequences` (arguments checked)."""
-        import torch
-
-        from rlreplay.torch import sequences
-
-        prio = self._prio
-        probabilities = None
-        if prio is None:
-            env, t, exists = sequences.uniform_starts(
-                self._ring, self._gen, batch_size, length, bool(within_episode), bool(pad),
-                bool(balance_envs),
-            )  # fmt: skip
-            weights = exists.to(torch.float32).expand(batch_size).clone()
-        elif pad:  # every sampleable transition is a start: the buffer's own draw
-            env, t, probabilities, weights = prio.draw(batch_size, self._gen, beta)
-        else:
-            if beta is None:
-                beta = prio.beta()
-                prio.beta_step += 1
-            env, t, probabilities, weights = sequences.prioritized_starts(
-                prio, self._gen, batch_size, length, bool(within_episode), beta
-            )
-        out = sequences.gather(self._ring, self._storage, env, t, length, bool(within_episode))
-        out["weights"] = weights
-        if probabilities is not None:
-            out["probabilities"] = probabilities
-        return DeviceBatch(out)
+        return self._reads.sample_sequences(
+            batch_size, length, within_episode, pad, balance_envs, beta, timeout, transform
+        )
 
     @property
     def num_episodes(self) -> Tensor:
@@ -816,54 +659,13 @@ class DeviceReplayBuffer:
                 size budget.
             EmptyBufferError: ``max_length=None`` and no complete episode is stored.
         """
-        from rlreplay.torch import sequences
-        from rlreplay.torch.episodes import draw_episodes
-
-        n = positive_int("n", n)
-        if max_length is not None:
-            max_length = positive_int("max_length", max_length)
-            self._budget.check("n", n, n * max_length, "sample_episodes", "step")
-        else:
-            self._budget.check("n", n, n, "sample_episodes", "step")
-        env, start, lengths, total = draw_episodes(self._ring, n, self._gen)
-        if max_length is None:
-            if not bool(total > 0):
-                raise EmptyBufferError("sample_episodes: no complete episode is stored")
-            max_length = int(lengths.max())
-            self._budget.check("n", n, n * max_length, "sample_episodes", "step")
-        else:
-            lengths = lengths.masked_fill(total == 0, 0)
-        out = sequences.gather(self._ring, self._storage, env, start, max_length, True)
-        out["lengths"] = lengths
-        return DeviceBatch(out)
+        return self._reads.sample_episodes(n, max_length)
 
     def get_sequences(self, ids: Any, length: int, *, within_episode: bool = True) -> DeviceBatch:
         """The sequences of ``length`` steps starting at the stored steps ``ids``, as
         :meth:`rlreplay.ReplayBuffer.get_sequences` (no ``weights``); rows of ids that are
         not stored hold arbitrary values."""
-        import torch
-
-        from rlreplay.torch import sequences
-
-        length = positive_int("length", length)
-        within_episode = flag("within_episode", within_episode)
-        idx = self._ids(ids)
-        # (no ids too: the gather's per-step arrays are (n, length))
-        rows = max(idx.shape[0], 1) * length
-        self._budget.check("length", length, rows, "get_sequences", "step")
-        E = self.config.num_envs
-        env = torch.remainder(idx, E)
-        t = torch.div(idx, E, rounding_mode="floor")
-        return DeviceBatch(
-            sequences.gather(self._ring, self._storage, env, t, length, bool(within_episode))
-        )
-
-    def _check_nonempty(self, check: bool) -> None:
-        if flag("check", check) and not bool(self.can_sample()):
-            raise EmptyBufferError(
-                "sample: nothing is sampleable yet (add more steps: a step is sampleable once "
-                "its n-step window is known)"
-            )
+        return self._reads.get_sequences(ids, length, within_episode)
 
     # ------------------------------------------------------------------ conversions
     def to_replay_buffer(self, *, seed: int | None = None) -> ReplayBuffer:

@@ -172,15 +172,15 @@ class DevicePrioritizedReplayBuffer(DeviceReplayBuffer):
             beta = _real("beta", beta)
 
         def draw() -> DeviceBatch:
-            self._check_nonempty(check)
+            self._reads.check_nonempty(check)
             env, t, probabilities, weights = self._prio.draw(batch_size, self._gen, beta)
             out = self._assembler.transitions(env, t)
             out["weights"] = weights
             out["probabilities"] = probabilities
             return DeviceBatch(out)
 
-        fns = self._transforms_of(transform, True)
-        return self._paced(batch_size, timeout, "sample", draw, fns)
+        fns = self._reads.transforms_of(transform, True)
+        return self._reads.paced(batch_size, timeout, "sample", draw, fns)
 
     def update_priorities(self, ids: Any, priorities: Any) -> Tensor:
         """Set the priorities of transitions, typically ``abs(td_error)`` of a sampled batch.
