@@ -12,12 +12,12 @@ training loop on a GPU keeps its queue full. :func:`to_replay_buffer` /
 :func:`from_replay_buffer` move a buffer to and from the NumPy core (checkpoints: ``save`` and
 :func:`load` use the core's format).
 
-Owns: the device buffer (``buffer``, ``prioritized_buffer``), its write and read sides (``writing``,
-``reading``),
-bookkeeping (``ring``), abandoned episodes (``holes``), draws (``draws``), transitions
-(``assemble``), priorities (``prioritized``), rate limiting (``pacing``), conversions
-(``convert``), the compiled sample (``compiled``). The field columns are
-a :class:`rlreplay.storage.TorchStorage`, the priority trees
+Owns: the device buffer (``buffer``, ``prioritized_buffer``), its write and read sides
+(``writing``, ``reading``), bookkeeping (``ring``), abandoned episodes (``holes``), draws
+(``draws``), transitions (``assemble``), priorities (``prioritized``), rate limiting
+(``pacing``), transforms (``transforms``), conversions (``convert``), the compiled sample
+(``compiled``). The field columns are a :class:`rlreplay.storage.TorchStorage`, the priority
+trees
 :mod:`rlreplay.sampling.torch_trees`; the arguments are checked by the core's own checks.
 Torch is imported when a buffer is made (``import rlreplay`` stays free of it; this package's
 import needs no torch).

@@ -18,10 +18,12 @@ newest ``n_step`` of each, whose windows may not be known yet::
 That is the core's sampleable count whenever no episode ended within an env's newest
 ``n_step`` steps (then the core also draws from those steps, up to ``n_step`` more per env),
 with ``frame_stack = 1`` (a frame stack skips the first ``k - 1`` steps of an episode whose
-start was overwritten or cleared) and no episode dropped for a final observation
-(``finals_per_env``). Where an ``add`` names its envs by a device tensor, which envs stepped
-is not known on the host: from then on the envs are counted together (``held`` the rows added
-since the buffer was last emptied, at most ``E * C``; ``size = max(0, held - E * n_step)``).
+start was overwritten or cleared), no episode dropped for a final observation
+(``finals_per_env``) and none abandoned (``abandon_episode``: its last ``n_step`` steps are
+never sampleable, and still counted here). Where an ``add`` names its envs by a device
+tensor, which envs stepped is not known on the host: from then on the envs are counted
+together (``held`` the rows added since the buffer was last emptied, at most ``E * C``;
+``size = max(0, held - E * n_step)``).
 ``clear`` empties ``held`` (no wait); ``dequeue``, which reads the device anyway, reads each
 env's stored count exactly.
 
@@ -82,8 +84,8 @@ class DevicePacing:
         return max(0, self.held_total - self.config.num_envs * n)
 
     def _stored(self, envs: Array | None, k: int) -> None:
-        """Count one new step of each of ``envs`` (``None``: every env in order; ``k`` rows of
-        envs unknown on the host when ``envs`` is ``None`` and ``k < 0``... see add)."""
+        """Count ``k`` new steps: one of each env of ``envs`` (``None``: of every env), or,
+        while the envs are counted together, ``k`` rows."""
         C = self.config.env_capacity
         held = self.held
         if held is None:
