@@ -25,6 +25,7 @@ from tests.torch_buffer.helpers import (
     make,
     random_step,
 )
+from tests.torch_buffer.test_env_ids import SubsetTwins
 from tests.torch_buffer.test_prioritized import assert_same_priorities
 
 Array = np.ndarray[Any, Any]
@@ -227,3 +228,33 @@ def test_bad_env_ids_are_refused_and_change_nothing(bad: Any) -> None:
         buf.abandon_episode(bad)
     after = buf.to_replay_buffer().state_dict()["arrays"]["index/env"]
     np.testing.assert_array_equal(before, after)
+
+
+@settings(deadline=None, max_examples=40, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    config=st.sampled_from(range(len(CONFIGS))),
+    script=st.lists(
+        st.tuples(st.sampled_from(["add", "add", "abandon"]), st.integers(0, 2**16)),
+        min_size=1,
+        max_size=40,
+    ),
+    kind=st.sampled_from(["numpy", "tensor"]),
+)
+def test_abandons_with_env_subsets_match_the_core(
+    config: int, script: list[tuple[str, int]], kind: str
+) -> None:
+    """Envs counted per env (host or device ``env_ids``): the same cuts as the core's."""
+    tw = SubsetTwins(make("cpu", **CONFIGS[config]))
+    E = tw.buf.num_envs
+    for op, arg in script:
+        rng = np.random.default_rng(arg)
+        if op == "add":
+            envs = np.sort(rng.permutation(E)[: rng.integers(1, E + 1)])
+            tw.add(random_step(rng, E, p_end=0.2), envs, kind)
+        else:
+            e = arg % E
+            ours = tw.buf.abandon_episode(e).cpu().numpy()
+            np.testing.assert_array_equal(ours, tw.np_buf.abandon_episode(e))
+        assert_same_contents(tw)  # type: ignore[arg-type]
+        if tw.buf.config.prioritized:
+            assert_same_priorities(tw)  # type: ignore[arg-type]
