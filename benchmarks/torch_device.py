@@ -15,7 +15,8 @@ Prints µs per iteration (median of 5 rounds after a warm-up) and the ratio Torc
 ``--compile`` adds rows whose sample is :func:`rlreplay.torch.compiled_sampler` (on a
 GPU with ``mode="reduce-overhead"``: a CUDA graph). ``--count-ops`` also prints how many torch
 ops (views and other metadata-only ops left out: roughly the kernels a GPU launches) one
-``add``, ``sample`` and ``update_priorities`` run.
+``add``, ``sample`` and ``update_priorities`` run, also with a rate limiter and after
+``abandon_episode``.
 """
 
 from __future__ import annotations
@@ -90,9 +91,13 @@ _VIEWS = frozenset(
 )  # fmt: skip
 
 
-def count_ops(args: argparse.Namespace, pool: list[dict[str, Any]], prioritized: bool) -> str:
+def count_ops(
+    args: argparse.Namespace, pool: list[dict[str, Any]], prioritized: bool,
+    limited: bool = False, abandoned: bool = False,
+) -> str:  # fmt: skip
     """Torch ops (views left out) of one ``add``, one ``sample`` and, when prioritized, one
-    ``update_priorities``, on a buffer warmed up as :func:`timed` warms it."""
+    ``update_priorities``, on a buffer warmed up as :func:`timed` warms it (``limited``: with
+    a rate limiter; ``abandoned``: after an ``abandon_episode`` of every env, one hole each)."""
     from torch.utils._python_dispatch import TorchDispatchMode
 
     class Count(TorchDispatchMode):
@@ -108,9 +113,14 @@ def count_ops(args: argparse.Namespace, pool: list[dict[str, Any]], prioritized:
     fields = {"obs": rr.Field(args.obs, np.dtype(args.dtype)), "action": rr.Field((), np.int64)}
     common = dict(num_envs=args.envs, n_step=args.n_step, device=args.device, seed=0)
     kind = rrt.DevicePrioritizedReplayBuffer if prioritized else rrt.DeviceReplayBuffer
+    if limited:
+        common["rate_limiter"] = rr.MinSize(1)
     buf: Any = kind(args.capacity, fields, **common)
     for i in range(max(64, 2 * args.batch // args.envs + 8)):
         buf.add(**pool[i % len(pool)])
+        if abandoned and i == 8:
+            for e in range(args.envs):
+                buf.abandon_episode(e)
     counts = []
     with Count() as c:
         buf.add(**pool[0])
@@ -208,7 +218,12 @@ def main() -> None:
     if args.count_ops:
         ops = count_ops(args, pool, False)
         print(f"torch ops per call (views left out): uniform add / sample {ops}; ", end="")
-        print(f"prioritized add / sample / update {count_ops(args, pool, True)}\n")
+        print(f"prioritized add / sample / update {count_ops(args, pool, True)}")
+        for what, kw in (("with a rate limiter", {"limited": True}),
+                         ("after abandon_episode", {"abandoned": True})):  # fmt: skip
+            print(f"  {what}: uniform {count_ops(args, pool, False, **kw)}; ", end="")
+            print(f"prioritized {count_ops(args, pool, True, **kw)}")
+        print()
     print("| loop (add E + sample B) | rlreplay.torch µs/iter | TorchRL µs/iter | ratio |")
     print("|---|---|---|---|")
     for prioritized in (False, True):
