@@ -28,7 +28,7 @@ host-backed buffer's (the tests compare both on random streams):
 
 Cost: ``O(B)`` per ``add_batch`` of ``B`` steps; with returns ``O(E * C)`` more (every slot
 of every env is updated under a mask, since which ones is a device value). Queries gather
-``O(n)`` values (``steps_to_episode_end``: ``O(n * C)``).
+``O(n)`` values (``steps_to_episode_end``: ``O(n log C)``, a binary search).
 """
 
 from __future__ import annotations
@@ -47,11 +47,13 @@ class DeviceEpisodes:
     """Episode begins and ends, discount-0 segments and returns of ``E`` envs of ``C`` slots.
 
     Invariants: for a stored step at slot ``s``: ``begin[s]`` its ALF episode begin,
-    ``first[s]`` whether it is a ``FIRST``, ``disc0[s]`` its discount-0 segment begin (with a
+    ``firsts[s]`` how many ``FIRST`` steps its env added up to it (non-decreasing along the
+    env's positions), ``disc0[s]`` its discount-0 segment begin (with a
     ``discount`` leaf), ``done[s]`` whether an episode completion gave it ``ret[s]``, and
     ``acc[s]`` its discounted sum of the rewards after it up to the env's newest step within
     its episode (with returns). Per env: ``alf_begin`` / ``core_begin`` of the newest added
-    step, ``ended`` whether it is a ``LAST``, ``last0`` the newest position of discount 0.
+    step, ``ended`` whether it is a ``LAST``, ``last0`` the newest position of discount 0,
+    ``first_count`` the ``FIRST`` steps added.
 
     Args:
         num_envs: ``E``.
@@ -77,7 +79,8 @@ class DeviceEpisodes:
             return torch.zeros(size, dtype=dtype, device=device)
 
         self.begin = zeros(n, torch.int64)
-        self.first = zeros(n, torch.bool)
+        self.firsts = zeros(n, torch.int64)  # FIRST steps of the env up to this one
+        self.first_count = zeros(E, torch.int64)
         self.alf_begin = zeros(E, torch.int64)
         self.core_begin = zeros(E, torch.int64)
         self.ended = zeros(E, torch.bool)
@@ -135,7 +138,9 @@ class DeviceEpisodes:
         self.alf_begin.index_copy_(0, env, alf)
         self.ended.index_copy_(0, env, is_last)
         self.begin.index_copy_(0, slots, alf)
-        self.first.index_copy_(0, slots, is_first)
+        count = self.first_count.index_select(0, env) + is_first.to(torch.int64)
+        self.firsts.index_copy_(0, slots, count)
+        self.first_count.index_copy_(0, env, count)
         if self.disc0 is not None and discount is not None:
             last0 = self.last0.index_select(0, env)
             self.disc0.index_copy_(0, slots, last0 + 1)
@@ -197,16 +202,24 @@ class DeviceEpisodes:
 
     def steps_to_end(self, env: torch.Tensor, pos: torch.Tensor, end: torch.Tensor) -> torch.Tensor:
         """Steps from stored ``pos`` of ``env`` (1-D) to its episode's end; ``end`` is each
-        env's ``current_pos`` (a stored step is at most ``C - 1`` before the newest)."""
-        C = self.max_length
-        newest = (end.index_select(0, env) - 1)[:, None]
-        q = pos[:, None] + self.slot_index  # candidates pos .. pos + C - 1
-        after = q + 1
-        next_first = self.first.index_select(0, self.slots(env[:, None], after).reshape(-1))
-        next_first = next_first.reshape(q.shape) & (after <= newest)
-        is_end = (q <= newest) & ((q == newest) | next_first)
-        # the first end (argmax takes the first of equal maxima); newest - pos < C
-        return torch.argmax(is_end.to(torch.int8), dim=1) if C else pos
+        env's ``current_pos``.
+
+        The end is one before the env's next ``FIRST`` after ``pos`` (else its newest step):
+        the first stored ``p > pos`` whose count of ``FIRST`` steps exceeds ``pos``'s, found
+        by a binary search over the stored steps (``ceil(log2(C + 1))`` rounds of ``O(n)``
+        gathers, a number known on the host).
+        """
+        newest = end.index_select(0, env) - 1
+        before = self.firsts.index_select(0, self.slots(env, pos))
+        lo, hi = pos + 1, newest + 1  # the answer is in [lo, hi]; hi: no FIRST stored after
+        for _ in range(max(1, self.max_length).bit_length()):
+            mid = torch.div(lo + hi, 2, rounding_mode="floor")
+            later = self.firsts.index_select(0, self.slots(env, torch.minimum(mid, newest)))
+            left = (later > before) & (lo < hi)
+            right = (later <= before) & (lo < hi)
+            hi = torch.where(left, mid, hi)
+            lo = torch.where(right, mid + 1, lo)
+        return lo - 1 - pos
 
     def returns_of(self, env: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
         """float32 ``discounted_return`` of stored steps ``pos`` of ``env`` (broadcast)."""
@@ -228,8 +241,8 @@ class DeviceEpisodes:
             t.copy_(torch.as_tensor(state[name]).to(t.device))
 
     def _tensors(self) -> dict[str, torch.Tensor]:
-        names = ("begin", "first", "alf_begin", "core_begin", "ended", "last0", "acc", "ret",
-                 "done")  # fmt: skip
+        names = ("begin", "firsts", "first_count", "alf_begin", "core_begin", "ended",
+                 "last0", "acc", "ret", "done")  # fmt: skip
         out = {n: getattr(self, n) for n in names}
         if self.disc0 is not None:
             out["disc0"] = self.disc0

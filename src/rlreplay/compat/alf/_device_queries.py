@@ -72,7 +72,7 @@ class DeviceQueries:
         """The distance from each stored step to its episode's end (the step before the
         env's next ``FIRST``, or the env's newest step), as the host-backed buffer's
         :meth:`~rlreplay.compat.alf.replay_buffer.ReplayBuffer.steps_to_episode_end`.
-        Computed on the device (``O(n * max_length)``) after reading the stored ranges.
+        Computed on the device (``O(n log(max_length))``) after reading the stored ranges.
 
         Raises:
             ReplayAssertionError: ``keep_episodic_info`` is False.
