@@ -93,7 +93,8 @@ class DeviceReplayBuffer:
     arrays and Python scalars given to them are copied to the device once. What waits for the
     device says so: :meth:`sampleable_ids`, ``sample(..., check=True)``, :meth:`dequeue`,
     :meth:`gather_all`, :meth:`sample_episodes` without ``max_length``, :meth:`stored_range`,
-    :meth:`to_replay_buffer` and :meth:`save`.
+    :meth:`abandon_episode`, :meth:`to_replay_buffer` and :meth:`save`. A ``rate_limiter``
+    and ``transforms`` (of torch ops) add no wait to the calls that make none.
 
     Args:
         capacity: Transitions stored over all envs; at least ``num_envs * (n_step +
