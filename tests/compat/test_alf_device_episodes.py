@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 import rlreplay as rr
 from rlreplay.compat.alf import ReplayAssertionError, TensorSpec
 from tests.compat.test_alf_device import assert_same, device_rb, pair
-from tests.torch_device.helpers import no_host_sync
+from tests.torch_device.helpers import DEVICES, no_host_sync
 
 SPEC = {
     "step_type": TensorSpec((), torch.int32),
@@ -170,18 +170,47 @@ def test_a_long_stream_without_discount() -> None:
         dev.get_disc_0_begin_position(torch.tensor([50]), torch.tensor([0]))
 
 
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("record", [False, True])
-def test_add_batch_never_waits(record: bool) -> None:
-    dev = device_rb(SPEC, 3, max_length=8, record_episodic_return=record, keep_episodic_info=True,
-                    prioritized_sampling=record)  # fmt: skip
+def test_add_batch_never_waits(device: str, record: bool) -> None:
+    dev = device_rb(SPEC, 3, device, max_length=8, record_episodic_return=record,
+                    keep_episodic_info=True, prioritized_sampling=record)  # fmt: skip
     rng = np.random.default_rng(0)
-    steps = [steps_of(SPEC, rng, 2, tensors=True) for _ in range(20)]
-    envs = [torch.from_numpy(rng.permutation(3)[:2]) for _ in range(20)]
-    with no_host_sync("cpu") as counter:
+
+    def on(values: dict[str, Any]) -> dict[str, Any]:
+        return {k: v.to(device) for k, v in values.items()}
+
+    steps = [on(steps_of(SPEC, rng, 2, tensors=True)) for _ in range(20)]
+    envs = [torch.from_numpy(rng.permutation(3)[:2]).to(device) for _ in range(20)]
+    every = on(steps_of(SPEC, rng, 3, tensors=True))
+    with no_host_sync(device) as counter:
         for values, e in zip(steps, envs, strict=True):
             dev.add_batch(values, e)
-        dev.add_batch(steps_of(SPEC, rng, 3, tensors=True))
+        dev.add_batch(every)
     assert dict(counter.calls) == {}
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_a_long_stream_on_the_device(device: str) -> None:
+    """Tensors on ``device`` in (envs too), the host-backed buffer's answers out."""
+    E = 4
+    host, dev = pair(SPEC, E, 8, device, max_length=10, record_episodic_return=True,
+                     num_earliest_frames_ignored=1, gamma=0.7)  # fmt: skip
+    rng = np.random.default_rng(8)
+    for i in range(80):
+        envs = np.flatnonzero(rng.random(E) < 0.8)
+        values = steps_of(SPEC, rng, envs.shape[0], tensors=True)
+        host.add_batch(values, envs)
+        dev.add_batch({k: v.to(device) for k, v in values.items()},
+                      torch.from_numpy(envs).to(device))  # fmt: skip
+        if i % 10 == 9:
+            both(host, dev, "get_batch", 9, 3)
+            heads, counts = host._bounds()
+            env = np.repeat(np.arange(E), counts - heads)
+            pos = np.concatenate([np.arange(heads[e], counts[e]) for e in range(E)])
+            for query in QUERIES:
+                both(host, dev, query, torch.from_numpy(pos), torch.from_numpy(env))
+    assert dev.device_buffer.device == torch.device(device)
 
 
 @pytest.mark.parametrize("record", [False, True])
