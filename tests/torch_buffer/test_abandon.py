@@ -36,6 +36,7 @@ CONFIGS: list[dict[str, Any]] = [
     dict(capacity=20, num_envs=2, n_step=3, frame_stack=2, prioritized=True),
     dict(capacity=16, num_envs=2, n_step=2, recent_ratio=0.5, recent_steps=3, finals_per_env=8),
     dict(capacity=24, num_envs=2, n_step=2, frame_stack=3, finals_per_env=2),  # drops episodes
+    dict(capacity=20, num_envs=2, n_step=2, prioritized=True, variant="rank_based"),
 ]
 
 
