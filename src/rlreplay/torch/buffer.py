@@ -397,9 +397,7 @@ class DeviceReplayBuffer:
             >>> buf.abandon_episode().tolist(), buf.sampleable_ids().tolist()
             ([3], [0, 1])
         """
-        from rlreplay.torch.holes import abandon_episode
-
-        return abandon_episode(self, env_id)
+        return self._writes.abandon(env_id)
 
     # ------------------------------------------------------------------ FIFO use
     def dequeue(

@@ -15,11 +15,11 @@ from typing import Any
 import numpy as np
 
 from rlreplay.buffer.geometry import Geometry
-from rlreplay.errors import ConfigError
+from rlreplay.errors import ConfigError, InvalidIdError
 from rlreplay.sampling.prioritized import device_law
 from rlreplay.spec import Field, Schema, positive_int
 
-__all__ = ["DeviceConfig", "default_finals", "make_config"]
+__all__ = ["DeviceConfig", "default_finals", "host_env_ids", "make_config"]
 
 
 def default_finals(env_capacity: int, prioritized: bool) -> int:
@@ -178,3 +178,31 @@ def make_config(
         replacement=options.replacement,
         rank_based=sampler.variant == "rank_based",
     )
+
+
+def host_env_ids(num_envs: int, env_ids: Any, name: str = "env_ids") -> np.ndarray[Any, Any]:
+    """``env_ids`` (host values or a tensor, read on the host) as distinct int64 envs in
+    ``[0, num_envs)``, checked as the core checks them (:class:`InvalidIdError`)."""
+    import torch
+
+    E = num_envs
+    if isinstance(env_ids, torch.Tensor):
+        dt = env_ids.dtype
+        if dt.is_floating_point or dt.is_complex or dt == torch.bool:
+            raise InvalidIdError(
+                f"{name}: expected a 1-D sequence of ints, got {dt} with shape "
+                f"{tuple(env_ids.shape)}"
+            )
+        env_ids = env_ids.cpu().numpy()
+    arr = np.asarray(env_ids)
+    if arr.ndim != 1 or (arr.dtype.kind not in "iu" and arr.size):
+        raise InvalidIdError(
+            f"{name}: expected a 1-D sequence of ints, got {arr.dtype} with shape {arr.shape}"
+        )
+    arr = arr.astype(np.int64)
+    bad = arr[(arr < 0) | (arr >= E)]
+    if bad.size:
+        raise InvalidIdError(f"{name}: expected values in [0, {E}), got {bad.tolist()}")
+    if np.unique(arr).size != arr.size:
+        raise InvalidIdError(f"{name}: expected unique env ids, got {arr.tolist()}")
+    return arr

@@ -149,7 +149,9 @@ def from_replay_buffer(
         (ring.final_fid, ix.final_fid), (ring.final_owner, ix.final_owner),
     ):  # fmt: skip
         st.assign(t, Ellipsis, np.ascontiguousarray(values, np.int64))
-    holes_from_index(ring, ix.head, ix.count, ix.final_fid, ix.ep_start)
+    ring.holes = holes_from_index(
+        buf.config, ring.device, ix.head, ix.count, ix.final_fid, ix.ep_start
+    )
     if buf._prio is not None and got.priorities is not None:
         pri = buf._prio
         st.assign(pri.prio, Ellipsis, got.priorities.prio)

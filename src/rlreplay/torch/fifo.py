@@ -21,9 +21,10 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from rlreplay.buffer.sync import check_timeout, flag
-from rlreplay.errors import ConfigError, EmptyBufferError, InvalidIdError, ShapeError
+from rlreplay.errors import ConfigError, EmptyBufferError, ShapeError
 from rlreplay.spec import positive_int
 from rlreplay.torch.batch import DeviceBatch
+from rlreplay.torch.config import host_env_ids
 
 if TYPE_CHECKING:
     from torch import Tensor
@@ -33,34 +34,6 @@ if TYPE_CHECKING:
 __all__ = ["dequeue", "gather_all", "host_env_ids"]
 
 Array = np.ndarray[Any, Any]
-
-
-def host_env_ids(num_envs: int, env_ids: Any, name: str = "env_ids") -> Array:
-    """``env_ids`` (host values or a tensor, read on the host) as distinct int64 envs in
-    ``[0, num_envs)``, checked as the core checks them (:class:`InvalidIdError`)."""
-    import torch
-
-    E = num_envs
-    if isinstance(env_ids, torch.Tensor):
-        dt = env_ids.dtype
-        if dt.is_floating_point or dt.is_complex or dt == torch.bool:
-            raise InvalidIdError(
-                f"{name}: expected a 1-D sequence of ints, got {dt} with shape "
-                f"{tuple(env_ids.shape)}"
-            )
-        env_ids = env_ids.cpu().numpy()
-    arr = np.asarray(env_ids)
-    if arr.ndim != 1 or (arr.dtype.kind not in "iu" and arr.size):
-        raise InvalidIdError(
-            f"{name}: expected a 1-D sequence of ints, got {arr.dtype} with shape {arr.shape}"
-        )
-    arr = arr.astype(np.int64)
-    bad = arr[(arr < 0) | (arr >= E)]
-    if bad.size:
-        raise InvalidIdError(f"{name}: expected values in [0, {E}), got {bad.tolist()}")
-    if np.unique(arr).size != arr.size:
-        raise InvalidIdError(f"{name}: expected unique env ids, got {arr.tolist()}")
-    return arr
 
 
 def _runs_from_heads(buf: DeviceReplayBuffer, env: Tensor, length: int) -> dict[str, Tensor]:

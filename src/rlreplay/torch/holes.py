@@ -1,10 +1,11 @@
-"""Abandoned episodes on a device buffer: ``abandon_episode`` and the steps it leaves stored
-but never sampleable ("holes"), as the NumPy core's (:mod:`rlreplay.episodes.cuts`).
+"""Abandoned episodes on a device buffer: the steps ``abandon_episode`` leaves stored but never
+sampleable ("holes"), as the NumPy core's (:mod:`rlreplay.episodes.cuts`).
 
-``abandon_episode(e)`` ends env ``e``'s running episode at its newest step ``a`` with no final
-observation: the step's ``final_fid`` becomes :data:`ABANDONED` (the core's mark, so
-sequences stop there with ``next_known`` False, the next step starts a new episode and
-conversions carry it), ``last_end`` becomes ``a``, and ``hi`` moves to ``a + 1``. The
+``abandon_episode(e)`` (:meth:`rlreplay.torch.writing.Writes.abandon`) ends env ``e``'s
+running episode at its newest step ``a`` with no final observation: the step's ``final_fid``
+becomes :data:`ABANDONED` (the core's mark, so sequences stop there with ``next_known``
+False, the next step starts a new episode and conversions carry it), ``last_end`` becomes
+``a``, and ``hi`` moves to ``a + 1``. The
 episode's steps ``t`` with ``t + n_step <= a`` keep their complete windows; its steps
 ``[max(a - n_step + 1, episode start), a]`` (the hole) would need steps that never come and
 are never sampleable, so an env's sampleable steps are ``[lo, hi)`` less its holes.
@@ -32,17 +33,13 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from rlreplay.errors import InvalidIdError
-from rlreplay.torch.fifo import host_env_ids
-
 if TYPE_CHECKING:
     import torch
     from torch import Tensor
 
-    from rlreplay.torch.buffer import DeviceReplayBuffer
-    from rlreplay.torch.ring import Ring
+    from rlreplay.torch.config import DeviceConfig
 
-__all__ = ["ABANDONED", "Holes", "abandon_episode", "holes_from_index"]
+__all__ = ["ABANDONED", "Holes", "holes_from_index"]
 
 #: ``final_fid`` of a step that ends an abandoned episode (the core's mark).
 ABANDONED = -2
@@ -59,11 +56,12 @@ class Holes:
             with empty ones.
     """
 
-    def __init__(self, num_envs: int, num_slots: int, device: torch.device) -> None:
+    def __init__(self, num_envs: int, env_capacity: int, device: torch.device) -> None:
         import torch
 
         self.lists: list[list[tuple[int, int]]] = [[] for _ in range(num_envs)]
-        self.step = torch.full((num_slots,), -1, dtype=torch.int64, device=device)
+        self.env_capacity = env_capacity
+        self.step = torch.full((num_envs * env_capacity,), -1, dtype=torch.int64, device=device)
         self.device = device
         self.start, self.end = self._table()
 
@@ -81,13 +79,14 @@ class Holes:
             torch.from_numpy(end).to(self.device, non_blocking=True),
         )
 
-    def add(self, ring: Ring, e: int, start: int, end: int) -> None:
+    def add(self, e: int, start: int, end: int) -> None:
         """Env ``e``'s steps ``start .. end`` (its newest) are a new hole."""
         import torch
 
         self.lists[e].append((start, end))
         t = torch.arange(start, end + 1, dtype=torch.int64, device=self.device)
-        self.step.index_copy_(0, ring.rows_of(t, torch.full_like(t, e)), t)
+        C = self.env_capacity
+        self.step.index_copy_(0, torch.remainder(t, C) + e * C, t)  # rows e * C + t % C
         self.start, self.end = self._table()
 
     def prune(self, heads: np.ndarray[Any, Any]) -> None:
@@ -126,49 +125,19 @@ class Holes:
         return self.step.index_select(0, rows.reshape(-1)).view(t.shape) == t
 
 
-def holes_from_index(ring: Ring, head: Any, count: Any, final_fid: Any, ep_start: Any) -> None:
-    """Set ``ring.holes`` from an index's host arrays (its ``ABANDONED`` marks among the
-    stored steps), as a conversion or checkpoint load brings them."""
-    c = ring.config
-    E, C, n = c.num_envs, c.env_capacity, c.n_step
+def holes_from_index(
+    config: DeviceConfig, device: torch.device, head: Any, count: Any, final_fid: Any,
+    ep_start: Any,
+) -> Holes | None:  # fmt: skip
+    """The holes of an index's host arrays (its ``ABANDONED`` marks among the stored steps),
+    as a conversion or checkpoint load brings them; ``None`` when there are none."""
+    E, C, n = config.num_envs, config.env_capacity, config.n_step
     holes: Holes | None = None
     for e in range(E):
         for a in range(int(head[e]), int(count[e])):
             row = e * C + a % C
             if int(final_fid[row]) == ABANDONED:
                 if holes is None:
-                    holes = Holes(E, c.num_slots, ring.device)
-                holes.add(ring, e, max(a - n + 1, int(ep_start[row])), a)
-    ring.holes = holes
-
-
-def abandon_episode(buf: DeviceReplayBuffer, env_id: Any) -> Tensor:
-    """See :meth:`rlreplay.torch.DeviceReplayBuffer.abandon_episode`."""
-    import torch
-
-    c, ring = buf.config, buf._ring
-    E, C, n = c.num_envs, c.env_capacity, c.n_step
-    if not isinstance(env_id, int | np.integer) or isinstance(env_id, bool | np.timedelta64):
-        raise InvalidIdError(f"env_id: expected an int in [0, {E}), got {env_id!r}")
-    e = int(host_env_ids(E, [int(env_id)], "env_id")[0])
-    counts = ring.env_counts()
-    t = int(counts[e]) - 1
-    if t < 0:
-        return torch.zeros(0, dtype=torch.int64, device=buf.device)
-    row = e * C + t % C
-    host = torch.stack([ring.last_end[e], ring.head[e], ring.ep_start[row]]).cpu().numpy()
-    last_end, head, start = (int(v) for v in host)
-    if last_end == t:  # the newest step ends its episode: nothing runs
-        return torch.zeros(0, dtype=torch.int64, device=buf.device)
-    ring.last_end[e] = t
-    ring.hi[e] = t + 1  # max(last_end + 1, count - n_step), as the core recomputes it
-    if t >= head:  # still stored: mark it, and its hole
-        ring.final_fid[row] = ABANDONED
-        if ring.holes is None:
-            ring.holes = Holes(E, c.num_slots, ring.device)
-        ring.holes.add(ring, e, max(t - n + 1, start), t)
-        ring.prune_holes(counts - C)  # (a lower bound of every env's head)
-    ring.settle(buf.storage.steps["terminated"], buf.storage.steps["truncated"])
-    if buf._prio is not None:
-        buf._prio.rebuild()
-    return torch.tensor([t * E + e], dtype=torch.int64, device=buf.device)
+                    holes = Holes(E, C, device)
+                holes.add(e, max(a - n + 1, int(ep_start[row])), a)
+    return holes

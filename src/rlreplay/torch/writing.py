@@ -1,4 +1,5 @@
-"""The write side of a device buffer: ``add`` of one step of every env or of some of them.
+"""The write side of a device buffer: ``add`` of one step of every env or of some of them, and
+``abandon_episode``.
 
 :class:`Writes` checks a step's values on the host (names, shapes, ``same_kind`` casts; a
 device tensor's values are never read), moves them to the device once, advances the episode
@@ -18,7 +19,8 @@ from rlreplay.errors import DTypeError, FieldError, InvalidIdError, ShapeError
 from rlreplay.spec import Field
 from rlreplay.spec.schema import narrowed_cast
 from rlreplay.storage.torch import TorchStorage, _host_array, numpy_dtype, torch_dtype
-from rlreplay.torch.config import DeviceConfig
+from rlreplay.torch.config import DeviceConfig, host_env_ids
+from rlreplay.torch.holes import ABANDONED, Holes
 from rlreplay.torch.pacing import DevicePacing
 from rlreplay.torch.prioritized import Priorities
 from rlreplay.torch.ring import Ring
@@ -198,8 +200,6 @@ class Writes:
         env in order given on the host (a plain add)."""
         import torch
 
-        from rlreplay.torch.fifo import host_env_ids
-
         E = self.config.num_envs
         if isinstance(env_ids, torch.Tensor):
             dt = env_ids.dtype
@@ -222,3 +222,36 @@ class Writes:
         if arr.size == E and (arr == np.arange(E)).all():
             return None, None
         return torch.from_numpy(arr.copy()).to(self.device, non_blocking=True), arr
+
+    def abandon(self, env_id: Any) -> Tensor:
+        """See :meth:`rlreplay.torch.DeviceReplayBuffer.abandon_episode` (the episode's
+        holes: :mod:`rlreplay.torch.holes`)."""
+        import torch
+
+        c, ring = self.config, self.ring
+        E, C, n = c.num_envs, c.env_capacity, c.n_step
+        if not isinstance(env_id, int | np.integer) or isinstance(env_id, bool | np.timedelta64):
+            raise InvalidIdError(f"env_id: expected an int in [0, {E}), got {env_id!r}")
+        e = int(host_env_ids(E, [int(env_id)], "env_id")[0])
+        counts = ring.env_counts()
+        t = int(counts[e]) - 1
+        if t < 0:
+            return torch.zeros(0, dtype=torch.int64, device=self.device)
+        row = e * C + t % C
+        host = torch.stack([ring.last_end[e], ring.head[e], ring.ep_start[row]]).cpu().numpy()
+        last_end, head, start = (int(v) for v in host)
+        if last_end == t:  # the newest step ends its episode: nothing runs
+            return torch.zeros(0, dtype=torch.int64, device=self.device)
+        ring.last_end[e] = t
+        ring.hi[e] = t + 1  # max(last_end + 1, count - n_step), as the core recomputes it
+        if t >= head:  # still stored: mark it, and its hole
+            ring.final_fid[row] = ABANDONED
+            if ring.holes is None:
+                ring.holes = Holes(E, C, self.device)
+            ring.holes.add(e, max(t - n + 1, start), t)
+            ring.prune_holes(counts - C)  # (a lower bound of every env's head)
+        st = self.storage
+        ring.settle(st.steps["terminated"], st.steps["truncated"])
+        if self.prio is not None:
+            self.prio.rebuild()
+        return torch.tensor([t * E + e], dtype=torch.int64, device=self.device)
