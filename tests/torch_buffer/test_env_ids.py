@@ -243,6 +243,24 @@ def test_every_env_in_order_is_a_plain_add(device: str) -> None:
     assert ids.tolist() == [4, 7]
 
 
+def test_stored_range_and_counts_are_copies(device: str) -> None:
+    """What ``stored_range`` and ``env_steps_added`` return belongs to the caller: writing to
+    it (on a CPU device ``.numpy()`` would be a view of the buffer's tensors) changes
+    nothing."""
+    buf = make(device, capacity=16, num_envs=2)
+    step = random_step(np.random.default_rng(0), 2)
+    buf.add(**on(step, device))
+    buf.add(
+        env_ids=torch.tensor([1], device=device), **on({k: v[1:] for k, v in step.items()}, device)
+    )
+    first, end = buf.stored_range()
+    first += 5
+    end += 5
+    assert buf.stored_range()[0].tolist() == [0, 0]
+    assert buf.stored_range()[1].tolist() == [1, 2]
+    assert buf.env_steps_added.tolist() == [1, 2]
+
+
 def test_no_env_is_no_step(device: str) -> None:
     buf = make(device, capacity=16, num_envs=2)
     step = random_step(np.random.default_rng(0), 2)

@@ -489,7 +489,8 @@ class DeviceReplayBuffer:
         :meth:`rlreplay.ReplayBuffer.stored_range` gives them (int64 NumPy arrays of shape
         ``(num_envs,)``). Waits for the device."""
         ring = self._ring
-        first = np.asarray(ring.head.cpu().numpy(), np.int64)
+        # Copies: on a CPU device ``.numpy()`` is a view of the buffer's own tensor.
+        first = np.array(ring.head.cpu().numpy(), np.int64)
         return StoredRange(first, ring.env_counts())
 
     def sampleable_ids(self) -> Tensor:

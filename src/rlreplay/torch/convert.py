@@ -52,7 +52,7 @@ def to_replay_buffer(buf: DeviceReplayBuffer, *, seed: int | None = None) -> Rep
     fields = dict(c.schema.fields)
 
     def host(t: Any) -> Array:
-        return np.asarray(t.cpu().numpy(), np.int64)
+        return np.array(t.cpu().numpy(), np.int64)
 
     index = Index(
         count=ring.env_counts(), head=host(ring.head),

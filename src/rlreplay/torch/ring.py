@@ -146,7 +146,7 @@ class Ring:
             return np.full(E, self._count, np.int64)
         if self.host_counts is not None:
             return self.host_counts.copy()
-        return np.asarray(self.counts.cpu().numpy(), np.int64)
+        return np.array(self.counts.cpu().numpy(), np.int64)  # (a copy, not a view on a CPU)
 
     def set_counts(self, counts: Any) -> None:
         """Set the steps each env has added (``(E,)`` ints on the host): lockstep mode when
