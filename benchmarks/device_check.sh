@@ -41,7 +41,9 @@ PY
 
 tests=(tests/torch_device tests/contracts/test_storage_torch.py tests/io/test_staging.py)
 [ -d tests/torch_buffer ] && tests+=(tests/torch_buffer)
-[ -f tests/compat/test_alf_device.py ] && tests+=(tests/compat/test_alf_device.py)
+for f in tests/compat/test_alf_device*.py tests/test_hostile_device.py; do
+    [ -f "$f" ] && tests+=("$f")
+done
 [ -f tests/test_accelerator_torch_docs.py ] && tests+=(tests/test_accelerator_torch_docs.py)
 step tests.log 240 "$py" -m pytest -q -n0 -p no:cacheprovider -p no:benchmark "${tests[@]}"
 
