@@ -8,6 +8,7 @@ the same stream of ``add_batch`` calls (all envs or subsets, tensors or arrays) 
 from __future__ import annotations
 
 import collections
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -114,6 +115,44 @@ def both(host: Any, dev: Any, call: str, *args: Any, **kwargs: Any) -> None:
     assert_same(ours, theirs)
 
 
+def scripted_op(
+    host: Any,
+    dev: Any,
+    op: str,
+    a: int,
+    b: int,
+    values_of: Callable[[int, int], Any],
+    same: Callable[..., None] = both,
+) -> bool:
+    """One op of a random script on both buffers, compared with ``same``: ``b`` calls of
+    ``add_batch`` (all envs, or a subset on the host or as a tensor; ``values_of(B, i)``: the
+    values of the ``i``-th, ``B`` steps), ``get_batch(a, b)``, ``dequeue`` or ``clear``; False
+    (nothing done) for any other op."""
+    E = dev.num_environments
+    pick = np.random.default_rng(a)
+    if op == "add":
+        for i in range(b):
+            kind = pick.integers(0, 4)
+            envs = None if kind == 0 else pick.permutation(E)[: pick.integers(1, E + 1)]
+            values = values_of(E if envs is None else envs.shape[0], i)
+            given_envs: Any = envs
+            if envs is not None and kind == 1:
+                given_envs = torch.from_numpy(envs)
+            host.add_batch(values, envs)
+            dev.add_batch(values, given_envs)
+    elif op == "get_batch":
+        same(host, dev, "get_batch", a, b)
+    elif op == "dequeue":
+        envs = None if pick.random() < 0.4 else pick.permutation(E)[: pick.integers(1, E + 1)]
+        same(host, dev, "dequeue", envs, b)
+    elif op == "clear":
+        envs = None if pick.random() < 0.3 else list(pick.integers(-E, E, 2))
+        same(host, dev, "clear", envs)
+    else:
+        return False
+    return True
+
+
 OPTIONS: list[dict[str, Any]] = [
     dict(max_length=6),
     dict(max_length=5, with_replacement=True),
@@ -144,40 +183,22 @@ def test_random_use_matches_the_host_backed_buffer(
     rng = np.random.default_rng(seed)
     for op, a, b in script:
         pick = np.random.default_rng(a)
-        if op == "add":
-            for i in range(b):
-                kind = pick.integers(0, 4)
-                envs = None if kind == 0 else pick.permutation(E)[: pick.integers(1, E + 1)]
-                B = E if envs is None else envs.shape[0]
-                values = batch_of(SPEC, rng, B, "cpu", tensors=bool(i % 2))
-                given_envs: Any = envs
-                if envs is not None and kind == 1:
-                    given_envs = torch.from_numpy(envs)
-                host.add_batch(values, envs)
-                dev.add_batch(values, given_envs)
-        elif op == "get_batch":
-            both(host, dev, "get_batch", a, b)
-        elif op == "dequeue":
-            envs = None if pick.random() < 0.4 else pick.permutation(E)[: pick.integers(1, E + 1)]
-            both(host, dev, "dequeue", envs, b)
-        elif op == "clear":
-            envs = None if pick.random() < 0.3 else list(pick.integers(-E, E, 2))
-            both(host, dev, "clear", envs)
-        else:
-            both(host, dev, "gather_all")
-            both(host, dev, "gather_all", convert_to_default_device=False)
-            assert int(dev.total_size) == int(host.total_size)
-            heads, counts = host._bounds()
-            env = pick.integers(0, E, 4)
-            stored = counts[env] > heads[env]
-            if stored.any():  # stored positions
-                env = env[stored]
-                pos = pick.integers(heads[env], counts[env])
-                both(host, dev, "get_field", "observation", torch.from_numpy(env), pos)
-                both(host, dev, "get_field", ["reward", "observation.half"], env[:1], pos[:1])
-            e = int(pick.integers(0, E))  # one just before or after the stored ones
-            bad = heads[e] - 1 if heads[e] > 0 and pick.random() < 0.5 else counts[e]
-            both(host, dev, "get_field", "observation.obs", [e], [bad])
+        if scripted_op(host, dev, op, a, b, lambda B, i: batch_of(SPEC, rng, B, "cpu", i % 2 == 1)):
+            continue
+        both(host, dev, "gather_all")
+        both(host, dev, "gather_all", convert_to_default_device=False)
+        assert int(dev.total_size) == int(host.total_size)
+        heads, counts = host._bounds()
+        env = pick.integers(0, E, 4)
+        stored = counts[env] > heads[env]
+        if stored.any():  # stored positions
+            env = env[stored]
+            pos = pick.integers(heads[env], counts[env])
+            both(host, dev, "get_field", "observation", torch.from_numpy(env), pos)
+            both(host, dev, "get_field", ["reward", "observation.half"], env[:1], pos[:1])
+        e = int(pick.integers(0, E))  # one just before or after the stored ones
+        bad = heads[e] - 1 if heads[e] > 0 and pick.random() < 0.5 else counts[e]
+        both(host, dev, "get_field", "observation.obs", [e], [bad])
 
 
 @pytest.mark.parametrize("device", DEVICES)

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 import rlreplay as rr
 from rlreplay.compat.alf import ReplayAssertionError, TensorSpec
-from tests.compat.test_alf_device import assert_same, device_rb, pair
+from tests.compat.test_alf_device import assert_same, device_rb, pair, scripted_op
 from tests.torch_device.helpers import DEVICES, no_host_sync
 
 SPEC = {
@@ -114,38 +114,20 @@ def run_script(host: Any, dev: Any, spec: Any, script: list[tuple[str, int, int]
     for op, a, b in script:
         check_bounds(dev)
         pick = np.random.default_rng(a)
-        if op == "add":
-            for i in range(b):
-                kind = pick.integers(0, 4)
-                envs = None if kind == 0 else pick.permutation(E)[: pick.integers(1, E + 1)]
-                B = E if envs is None else envs.shape[0]
-                values = steps_of(spec, rng, B, tensors=bool(i % 2))
-                given_envs: Any = envs
-                if envs is not None and kind == 1:
-                    given_envs = torch.from_numpy(envs)
-                host.add_batch(values, envs)
-                dev.add_batch(values, given_envs)
-        elif op == "get_batch":
-            both(host, dev, "get_batch", a, b)
-        elif op == "dequeue":
-            envs = None if pick.random() < 0.4 else pick.permutation(E)[: pick.integers(1, E + 1)]
-            both(host, dev, "dequeue", envs, b)
-        elif op == "clear":
-            envs = None if pick.random() < 0.3 else list(pick.integers(-E, E, 2))
-            both(host, dev, "clear", envs)
-        else:
-            both(host, dev, "gather_all")
-            both(host, dev, "gather_all", ignore_earliest_frames=True)
-            heads, counts = host._bounds()
-            env = np.repeat(np.arange(E), counts - heads)
-            pos = np.concatenate([np.arange(heads[e], counts[e]) for e in range(E)])
-            for query in QUERIES:  # every stored step, and some not stored
-                both(host, dev, query, torch.from_numpy(pos), torch.from_numpy(env))
-                e = int(pick.integers(0, E))
-                bad = heads[e] - 1 if heads[e] > 0 and pick.random() < 0.5 else counts[e]
-                both(host, dev, query, [bad], [e])
-            if pos.size:  # broadcast shapes
-                both(host, dev, QUERIES[0], torch.from_numpy(pos)[:, None], torch.arange(1)[None])
+        if scripted_op(host, dev, op, a, b, lambda B, i: steps_of(spec, rng, B, i % 2 == 1), both):
+            continue
+        both(host, dev, "gather_all")
+        both(host, dev, "gather_all", ignore_earliest_frames=True)
+        heads, counts = host._bounds()
+        env = np.repeat(np.arange(E), counts - heads)
+        pos = np.concatenate([np.arange(heads[e], counts[e]) for e in range(E)])
+        for query in QUERIES:  # every stored step, and some not stored
+            both(host, dev, query, torch.from_numpy(pos), torch.from_numpy(env))
+            e = int(pick.integers(0, E))
+            bad = heads[e] - 1 if heads[e] > 0 and pick.random() < 0.5 else counts[e]
+            both(host, dev, query, [bad], [e])
+        if pos.size:  # broadcast shapes
+            both(host, dev, QUERIES[0], torch.from_numpy(pos)[:, None], torch.arange(1)[None])
 
 
 @settings(deadline=None, max_examples=60, suppress_health_check=[HealthCheck.too_slow])
