@@ -103,16 +103,23 @@ def assert_same(ours: Any, theirs: Any) -> None:
         assert ours == theirs
 
 
-def both(host: Any, dev: Any, call: str, *args: Any, **kwargs: Any) -> None:
-    """The same call on both: the same result, or the same error type."""
-    try:
-        theirs = getattr(host, call)(*args, **kwargs)
-    except (rr.ReplayError, AssertionError, IndexError) as exc:
-        with pytest.raises(type(exc)):
-            getattr(dev, call)(*args, **kwargs)
-        return
-    ours = getattr(dev, call)(*args, **kwargs)
-    assert_same(ours, theirs)
+def comparing(same: Callable[[Any, Any], None]) -> Callable[..., None]:
+    """``both(host, dev, call, *args, **kwargs)``: the same call on both buffers, and ``same``
+    of the results, or the same error type."""
+
+    def both(host: Any, dev: Any, call: str, *args: Any, **kwargs: Any) -> None:
+        try:
+            theirs = getattr(host, call)(*args, **kwargs)
+        except (rr.ReplayError, AssertionError, IndexError) as exc:
+            with pytest.raises(type(exc)):
+                getattr(dev, call)(*args, **kwargs)
+            return
+        same(getattr(dev, call)(*args, **kwargs), theirs)
+
+    return both
+
+
+both = comparing(assert_same)
 
 
 def scripted_op(
@@ -160,17 +167,24 @@ OPTIONS: list[dict[str, Any]] = [
     dict(max_length=2),
 ]
 
-ops = st.lists(
-    st.one_of(
-        st.tuples(st.just("add"), st.integers(0, 2**31 - 1), st.integers(1, 20)),
-        st.tuples(st.just("get_batch"), st.integers(1, 9), st.integers(1, 4)),
-        st.tuples(st.just("dequeue"), st.integers(0, 2**31 - 1), st.integers(1, 4)),
-        st.tuples(st.just("clear"), st.integers(0, 2**31 - 1), st.just(0)),
-        st.tuples(st.just("read"), st.integers(0, 2**31 - 1), st.just(0)),
-    ),
-    min_size=1,
-    max_size=20,
-)
+
+def script_ops(adds: int, dequeues: int, max_size: int) -> st.SearchStrategy[Any]:
+    """Random scripts for :func:`scripted_op` and a file's "read" step: ``(op, a, b)`` tuples,
+    up to ``adds`` steps an "add" and ``dequeues`` a "dequeue"."""
+    return st.lists(
+        st.one_of(
+            st.tuples(st.just("add"), st.integers(0, 2**31 - 1), st.integers(1, adds)),
+            st.tuples(st.just("get_batch"), st.integers(1, 9), st.integers(1, 4)),
+            st.tuples(st.just("dequeue"), st.integers(0, 2**31 - 1), st.integers(1, dequeues)),
+            st.tuples(st.just("clear"), st.integers(0, 2**31 - 1), st.just(0)),
+            st.tuples(st.just("read"), st.integers(0, 2**31 - 1), st.just(0)),
+        ),
+        min_size=1,
+        max_size=max_size,
+    )
+
+
+ops = script_ops(adds=20, dequeues=4, max_size=20)
 
 
 @settings(deadline=None, max_examples=40, suppress_health_check=[HealthCheck.too_slow])

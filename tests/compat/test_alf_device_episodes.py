@@ -16,7 +16,14 @@ from hypothesis import strategies as st
 
 import rlreplay as rr
 from rlreplay.compat.alf import ReplayAssertionError, TensorSpec
-from tests.compat.test_alf_device import assert_same, device_rb, pair, scripted_op
+from tests.compat.test_alf_device import (
+    assert_same,
+    comparing,
+    device_rb,
+    pair,
+    script_ops,
+    scripted_op,
+)
 from tests.torch_device.helpers import DEVICES, no_host_sync
 
 SPEC = {
@@ -62,16 +69,7 @@ def same(ours: Any, theirs: Any) -> None:
         assert_same(ours, theirs)
 
 
-def both(host: Any, dev: Any, call: str, *args: Any, **kwargs: Any) -> None:
-    """The same call on both: the same result, or the same error type."""
-    try:
-        theirs = getattr(host, call)(*args, **kwargs)
-    except (rr.ReplayError, AssertionError, IndexError) as exc:
-        with pytest.raises(type(exc)):
-            getattr(dev, call)(*args, **kwargs)
-        return
-    same(getattr(dev, call)(*args, **kwargs), theirs)
-
+both = comparing(same)
 
 OPTIONS: list[dict[str, Any]] = [
     dict(max_length=6, keep_episodic_info=True),
@@ -88,17 +86,7 @@ OPTIONS: list[dict[str, Any]] = [
     dict(max_length=6, record_episodic_return=True, recent_data_ratio=0.3, recent_data_steps=2),
 ]
 
-ops = st.lists(
-    st.one_of(
-        st.tuples(st.just("add"), st.integers(0, 2**31 - 1), st.integers(1, 12)),
-        st.tuples(st.just("get_batch"), st.integers(1, 9), st.integers(1, 4)),
-        st.tuples(st.just("dequeue"), st.integers(0, 2**31 - 1), st.integers(1, 3)),
-        st.tuples(st.just("clear"), st.integers(0, 2**31 - 1), st.just(0)),
-        st.tuples(st.just("read"), st.integers(0, 2**31 - 1), st.just(0)),
-    ),
-    min_size=1,
-    max_size=25,
-)
+ops = script_ops(adds=12, dequeues=3, max_size=25)
 
 
 def check_bounds(dev: Any) -> None:
