@@ -36,7 +36,8 @@ limiter's ``stats``, nothing inserted or sampled, the buffer unchanged.
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -45,6 +46,9 @@ from rlreplay.buffer.sync import check_timeout
 from rlreplay.errors import ReplayTimeout
 from rlreplay.limits import RateLimiter
 from rlreplay.torch.config import DeviceConfig
+
+if TYPE_CHECKING:
+    from torch import Tensor
 
 __all__ = ["DevicePacing"]
 
@@ -138,6 +142,25 @@ class DevicePacing:
     def cancel_insert(self, k: int) -> None:
         """Hand back ``k`` granted inserts that were not stored."""
         self.limiter.cancel_insert(k)
+
+    def insert(
+        self, k: int, timeout: Any, envs: Array | None, store: Callable[[], Tensor],
+        envs_known: bool = True,
+    ) -> Tensor:  # fmt: skip
+        """``store()`` ``k >= 1`` env steps under a grant: granted first (or
+        :class:`ReplayTimeout`, no wait), handed back if ``store`` raises, committed for
+        ``envs`` (see :meth:`commit_insert`) once stored; ``envs_known=False`` (envs given as a
+        device tensor) counts the envs together from then on (:meth:`forget_envs`)."""
+        self.grant_insert(k, timeout)
+        try:
+            ids = store()
+        except BaseException:
+            self.cancel_insert(k)
+            raise
+        if not envs_known:
+            self.forget_envs()
+        self.commit_insert(k, envs)
+        return ids
 
     def grant_sample(self, n: int, timeout: Any, what: str) -> None:
         """Grant ``n`` samples now or raise :class:`ReplayTimeout` (no wait); a batch too large

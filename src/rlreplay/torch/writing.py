@@ -86,14 +86,7 @@ class Writes:
             vals = {name: self.tensor(name, values[name], (c.num_envs,)) for name in self.wanted}
             if pacing is None:
                 return self.store_all(vals)
-            pacing.grant_insert(c.num_envs, timeout)
-            try:
-                ids = self.store_all(vals)
-            except BaseException:
-                pacing.cancel_insert(c.num_envs)
-                raise
-            pacing.commit_insert(c.num_envs, None)
-            return ids
+            return pacing.insert(c.num_envs, timeout, None, lambda: self.store_all(vals))
         if env is None:  # every env, counted per env
             env, host_env = ring.envs, np.arange(c.num_envs)
         k = env.shape[0]
@@ -103,16 +96,8 @@ class Writes:
             return torch.zeros(0, dtype=torch.int64, device=self.device)
         if pacing is None:
             return self.store_envs(env, host_env, vals)
-        pacing.grant_insert(k, timeout)
-        try:
-            ids = self.store_envs(env, host_env, vals)
-        except BaseException:
-            pacing.cancel_insert(k)
-            raise
-        if host_env is None:
-            pacing.forget_envs()
-        pacing.commit_insert(k, host_env)
-        return ids
+        store = lambda: self.store_envs(env, host_env, vals)  # noqa: E731
+        return pacing.insert(k, timeout, host_env, store, envs_known=host_env is not None)
 
     def store_all(self, vals: dict[str, Tensor]) -> Tensor:
         """Store a checked step of every env (lockstep mode); its ids."""
