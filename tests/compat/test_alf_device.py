@@ -386,6 +386,42 @@ def test_prioritized_draws_follow_alfs_law() -> None:
     assert dev.initial_priority.item() == host.initial_priority.item() == 0.5
 
 
+def test_prioritized_get_batch_waits_once_and_a_refusal_changes_nothing() -> None:
+    """A prioritized ``get_batch`` reads the device once (whether any start has mass, with
+    the drawn starts). When no start has mass it raises, and the buffer draws afterwards
+    exactly as a twin that was never asked (before its first draw and after)."""
+    bufs = []
+    for _ in range(2):
+        torch.manual_seed(0)  # (ALF's buffers seed their draws from torch's generator)
+        bufs.append(device_rb(SPEC, 2, max_length=6, prioritized_sampling=True,
+                              recent_data_ratio=0.5, recent_data_steps=1))  # fmt: skip
+    rng = np.random.default_rng(0)
+    steps = [batch_of(SPEC, rng, 2, "cpu", tensors=True) for _ in range(5)]
+    for rb in bufs:
+        for values in steps:
+            rb.add_batch(values)
+    env, pos = torch.tensor([0] * 5 + [1] * 5), torch.arange(5).repeat(2)
+
+    def refused_on_the_first() -> None:
+        for rb in bufs:
+            rb.update_priority(env, pos, torch.zeros(10, dtype=torch.float64))
+        with pytest.raises(ReplayAssertionError, match="valid priority"):
+            bufs[0].get_batch(4, 2)
+        for rb in bufs:
+            rb.update_priority(env, pos, torch.arange(10, dtype=torch.float64) % 3)
+
+    refused_on_the_first()  # before any draw: the device generator is not made yet
+    with no_host_sync("cpu") as counter:
+        bufs[0].get_batch(4, 2)
+    assert dict(counter.calls) == {"cpu": 1, "numpy": 1}
+    bufs[1].get_batch(4, 2)
+    refused_on_the_first()
+    for _ in range(3):
+        (a, info_a), (b, info_b) = (rb.get_batch(6, 2) for rb in bufs)
+        assert_same(a, b)
+        assert_same(info_a, info_b)
+
+
 def test_prioritized_refusals() -> None:
     host, dev = pair(SPEC, 2, 0, max_length=4, prioritized_sampling=True)
     values = batch_of(SPEC, np.random.default_rng(0), 2, "cpu", tensors=True)

@@ -26,7 +26,10 @@ ALF's max tree of the stored ones as a tensor, for the new-step rule ``max(initi
 current largest priority)``): :meth:`get_batch` draws its prioritized starts there, with ALF's
 law (``P(i) = p_i / sum p`` over the possible starts, with replacement; importance weights
 ``p_i * nnz / sum p``; the recent part uniform as above), from a generator on the device (the
-same law as the host-backed buffer's, not the same draws). :meth:`update_priority` reads its
+same law as the host-backed buffer's, not the same draws), and reads the device once per
+call: whether any possible start has a priority above 0 (ALF raises when none has) together
+with the drawn starts (ALF hands positions back and orders rows by env on the host); a
+refused draw leaves the generators as they were. :meth:`update_priority` reads its
 ids and priorities on the host, as the host-backed buffer does, and takes finite priorities
 ``>= 0`` only: ALF's algorithm for negative, NaN and infinite ones is the host-backed buffer's.
 
@@ -413,7 +416,8 @@ class DeviceReplayBuffer(DeviceQueries, ReplayBuffer):
         more, ``recent_data_*``, ``with_replacement``, the same draws; prioritized: by
         priority on the device, see the module docstring). Uniform, it waits for nothing
         while the envs' stored ranges are known on the host (see the module docstring: else
-        it reads them once); prioritized, it also reads the drawn starts. The rows (and
+        it reads them once); prioritized, it also reads once whether any start has mass, with
+        the drawn starts. The rows (and
         ``discounted_return``) are gathered on the device.
 
         Returns:
@@ -479,16 +483,29 @@ class DeviceReplayBuffer(DeviceQueries, ReplayBuffer):
         cum = torch.cumsum(masses, 0)
         total = cum[-1]
         nonzero = (masses != 0).sum()
-        if B - n_recent and not bool(total > 0):
+        m = B - n_recent
+        rng_state, had_gen = self._rng.bit_generator.state, self._gen is not None
+        gen = self._draws_generator()
+        gen_state = gen.get_state()
+        u = torch.rand(m, dtype=torch.float64, device=dev, generator=gen)
+        slot = torch.searchsorted(cum, u * total, right=True)
+        last = torch.where(masses > 0, self._slots, 0).amax()
+        slot = torch.minimum(slot, last)  # (u * total rounded up to the total)
+        # The one wait of a prioritized draw: whether any start has mass, with the drawn
+        # envs and steps (ALF hands positions back on the host and orders rows by env).
+        env_p = torch.div(slot, C, rounding_mode="floor")
+        t_p = step.index_select(0, slot)
+        valid = (total > 0).to(torch.int64).reshape(1)
+        host = torch.cat([valid, env_p, t_p]).cpu().numpy()
+        if m and not host[0]:
+            gen.set_state(gen_state)
+            if not had_gen:
+                self._gen = None
+                self._rng.bit_generator.state = rng_state
             raise ReplayAssertionError(
                 "There is no data in the buffer or the data has not been assigned valid "
                 f"priority (no start of {L} stored steps has a priority > 0)"
             )
-        gen = self._draws_generator()
-        u = torch.rand(B - n_recent, dtype=torch.float64, device=dev, generator=gen)
-        slot = torch.searchsorted(cum, u * total, right=True)
-        last = torch.where(masses > 0, self._slots, 0).amax()
-        slot = torch.minimum(slot, last)  # (u * total rounded up to the total)
         env_r, t_r = uniform_starts(
             self._rng, StartRanges(lo, hi, counts - heads, L, self._ignored), n_recent, n_recent,
             self._recent_steps, self._with_replacement,
@@ -496,10 +513,8 @@ class DeviceReplayBuffer(DeviceQueries, ReplayBuffer):
         slots = torch.cat([slot, torch.from_numpy(env_r * C + t_r % C).to(dev)])
         p = self._prio.index_select(0, slots)
         weights = (p * (nonzero / total)).to(torch.float32)
-        env_p = torch.div(slot, C, rounding_mode="floor")
-        t_p = step.index_select(0, slot)
-        env = np.concatenate([env_p.cpu().numpy(), env_r]).astype(np.int64)
-        t = np.concatenate([t_p.cpu().numpy(), t_r]).astype(np.int64)
+        env = np.concatenate([host[1 : 1 + m], env_r]).astype(np.int64)
+        t = np.concatenate([host[1 + m :], t_r]).astype(np.int64)
         return env, t, weights
 
     def _draws_generator(self) -> torch.Generator:
