@@ -422,6 +422,21 @@ class TorchStorage:
         ``name``: a fresh tensor on the device of shape ``S + field.shape``."""
         return self._gather(self._steps[name], slots)
 
+    def take_checked(self, name: str, slots: Tensor) -> Tensor:
+        """:meth:`take` of ``slots`` already checked (int64 ``(R,)`` on the storage's device),
+        with no conversion: a fresh ``(R, *field.shape)`` tensor."""
+        return self._gather_checked(self._steps[name], slots)
+
+    def take_joint_checked(self, name: str, rows: Tensor) -> Tensor:
+        """:meth:`take_joint` of ``rows`` already checked, as :meth:`take_checked`."""
+        return self._gather_checked(self._joint[name], rows)
+
+    def _gather_checked(self, col: _Column, rows: Tensor) -> Tensor:
+        out = col.flat.index_select(0, rows)
+        if col.flat is not col.raw:
+            out = out.view(col.raw.dtype).view(rows.shape[0], *col.row_shape)
+        return out if col.public is col.raw else out.view(col.public.dtype)
+
     def take_finals(self, name: str, positions: Any) -> Tensor:
         """Rows ``positions`` of the finals column of observation field ``name`` (a fresh
         tensor, as :meth:`take`)."""
@@ -451,6 +466,18 @@ class TorchStorage:
         ``(R, *field.shape)`` otherwise. Other entries of ``values`` are ignored."""
         for name, col in self._steps.items():
             self._put(col, slots, self._values(values[name], col))
+
+    def write_checked(self, slots: Tensor, values: Mapping[str, Tensor]) -> None:
+        """:meth:`write` for inputs already checked, with no conversion: ``slots`` distinct
+        int64 slot numbers ``(R,)`` and each ``values[f]`` a tensor ``(R, *field.shape)`` of
+        the field's (shown) dtype, all on the storage's device."""
+        for name, col in self._steps.items():
+            col.flat.index_copy_(0, slots, col.rows(_raw(values[name])))
+
+    def write_joint_checked(self, name: str, rows: Tensor, values: Tensor) -> None:
+        """:meth:`write_joint` for inputs already checked, as :meth:`write_checked`."""
+        col = self._joint[name]
+        col.flat.index_copy_(0, rows, col.rows(_raw(values)))
 
     def write_finals(self, positions: Any, values: Mapping[str, Any], rows: Any) -> None:
         """Store final observations ``values["next_<name>"]`` of every observation field at

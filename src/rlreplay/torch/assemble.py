@@ -97,9 +97,8 @@ class Assembler:
         self.lanes = torch.arange(1 - k, 1, dtype=torch.int64, device=dev)
         self.is_last_lane = self.lanes == 0
         E, C, F = config.num_envs, config.env_capacity, config.finals_per_env
-        # Rows of the joint observation tensors (TorchStorage.joint): env e's final record p
-        # is row final_base[e] + p; the row of zeros pads frame stacks.
-        self.final_base = ring.envs * F + E * C
+        # The row of zeros of the joint observation tensors (TorchStorage.joint) pads frame
+        # stacks.
         self.zero_row = E * C + E * F + E
 
     def _joint(self, name: str) -> None:
@@ -155,29 +154,29 @@ class Assembler:
         import torch
 
         c, st, ring = self.config, self.storage, self.ring
-        E, F, k, C, n = c.num_envs, c.finals_per_env, c.frame_stack, c.env_capacity, c.n_step
+        E, k, C, n = c.num_envs, c.frame_stack, c.env_capacity, c.n_step
         tc = torch.remainder(t, C)
         slot = torch.add(tc, env, alpha=C)  # env * C + t % C
+        next_row: Tensor | None = None  # the row of step t+m (for next_fields)
         if n == 1:
-            te, tr = st.take("terminated", slot), st.take("truncated", slot)
-            reward, ended = st.take("reward", slot), te | tr
-            tr = tr & ~te
+            te, tr = st.take_checked("terminated", slot), st.take_checked("truncated", slot)
+            reward, ended = st.take_checked("reward", slot), te | tr
+            tr = ended ^ te  # truncated and not terminated
             m = torch.ones_like(t)
-            next_row = torch.add(torch.remainder(tc + 1, C), env, alpha=C)
             last_row = slot  # the window's last step
+            if c.next_fields:
+                next_row = torch.add(torch.remainder(tc + 1, C), env, alpha=C)
             disc = torch.where(te, self.zero32, self.discount1)
         else:
             m, reward, te, tr, ended = self._window(slot - tc, tc, t)
             tcm = tc + m
-            next_row = torch.add(torch.remainder(tcm, C), env, alpha=C)
             last_row = torch.add(torch.remainder(tcm - 1, C), env, alpha=C)
+            if c.next_fields:
+                next_row = torch.add(torch.remainder(tcm, C), env, alpha=C)
             disc = self.discounts.index_select(0, m).masked_fill_(te, 0.0)
-        # The final record of the episode whose last step t+m-1 the window reached (where the
-        # window did not reach an end, fid is -1 and the row is unused).
-        fid = ring.final_fid.index_select(0, last_row)
-        next_joint = torch.where(
-            ended, torch.remainder(fid, F).add_(self.final_base.index_select(0, env)), next_row
-        )
+        # The joint row of next_<obs>: the final record of the episode whose last step t+m-1
+        # the window reached, else step t+m's row (the ring keeps it per step).
+        next_joint = ring.next_joint.index_select(0, last_row)
         first = ring.ep_start.index_select(0, slot)[:, None] if k > 1 else None
 
         def stack_rows(last: Tensor) -> Tensor:
@@ -197,7 +196,7 @@ class Assembler:
             if name in builtin:
                 continue
             if not f.observation:
-                out[name] = st.take(name, slot)
+                out[name] = st.take_checked(name, slot)
                 continue
             self._joint(name)
             if name == "obs" and k > 1:
@@ -206,9 +205,10 @@ class Assembler:
                 rows = torch.where(last, next_joint[:, None], stack_rows(t + m))
                 nexts["next_" + name] = st.take_joint(name, rows)
             else:
-                out[name] = st.take(name, slot)
-                nexts["next_" + name] = st.take_joint(name, next_joint)
+                out[name] = st.take_checked(name, slot)
+                nexts["next_" + name] = st.take_joint_checked(name, next_joint)
         for name in c.next_fields:
+            assert next_row is not None
             v = st.take(name, next_row)
             nexts["next_" + name] = zero_where(ended, v)
         out["reward"] = reward

@@ -35,14 +35,6 @@ Graph = Callable[..., dict[str, Any]]
 _log = logging.getLogger(__name__)
 
 
-def positions(u: Tensor, n: Tensor) -> Tensor:
-    """Integers uniform in ``[0, n)`` from float64 uniforms ``u`` (0 where ``n`` is 0):
-    :func:`rlreplay.torch.draws.below` with the uniforms given."""
-    import torch
-
-    return torch.minimum((u * n).long(), (n - 1).clamp_min(0))
-
-
 def compiled_sampler(
     buf: DeviceReplayBuffer,
     batch_size: int,
@@ -132,9 +124,7 @@ def _uniform(buf: DeviceReplayBuffer, B: int) -> tuple[Graph, Callable[[], tuple
     ring, assembler = buf._ring, buf._assembler
 
     def draw_and_assemble(u: Tensor) -> dict[str, Tensor]:
-        sizes = ring.sizes()
-        total = sizes.sum()
-        env, t = draws.to_steps(ring.lo, sizes, positions(u, total))
+        env, t, total = draws.spread(ring, ring.sizes(), u)
         out = assembler.transitions(env, t)
         out["weights"] = (total > 0).expand(B).to(torch.float32)
         return out

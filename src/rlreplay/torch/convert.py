@@ -149,6 +149,7 @@ def from_replay_buffer(
         (ring.final_fid, ix.final_fid), (ring.final_owner, ix.final_owner),
     ):  # fmt: skip
         st.assign(t, Ellipsis, np.ascontiguousarray(values, np.int64))
+    ring.relink()
     ring.holes = holes_from_index(
         buf.config, ring.device, ix.head, ix.count, ix.final_fid, ix.ep_start
     )

@@ -69,13 +69,34 @@ def to_steps(lo: Tensor, sizes: Tensor, pos: Tensor) -> tuple[Tensor, Tensor]:
 
 def uniform(
     ring: Ring, batch_size: int, gen: torch.Generator, sizes: Tensor | None = None
-) -> tuple[Tensor, Tensor]:
+) -> tuple[Tensor, Tensor, Tensor]:
     """``batch_size`` steps drawn uniformly, with replacement, from the union of ``[lo, hi)``
     (with no candidate at all: arbitrary steps); ``sizes``: ``ring.sizes()`` if the caller
-    has it."""
+    has it. Returns ``(env, t, total)``, ``total`` the number of candidates (0-d)."""
     sizes = ring.sizes() if sizes is None else sizes
-    env, t = to_steps(ring.lo, sizes, below(sizes.sum(), batch_size, gen))
-    return env, ring.unhole(env, t)
+    return spread(ring, sizes, torch_rand(batch_size, ring.device, gen))
+
+
+def spread(ring: Ring, sizes: Tensor, u: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    """:func:`uniform` from its float64 uniforms ``u``: position ``floor(u * total)`` among
+    the candidates, clipped to ``total - 1`` (``u * total`` may round up to ``total``; -1,
+    an arbitrary step, when there is no candidate), mapped to ``(env, t)`` as
+    :func:`to_steps` maps it. Returns ``(env, t, total)``."""
+    import torch
+
+    ends = torch.cumsum(sizes, 0)
+    total = ends[-1]
+    pos = torch.minimum((u * total).long(), total - 1)
+    E = sizes.shape[0]
+    if E <= _COMPARE_ENVS:  # (no env past the last: no clip)
+        env = (pos[:, None] >= ends[:-1]).sum(1)
+    else:
+        env = torch.searchsorted(ends[:-1], pos, right=True)
+    if ring.holes is None:  # hi - ends: lo - (ends - sizes) wherever sizes > 0, as drawn
+        t = (ring.hi - ends).index_select(0, env).add_(pos)
+        return env, t, total
+    t = (ring.lo + sizes - ends).index_select(0, env).add_(pos)
+    return env, ring.unhole(env, t), total
 
 
 def balanced(sizes: Tensor, batch_size: int, gen: torch.Generator) -> tuple[Tensor, Tensor]:

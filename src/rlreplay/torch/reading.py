@@ -180,9 +180,9 @@ class Reads:
         sizes = ring.sizes()
         if recent:
             env, t = draws.mixed(ring, batch_size, recent, options.recent_steps, gen)
+            total = sizes.sum()
         else:
-            env, t = draws.uniform(ring, batch_size, gen, sizes)
-        total = sizes.sum()
+            env, t, total = draws.uniform(ring, batch_size, gen, sizes)
         if not options.replacement and batch_size <= self.config.num_slots:
             # Distinct whenever enough are sampleable (else, as the core, with replacement).
             env_d, t_d = draws.distinct(ring, batch_size, recent, options.recent_steps, gen)

@@ -27,6 +27,12 @@ Layout (``E`` envs, ``C = capacity // E`` slots per env, ``F`` final records per
   ``e * F + fid % F`` of each finals column), owned by the step that ended the episode
   (``final_owner``); ``final_fid`` names a step's record (``-1``: the step does not end its
   episode). Records ``[f_head, f_count)`` are live.
+* ``next_joint`` is each step's next observation as a row of the storage's joint observation
+  tensors (:meth:`rlreplay.storage.TorchStorage.joint`): its final record's row
+  (``E * C + e * F + fid % F``) where it ends its episode, else the row of the env's next
+  step, so that a transition's ``next_<obs>`` is one gather with no select. A step's
+  ``ep_start``, ``final_fid`` and ``next_joint`` are the columns of one ``(E * C, 3)`` tensor
+  (``row_info``), which an add writes with one ``index_copy_``.
 
 The rules are the NumPy core's (:mod:`rlreplay.episodes.index`), per env:
 
@@ -73,12 +79,15 @@ class Ring:
             ring in lockstep mode).
         counts: Per-env mode: ``(E,)`` int64, steps each env has added; ``None`` in lockstep.
         host_counts: Per-env mode: the same on the host while known, else ``None``.
-        head, lo, hi, last_end, f_count, f_head: ``(E,)`` int64 tensors.
-        ep_start: ``(E * C,)`` per row: the first step of the row's episode.
-        final_fid: ``(E * C,)`` per row: the step's final record, -1 if it does not end its
-            episode.
+        head, lo, hi, last_end, f_count, f_head: ``(E,)`` int64 tensors (with
+            ``frame_stack = 1``, ``lo`` is ``head``: the same tensor).
+        row_info: ``(E * C, 3)`` per row: the columns ``ep_start`` (the first step of the
+            row's episode), ``final_fid`` (the step's final record, -1 if it does not end its
+            episode) and ``next_joint`` (see the module docstring), each also an attribute
+            (a view).
         final_owner: ``(E * F,)`` per record: the step that owns it.
-        envs: ``arange(E)``; ``env_base``: ``envs * C``; ``final_base``: ``envs * F``.
+        envs: ``arange(E)``; ``env_base``: ``envs * C``; ``final_base``: ``envs * F``;
+        final_joint: ``final_base + E * C``, the joint rows of each env's records.
     """
 
     def __init__(self, config: DeviceConfig, device: torch.device) -> None:
@@ -94,15 +103,28 @@ class Ring:
         self._count = 0
         self.counts: Tensor | None = None
         self.host_counts: np.ndarray[Any, Any] | None = None
-        self.head, self.lo, self.hi = zeros(E), zeros(E), zeros(E)
+        self.head, self.hi = zeros(E), zeros(E)
+        # With k = 1, lo is head (the same tensor); with k > 1 settle sets it.
+        self.lo = self.head if config.frame_stack == 1 else zeros(E)
         self.last_end = zeros(E, -1)
-        self.f_count, self.f_head = zeros(E), zeros(E)
-        self.ep_start = zeros(E * C)
-        self.final_fid = zeros(E * C, -1)
-        self.final_owner = zeros(E * F, -1)
+        self.f_head = zeros(E)
         self.envs = torch.arange(E, dtype=torch.int64, device=device)
         self.env_base = self.envs * C
         self.final_base = self.envs * F
+        self.final_joint = self.final_base + E * C
+        # Per row: ep_start, final_fid, next_joint, as the columns of one tensor, so that an
+        # add writes a step's three with one index_copy_.
+        self.row_info = torch.stack([zeros(E * C), zeros(E * C, -1), zeros(E * C)], 1)
+        self.ep_start, self.final_fid, self.next_joint = self.row_info.unbind(1)
+        self.next_joint.copy_(self.successors())
+        # What an add writes to the rows it stores: [0] where the step ends its episode, [1]
+        # where not. Column 0 is last_end + 1 in both, column 1 the new record's number
+        # (f_count itself: the counter lives here) or -1, column 2 the record's joint row or
+        # the env's next row (scratch, filled by each add).
+        self._stage = torch.zeros((2, E, 3), dtype=torch.int64, device=device)
+        self._stage[1, :, 1] = -1
+        self.f_count = self._stage[0, :, 1]
+        self.final_owner = zeros(E * F, -1)
         self.holes: Holes | None = None  # abandoned episodes' holes (rlreplay.torch.holes)
 
     # ------------------------------------------------------------------ counts
@@ -219,46 +241,75 @@ class Ring:
                 self.holes = None
 
     # ------------------------------------------------------------------ updates
+    def successors(self) -> Tensor:
+        """``(E * C,)``: the row of the step after each row's (the next row of its env's
+        ring), which is a step's ``next_joint`` unless it ends its episode."""
+        import torch
+
+        C = self.config.env_capacity
+        rows = torch.arange(self.row_info.shape[0], dtype=torch.int64, device=self.device)
+        return rows - torch.remainder(rows, C) + torch.remainder(rows + 1, C)
+
+    def relink(self) -> None:
+        """Recompute ``next_joint`` from ``final_fid`` (after ``final_fid`` was loaded): the
+        joint row of the step's final record where it ends its episode, else the next row."""
+        import torch
+
+        c = self.config
+        C, F = c.env_capacity, c.finals_per_env
+        fid = self.final_fid
+        env = torch.div(torch.arange(fid.shape[0], device=self.device), C, rounding_mode="floor")
+        final = self.final_joint.index_select(0, env) + torch.remainder(fid, F)
+        self.next_joint.copy_(torch.where(fid >= 0, final, self.successors()))
+
     def advance(self, done: Tensor) -> tuple[Tensor, Tensor]:
         """Account for one new step of every env (``done``: ``(E,)`` bool, which of them end
         their episode) before its values are stored.
 
         Returns:
-            ``(rows, final_pos)``: the ``E`` rows the step goes to, and the row of each env's
-            new final record (meaningful where ``done``).
+            ``(rows, final_rows)``: the ``E`` rows the step goes to, and the joint row
+            (:meth:`rlreplay.storage.TorchStorage.joint`) of each env's new final record
+            (meaningful where ``done``).
         """
         import torch
 
         c = self.config
-        C, F, n = c.env_capacity, c.finals_per_env, c.n_step
+        E, C, F, n = c.num_envs, c.env_capacity, c.finals_per_env, c.n_step
         if self.counts is not None:
-            all_envs = np.arange(self.config.num_envs)
+            all_envs = np.arange(E)
             return self.advance_envs(self.envs, done, all_envs)[:2]
         t = self._count
-        # The step this one overwrites (t - C) gives up its final record if it owns the oldest
-        # live one (live records belong to stored steps, and t - C is the oldest stored step).
-        oldest = self.final_owner.index_select(0, self.final_base + torch.remainder(self.f_head, F))
-        self.f_head.add_((self.f_head < self.f_count) & (oldest == t - C))
-        fid = self.f_count  # the new record's number (f_count moves last)
-        pos = self.final_base + torch.remainder(fid, F)
-        old_owner = self.final_owner.index_select(0, pos)
-        self.head.clamp_(min=t + 1 - C)
-        if c.can_evict:
-            # A new record with F live: the oldest (fid - F, at the same position) goes, and
-            # with it the episode that owns it. (With F >= C records never run out: an env
-            # stores at most C steps, so at most C ended episodes.)
-            full = done & (fid - self.f_head >= F)
-            self.head.copy_(torch.where(full, torch.maximum(self.head, old_owner + 1), self.head))
-            self.f_head.add_(full)
+        stage, f_count = self._stage, self.f_count
         rows = self.env_base + t % C
-        self.ep_start.index_copy_(0, rows, self.last_end + 1)
-        self.final_fid.index_copy_(0, rows, torch.where(done, fid, -1))
-        self.final_owner.index_copy_(0, pos, torch.where(done, t, old_owner))
+        # The step this one overwrites (t - C) frees its final record if it has a live one:
+        # the oldest live record, since live records belong to stored steps.
+        torch.maximum(self.f_head, self.final_fid.index_select(0, rows).add_(1), out=self.f_head)
+        slot = torch.remainder(f_count, F)[:, None]  # the new record's slot in the env's ring
+        owners = self.final_owner.view(E, F)
+        old_owner = owners.gather(1, slot)
+        d = done[:, None]
+        if c.can_evict:
+            # A new record with F live: the oldest (fid - F, at the same slot) goes, and with
+            # it the episode that owns it. A slot's dead record belongs to a step before head
+            # (its owner was overwritten, dropped or cleared), so moving head past the owner
+            # of the slot's record wherever an episode ends changes head only where F were
+            # live. (With F >= C records never run out: an env stores at most C steps.)
+            evict = (old_owner + 1).mul_(d).clamp_(min=t + 1 - C)
+            torch.maximum(self.head, evict.view(E), out=self.head)
+        else:
+            self.head.clamp_(min=t + 1 - C)
+        owners.scatter_(1, slot, old_owner.masked_fill_(d, t))
+        torch.add(self.last_end.expand(2, E), 1, out=stage[:, :, 0])
+        final_rows = torch.add(slot.view(E), self.final_joint, out=stage[0, :, 2])
+        torch.add(self.env_base, (t + 1) % C, out=stage[1, :, 2])
+        self.row_info.index_copy_(0, rows, torch.where(d, stage[0], stage[1]))
         self.last_end.masked_fill_(done, t)
         self._count = t + 1
         torch.add(self.last_end, 1, out=self.hi).clamp_(min=t + 1 - n)
-        self.f_count.add_(done)
-        return rows, pos
+        f_count.add_(done)
+        if c.can_evict:  # at most F live records
+            torch.maximum(self.f_head, f_count - F, out=self.f_head)
+        return rows, final_rows
 
     def advance_envs(
         self, env: Tensor, done: Tensor, host_env: np.ndarray[Any, Any] | None = None
@@ -271,8 +322,8 @@ class Ring:
         rows are left as they are. ``O(E + K)`` ops of fixed shapes, no host synchronisation.
 
         Returns:
-            ``(rows, final_pos, t, stepping)``: the ``K`` rows the steps go to, the row of
-            each one's new final record (meaningful where ``done``), each one's step ``t``,
+            ``(rows, final_rows, t, stepping)``: the ``K`` rows the steps go to, the joint row
+            of each one's new final record (meaningful where ``done``), each one's step ``t``,
             and the ``(E,)`` bool mask of the envs that stepped.
         """
         import torch
@@ -290,23 +341,34 @@ class Ring:
         oldest = self.final_owner.index_select(0, self.final_base + torch.remainder(self.f_head, F))
         self.f_head.add_(s & (self.f_head < self.f_count) & (oldest == counts - C))
         fid = self.f_count
-        pos = self.final_base + torch.remainder(fid, F)
+        slot = torch.remainder(fid, F)
+        pos = self.final_base + slot
         old_owner = self.final_owner.index_select(0, pos)
         torch.maximum(self.head, counts + s.long() - C, out=self.head)
         if c.can_evict:
             full = d & (fid - self.f_head >= F)
             self.head.copy_(torch.where(full, torch.maximum(self.head, old_owner + 1), self.head))
             self.f_head.add_(full)
-        rows = torch.remainder(t_env, C).add_(self.env_base.index_select(0, env))
-        self.ep_start.index_copy_(0, rows, (self.last_end + 1).index_select(0, env))
-        fid_env = fid.index_select(0, env)
-        self.final_fid.index_copy_(0, rows, torch.where(done, fid_env, -1))
+        tc = torch.remainder(t_env, C)
+        base = self.env_base.index_select(0, env)
+        rows = tc + base
+        final_rows = (slot + self.final_joint).index_select(0, env)
+        after = torch.remainder(tc + 1, C).add_(base)
+        info = torch.stack(
+            [
+                (self.last_end + 1).index_select(0, env),
+                torch.where(done, fid.index_select(0, env), -1),
+                torch.where(done, final_rows, after),
+            ],
+            1,
+        )
+        self.row_info.index_copy_(0, rows, info)
         self.final_owner.index_copy_(0, pos, torch.where(d, counts, old_owner))
         self.last_end.copy_(torch.where(d, counts, self.last_end))
         counts.add_(s)
         self.hi.copy_(torch.where(s, torch.maximum(self.last_end + 1, counts - n), self.hi))
         self.f_count.add_(d)
-        return rows, pos.index_select(0, env), t_env, s
+        return rows, final_rows, t_env, s
 
     def settle(self, terminated: Tensor, truncated: Tensor) -> None:
         """Set ``lo`` from the new ``head`` and ``count``, once the step's columns are stored
@@ -315,8 +377,7 @@ class Ring:
 
         k = self.config.frame_stack
         head, count = self.head, self.now
-        if k == 1:
-            self.lo.copy_(head)
+        if k == 1:  # lo is head
             return
         first = self.ep_start.index_select(0, self.rows_of(head, self.envs))
         cut = (head < count) & (first < head)

@@ -62,10 +62,12 @@ class Writes:
         # Each env's spare row of the joint observation tensors (where a step that does not
         # end its episode writes its next observation) and the offset of the final rows.
         self.spare = ring.envs + (E * C + E * F)
-        self.finals_at = E * C
         self.wanted: dict[str, Field] = dict(config.schema.fields)
         self.wanted.update({"next_" + n: config.schema.fields[n] for n in config.observation_names})
         self.stored = {n: torch_dtype(f.dtype) for n, f in self.wanted.items()}
+        # (name, dtype, shape, device) of tensors tensor() took as they are for a step of
+        # every env: a value with the same signature needs no other check.
+        self.seen: set[tuple[Any, ...]] = set()
         numpy_dtypes()
 
     def add(self, env_ids: Any, timeout: Any, values: dict[str, Any]) -> Tensor:
@@ -73,9 +75,9 @@ class Writes:
         import torch
 
         c = self.config
-        missing = sorted(set(self.wanted) - set(values))
-        unknown = sorted(set(values) - set(self.wanted))
-        if missing or unknown:
+        if values.keys() != self.wanted.keys():
+            missing = sorted(set(self.wanted) - set(values))
+            unknown = sorted(set(values) - set(self.wanted))
             raise FieldError(
                 f"add: expected the keys {sorted(self.wanted)}; missing {missing}, unknown "
                 f"{unknown}"
@@ -83,15 +85,18 @@ class Writes:
         ring, pacing = self.ring, self.pacing
         env, host_env = (None, None) if env_ids is None else self.env_ids(env_ids)
         if env is None and not ring.per_env:
-            vals = {name: self.tensor(name, values[name], (c.num_envs,)) for name in self.wanted}
+            vals = self.every_env(values)
             if pacing is None:
                 return self.store_all(vals)
             return pacing.insert(c.num_envs, timeout, None, lambda: self.store_all(vals))
         if env is None:  # every env, counted per env
             env, host_env = ring.envs, np.arange(c.num_envs)
+            vals = self.every_env(values)
+        else:
+            k = env.shape[0]
+            want = (k,)
+            vals = {n: self.tensor(n, values[n], want, "len(env_ids)") for n in self.wanted}
         k = env.shape[0]
-        axis = "num_envs" if env_ids is None else "len(env_ids)"
-        vals = {name: self.tensor(name, values[name], (k,), axis) for name in self.wanted}
         if k == 0:  # no env steps (nothing to ask a rate limiter for)
             return torch.zeros(0, dtype=torch.int64, device=self.device)
         if pacing is None:
@@ -103,8 +108,8 @@ class Writes:
         """Store a checked step of every env (lockstep mode); its ids."""
         ring = self.ring
         done = vals["terminated"] | vals["truncated"]
-        rows, pos = ring.advance(done)
-        self.store(rows, pos, done, vals)
+        rows, final_rows = ring.advance(done)
+        self.store(rows, final_rows, done, vals)
         if self.prio is not None:
             self.prio.after_write()
         return ring.envs + (ring.count - 1) * self.config.num_envs
@@ -114,28 +119,50 @@ class Writes:
         import torch
 
         done = vals["terminated"] | vals["truncated"]
-        rows, pos, t, stepping = self.ring.advance_envs(env, done, host_env)
-        self.store(rows, pos, done, vals, env)
+        rows, final_rows, t, stepping = self.ring.advance_envs(env, done, host_env)
+        self.store(rows, final_rows, done, vals, env)
         if self.prio is not None:
             self.prio.after_write(stepping)
         return torch.add(env, t, alpha=self.config.num_envs)
 
     def store(
-        self, rows: Tensor, pos: Tensor, done: Tensor, vals: dict[str, Tensor],
+        self, rows: Tensor, final_rows: Tensor, done: Tensor, vals: dict[str, Tensor],
         env: Tensor | None = None,
     ) -> None:  # fmt: skip
-        """Write a step's values to ``rows`` (its next observations to final records ``pos``
-        where ``done``, else to the envs' spare rows) and settle the ring."""
+        """Write a step's values to ``rows`` (its next observations to the joint rows
+        ``final_rows`` of its final records where ``done``, else to the envs' spare rows) and
+        settle the ring."""
         import torch
 
         c, ring, st = self.config, self.ring, self.storage
-        st.write(rows, vals)
+        st.write_checked(rows, vals)
         if c.observation_names:  # next_<obs> to the final row where done, else a spare row
             spare = self.spare if env is None else self.spare.index_select(0, env)
-            dest = torch.where(done, pos + self.finals_at, spare)
+            dest = torch.where(done, final_rows, spare)
             for name in c.observation_names:
-                st.write_joint(name, dest, vals["next_" + name])
+                st.write_joint_checked(name, dest, vals["next_" + name])
         ring.settle(st.steps["terminated"], st.steps["truncated"])
+
+    def every_env(self, values: dict[str, Any]) -> dict[str, Tensor]:
+        """A step of every env, each value through :meth:`tensor`, except that a tensor with
+        the signature (dtype, shape, device) of one :meth:`tensor` took as it was before
+        passes as it is (one set lookup per value)."""
+        import torch
+
+        E, seen = self.config.num_envs, self.seen
+        out: dict[str, Tensor] = {}
+        for name, value in values.items():
+            if isinstance(value, torch.Tensor):
+                key = (name, value.dtype, value.shape, value.device)
+                if key in seen:
+                    out[name] = value
+                    continue
+                out[name] = checked = self.tensor(name, value, (E,))
+                if checked is value:
+                    seen.add(key)
+            else:
+                out[name] = self.tensor(name, value, (E,))
+        return out
 
     def tensor(
         self, name: str, value: Any, want: tuple[int, ...], axis: str = "num_envs"
