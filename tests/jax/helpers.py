@@ -124,12 +124,22 @@ class Twins:
         self.np_buf.clear()
         self.np_head[:] = self.count
 
+    def abandon(self, env_id: int) -> None:
+        """Abandon env ``env_id``'s running episode in both buffers."""
+        self.state = self.buf.abandon_episode(self.state, env_id)
+        self.np_buf.abandon_episode(env_id)
+
 
 def jax_sampleable_ids(buf: rrj.JaxBuffer, state: rrj.BufferState) -> Array:
-    """Every sampleable id of a JAX buffer, sorted (from its ranges, on the host)."""
+    """Every sampleable id of a JAX buffer, sorted: its ranges ``[lo, hi)`` on the host, less
+    the holes of abandoned episodes (the per-row marks of :mod:`rlreplay.jax.holes`)."""
     lo, hi = np.asarray(state.lo), np.asarray(state.hi)
-    E = buf.num_envs
-    ids = [np.arange(lo[e], hi[e], dtype=np.int64) * E + e for e in range(E)]
+    hole = np.asarray(state.hole)
+    E, C = buf.num_envs, buf.env_capacity
+    ids = []
+    for e in range(E):
+        t = np.arange(lo[e], hi[e], dtype=np.int64)
+        ids.append(t[hole[(t % C) * E + e] != t] * E + e)
     return np.sort(np.concatenate(ids))
 
 

@@ -1,7 +1,7 @@
-"""Hypothesis: random sequences of add, sample, update_priorities, clear and round trips through
-``to_replay_buffer`` / ``from_replay_buffer``, run on the JAX buffer and on the NumPy core
-side by side; after every operation both hold the same sampleable transitions, bit for bit,
-with the same priorities."""
+"""Hypothesis: random sequences of add, sample, update_priorities, clear, abandon_episode and
+round trips through ``to_replay_buffer`` / ``from_replay_buffer``, run on the JAX buffer and
+on the NumPy core side by side; after every operation both hold the same sampleable
+transitions, bit for bit, with the same priorities."""
 
 from __future__ import annotations
 
@@ -43,8 +43,9 @@ sample_op = st.tuples(st.just("sample"), st.integers(0, 2**31 - 1), st.just(0))
 update_op = st.tuples(st.just("update"), st.integers(0, 2**31 - 1), st.integers(1, 8))
 trip_op = st.tuples(st.just("round trip"), st.just(0), st.just(0))
 clear_op = st.tuples(st.just("clear"), st.just(0), st.just(0))
+abandon_op = st.tuples(st.just("abandon"), st.integers(0, 2), st.just(0))
 ops = st.lists(
-    st.one_of(add_op, add_op, add_op, sample_op, update_op, trip_op, clear_op),
+    st.one_of(add_op, add_op, add_op, sample_op, update_op, trip_op, clear_op, abandon_op),
     min_size=1, max_size=40,
 )  # fmt: skip
 
@@ -100,6 +101,8 @@ def test_random_operations_match_the_core(
             tw.state = buf.update_priorities(tw.state, ids, values)
         elif op == "clear":
             tw.clear()
+        elif op == "abandon":
+            tw.abandon(int(a) % buf.num_envs)
         else:  # round trip: the state through a NumPy buffer and back
             np_buf = rrj.to_replay_buffer(buf, tw.state)
             _, tw.state = rrj.from_replay_buffer(np_buf, finals_per_env=buf.config.finals_per_env)

@@ -43,7 +43,7 @@ def core_priorities(np_buf: rr.ReplayBuffer, ids: Array) -> Array:
 def jax_priorities(buf: rrj.JaxBuffer, state: rrj.BufferState, ids: Array) -> Array:
     assert state.priorities is not None
     rows = (ids // buf.num_envs) % buf.env_capacity * buf.num_envs + ids % buf.num_envs
-    return np.asarray(state.priorities.prio)[rows]
+    return np.abs(np.asarray(state.priorities.prio)[rows])  # (holes' are kept negated)
 
 
 def law(buf: rrj.JaxBuffer, state: rrj.BufferState, ids: Array, alpha: float) -> Array:

@@ -2,19 +2,20 @@
 
 :func:`make_buffer` returns a :class:`JaxBuffer` whose ``init``, ``add``, ``sample``,
 ``sample_sequences``, ``update_priorities``, ``get_transitions``, ``get_sequences``,
-``clear`` and ``can_sample`` are pure functions of a :class:`BufferState` (a pytree of
-arrays), usable under ``jit``, inside ``lax.scan``, under ``vmap`` and with donated buffers.
-The semantics are the NumPy core's (ids, sampleable transitions, n-step windows, final
-observations, frame stacks, sequences, the recency mix, the proportional and rank-based laws);
-:func:`to_replay_buffer` and :func:`from_replay_buffer` move a state to and from a NumPy
-:class:`rlreplay.ReplayBuffer` (checkpoints, inspection, exports).
+``clear``, ``abandon_episode`` and ``can_sample`` are pure functions of a
+:class:`BufferState` (a pytree of arrays), usable under ``jit``, inside ``lax.scan``, under
+``vmap`` and with donated buffers. The semantics are the NumPy core's (ids, sampleable
+transitions, n-step windows, final observations, frame stacks, sequences, the recency mix,
+the proportional and rank-based laws, abandoned episodes); :func:`to_replay_buffer` and
+:func:`from_replay_buffer` move a state to and from a NumPy :class:`rlreplay.ReplayBuffer`
+(checkpoints, inspection, exports).
 
 Owns: the JAX state layout and its kernels (``ring``: episode bookkeeping, ``assemble``:
 transitions, ``sequences``: runs of steps, ``draws``: uniform draws and the recency mix,
-``tree``, ``prioritized`` and ``rank``: the prioritized laws). Knows nothing of the NumPy
-core's storage or sampler internals: conversions go through the public ``state_dict`` /
-``load_state_dict``. JAX is imported on first use, so ``import rlreplay`` (and this package's
-import) stays free of it.
+``tree``, ``prioritized`` and ``rank``: the prioritized laws, ``holes``: abandoned
+episodes). Knows nothing of the NumPy core's storage or sampler internals: conversions go
+through the public ``state_dict`` / ``load_state_dict``. JAX is imported on first use, so
+``import rlreplay`` (and this package's import) stays free of it.
 
 Memory: observations are stored once; an env keeps the final observations of at most
 ``finals_per_env`` ended episodes in a small side ring (default a quarter of its slots), since
@@ -30,8 +31,9 @@ Example:
 """
 
 from rlreplay.jax.batch import JaxBatch
-from rlreplay.jax.buffer import JaxBuffer, make_buffer
+from rlreplay.jax.buffer import JaxBuffer
 from rlreplay.jax.convert import from_replay_buffer, to_replay_buffer
+from rlreplay.jax.factory import make_buffer
 from rlreplay.jax.state import BufferState, PriorityState
 
 __all__ = [

@@ -8,28 +8,28 @@ first use and callable as well inside a user's ``jit``, ``lax.scan`` or ``vmap``
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
 
 from rlreplay.buffer.budget import ResultBudget
-from rlreplay.errors import ConfigError, DTypeError, FieldError, ReplayError, ShapeError
+from rlreplay.errors import ConfigError, DTypeError, FieldError, InvalidIdError, ShapeError
+from rlreplay.jax import holes, sequences
 from rlreplay.jax import prioritized as per
-from rlreplay.jax import sequences
 from rlreplay.jax._lib import jax, jnp, lax, require_jax
 from rlreplay.jax.assemble import transitions
 from rlreplay.jax.batch import JaxBatch, register_batch
-from rlreplay.jax.config import BufferConfig, check_ids_fit, make_config
+from rlreplay.jax.config import BufferConfig
 from rlreplay.jax.draws import distinct, mixed, recent_count, uniform
 from rlreplay.jax.episodes import complete_records, draw_episodes
 from rlreplay.jax.ring import cleared, first_sampleable, write_index
 from rlreplay.jax.state import BufferState, init_state
 from rlreplay.sampling.prioritized_args import _check_uniform_only
 from rlreplay.sampling.uniform import draw_options
-from rlreplay.spec import Field, Schema, positive_int
+from rlreplay.spec import Field, positive_int
 
-__all__ = ["JaxBuffer", "make_buffer"]
+__all__ = ["JaxBuffer"]
 
 
 class JaxBuffer:
@@ -69,8 +69,8 @@ class JaxBuffer:
       weight 1) instead of raising. Shapes, dtypes and keys are checked when tracing.
     * :meth:`sample_episodes` pads every episode to a static ``max_length`` (the core: to the
       batch's longest).
-    * Not offered: abandoned episodes, transforms and rate limiters
-      (:func:`~rlreplay.jax.to_replay_buffer` gives a NumPy buffer that has them).
+    * Not offered: transforms and rate limiters (:func:`~rlreplay.jax.to_replay_buffer`
+      gives a NumPy buffer that has them).
 
     Every function is jitted (batch sizes, sequence lengths and flags are static) and works inside
     ``lax.scan`` and under ``vmap`` (one buffer per seed: ``jax.vmap(lambda _: buf.init())(
@@ -124,6 +124,7 @@ class JaxBuffer:
             lambda state: jnp.sum(complete_records(config, state)[1]).astype(state.count.dtype)
         )
         self._clear = jax.jit(self._clear_impl)
+        self._abandon = jax.jit(lambda state, env: holes.abandon(config, state, env))
         self._update = jax.jit(self._update_impl)
         self._get = jax.jit(self._get_impl)
         self._can_sample = jax.jit(self._can_sample_impl)
@@ -389,6 +390,56 @@ class JaxBuffer:
         out: BufferState = self._clear(state)
         return out
 
+    def abandon_episode(self, state: BufferState, env_id: Any = 0) -> BufferState:
+        """Abandon the running episode of env ``env_id``: end it at its newest step,
+        unobserved, as :meth:`rlreplay.ReplayBuffer.abandon_episode` does.
+
+        For a running episode whose continuation is lost (an env reset without a final
+        observation, a crashed actor): there is no final observation and no flag. The
+        episode's steps whose ``n_step`` windows are complete inside it stay sampleable; its
+        last ``n_step`` steps stay stored (for :meth:`get_sequences` and
+        :meth:`sample_sequences`) but are never sampleable: :meth:`sample` never draws them,
+        a prioritized buffer gives them no mass and :meth:`update_priorities` ignores their
+        ids. Sequences with ``within_episode`` stop at the cut (its ``next_known`` is False),
+        :meth:`sample_episodes` leaves the episode out, and the env's next :meth:`add` starts
+        a new episode. A no-op for an env where no episode runs (no step yet, or its newest
+        step ends its episode). Conversions (:func:`~rlreplay.jax.to_replay_buffer`,
+        :func:`~rlreplay.jax.from_replay_buffer`) keep the cut.
+
+        Cost: ``O(E * n_step)``. While the never-sampleable steps of an abandoned episode lie
+        among an env's stored, otherwise sampleable steps, a uniform :meth:`sample` and
+        :meth:`num_sampleable` take ``O(capacity)`` (under :func:`jax.lax.cond`: a buffer
+        without such steps pays nothing; under ``vmap`` both branches run).
+
+        Args:
+            state: The buffer's state.
+            env_id: An int scalar (may be traced; a traced id out of range abandons
+                nothing), or a bool mask of shape ``(E,)`` abandoning every env it marks.
+
+        Returns:
+            The new state.
+
+        Raises:
+            rlreplay.InvalidIdError: A concrete ``env_id`` that is not an env of this buffer.
+            rlreplay.ConfigError: ``env_id`` neither an int scalar nor a bool ``(E,)`` mask
+                (when tracing).
+        """
+        E = self.config.num_envs
+        if isinstance(env_id, int | np.integer) and not isinstance(env_id, bool | np.bool_):
+            if not 0 <= int(env_id) < E:
+                raise InvalidIdError(f"env_id: expected an env in [0, {E}), got {int(env_id)}")
+        else:
+            value = env_id if hasattr(env_id, "dtype") else np.asarray(env_id)
+            shape, dtype = tuple(value.shape), np.dtype(value.dtype)
+            if not ((shape == (E,) and dtype == np.bool_) or (shape == () and dtype.kind in "iu")):
+                raise ConfigError(
+                    f"env_id: expected an int scalar or a bool mask of shape ({E},), got "
+                    f"{dtype} values of shape {shape}"
+                )
+        env = holes.env_mask(self.config, env_id)
+        out: BufferState = self._abandon(state, env)
+        return out
+
     def update_priorities(self, state: BufferState, ids: Any, priorities: Any) -> BufferState:
         """Set the priorities of sampled transitions (prioritized buffers).
 
@@ -506,19 +557,24 @@ class JaxBuffer:
         recent = recent_count(c.recent_ratio if recent_ratio is None else recent_ratio, batch_size)
         steps = min(c.recent_steps, c.env_capacity) if recent_steps is None else recent_steps
 
-        def with_replacement() -> tuple[Any, Any]:
-            if recent:
-                return mixed(state.lo, state.hi, key, batch_size, recent, steps)
-            return uniform(state.lo, state.hi, key, batch_size)
+        def draw(lo: Any, hi: Any) -> tuple[Any, Any]:  # over the ranges [lo, hi)
+            def with_replacement() -> tuple[Any, Any]:
+                if recent:
+                    return mixed(lo, hi, key, batch_size, recent, steps)
+                return uniform(lo, hi, key, batch_size)
 
-        if c.replacement if replacement is None else replacement:
-            env, t = with_replacement()
-        else:  # distinct whenever enough are sampleable (else as the core: with replacement)
-            env, t = lax.cond(
-                batch_size <= self._num_sampleable_impl(state),
-                lambda: distinct(state.lo, state.hi, key, batch_size, recent, steps),
+            if c.replacement if replacement is None else replacement:
+                return with_replacement()
+            # Distinct whenever enough are sampleable (else as the core: with replacement).
+            out: tuple[Any, Any] = lax.cond(
+                batch_size <= jnp.sum(jnp.maximum(hi - lo, 0)),
+                lambda: distinct(lo, hi, key, batch_size, recent, steps),
                 with_replacement,
             )
+            return out
+
+        # Over the sampleable steps: abandoned episodes' holes left out (holes.draw_around).
+        env, t = holes.draw_around(c, state, draw)
         out = transitions(c, state, env, t)
         out["weights"] = jnp.ones(batch_size, jnp.float32)
         return JaxBatch(out)
@@ -577,18 +633,19 @@ class JaxBuffer:
         return JaxBatch(out)
 
     def _num_sampleable_impl(self, state: BufferState) -> Any:
-        return jnp.sum(jnp.maximum(state.hi - state.lo, 0))
+        return holes.num_sampleable(self.config, state)
 
     def _sampleable_impl(self, state: BufferState, ids: Any) -> Any:
         ids = jnp.asarray(ids).astype(state.count.dtype)
         env = jnp.mod(ids, self.config.num_envs)
         t = jnp.floor_divide(ids, self.config.num_envs)
-        return (ids >= 0) & (t >= state.lo[env]) & (t < state.hi[env])
+        in_range = (ids >= 0) & (t >= state.lo[env]) & (t < state.hi[env])
+        return in_range & ~holes.in_hole(self.config, state, env, t)
 
     def _can_sample_impl(self, state: BufferState) -> Any:
         if state.priorities is not None:
             return state.priorities.sums[-1][0] > 0
-        return jnp.any(state.hi > state.lo)
+        return self._num_sampleable_impl(state) > 0
 
 
 def _count(ids: Any) -> int:
@@ -604,115 +661,3 @@ def _flag(name: str, value: Any) -> bool:
     if not isinstance(value, bool | np.bool_):
         raise ConfigError(f"{name}: expected a bool, got {value!r}")
     return bool(value)
-
-
-def make_buffer(
-    capacity: int,
-    fields: Mapping[str, Field | tuple[Any, Any]],
-    *,
-    num_envs: int = 1,
-    n_step: int = 1,
-    gamma: float = 0.99,
-    frame_stack: int = 1,
-    stack_pad: str = "zero",
-    next_fields: Sequence[str] = (),
-    finals_per_env: int | None = None,
-    prioritized: bool = False,
-    alpha: float = 0.6,
-    beta: float = 0.4,
-    beta_final: float = 1.0,
-    beta_steps: int = 0,
-    eps: float = 1e-6,
-    variant: str = "proportional",
-    initial_priority: float = 1.0,
-    priority_clip: tuple[float, float] | None = None,
-    stratified: bool = True,
-    sort_interval: int | None = None,
-    recent_ratio: float = 0.0,
-    recent_steps: int = 1,
-    replacement: bool = True,
-) -> JaxBuffer:
-    """A replay buffer of pure JAX functions (see :class:`JaxBuffer`).
-
-    Args:
-        capacity: Transitions stored over all envs; at least ``num_envs * (n_step +
-            frame_stack)``. Each env keeps ``capacity // num_envs`` steps.
-        fields: Name -> :class:`rlreplay.Field`, as for :class:`rlreplay.ReplayBuffer`
-            (``obs`` is an observation field; ``reward``, ``terminated``, ``truncated`` are
-            built in; the reward must be float32, or float64 with ``jax_enable_x64``).
-        num_envs: ``E``: every :meth:`~JaxBuffer.add` takes one step of each env.
-        n_step: Window length.
-        gamma: Discount in ``[0, 1]``.
-        frame_stack: ``k``: sampled ``obs``/``next_obs`` are ``(B, k, *frame)`` stacks.
-        stack_pad: ``"zero"`` or ``"first"``: what fills a stack before an episode's start.
-        next_fields: Non-observation fields also read at step ``t+m`` (zeros at episode ends).
-        finals_per_env: Final observations kept per env (default ``env_capacity // 4``; see
-            :class:`JaxBuffer` for what happens beyond).
-        prioritized: Sample by priority with importance weights.
-        alpha, beta, beta_final, beta_steps, eps, variant, initial_priority, priority_clip,
-            stratified: The law, as for :class:`rlreplay.PrioritizedReplayBuffer`
-            (``"proportional"`` or ``"rank_based"``).
-        sort_interval: Rank-based: ``None`` or ``1``; the JAX buffer ranks exactly at every
-            draw, which is the core's ``sort_interval=1`` (see :mod:`rlreplay.jax.rank`).
-        recent_ratio, recent_steps: Uniform buffers: ``ceil(recent_ratio * B)`` draws of a
-            batch of ``B`` are uniform over the ``recent_steps`` newest sampleable
-            transitions of each env, as for :class:`rlreplay.ReplayBuffer`.
-        replacement: Uniform buffers: if False, a batch has no duplicates whenever enough
-            transitions are sampleable, as for :class:`rlreplay.ReplayBuffer`.
-
-    Raises:
-        rlreplay.ConfigError: An argument out of range, naming it.
-        ImportError: JAX is not installed.
-
-    Example:
-        >>> import numpy as np, rlreplay as rr, rlreplay.jax as rrj
-        >>> buf = rrj.make_buffer(capacity=1000, fields={"obs": rr.Field((4,), np.float32)},
-        ...                       num_envs=4, n_step=3, prioritized=True)
-        >>> buf.env_capacity
-        250
-    """
-    jax_module = require_jax()
-    x64 = bool(jax_module.config.jax_enable_x64)
-    try:
-        key = _config_key(capacity, fields, locals())
-    except (TypeError, ReplayError):  # unhashable, or invalid: make_config says which
-        key = None
-    if key is not None and key in _BUFFERS:
-        return _BUFFERS[key]
-    config = make_config(
-        capacity, fields, num_envs=num_envs, n_step=n_step, gamma=gamma,
-        frame_stack=frame_stack, stack_pad=stack_pad, next_fields=next_fields,
-        finals_per_env=finals_per_env, prioritized=prioritized, x64=x64, alpha=alpha, beta=beta,
-        beta_final=beta_final, beta_steps=beta_steps, eps=eps, variant=variant,
-        initial_priority=initial_priority, priority_clip=priority_clip, stratified=stratified,
-        sort_interval=sort_interval, recent_ratio=recent_ratio, recent_steps=recent_steps,
-        replacement=replacement,
-    )  # fmt: skip
-    check_ids_fit(config)
-    buf = JaxBuffer(config)
-    if key is not None:
-        if len(_BUFFERS) >= 64:
-            _BUFFERS.pop(next(iter(_BUFFERS)))
-        _BUFFERS[key] = buf
-    return buf
-
-
-# Buffers by configuration: a JaxBuffer holds no data, so equal configurations share one (and
-# its compiled functions: a second make_buffer, or from_replay_buffer, compiles nothing anew).
-_BUFFERS: dict[Any, JaxBuffer] = {}
-
-
-def _config_key(capacity: Any, fields: Any, args: Mapping[str, Any]) -> Any:
-    """A hashable key of :func:`make_buffer`'s arguments (``TypeError`` if one is not)."""
-    described = tuple(
-        (name, f.shape, f.dtype.str, f.observation)
-        for name, f in Schema.build(fields).fields.items()
-    )
-    rest = tuple(
-        (k, tuple(v) if isinstance(v, list) else v)
-        for k, v in sorted(args.items())
-        if k not in ("capacity", "fields", "jax_module")
-    )
-    key = (capacity, described, rest)
-    hash(key)
-    return key

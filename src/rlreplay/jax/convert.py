@@ -19,8 +19,10 @@ from rlreplay.buffer import ReplayBuffer
 from rlreplay.buffer.portable import Contents, Index, Priorities, read_contents, write_contents
 from rlreplay.errors import ConfigError, ShapeError
 from rlreplay.jax._lib import jax, jnp
-from rlreplay.jax.buffer import JaxBuffer, make_buffer
+from rlreplay.jax.buffer import JaxBuffer
 from rlreplay.jax.config import BufferConfig, default_finals
+from rlreplay.jax.factory import make_buffer
+from rlreplay.jax.holes import ABANDONED
 from rlreplay.jax.state import BufferState, PriorityState, empty_tree
 
 __all__ = ["from_replay_buffer", "to_replay_buffer"]
@@ -101,8 +103,8 @@ def to_replay_buffer(
     priorities = None
     if host.priorities is not None:
         pri = host.priorities
-        priorities = Priorities(
-            prio=_env_major(np.asarray(pri.prio[: E * C], np.float64), E, C),
+        priorities = Priorities(  # (holes' priorities are kept negated: see jax.holes)
+            prio=_env_major(np.abs(np.asarray(pri.prio[: E * C], np.float64)), E, C),
             max_priority=float(pri.max_priority),
             beta_step=int(pri.beta_step),
         )
@@ -135,13 +137,13 @@ def from_replay_buffer(
 
     Raises:
         rlreplay.ConfigError: A buffer the JAX buffer cannot represent (naming why): other
-            samplers, recorded episodic returns, envs at different steps, abandoned
-            episodes, ``finals_per_env`` below the final observations held, or values that
+            samplers, recorded episodic returns, envs at different steps,
+            ``finals_per_env`` below the final observations held, or values that
             do not fit JAX's 32-bit types (enable ``jax_enable_x64``).
     """
     got = read_contents(
         np_buf, kind="JAX", finals_per_env=finals_per_env,
-        default_finals=lambda C, _prioritized: default_finals(C),
+        default_finals=lambda C, _prioritized: default_finals(C), abandoned=True,
     )  # fmt: skip
     buf = make_buffer(
         got.capacity, got.fields, finals_per_env=got.finals_per_env,
@@ -156,6 +158,9 @@ def from_replay_buffer(
         raise ConfigError(
             f"from_replay_buffer: ids up to {count * E} do not fit {idt}; enable jax_enable_x64"
         )
+    final_fid = _time_major(ix.final_fid, E, C)
+    ep_start = _time_major(ix.ep_start, E, C)
+    hole, last_cut = _holes(c, count, ix.head, final_fid, ep_start)
     host = BufferState(
         columns={name: _fit(name, _time_major(got.steps[name], E, C), c) for name in got.fields},
         finals={name: _fit(name, got.finals[name], c) for name in c.observation_names},
@@ -166,15 +171,18 @@ def from_replay_buffer(
         last_end=ix.last_end.astype(idt),
         f_count=ix.f_count.astype(idt),
         f_head=ix.f_head.astype(idt),
-        ep_start=_time_major(ix.ep_start, E, C).astype(idt),
-        final_fid=_time_major(ix.final_fid, E, C).astype(idt),
+        ep_start=ep_start.astype(idt),
+        final_fid=final_fid.astype(idt),
         final_owner=ix.final_owner.astype(idt),
+        hole=hole.astype(idt),
+        last_cut=last_cut.astype(idt),
         priorities=None,
     )
     state: BufferState = jax.device_put(host)
     if got.priorities is not None:
         prio, sums, mins = empty_tree(c)
         loaded = _time_major(got.priorities.prio, E, C).astype(np.float32)
+        loaded = np.where(hole >= 0, -np.abs(loaded), loaded)  # see rlreplay.jax.holes
         pri = PriorityState(
             prio=prio.at[: E * C].set(loaded),
             sums=sums,
@@ -184,6 +192,24 @@ def from_replay_buffer(
         )
         state = buf._rebuild(state._replace(priorities=pri))
     return buf, state
+
+
+def _holes(
+    config: BufferConfig, count: int, head: Array, final_fid: Array, ep_start: Array
+) -> tuple[Array, Array]:
+    """``(hole, last_cut)`` of the state (:mod:`rlreplay.jax.holes`) from the abandoned ends
+    (``final_fid == ABANDONED``) among the stored steps; time-major rows."""
+    E, C, n = config.num_envs, config.env_capacity, config.n_step
+    hole = np.full(E * C, -1, np.int64)
+    last_cut = np.full(E, -1, np.int64)
+    for e in range(E):
+        t = np.arange(int(head[e]), count, dtype=np.int64)
+        for a in t[final_fid[(t % C) * E + e] == ABANDONED].tolist():
+            start = max(a - n + 1, int(ep_start[(a % C) * E + e]), int(head[e]))
+            steps = np.arange(start, a + 1, dtype=np.int64)
+            hole[(steps % C) * E + e] = steps
+            last_cut[e] = a
+    return hole, last_cut
 
 
 def _fit(name: str, values: Array, config: BufferConfig) -> Array:

@@ -27,6 +27,7 @@ from typing import Any
 from rlreplay.jax import _random, rank, tree
 from rlreplay.jax._lib import jnp, lax
 from rlreplay.jax.config import BufferConfig, tree_levels
+from rlreplay.jax.holes import in_hole
 from rlreplay.jax.ring import Written, rows_of, sampleable, step_in_row
 from rlreplay.jax.state import BufferState, PriorityState
 
@@ -107,6 +108,7 @@ def update(
     env = jnp.mod(ids, E)
     t = jnp.floor_divide(ids, E)
     ok = (ids >= 0) & (t >= state.head[env]) & (t < state.count) & (p >= 0) & (p < jnp.inf)
+    ok = ok & ~in_hole(config, state, env, t)  # abandoned episodes' holes keep no priority
     if config.priority_clip is not None:
         p = jnp.clip(p, config.priority_clip[0], config.priority_clip[1])
     p = p + jnp.float32(config.eps)

@@ -57,13 +57,13 @@ def first_sampleable(config: BufferConfig, state: BufferState) -> Any:
     envs = jnp.arange(config.num_envs, dtype=head.dtype)
     cut = (count > head) & (state.ep_start[rows_of(config, head, envs)] < head)
     lo_cut = head + jnp.minimum(k - 1, count - head)
-    te, tr = state.columns["terminated"], state.columns["truncated"]
-    # The cut episode's steps head .. head+k-2 are skipped up to and including its end: the
-    # first end among them decides (the loop runs backwards so that the first one wins).
+    # The cut episode's steps head .. head+k-2 are skipped up to and including its end (with a
+    # final record or abandoned: final_fid != -1): the first end among them decides (the loop
+    # runs backwards so that the first one wins).
     for i in range(k - 2, -1, -1):
         j = head + i
         row = rows_of(config, j, envs)
-        lo_cut = jnp.where((j < count) & (te[row] | tr[row]), j + 1, lo_cut)
+        lo_cut = jnp.where((j < count) & (state.final_fid[row] != -1), j + 1, lo_cut)
     return jnp.where(cut, lo_cut, head)
 
 

@@ -12,6 +12,9 @@ Layout (``E`` envs, ``C = capacity // E`` slots per env, ``F`` final records per
   ``e * F + fid % F`` of each ``finals`` column), owned by the step that ended the episode
   (``final_owner``); ``final_fid`` names a step's record (``-1``: the step does not end its
   episode). Records ``[f_head, f_count)`` are live.
+* Abandoned episodes (:mod:`rlreplay.jax.holes`) end at a step whose ``final_fid`` is ``-2``;
+  ``hole`` marks, per row, the stored step that lies in such an episode's hole (never
+  sampleable), and ``last_cut`` is each env's newest abandoned step.
 """
 
 from __future__ import annotations
@@ -66,6 +69,10 @@ class BufferState(NamedTuple):
         final_fid: ``(E * C,)`` per row: the step's final record, -1 if it does not end its
             episode.
         final_owner: ``(E * F,)`` per record: the step that owns it.
+        hole: ``(E * C,)`` per row: the step it holds if that step lies in the hole of an
+            abandoned episode, else -1 (see :mod:`rlreplay.jax.holes`).
+        last_cut: ``(E,)`` the newest step that ended an abandoned episode while stored, -1
+            if none.
         priorities: A :class:`PriorityState` (prioritized buffers), else ``None``.
     """
 
@@ -81,6 +88,8 @@ class BufferState(NamedTuple):
     ep_start: Any
     final_fid: Any
     final_owner: Any
+    hole: Any
+    last_cut: Any
     priorities: PriorityState | None
 
 
@@ -131,5 +140,7 @@ def init_state(config: BufferConfig) -> BufferState:
         ep_start=jnp.zeros(N, idt),
         final_fid=jnp.full(N, -1, idt),
         final_owner=jnp.full(E * F, -1, idt),
+        hole=jnp.full(N, -1, idt),
+        last_cut=jnp.full(E, -1, idt),
         priorities=priorities,
     )
