@@ -45,12 +45,11 @@ def recent_count(recent_ratio: float, batch_size: int) -> int:
 
 def below(n: Tensor, count: int, gen: torch.Generator) -> Tensor:
     """``count`` int64 integers uniform in ``[0, n)`` (``n`` a 0-d tensor; 0 where ``n`` is 0):
-    ``floor(u * n)`` of float64 uniforms, clipped (``u * n`` may round up to ``n``)."""
+    ``floor(u * n)`` of float64 uniforms (see :func:`spread`: never ``n``)."""
     import torch
 
     u = torch.rand(count, dtype=torch.float64, device=n.device, generator=gen)
-    out = (u * n).long()
-    return torch.minimum(out, (n - 1).clamp_min(0))
+    return (u * n).long()
 
 
 def to_steps(lo: Tensor, sizes: Tensor, pos: Tensor) -> tuple[Tensor, Tensor]:
@@ -79,17 +78,21 @@ def uniform(
 
 def spread(ring: Ring, sizes: Tensor, u: Tensor) -> tuple[Tensor, Tensor, Tensor]:
     """:func:`uniform` from its float64 uniforms ``u``: position ``floor(u * total)`` among
-    the candidates, clipped to ``total - 1`` (``u * total`` may round up to ``total``; -1,
-    an arbitrary step, when there is no candidate), mapped to ``(env, t)`` as
-    :func:`to_steps` maps it. Returns ``(env, t, total)``."""
+    the candidates, mapped to ``(env, t)`` as :func:`to_steps` maps it. Returns ``(env, t,
+    total)``.
+
+    The position is below ``total`` with no clip: a float64 ``u < 1`` is at most ``1 -
+    2**-53``, so for an integer ``0 < n < 2**53`` the exact ``u * n`` is below ``n`` by more
+    than half the spacing of float64 just below ``n`` and rounds to a float below ``n``.
+    """
     import torch
 
     ends = torch.cumsum(sizes, 0)
     total = ends[-1]
-    pos = torch.minimum((u * total).long(), total - 1)
+    pos = (u * total).long()
     E = sizes.shape[0]
-    if E <= _COMPARE_ENVS:  # (no env past the last: no clip)
-        env = (pos[:, None] >= ends[:-1]).sum(1)
+    if E <= _COMPARE_ENVS:  # an (E - 1, B) compare, summed over envs (no env past the last)
+        env = (ends[:-1, None] <= pos).sum(0)
     else:
         env = torch.searchsorted(ends[:-1], pos, right=True)
     if ring.holes is None:  # hi - ends: lo - (ends - sizes) wherever sizes > 0, as drawn

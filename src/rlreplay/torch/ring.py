@@ -125,6 +125,13 @@ class Ring:
         self._stage[1, :, 1] = -1
         self.f_count = self._stage[0, :, 1]
         self.final_owner = zeros(E * F, -1)
+        # Views advance uses, made once.
+        self._views = (
+            self._stage[0], self._stage[1], self._stage[:, :, 0], self._stage[0, :, 1:2],
+            self._stage[0, :, 2:3], self._stage[0, :, 2], self._stage[1, :, 2],
+            self.final_owner.view(E, F), self.last_end.expand(2, E), self.head[:, None],
+            self.final_joint[:, None],
+        )  # fmt: skip
         self.holes: Holes | None = None  # abandoned episodes' holes (rlreplay.torch.holes)
 
     # ------------------------------------------------------------------ counts
@@ -279,13 +286,13 @@ class Ring:
             all_envs = np.arange(E)
             return self.advance_envs(self.envs, done, all_envs)[:2]
         t = self._count
-        stage, f_count = self._stage, self.f_count
+        (done_info, other_info, starts, f_count, final_col, final_rows, after, owners,
+         last_end, head, final_joint) = self._views  # fmt: skip
         rows = self.env_base + t % C
         # The step this one overwrites (t - C) frees its final record if it has a live one:
         # the oldest live record, since live records belong to stored steps.
         torch.maximum(self.f_head, self.final_fid.index_select(0, rows).add_(1), out=self.f_head)
-        slot = torch.remainder(f_count, F)[:, None]  # the new record's slot in the env's ring
-        owners = self.final_owner.view(E, F)
+        slot = torch.remainder(f_count, F)  # (E, 1): the new record's slot in the env's ring
         old_owner = owners.gather(1, slot)
         d = done[:, None]
         if c.can_evict:
@@ -294,21 +301,21 @@ class Ring:
             # (its owner was overwritten, dropped or cleared), so moving head past the owner
             # of the slot's record wherever an episode ends changes head only where F were
             # live. (With F >= C records never run out: an env stores at most C steps.)
-            evict = (old_owner + 1).mul_(d).clamp_(min=t + 1 - C)
-            torch.maximum(self.head, evict.view(E), out=self.head)
+            evict = torch.addcmul(d, old_owner, d).clamp_(min=t + 1 - C)  # (owner + 1) * d
+            torch.maximum(head, evict, out=head)
         else:
-            self.head.clamp_(min=t + 1 - C)
+            head.clamp_(min=t + 1 - C)
         owners.scatter_(1, slot, old_owner.masked_fill_(d, t))
-        torch.add(self.last_end.expand(2, E), 1, out=stage[:, :, 0])
-        final_rows = torch.add(slot.view(E), self.final_joint, out=stage[0, :, 2])
-        torch.add(self.env_base, (t + 1) % C, out=stage[1, :, 2])
-        self.row_info.index_copy_(0, rows, torch.where(d, stage[0], stage[1]))
+        torch.add(last_end, 1, out=starts)
+        torch.add(slot, final_joint, out=final_col)
+        torch.add(self.env_base, (t + 1) % C, out=after)
+        self.row_info.index_copy_(0, rows, torch.where(d, done_info, other_info))
         self.last_end.masked_fill_(done, t)
         self._count = t + 1
         torch.add(self.last_end, 1, out=self.hi).clamp_(min=t + 1 - n)
-        f_count.add_(done)
+        self.f_count.add_(done)
         if c.can_evict:  # at most F live records
-            torch.maximum(self.f_head, f_count - F, out=self.f_head)
+            torch.maximum(self.f_head, self.f_count - F, out=self.f_head)
         return rows, final_rows
 
     def advance_envs(
