@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from rlreplay.buffer.budget import ResultBudget
-from rlreplay.errors import ConfigError, DTypeError, FieldError, InvalidIdError, ShapeError
+from rlreplay.errors import ConfigError, InvalidIdError
 from rlreplay.jax import holes, sequences
 from rlreplay.jax import prioritized as per
 from rlreplay.jax._lib import jax, jnp, lax, require_jax
@@ -25,9 +25,11 @@ from rlreplay.jax.draws import distinct, mixed, recent_count, uniform
 from rlreplay.jax.episodes import complete_records, draw_episodes
 from rlreplay.jax.ring import cleared, first_sampleable, write_index
 from rlreplay.jax.state import BufferState, init_state
+from rlreplay.jax.steps import checked_step
+from rlreplay.jax.transforms import JaxTransform, apply_all, checked, checked_all
 from rlreplay.sampling.prioritized_args import _check_uniform_only
 from rlreplay.sampling.uniform import draw_options
-from rlreplay.spec import Field, positive_int
+from rlreplay.spec import positive_int
 
 __all__ = ["JaxBuffer"]
 
@@ -69,8 +71,10 @@ class JaxBuffer:
       weight 1) instead of raising. Shapes, dtypes and keys are checked when tracing.
     * :meth:`sample_episodes` pads every episode to a static ``max_length`` (the core: to the
       batch's longest).
-    * Not offered: transforms and rate limiters (:func:`~rlreplay.jax.to_replay_buffer`
-      gives a NumPy buffer that has them).
+    * Transforms are traced functions of the batch; one that needs randomness takes a
+      ``key`` (see :mod:`rlreplay.jax.transforms`); bindable ones are refused.
+    * Not offered: rate limiters (:func:`~rlreplay.jax.to_replay_buffer` gives a NumPy buffer
+      that has them).
 
     Every function is jitted (batch sizes, sequence lengths and flags are static) and works inside
     ``lax.scan`` and under ``vmap`` (one buffer per seed: ``jax.vmap(lambda _: buf.init())(
@@ -103,21 +107,25 @@ class JaxBuffer:
         ([0, 0, 0, 0], [1.0, 1.0])
     """
 
-    def __init__(self, config: BufferConfig) -> None:
+    def __init__(self, config: BufferConfig, transforms: Any = ()) -> None:
         require_jax()
         register_batch()
         self.config = config
+        self._transforms = checked_all(transforms)
         # Results' sizes, checked against the host's size budget before tracing.
         self._budget = ResultBudget(config.schema.fields, 0, config.frame_stack, config.next_fields)
         self._init = jax.jit(lambda: init_state(config))
         self._add = jax.jit(self._add_impl)
         self._sample = jax.jit(
-            self._sample_impl, static_argnames=("batch_size", "recent_ratio", "replacement")
+            self._sample_impl,
+            static_argnames=("batch_size", "recent_ratio", "replacement", "transform"),
         )
         self._sample_seq = jax.jit(
             self._sample_seq_impl,
-            static_argnames=("batch_size", "length", "within_episode", "pad", "balance_envs"),
-        )
+            static_argnames=(
+                "batch_size", "length", "within_episode", "pad", "balance_envs", "transform"
+            ),
+        )  # fmt: skip
         self._get_seq = jax.jit(self._get_seq_impl, static_argnames=("length", "within_episode"))
         self._sample_ep = jax.jit(self._sample_ep_impl, static_argnames=("batch_size", "length"))
         self._num_episodes = jax.jit(
@@ -149,6 +157,11 @@ class JaxBuffer:
     def env_capacity(self) -> int:
         """Steps each env keeps (``C = capacity // num_envs``)."""
         return self.config.env_capacity
+
+    @property
+    def transforms(self) -> tuple[JaxTransform, ...]:
+        """The buffer's ``transforms``, applied in order to every :meth:`sample`."""
+        return self._transforms
 
     @property
     def prioritized(self) -> bool:
@@ -201,6 +214,7 @@ class JaxBuffer:
         recent_ratio: float | None = None,
         recent_steps: Any = None,
         replacement: bool | None = None,
+        transform: JaxTransform | None = None,
     ) -> JaxBatch:
         """Draw ``batch_size`` transitions: uniformly, or by priority.
 
@@ -218,6 +232,9 @@ class JaxBuffer:
                 has no duplicates whenever enough transitions are sampleable (otherwise it is
                 drawn with replacement, as the core draws it): ``O(batch_size ** 2)``
                 compares per draw.
+            transform: A jittable function ``JaxBatch -> JaxBatch`` applied after the
+                buffer's ``transforms`` (static: compiled once per function object; see
+                :mod:`rlreplay.jax.transforms`, which also says how one gets a random key).
 
         Returns:
             A :class:`~rlreplay.jax.JaxBatch` (a mapping with attribute access, and a pytree)
@@ -228,16 +245,19 @@ class JaxBuffer:
 
         Raises:
             rlreplay.ConfigError: ``batch_size`` not a positive int; a recency option out of
-                range, or given to a prioritized buffer.
+                range, or given to a prioritized buffer; a ``transform`` that is not callable
+                or is bindable, or that returns no mapping (when tracing).
         """
         batch_size = positive_int("batch_size", batch_size)
         self._budget.check("batch_size", batch_size, batch_size, "sample")
         if recent_ratio is not None or recent_steps is not None or replacement is not None:
             recent_ratio, recent_steps = self._recency(recent_ratio, recent_steps, replacement)
             replacement = None if replacement is None else bool(replacement)
+        if transform is not None:
+            transform = checked(transform, "transform")
         out: JaxBatch = self._sample(
             state, key, batch_size=batch_size, beta=beta, recent_ratio=recent_ratio,
-            recent_steps=recent_steps, replacement=replacement,
+            recent_steps=recent_steps, replacement=replacement, transform=transform,
         )  # fmt: skip
         return out
 
@@ -266,6 +286,7 @@ class JaxBuffer:
         pad: bool = True,
         balance_envs: bool = False,
         beta: Any = None,
+        transform: JaxTransform | None = None,
     ) -> JaxBatch:
         """Draw ``batch_size`` sequences of ``length`` consecutive stored steps (R2D2, ALF),
         as :meth:`rlreplay.ReplayBuffer.sample_sequences` draws them.
@@ -295,6 +316,9 @@ class JaxBuffer:
                 ``get_batch``); rows come ordered by env (static). With ``pad=False`` and
                 ``within_episode`` the draw is exact among all whole runs, ``O(capacity)``.
             beta: Prioritized buffers: the importance exponent (default: the schedule's).
+            transform: A jittable function ``JaxBatch -> JaxBatch`` applied to the result
+                (the buffer's ``transforms`` are for transitions and are not applied here;
+                static, see :mod:`rlreplay.jax.transforms`).
 
         Returns:
             A :class:`~rlreplay.jax.JaxBatch`: per-step fields, ``next_<obs>``, ``mask``,
@@ -304,7 +328,8 @@ class JaxBuffer:
 
         Raises:
             rlreplay.ConfigError: ``batch_size`` or ``length`` not a positive int, a flag
-                that is not a bool, or ``balance_envs`` for a prioritized buffer.
+                that is not a bool, or ``balance_envs`` for a prioritized buffer; a
+                ``transform`` that is not callable or is bindable.
         """
         if _flag("balance_envs", balance_envs) and self.config.prioritized:
             raise ConfigError(
@@ -313,10 +338,12 @@ class JaxBuffer:
         batch_size = positive_int("batch_size", batch_size)
         length = positive_int("length", length)
         self._budget.check("length", length, batch_size * length, "sample_sequences", "step")
+        if transform is not None:
+            transform = checked(transform, "transform")
         out: JaxBatch = self._sample_seq(
             state, key, beta=beta, batch_size=batch_size, length=length,
             within_episode=_flag("within_episode", within_episode), pad=_flag("pad", pad),
-            balance_envs=bool(balance_envs),
+            balance_envs=bool(balance_envs), transform=transform,
         )  # fmt: skip
         return out
 
@@ -490,41 +517,9 @@ class JaxBuffer:
         return self._sampleable(state, ids)
 
     # ------------------------------------------------------------------ implementations
-    def _steps(self, step: Mapping[str, Any]) -> dict[str, Any]:
-        """The step's values checked by name, shape and dtype kind, cast for storage."""
-        c = self.config
-        if not isinstance(step, Mapping):
-            raise FieldError(f"step: expected a mapping of field name -> array, got {step!r}")
-        wanted: dict[str, Field] = dict(c.schema.fields)
-        wanted.update({"next_" + n: c.schema.fields[n] for n in c.observation_names})
-        missing = sorted(set(wanted) - set(step))
-        unknown = sorted(set(step) - set(wanted))
-        if missing or unknown:
-            raise FieldError(
-                f"step: expected the keys {sorted(wanted)}; missing {missing}, unknown {unknown}"
-            )
-        out = {}
-        for name, f in wanted.items():
-            value = jnp.asarray(step[name])
-            if c.num_envs == 1 and value.shape == f.shape:
-                value = value[None]
-            if value.shape != (c.num_envs, *f.shape):
-                raise ShapeError(
-                    f"step[{name!r}]: expected shape {(c.num_envs, *f.shape)} (num_envs, "
-                    f"*field shape), got {value.shape}"
-                )
-            dtype = c.stored[name[len("next_") :] if name not in c.stored else name]
-            if not np.can_cast(value.dtype, dtype, casting="same_kind"):
-                raise DTypeError(
-                    f"step[{name!r}]: expected values castable to {dtype} (NumPy's same_kind "
-                    f"rule), got {value.dtype}"
-                )
-            out[name] = value.astype(dtype)
-        return out
-
     def _add_impl(self, state: BufferState, step: Mapping[str, Any]) -> BufferState:
         c = self.config
-        values = self._steps(step)
+        values = checked_step(c, step)
         done = values["terminated"] | values["truncated"]
         new, written = write_index(c, state, done)
         columns = {
@@ -542,6 +537,16 @@ class JaxBuffer:
         return new
 
     def _sample_impl(
+        self, state: BufferState, key: Any, batch_size: int, beta: Any,
+        recent_ratio: float | None, recent_steps: Any, replacement: bool | None,
+        transform: JaxTransform | None,
+    ) -> JaxBatch:  # fmt: skip
+        batch = self._draw_impl(state, key, batch_size, beta, recent_ratio, recent_steps,
+                                replacement)  # fmt: skip
+        fns = self._transforms + (() if transform is None else (transform,))
+        return apply_all(fns, batch, key) if fns else batch
+
+    def _draw_impl(
         self, state: BufferState, key: Any, batch_size: int, beta: Any,
         recent_ratio: float | None, recent_steps: Any, replacement: bool | None,
     ) -> JaxBatch:  # fmt: skip
@@ -581,7 +586,7 @@ class JaxBuffer:
 
     def _sample_seq_impl(
         self, state: BufferState, key: Any, beta: Any, batch_size: int, length: int,
-        within_episode: bool, pad: bool, balance_envs: bool,
+        within_episode: bool, pad: bool, balance_envs: bool, transform: JaxTransform | None,
     ) -> JaxBatch:  # fmt: skip
         c = self.config
         if state.priorities is not None:
@@ -594,7 +599,7 @@ class JaxBuffer:
         out["weights"] = weights
         if probabilities is not None:
             out["probabilities"] = probabilities
-        return JaxBatch(out)
+        return JaxBatch(out) if transform is None else apply_all((transform,), JaxBatch(out), key)
 
     def _get_seq_impl(
         self, state: BufferState, ids: Any, length: int, within_episode: bool

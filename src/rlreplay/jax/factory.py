@@ -40,6 +40,7 @@ def make_buffer(
     recent_ratio: float = 0.0,
     recent_steps: int = 1,
     replacement: bool = True,
+    transforms: Sequence[Any] = (),
 ) -> JaxBuffer:
     """A replay buffer of pure JAX functions (see :class:`JaxBuffer`).
 
@@ -68,6 +69,11 @@ def make_buffer(
             transitions of each env, as for :class:`rlreplay.ReplayBuffer`.
         replacement: Uniform buffers: if False, a batch has no duplicates whenever enough
             transitions are sampleable, as for :class:`rlreplay.ReplayBuffer`.
+        transforms: Jittable functions ``JaxBatch -> JaxBatch`` applied, in order, to every
+            :meth:`~JaxBuffer.sample` inside its ``jit`` (not to ``get_transitions`` nor to
+            sequences, as in the core); one that declares a ``key`` parameter gets a random
+            key of its own (:mod:`rlreplay.jax.transforms`). Bindable transforms
+            (:class:`rlreplay.transforms.HindsightRelabel`) are refused.
 
     Raises:
         rlreplay.ConfigError: An argument out of range, naming it.
@@ -98,7 +104,7 @@ def make_buffer(
         replacement=replacement,
     )  # fmt: skip
     check_ids_fit(config)
-    buf = JaxBuffer(config)
+    buf = JaxBuffer(config, transforms)
     if key is not None:
         if len(_BUFFERS) >= 64:
             _BUFFERS.pop(next(iter(_BUFFERS)))
