@@ -472,12 +472,19 @@ class TorchStorage:
         int64 slot numbers ``(R,)`` and each ``values[f]`` a tensor ``(R, *field.shape)`` of
         the field's (shown) dtype, all on the storage's device."""
         for name, col in self._steps.items():
-            col.flat.index_copy_(0, slots, col.rows(_raw(values[name])))
+            self._put_checked(col, slots, values[name])
 
     def write_joint_checked(self, name: str, rows: Tensor, values: Tensor) -> None:
         """:meth:`write_joint` for inputs already checked, as :meth:`write_checked`."""
-        col = self._joint[name]
-        col.flat.index_copy_(0, rows, col.rows(_raw(values)))
+        self._put_checked(self._joint[name], rows, values)
+
+    @staticmethod
+    def _put_checked(col: _Column, rows: Tensor, values: Tensor) -> None:
+        flat = col.flat
+        if flat is col.public:  # (the tensor shown is the one indexed, rows as they are)
+            flat.index_copy_(0, rows, values)
+        else:
+            flat.index_copy_(0, rows, col.rows(_raw(values)))
 
     def write_finals(self, positions: Any, values: Mapping[str, Any], rows: Any) -> None:
         """Store final observations ``values["next_<name>"]`` of every observation field at

@@ -158,10 +158,13 @@ class Assembler:
         tc = torch.remainder(t, C)
         slot = torch.add(tc, env, alpha=C)  # env * C + t % C
         next_row: Tensor | None = None  # the row of step t+m (for next_fields)
+        ended: Tensor | None = None  # whether the window reached its episode's end
         if n == 1:
             te, tr = st.take_checked("terminated", slot), st.take_checked("truncated", slot)
-            reward, ended = st.take_checked("reward", slot), te | tr
-            tr = ended ^ te  # truncated and not terminated
+            reward = st.take_checked("reward", slot)
+            if c.next_fields or k > 1:  # (next_<obs> needs no select: next_joint)
+                ended = te | tr
+            tr = tr > te  # truncated and not terminated
             m = torch.ones_like(t)
             last_row = slot  # the window's last step
             if c.next_fields:
@@ -201,6 +204,7 @@ class Assembler:
             self._joint(name)
             if name == "obs" and k > 1:
                 out[name] = st.take_joint(name, stack_rows(t))
+                assert ended is not None
                 last = self.is_last_lane & ended[:, None]
                 rows = torch.where(last, next_joint[:, None], stack_rows(t + m))
                 nexts["next_" + name] = st.take_joint(name, rows)
@@ -208,7 +212,7 @@ class Assembler:
                 out[name] = st.take_checked(name, slot)
                 nexts["next_" + name] = st.take_joint_checked(name, next_joint)
         for name in c.next_fields:
-            assert next_row is not None
+            assert next_row is not None and ended is not None
             v = st.take(name, next_row)
             nexts["next_" + name] = zero_where(ended, v)
         out["reward"] = reward

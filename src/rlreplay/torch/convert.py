@@ -144,9 +144,10 @@ def from_replay_buffer(
         st.assign(st.finals[name], Ellipsis, got.finals[name])
     ring.set_counts(ix.count)
     for t, values in (
-        (ring.head, ix.head), (ring.lo, ix.lo), (ring.hi, ix.hi), (ring.last_end, ix.last_end),
+        (ring.head, ix.head), (ring.lo, ix.lo), (ring.hi, ix.hi),
+        (ring.next_start, ix.last_end + 1),
         (ring.f_count, ix.f_count), (ring.f_head, ix.f_head), (ring.ep_start, ix.ep_start),
-        (ring.final_fid, ix.final_fid), (ring.final_owner, ix.final_owner),
+        (ring.final_fid, ix.final_fid), (ring.final_end[: ix.final_owner.size], ix.final_owner + 1),
     ):  # fmt: skip
         st.assign(t, Ellipsis, np.ascontiguousarray(values, np.int64))
     ring.relink()

@@ -29,12 +29,22 @@ if TYPE_CHECKING:
 
     from rlreplay.torch.ring import Ring
 
-__all__ = ["balanced", "below", "distinct", "mixed", "recent_count", "to_steps", "uniform"]
+__all__ = [
+    "balanced",
+    "below",
+    "distinct",
+    "mixed",
+    "recent_count",
+    "spread",
+    "to_steps",
+    "uniform",
+]
 
 
 #: Up to this many envs, positions map to envs by comparing each with every env's end (``B *
-#: E`` compares, one kernel) rather than by :func:`torch.searchsorted`, whose CPU kernel
-#: splits even a small batch across threads.
+#: E`` compares) rather than by :func:`torch.searchsorted`, whose CPU kernel splits even a
+#: small batch across threads (:func:`uniform` searches on a CPU running one thread, and on
+#: other devices).
 _COMPARE_ENVS = 64
 
 
@@ -72,14 +82,22 @@ def uniform(
     """``batch_size`` steps drawn uniformly, with replacement, from the union of ``[lo, hi)``
     (with no candidate at all: arbitrary steps); ``sizes``: ``ring.sizes()`` if the caller
     has it. Returns ``(env, t, total)``, ``total`` the number of candidates (0-d)."""
+    import torch
+
     sizes = ring.sizes() if sizes is None else sizes
-    return spread(ring, sizes, torch_rand(batch_size, ring.device, gen))
+    # (on a CPU, searchsorted is the faster on one thread only: it splits a batch of a few
+    # hundred across threads)
+    search = sizes.shape[0] > _COMPARE_ENVS or not sizes.is_cpu or torch.get_num_threads() == 1
+    return spread(ring, sizes, torch_rand(batch_size, ring.device, gen), search)
 
 
-def spread(ring: Ring, sizes: Tensor, u: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+def spread(
+    ring: Ring, sizes: Tensor, u: Tensor, search: bool = False
+) -> tuple[Tensor, Tensor, Tensor]:
     """:func:`uniform` from its float64 uniforms ``u``: position ``floor(u * total)`` among
-    the candidates, mapped to ``(env, t)`` as :func:`to_steps` maps it. Returns ``(env, t,
-    total)``.
+    the candidates, mapped to ``(env, t)`` as :func:`to_steps` maps it (``search``: with
+    :func:`torch.searchsorted`, one kernel, else with an ``(E - 1, B)`` compare summed over
+    envs; the same envs). Returns ``(env, t, total)``.
 
     The position is below ``total`` with no clip: a float64 ``u < 1`` is at most ``1 -
     2**-53``, so for an integer ``0 < n < 2**53`` the exact ``u * n`` is below ``n`` by more
@@ -90,11 +108,10 @@ def spread(ring: Ring, sizes: Tensor, u: Tensor) -> tuple[Tensor, Tensor, Tensor
     ends = torch.cumsum(sizes, 0)
     total = ends[-1]
     pos = (u * total).long()
-    E = sizes.shape[0]
-    if E <= _COMPARE_ENVS:  # an (E - 1, B) compare, summed over envs (no env past the last)
-        env = (ends[:-1, None] <= pos).sum(0)
-    else:
+    if search:  # (no env past the last: ends[:-1])
         env = torch.searchsorted(ends[:-1], pos, right=True)
+    else:
+        env = (ends[:-1, None] <= pos).sum(0)
     if ring.holes is None:  # hi - ends: lo - (ends - sizes) wherever sizes > 0, as drawn
         t = (ring.hi - ends).index_select(0, env).add_(pos)
         return env, t, total

@@ -33,7 +33,7 @@ def complete_records(ring: Ring) -> tuple[Tensor, Tensor]:
 
     F = ring.config.finals_per_env
     first, size = ring.f_head, ring.f_count - ring.f_head
-    owner = ring.final_owner.index_select(0, ring.final_base + torch.remainder(first, F))
+    owner = ring.final_end.index_select(0, ring.final_base + torch.remainder(first, F)) - 1
     start = ring.ep_start.index_select(0, ring.rows_of(owner, ring.envs))
     cut = ((size > 0) & (start < ring.head)).long()
     return first + cut, size - cut
@@ -50,6 +50,6 @@ def draw_episodes(
     first, size = complete_records(ring)
     total = size.sum()
     env, fid = draws.to_steps(first, size, draws.below(total, batch_size, gen))
-    owner = ring.final_owner.index_select(0, torch.add(torch.remainder(fid, F), env, alpha=F))
+    owner = ring.final_end.index_select(0, torch.add(torch.remainder(fid, F), env, alpha=F)) - 1
     start = ring.ep_start.index_select(0, ring.rows_of(owner, env))
     return env, start, owner - start + 1, total

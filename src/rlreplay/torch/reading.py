@@ -20,6 +20,7 @@ import numpy as np
 from rlreplay.buffer.sync import check_timeout, flag
 from rlreplay.errors import ConfigError, DTypeError, EmptyBufferError
 from rlreplay.sampling.prioritized_args import _real
+from rlreplay.sampling.uniform import DrawOptions, draw_options
 from rlreplay.spec import positive_int
 from rlreplay.storage.torch import TorchStorage
 from rlreplay.torch import draws
@@ -36,7 +37,6 @@ if TYPE_CHECKING:
     import torch
     from torch import Tensor
 
-    from rlreplay.sampling.uniform import DrawOptions
 
 __all__ = ["Reads"]
 
@@ -59,6 +59,7 @@ class Reads:
         self.pacing = pacing
         self.transforms = transforms
         self.device = storage.device
+        self.options = draw_options(config.recent_ratio, config.recent_steps, config.replacement)
 
     def ids(self, ids: Any) -> Tensor:
         """Ids as flat int64 on the device (integers only)."""
@@ -150,17 +151,17 @@ class Reads:
         check: Any, timeout: Any, transform: Any,
     ) -> DeviceBatch:  # fmt: skip
         """See :meth:`rlreplay.torch.DeviceReplayBuffer.sample`."""
-
-        from rlreplay.sampling.uniform import draw_options
-
         batch_size = positive_int("batch_size", batch_size)
         self.budget.check("batch_size", batch_size, batch_size, "sample")
         c = self.config
-        options = draw_options(
-            c.recent_ratio if recent_ratio is None else recent_ratio,
-            c.recent_steps if recent_steps is None else recent_steps,
-            c.replacement if replacement is None else replacement,
-        )
+        if recent_ratio is None and recent_steps is None and replacement is None:
+            options = self.options  # the buffer's own
+        else:
+            options = draw_options(
+                c.recent_ratio if recent_ratio is None else recent_ratio,
+                c.recent_steps if recent_steps is None else recent_steps,
+                c.replacement if replacement is None else replacement,
+            )
 
         fns = self.transforms_of(transform, True)
 

@@ -106,7 +106,6 @@ class Ring:
         self.head, self.hi = zeros(E), zeros(E)
         # With k = 1, lo is head (the same tensor); with k > 1 settle sets it.
         self.lo = self.head if config.frame_stack == 1 else zeros(E)
-        self.last_end = zeros(E, -1)
         self.f_head = zeros(E)
         self.envs = torch.arange(E, dtype=torch.int64, device=device)
         self.env_base = self.envs * C
@@ -117,24 +116,38 @@ class Ring:
         self.row_info = torch.stack([zeros(E * C), zeros(E * C, -1), zeros(E * C)], 1)
         self.ep_start, self.final_fid, self.next_joint = self.row_info.unbind(1)
         self.next_joint.copy_(self.successors())
-        # What an add writes to the rows it stores: [0] where the step ends its episode, [1]
-        # where not. Column 0 is last_end + 1 in both, column 1 the new record's number
-        # (f_count itself: the counter lives here) or -1, column 2 the record's joint row or
-        # the env's next row (scratch, filled by each add).
-        self._stage = torch.zeros((2, E, 3), dtype=torch.int64, device=device)
-        self._stage[1, :, 1] = -1
-        self.f_count = self._stage[0, :, 1]
-        self.final_owner = zeros(E * F, -1)
-        # Views advance uses, made once.
+        # Per record (row e * F + fid % F), then one spare entry per env: the step after the
+        # record's owner (owner + 1; 0: no owner), so that an add reads the owner of the
+        # slot it reuses and writes the new one with no select (a step that ends no episode
+        # writes its env's spare entry).
+        self.final_end = zeros(E * F + E)
+        # Per env, the columns of one tensor (E, 7): 0 next_start (the step after the env's
+        # last end: last_end + 1), 1 f_count, 5 f_count - F (counters, kept here); 3 holds
+        # -1; 2, 4 and 6 are scratch an add fills: the new record's joint row and its
+        # entry of final_end, and the env's next row. Columns 0:3 are what an add writes to
+        # row_info where the step ends its episode, columns 0, 3, 6 where not, so one where
+        # picks a step's three values.
+        info = torch.zeros((E, 7), dtype=torch.int64, device=device)
+        info[:, 3] = -1
+        info[:, 5] = -F
+        self.next_start, self.f_count = info[:, 0], info[:, 1]
+        self._counters, self._f_low = info[:, 1:6:4], info[:, 5]  # f_count, f_count - F
+        self.spare = self.envs + (E * C + E * F)  # the joint tensors' spare rows
+        # Views and constants advance uses, made once.
         self._views = (
-            self._stage[0], self._stage[1], self._stage[:, :, 0], self._stage[0, :, 1:2],
-            self._stage[0, :, 2:3], self._stage[0, :, 2], self._stage[1, :, 2],
-            self.final_owner.view(E, F), self.last_end.expand(2, E), self.head[:, None],
-            self.final_joint[:, None],
+            info[:, 0:3], info[:, ::3], info[:, 2:5:2].t(), info[:, 4], info[:, 6],
+            torch.stack([self.final_joint, self.final_base]),
+            torch.stack([self.spare, self.envs + E * F]),
         )  # fmt: skip
         self.holes: Holes | None = None  # abandoned episodes' holes (rlreplay.torch.holes)
 
     # ------------------------------------------------------------------ counts
+    @property
+    def last_end(self) -> Tensor:
+        """``(E,)``: each env's last step that ended an episode (-1: none), a fresh tensor
+        (``next_start - 1``; the ring keeps ``next_start``, which is what to write)."""
+        return self.next_start - 1
+
     @property
     def count(self) -> int:
         """Steps every env has added (lockstep mode; per-env mode raises ``RuntimeError``:
@@ -268,15 +281,23 @@ class Ring:
         env = torch.div(torch.arange(fid.shape[0], device=self.device), C, rounding_mode="floor")
         final = self.final_joint.index_select(0, env) + torch.remainder(fid, F)
         self.next_joint.copy_(torch.where(fid >= 0, final, self.successors()))
+        self.refresh_counters()
+
+    @property
+    def final_owner(self) -> Tensor:
+        """``(E * F,)`` per record: the step that owns it (-1: none), a fresh tensor (from
+        ``final_end``, which is what to write)."""
+        return self.final_end[: self.config.num_envs * self.config.finals_per_env] - 1
 
     def advance(self, done: Tensor) -> tuple[Tensor, Tensor]:
         """Account for one new step of every env (``done``: ``(E,)`` bool, which of them end
         their episode) before its values are stored.
 
         Returns:
-            ``(rows, final_rows)``: the ``E`` rows the step goes to, and the joint row
-            (:meth:`rlreplay.storage.TorchStorage.joint`) of each env's new final record
-            (meaningful where ``done``).
+            ``(rows, next_rows)``: the ``E`` rows the step goes to, and the rows of the
+            joint observation tensors (:meth:`rlreplay.storage.TorchStorage.joint`) its next
+            observations go to: the env's new final record where ``done``, else its spare
+            row.
         """
         import torch
 
@@ -286,37 +307,34 @@ class Ring:
             all_envs = np.arange(E)
             return self.advance_envs(self.envs, done, all_envs)[:2]
         t = self._count
-        (done_info, other_info, starts, f_count, final_col, final_rows, after, owners,
-         last_end, head, final_joint) = self._views  # fmt: skip
+        done_info, other_info, new_rows, new_entry, after, bases, spares = self._views
         rows = self.env_base + t % C
         # The step this one overwrites (t - C) frees its final record if it has a live one:
         # the oldest live record, since live records belong to stored steps.
         torch.maximum(self.f_head, self.final_fid.index_select(0, rows).add_(1), out=self.f_head)
-        slot = torch.remainder(f_count, F)  # (E, 1): the new record's slot in the env's ring
-        old_owner = owners.gather(1, slot)
-        d = done[:, None]
+        # The new record's joint row and final_end entry; where the step ends no episode,
+        # the env's spare ones.
+        torch.add(torch.remainder(self.f_count, F), bases, out=new_rows)
+        dest = torch.where(done, new_rows, spares)
         if c.can_evict:
-            # A new record with F live: the oldest (fid - F, at the same slot) goes, and with
+            # A new record with F live: the oldest (fid - F, in the same slot) goes, and with
             # it the episode that owns it. A slot's dead record belongs to a step before head
             # (its owner was overwritten, dropped or cleared), so moving head past the owner
             # of the slot's record wherever an episode ends changes head only where F were
             # live. (With F >= C records never run out: an env stores at most C steps.)
-            evict = torch.addcmul(d, old_owner, d).clamp_(min=t + 1 - C)  # (owner + 1) * d
-            torch.maximum(head, evict, out=head)
-        else:
-            head.clamp_(min=t + 1 - C)
-        owners.scatter_(1, slot, old_owner.masked_fill_(d, t))
-        torch.add(last_end, 1, out=starts)
-        torch.add(slot, final_joint, out=final_col)
+            evict = self.final_end.index_select(0, new_entry).mul_(done)
+            torch.maximum(self.head, evict, out=self.head)
+        self.head.clamp_(min=t + 1 - C)
         torch.add(self.env_base, (t + 1) % C, out=after)
-        self.row_info.index_copy_(0, rows, torch.where(d, done_info, other_info))
-        self.last_end.masked_fill_(done, t)
+        self.row_info.index_copy_(0, rows, torch.where(done[:, None], done_info, other_info))
+        self.next_start.masked_fill_(done, t + 1)
+        self.final_end.index_copy_(0, dest[1], self.next_start)  # (t + 1 where done)
         self._count = t + 1
-        torch.add(self.last_end, 1, out=self.hi).clamp_(min=t + 1 - n)
-        self.f_count.add_(done)
+        torch.clamp(self.next_start, min=t + 1 - n, out=self.hi)
+        self._counters.add_(done[:, None])  # f_count and f_count - F
         if c.can_evict:  # at most F live records
-            torch.maximum(self.f_head, self.f_count - F, out=self.f_head)
-        return rows, final_rows
+            torch.maximum(self.f_head, self._f_low, out=self.f_head)
+        return rows, dest[0]
 
     def advance_envs(
         self, env: Tensor, done: Tensor, host_env: np.ndarray[Any, Any] | None = None
@@ -329,9 +347,9 @@ class Ring:
         rows are left as they are. ``O(E + K)`` ops of fixed shapes, no host synchronisation.
 
         Returns:
-            ``(rows, final_rows, t, stepping)``: the ``K`` rows the steps go to, the joint row
-            of each one's new final record (meaningful where ``done``), each one's step ``t``,
-            and the ``(E,)`` bool mask of the envs that stepped.
+            ``(rows, next_rows, t, stepping)``: the ``K`` rows the steps go to, the joint rows
+            their next observations go to (as :meth:`advance`'s), each one's step ``t``, and
+            the ``(E,)`` bool mask of the envs that stepped.
         """
         import torch
 
@@ -345,16 +363,16 @@ class Ring:
         s = torch.zeros(E, dtype=torch.bool, device=self.device).index_fill_(0, env, True)
         d = torch.zeros(E, dtype=torch.bool, device=self.device).index_copy_(0, env, done)
         t_env = counts.index_select(0, env)
-        oldest = self.final_owner.index_select(0, self.final_base + torch.remainder(self.f_head, F))
-        self.f_head.add_(s & (self.f_head < self.f_count) & (oldest == counts - C))
+        oldest = self.final_end.index_select(0, self.final_base + torch.remainder(self.f_head, F))
+        self.f_head.add_(s & (self.f_head < self.f_count) & (oldest == counts + 1 - C))
         fid = self.f_count
         slot = torch.remainder(fid, F)
         pos = self.final_base + slot
-        old_owner = self.final_owner.index_select(0, pos)
+        old_end = self.final_end.index_select(0, pos)
         torch.maximum(self.head, counts + s.long() - C, out=self.head)
         if c.can_evict:
             full = d & (fid - self.f_head >= F)
-            self.head.copy_(torch.where(full, torch.maximum(self.head, old_owner + 1), self.head))
+            self.head.copy_(torch.where(full, torch.maximum(self.head, old_end), self.head))
             self.f_head.add_(full)
         tc = torch.remainder(t_env, C)
         base = self.env_base.index_select(0, env)
@@ -363,19 +381,26 @@ class Ring:
         after = torch.remainder(tc + 1, C).add_(base)
         info = torch.stack(
             [
-                (self.last_end + 1).index_select(0, env),
+                self.next_start.index_select(0, env),
                 torch.where(done, fid.index_select(0, env), -1),
                 torch.where(done, final_rows, after),
             ],
             1,
         )
         self.row_info.index_copy_(0, rows, info)
-        self.final_owner.index_copy_(0, pos, torch.where(d, counts, old_owner))
-        self.last_end.copy_(torch.where(d, counts, self.last_end))
         counts.add_(s)
-        self.hi.copy_(torch.where(s, torch.maximum(self.last_end + 1, counts - n), self.hi))
-        self.f_count.add_(d)
-        return rows, final_rows, t_env, s
+        self.final_end.index_copy_(0, pos, torch.where(d, counts, old_end))
+        self.next_start.copy_(torch.where(d, counts, self.next_start))
+        self.hi.copy_(torch.where(s, torch.maximum(self.next_start, counts - n), self.hi))
+        self._counters.add_(d[:, None])  # f_count and f_count - F
+        next_rows = torch.where(done, final_rows, self.spare.index_select(0, env))
+        return rows, next_rows, t_env, s
+
+    def refresh_counters(self) -> None:
+        """Recompute what the ring keeps from ``f_count`` (after it was set from outside)."""
+        import torch
+
+        torch.sub(self.f_count, self.config.finals_per_env, out=self._f_low)
 
     def settle(self, terminated: Tensor, truncated: Tensor) -> None:
         """Set ``lo`` from the new ``head`` and ``count``, once the step's columns are stored
@@ -413,14 +438,14 @@ class Ring:
         self.head.add_(s.long() * n)
         # Live records are ordered by owner: those owned by dropped steps are a prefix.
         fid = self.f_head[:, None] + torch.arange(F, dtype=torch.int64, device=self.device)
-        owner = self.final_owner[self.final_base[:, None] + torch.remainder(fid, F)]
-        dead = (fid < self.f_count[:, None]) & (owner < self.head[:, None])
+        end = self.final_end[self.final_base[:, None] + torch.remainder(fid, F)]
+        dead = (fid < self.f_count[:, None]) & (end <= self.head[:, None])  # owner < head
         self.f_head.add_(dead.sum(1))
         floor = self.now - c.n_step  # (the core's bound)
         if isinstance(floor, int):
-            hi = (self.last_end + 1).clamp_min_(floor)
+            hi = self.next_start.clamp_min(floor)
         else:
-            hi = torch.maximum(self.last_end + 1, floor)
+            hi = torch.maximum(self.next_start, floor)
         self.hi.copy_(torch.where(s, hi, self.hi))
 
     def clear(self) -> None:

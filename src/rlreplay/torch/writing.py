@@ -58,10 +58,6 @@ class Writes:
         self.prio = prio
         self.pacing = pacing
         self.device = storage.device
-        E, C, F = config.num_envs, config.env_capacity, config.finals_per_env
-        # Each env's spare row of the joint observation tensors (where a step that does not
-        # end its episode writes its next observation) and the offset of the final rows.
-        self.spare = ring.envs + (E * C + E * F)
         self.wanted: dict[str, Field] = dict(config.schema.fields)
         self.wanted.update({"next_" + n: config.schema.fields[n] for n in config.observation_names})
         self.stored = {n: torch_dtype(f.dtype) for n, f in self.wanted.items()}
@@ -108,8 +104,8 @@ class Writes:
         """Store a checked step of every env (lockstep mode); its ids."""
         ring = self.ring
         done = vals["terminated"] | vals["truncated"]
-        rows, final_rows = ring.advance(done)
-        self.store(rows, final_rows, done, vals)
+        rows, next_rows = ring.advance(done)
+        self.store(rows, next_rows, vals)
         if self.prio is not None:
             self.prio.after_write()
         return ring.envs + (ring.count - 1) * self.config.num_envs
@@ -119,28 +115,20 @@ class Writes:
         import torch
 
         done = vals["terminated"] | vals["truncated"]
-        rows, final_rows, t, stepping = self.ring.advance_envs(env, done, host_env)
-        self.store(rows, final_rows, done, vals, env)
+        rows, next_rows, t, stepping = self.ring.advance_envs(env, done, host_env)
+        self.store(rows, next_rows, vals)
         if self.prio is not None:
             self.prio.after_write(stepping)
         return torch.add(env, t, alpha=self.config.num_envs)
 
-    def store(
-        self, rows: Tensor, final_rows: Tensor, done: Tensor, vals: dict[str, Tensor],
-        env: Tensor | None = None,
-    ) -> None:  # fmt: skip
+    def store(self, rows: Tensor, next_rows: Tensor, vals: dict[str, Tensor]) -> None:
         """Write a step's values to ``rows`` (its next observations to the joint rows
-        ``final_rows`` of its final records where ``done``, else to the envs' spare rows) and
-        settle the ring."""
-        import torch
-
+        ``next_rows``: final records where it ends its episode, else spare rows) and settle
+        the ring."""
         c, ring, st = self.config, self.ring, self.storage
         st.write_checked(rows, vals)
-        if c.observation_names:  # next_<obs> to the final row where done, else a spare row
-            spare = self.spare if env is None else self.spare.index_select(0, env)
-            dest = torch.where(done, final_rows, spare)
-            for name in c.observation_names:
-                st.write_joint_checked(name, dest, vals["next_" + name])
+        for name in c.observation_names:
+            st.write_joint_checked(name, next_rows, vals["next_" + name])
         ring.settle(st.steps["terminated"], st.steps["truncated"])
 
     def every_env(self, values: dict[str, Any]) -> dict[str, Tensor]:
@@ -250,11 +238,11 @@ class Writes:
         if t < 0:
             return torch.zeros(0, dtype=torch.int64, device=self.device)
         row = e * C + t % C
-        host = torch.stack([ring.last_end[e], ring.head[e], ring.ep_start[row]]).cpu().numpy()
-        last_end, head, start = (int(v) for v in host)
-        if last_end == t:  # the newest step ends its episode: nothing runs
+        host = torch.stack([ring.next_start[e], ring.head[e], ring.ep_start[row]]).cpu().numpy()
+        next_start, head, start = (int(v) for v in host)
+        if next_start == t + 1:  # the newest step ends its episode: nothing runs
             return torch.zeros(0, dtype=torch.int64, device=self.device)
-        ring.last_end[e] = t
+        ring.next_start[e] = t + 1  # (last_end = t)
         ring.hi[e] = t + 1  # max(last_end + 1, count - n_step), as the core recomputes it
         if t >= head:  # still stored: mark it, and its hole
             ring.final_fid[row] = ABANDONED
