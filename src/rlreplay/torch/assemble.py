@@ -92,6 +92,7 @@ class Assembler:
         self.window = torch.arange(config.n_step, dtype=torch.int64, device=dev)[None, :]
         self.discounts = torch.from_numpy(np.asarray(discounts, np.float32)).to(dev)
         self.zero32 = torch.zeros((), dtype=torch.float32, device=dev)
+        self.one32 = torch.ones((), dtype=torch.float32, device=dev)
         self.discount1 = self.discounts[1].clone()  # gamma, for n_step = 1
         k = config.frame_stack
         self.lanes = torch.arange(1 - k, 1, dtype=torch.int64, device=dev)
@@ -136,6 +137,13 @@ class Assembler:
         te = (alive & a).any(1)
         tr = (alive & b & ~a).any(1)
         return m, ret, te, tr, (alive & done).any(1)
+
+    def weights(self, total: Tensor, batch_size: int) -> Tensor:
+        """``(batch_size,)`` float32: 1 where ``total`` (a 0-d count of candidates) is
+        positive, else 0."""
+        import torch
+
+        return torch.where((total > 0).expand(batch_size), self.one32, self.zero32)
 
     def transitions(self, env: Tensor, t: Tensor) -> dict[str, Tensor]:
         """The transitions at steps ``t`` of envs ``env`` (assumed sampleable).

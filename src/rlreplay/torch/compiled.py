@@ -119,14 +119,13 @@ def compiled_sampler(
 
 def _uniform(buf: DeviceReplayBuffer, B: int) -> tuple[Graph, Callable[[], tuple[Any, ...]]]:
     """The graph of a uniform draw from the uniforms ``u``, and its extra arguments (none)."""
-    import torch
 
     ring, assembler = buf._ring, buf._assembler
 
     def draw_and_assemble(u: Tensor) -> dict[str, Tensor]:
         env, t, total = draws.spread(ring, ring.sizes(), u)
         out = assembler.transitions(env, t)
-        out["weights"] = (total > 0).expand(B).to(torch.float32)
+        out["weights"] = assembler.weights(total, B)
         return out
 
     return draw_and_assemble, lambda: ()

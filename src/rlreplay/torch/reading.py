@@ -190,7 +190,7 @@ class Reads:
             enough = batch_size <= total
             env, t = torch.where(enough, env_d, env), torch.where(enough, t_d, t)
         out = self.assembler.transitions(env, t)
-        out["weights"] = (total > 0).expand(batch_size).to(torch.float32)
+        out["weights"] = self.assembler.weights(total, batch_size)
         return DeviceBatch(out)
 
     def sample_sequences(

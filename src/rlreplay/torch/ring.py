@@ -135,7 +135,7 @@ class Ring:
         self.spare = self.envs + (E * C + E * F)  # the joint tensors' spare rows
         # Views and constants advance uses, made once.
         self._views = (
-            info[:, 0:3], info[:, ::3], info[:, 2:5:2].t(), info[:, 4], info[:, 6],
+            info[:, 0:3], info[:, ::3], info[:, 2:5:2].t(), info[:, 6],
             torch.stack([self.final_joint, self.final_base]),
             torch.stack([self.spare, self.envs + E * F]),
         )  # fmt: skip
@@ -307,7 +307,7 @@ class Ring:
             all_envs = np.arange(E)
             return self.advance_envs(self.envs, done, all_envs)[:2]
         t = self._count
-        done_info, other_info, new_rows, new_entry, after, bases, spares = self._views
+        done_info, other_info, new_rows, after, bases, spares = self._views
         rows = self.env_base + t % C
         # The step this one overwrites (t - C) frees its final record if it has a live one:
         # the oldest live record, since live records belong to stored steps.
@@ -322,7 +322,7 @@ class Ring:
             # (its owner was overwritten, dropped or cleared), so moving head past the owner
             # of the slot's record wherever an episode ends changes head only where F were
             # live. (With F >= C records never run out: an env stores at most C steps.)
-            evict = self.final_end.index_select(0, new_entry).mul_(done)
+            evict = self.final_end.index_select(0, dest[1]).mul_(done)  # (spare entries: 0)
             torch.maximum(self.head, evict, out=self.head)
         self.head.clamp_(min=t + 1 - C)
         torch.add(self.env_base, (t + 1) % C, out=after)
