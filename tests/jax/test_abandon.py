@@ -290,3 +290,47 @@ def test_bad_env_ids() -> None:
         buf.abandon_episode(state, np.array([True, False, True]))
     with pytest.raises(rr.ConfigError, match="env_id"):
         buf.abandon_episode(state, np.zeros(2, np.int32))
+
+
+def test_vmap_draws_are_each_states_own() -> None:
+    """Under ``vmap`` (nested too) a batch of states where only some have holes draws, for
+    each state, what that state draws alone with the same key (one branch serves the whole
+    batch: the exact one is exact for states without holes too)."""
+    with_holes = holed(7)
+    without = [filled_plain(seed) for seed in (1, 2, 3)]
+    buf = with_holes.buf
+    states = [with_holes.state, *(tw.state for tw in without)]
+    keys = jax.random.split(jax.random.key(9), 4)
+    alone = [
+        (np.asarray(buf.sample(s, k, 8).ids), np.asarray(buf.sample(s, k, 8, recent_ratio=0.5,
+         recent_steps=2).ids), int(buf.num_sampleable(s)))
+        for s, k in zip(states, keys, strict=True)
+    ]  # fmt: skip
+
+    def draws(s: rrj.BufferState, k: Any) -> Any:
+        mix = buf.sample(s, k, 8, recent_ratio=0.5, recent_steps=2).ids
+        return buf.sample(s, k, 8).ids, mix, buf.num_sampleable(s)
+
+    stacked = jax.tree.map(lambda *xs: jnp.stack(xs), *states)
+    flat = jax.jit(jax.vmap(draws))(stacked, keys)
+    nested_states = jax.tree.map(lambda x: x.reshape(2, 2, *x.shape[1:]), stacked)
+    nested = jax.jit(jax.vmap(jax.vmap(draws)))(nested_states, keys.reshape(2, 2))
+    nested = jax.tree.map(lambda x: x.reshape(4, *x.shape[2:]), nested)
+    # Only the first state has holes: the rest alone take the plain branch.
+    assert [bool(np.asarray(s.hole).max() >= 0) for s in states] == [True, False, False, False]
+    for got in (flat, nested):
+        for i, (plain, mix, n) in enumerate(alone):
+            np.testing.assert_array_equal(np.asarray(got[0][i]), plain)
+            np.testing.assert_array_equal(np.asarray(got[1][i]), mix)
+            assert int(got[2][i]) == n
+    # The state with holes draws sampleable ids only.
+    assert set(alone[0][0].tolist()) <= set(jax_sampleable_ids(buf, states[0]).tolist())
+
+
+def filled_plain(seed: int) -> Twins:
+    buf = jax_buffer(**CONFIGS["3-step, 2 envs"])
+    rng = np.random.default_rng(seed)
+    tw = Twins(buf)
+    for _ in range(25):
+        tw.add(random_step(rng, 2, p_end=0.05, p_trunc=0.0))
+    return tw

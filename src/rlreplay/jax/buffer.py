@@ -268,6 +268,16 @@ class JaxBuffer:
         steps = c.recent_steps if recent_steps is None else recent_steps
         replace = c.replacement if replacement is None else replacement
         traced = not isinstance(steps, int | np.integer)  # a traced recent_steps: as it is
+        dtype = getattr(steps, "dtype", None)
+        if traced and (
+            isinstance(steps, bool | np.bool_)
+            or getattr(steps, "shape", None) != ()
+            or dtype is None
+            or np.dtype(dtype).kind not in "iu"
+        ):
+            raise ConfigError(
+                f"recent_steps: expected a positive int or an int scalar array, got {steps!r}"
+            )
         options = draw_options(ratio, 1 if traced else steps, replace)
         if c.prioritized:
             _check_uniform_only(options)
@@ -436,7 +446,8 @@ class JaxBuffer:
         Cost: ``O(E * n_step)``. While the never-sampleable steps of an abandoned episode lie
         among an env's stored, otherwise sampleable steps, a uniform :meth:`sample` and
         :meth:`num_sampleable` take ``O(capacity)`` (under :func:`jax.lax.cond`: a buffer
-        without such steps pays nothing; under ``vmap`` both branches run).
+        without such steps pays nothing; under ``vmap`` the whole batch takes one branch,
+        the exact one if any of its buffers needs it, see :func:`rlreplay.jax.holes.cond_any`).
 
         Args:
             state: The buffer's state.
@@ -562,7 +573,7 @@ class JaxBuffer:
         recent = recent_count(c.recent_ratio if recent_ratio is None else recent_ratio, batch_size)
         steps = min(c.recent_steps, c.env_capacity) if recent_steps is None else recent_steps
 
-        def draw(lo: Any, hi: Any) -> tuple[Any, Any]:  # over the ranges [lo, hi)
+        def draw(lo: Any, hi: Any, key: Any, steps: Any) -> tuple[Any, Any]:  # over [lo, hi)
             def with_replacement() -> tuple[Any, Any]:
                 if recent:
                     return mixed(lo, hi, key, batch_size, recent, steps)
@@ -579,7 +590,7 @@ class JaxBuffer:
             return out
 
         # Over the sampleable steps: abandoned episodes' holes left out (holes.draw_around).
-        env, t = holes.draw_around(c, state, draw)
+        env, t = holes.draw_around(c, state, draw, key, jnp.asarray(steps))
         out = transitions(c, state, env, t)
         out["weights"] = jnp.ones(batch_size, jnp.float32)
         return JaxBatch(out)

@@ -28,22 +28,23 @@ Uniform draws stay exact as the core's: while a hole is live (:func:`live`, a
 size)`` (``size`` without the holes), mapped to the position-th sampleable step
 (:func:`compressed`, ``O(E * C)``), a bijection onto the sampleable steps in time order, so
 the recency mix (the ``recent_steps`` newest sampleable steps) and draws without replacement
-keep their meaning. Without a live hole the draw is the plain one.
+keep their meaning. Without a live hole the draw is the plain one; under ``vmap`` one branch
+serves the whole batch (:func:`cond_any`), so buffers without holes keep the plain draw.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NamedTuple
 
-from rlreplay.jax._lib import jnp, lax
+from rlreplay.jax._lib import jax, jnp, lax
 from rlreplay.jax.config import BufferConfig
 from rlreplay.jax.ring import first_sampleable, rows_of
 from rlreplay.jax.state import BufferState
 
 __all__ = [
-    "ABANDONED", "abandon", "compressed", "draw_around", "env_mask", "in_hole", "live",
-    "num_sampleable", "sizes",
+    "ABANDONED", "abandon", "compressed", "cond_any", "draw_around", "env_mask", "in_hole", "live",
+    "Ranges", "num_sampleable", "ranges", "sizes",
 ]  # fmt: skip
 
 #: ``final_fid`` of a step that ends an abandoned episode (the core's mark).
@@ -102,27 +103,40 @@ def live(state: BufferState) -> Any:
     return jnp.any(state.last_cut >= state.lo)
 
 
-def _sampleable_grid(config: BufferConfig, state: BufferState) -> tuple[Any, Any]:
+class Ranges(NamedTuple):
+    """What uniform draws read of a state: each env's ``[lo, hi)`` and the holes' marks (the
+    branches of :func:`cond_any` take these alone, not the whole state and its columns)."""
+
+    lo: Any
+    hi: Any
+    hole: Any
+
+
+def ranges(state: BufferState) -> Ranges:
+    """The state's :class:`Ranges`."""
+    return Ranges(state.lo, state.hi, state.hole)
+
+
+def _sampleable_grid(config: BufferConfig, r: Ranges) -> tuple[Any, Any]:
     """``(ok, j)``: ``ok[e, j]`` whether step ``lo_e + j`` is sampleable, ``(E, C)``."""
     E, C = config.num_envs, config.env_capacity
-    idt = state.count.dtype
-    j = jnp.arange(C, dtype=idt)
-    t = state.lo[:, None] + j[None, :]
-    envs = jnp.arange(E, dtype=idt)[:, None]
-    return (t < state.hi[:, None]) & (state.hole[rows_of(config, t, envs)] != t), j
+    j = jnp.arange(C, dtype=r.lo.dtype)
+    t = r.lo[:, None] + j[None, :]
+    envs = jnp.arange(E, dtype=r.lo.dtype)[:, None]
+    return (t < r.hi[:, None]) & (r.hole[rows_of(config, t, envs)] != t), j
 
 
-def sizes(config: BufferConfig, state: BufferState) -> Any:
+def sizes(config: BufferConfig, r: Ranges) -> Any:
     """``(E,)``: each env's sampleable steps, holes left out. ``O(E * C)``."""
-    ok, _ = _sampleable_grid(config, state)
-    return jnp.sum(ok, axis=1, dtype=state.count.dtype)
+    ok, j = _sampleable_grid(config, r)
+    return jnp.sum(ok, axis=1, dtype=j.dtype)
 
 
-def compressed(config: BufferConfig, state: BufferState) -> tuple[Any, Any]:
+def compressed(config: BufferConfig, r: Ranges) -> tuple[Any, Any]:
     """``(size, table)``: per env the sampleable steps' count ``(E,)`` and their offsets from
     ``lo`` in time order, ``(E, C)`` (``table[e, i]``: the ``i``-th; padded). ``O(E * C)``."""
     E, C = config.num_envs, config.env_capacity
-    ok, j = _sampleable_grid(config, state)
+    ok, j = _sampleable_grid(config, r)
     cum = jnp.cumsum(ok.astype(j.dtype), axis=1)
     envs = jnp.broadcast_to(jnp.arange(E, dtype=j.dtype)[:, None], (E, C))
     table = (
@@ -133,28 +147,61 @@ def compressed(config: BufferConfig, state: BufferState) -> tuple[Any, Any]:
     return cum[:, -1], table
 
 
+def cond_any(pred: Any, exact: Callable[..., Any], plain: Callable[..., Any], *args: Any) -> Any:
+    """``lax.cond(pred, exact, plain, *args)``, where ``exact`` is right whatever ``pred``
+    (``plain`` is its shortcut when ``pred`` is False), and under ``vmap`` one branch for the
+    whole batch: ``exact`` if any element's ``pred`` holds, else ``plain``. (``vmap`` would
+    turn a plain ``cond`` on a batched ``pred`` into both branches and a select: every draw
+    of a ``vmap``-ed buffer would pay ``exact``'s ``O(E * C)``.) Every value the branches
+    read is in ``args``."""
+
+    @jax.custom_batching.custom_vmap
+    def branch(pred: Any, *args: Any) -> Any:
+        return lax.cond(pred, exact, plain, *args)
+
+    @branch.def_vmap
+    def batched(axis_size: int, in_batched: Any, pred: Any, *args: Any) -> Any:
+        pred_batched, *args_batched = in_batched
+        axes = [jax.tree.map(lambda b: 0 if b else None, ab) for ab in args_batched]
+        on_all = [jax.vmap(f, in_axes=axes, axis_size=axis_size) for f in (exact, plain)]
+        anyone = jnp.any(pred) if pred_batched else pred
+        out = cond_any(anyone, on_all[0], on_all[1], *args)  # (a vmap around this one too)
+        return out, jax.tree.map(lambda _: True, out)
+
+    return branch(pred, *args)
+
+
 def num_sampleable(config: BufferConfig, state: BufferState) -> Any:
     """A traced int: the sampleable steps of all envs (``O(E * C)`` only while a hole is
     live)."""
-    return lax.cond(
+    return cond_any(
         live(state),
-        lambda: jnp.sum(sizes(config, state)),
-        lambda: jnp.sum(jnp.maximum(state.hi - state.lo, 0)),
+        lambda r: jnp.sum(sizes(config, r)),
+        lambda r: jnp.sum(jnp.maximum(r.hi - r.lo, 0)),
+        ranges(state),
     )
 
 
 def draw_around(
-    config: BufferConfig, state: BufferState, draw: Callable[[Any, Any], tuple[Any, Any]]
+    config: BufferConfig,
+    state: BufferState,
+    draw: Callable[[Any, Any, Any, Any], tuple[Any, Any]],
+    key: Any,
+    steps: Any,
 ) -> tuple[Any, Any]:
-    """``draw(lo, hi) -> (env, t)`` (a uniform draw over the ranges ``[lo, hi)``) over the
-    sampleable steps: over ``[lo, hi)`` while no hole is live, else over the compressed
-    ranges, each position mapped to its sampleable step (``O(E * C)``)."""
+    """``draw(lo, hi, key, steps) -> (env, t)`` (a uniform draw over the ranges ``[lo, hi)``
+    with ``recent_steps``) over the sampleable steps: over ``[lo, hi)`` while no hole is
+    live, else over the compressed ranges, each position mapped to its sampleable step
+    (``O(E * C)``)."""
 
-    def around() -> tuple[Any, Any]:
-        size, table = compressed(config, state)
-        env, t = draw(state.lo, state.lo + size)
-        lo = state.lo[env]
+    def around(r: Ranges, key: Any, steps: Any) -> tuple[Any, Any]:
+        size, table = compressed(config, r)
+        env, t = draw(r.lo, r.lo + size, key, steps)
+        lo = r.lo[env]
         return env, lo + table[env, jnp.clip(t - lo, 0, table.shape[1] - 1)]
 
-    out: tuple[Any, Any] = lax.cond(live(state), around, lambda: draw(state.lo, state.hi))
+    def plain(r: Ranges, key: Any, steps: Any) -> tuple[Any, Any]:
+        return draw(r.lo, r.hi, key, steps)
+
+    out: tuple[Any, Any] = cond_any(live(state), around, plain, ranges(state), key, steps)
     return out
