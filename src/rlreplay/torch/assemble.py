@@ -150,9 +150,11 @@ class Assembler:
 
         Observations come from the storage's joint tensors (:meth:`TorchStorage.joint`):
         ``next_<obs>`` is one gather of a row per transition, the step ``t+m`` or, where the
-        window reached its episode's end, the final record; a zero-padded frame stack reads
-        the row of zeros where it pads. Cost: a fixed sequence of about 40 small index ops,
-        plus one ``B``-row gather per stored field (per observation field: two, of ``B * k``
+        window reached its episode's end, the final record (the ring's ``next_joint`` of the
+        window's last step names it); a zero-padded frame stack reads the row of zeros where
+        it pads. Cost: a fixed sequence of about 10 small index ops for ``n_step = 1`` (about
+        20 for a longer window, more for a frame stack), plus one ``B``-row gather per stored
+        field (per observation field: two, of ``B * k``
         rows each for a stack of ``k``), ``B * n`` rows for the window's reward and flags.
 
         Returns:

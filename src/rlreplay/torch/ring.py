@@ -27,6 +27,9 @@ Layout (``E`` envs, ``C = capacity // E`` slots per env, ``F`` final records per
   ``e * F + fid % F`` of each finals column), owned by the step that ended the episode
   (``final_owner``); ``final_fid`` names a step's record (``-1``: the step does not end its
   episode). Records ``[f_head, f_count)`` are live.
+* The counters are kept in the form an add updates with the fewest ops: ``next_start =
+  last_end + 1`` and ``final_end = final_owner + 1`` (read back by :attr:`Ring.last_end` and
+  :attr:`Ring.final_owner`), ``f_count`` next to ``f_count - F``.
 * ``next_joint`` is each step's next observation as a row of the storage's joint observation
   tensors (:meth:`rlreplay.storage.TorchStorage.joint`): its final record's row
   (``E * C + e * F + fid % F``) where it ends its episode, else the row of the env's next
@@ -79,13 +82,19 @@ class Ring:
             ring in lockstep mode).
         counts: Per-env mode: ``(E,)`` int64, steps each env has added; ``None`` in lockstep.
         host_counts: Per-env mode: the same on the host while known, else ``None``.
-        head, lo, hi, last_end, f_count, f_head: ``(E,)`` int64 tensors (with
-            ``frame_stack = 1``, ``lo`` is ``head``: the same tensor).
+        head, lo, hi, f_count, f_head: ``(E,)`` int64 tensors (with ``frame_stack = 1``,
+            ``lo`` is ``head``: the same tensor).
+        next_start: ``(E,)`` int64, ``last_end + 1`` (the ring keeps this; :attr:`last_end`
+            reads it).
         row_info: ``(E * C, 3)`` per row: the columns ``ep_start`` (the first step of the
             row's episode), ``final_fid`` (the step's final record, -1 if it does not end its
             episode) and ``next_joint`` (see the module docstring), each also an attribute
             (a view).
-        final_owner: ``(E * F,)`` per record: the step that owns it.
+        final_end: ``(E * F + E,)`` per record, the step after the one that owns it (``owner
+            + 1``; 0: none), then a spare entry per env that adds write where no episode
+            ends (:attr:`final_owner` reads it).
+        spare: ``(E,)`` the joint observation tensors' spare rows (``E * C + E * F + e``),
+            where an add writes the next observation of a step that ends no episode.
         envs: ``arange(E)``; ``env_base``: ``envs * C``; ``final_base``: ``envs * F``;
         final_joint: ``final_base + E * C``, the joint rows of each env's records.
     """
