@@ -34,7 +34,8 @@ Layout (``E`` envs, ``C = capacity // E`` slots per env, ``F`` final records per
   tensors (:meth:`rlreplay.storage.TorchStorage.joint`): its final record's row
   (``E * C + e * F + fid % F``) where it ends its episode, else the row of the env's next
   step, so that a transition's ``next_<obs>`` is one gather with no select. A step's
-  ``ep_start``, ``final_fid`` and ``next_joint`` are the columns of one ``(E * C, 3)`` tensor
+  ``ep_start``, ``final_fid``, ``next_joint`` and ``fid_end = final_fid + 1`` (what an add
+  reads of the step it overwrites) are the columns of one ``(E * C, 4)`` tensor
   (``row_info``), which an add writes with one ``index_copy_``.
 
 The rules are the NumPy core's (:mod:`rlreplay.episodes.index`), per env:
@@ -86,9 +87,10 @@ class Ring:
             ``lo`` is ``head``: the same tensor).
         next_start: ``(E,)`` int64, ``last_end + 1`` (the ring keeps this; :attr:`last_end`
             reads it).
-        row_info: ``(E * C, 3)`` per row: the columns ``ep_start`` (the first step of the
+        row_info: ``(E * C, 4)`` per row: the columns ``ep_start`` (the first step of the
             row's episode), ``final_fid`` (the step's final record, -1 if it does not end its
-            episode) and ``next_joint`` (see the module docstring), each also an attribute
+            episode), ``next_joint`` (see the module docstring) and ``fid_end`` (``final_fid +
+            1``, which an abandoned episode's mark leaves as it was), each also an attribute
             (a view).
         final_end: ``(E * F + E,)`` per record, the step after the one that owns it (``owner
             + 1``; 0: none), then a spare entry per env that adds write where no episode
@@ -120,31 +122,31 @@ class Ring:
         self.env_base = self.envs * C
         self.final_base = self.envs * F
         self.final_joint = self.final_base + E * C
-        # Per row: ep_start, final_fid, next_joint, as the columns of one tensor, so that an
-        # add writes a step's three with one index_copy_.
-        self.row_info = torch.stack([zeros(E * C), zeros(E * C, -1), zeros(E * C)], 1)
-        self.ep_start, self.final_fid, self.next_joint = self.row_info.unbind(1)
+        # Per row: ep_start, final_fid, next_joint, fid_end, as the columns of one tensor, so
+        # that an add writes a step's four with one index_copy_.
+        self.row_info = torch.zeros((E * C, 4), dtype=torch.int64, device=device)
+        self.ep_start, self.final_fid, self.next_joint, self.fid_end = self.row_info.unbind(1)
+        self.final_fid.fill_(-1)
         self.next_joint.copy_(self.successors())
         # Per record (row e * F + fid % F), then one spare entry per env: the step after the
         # record's owner (owner + 1; 0: no owner), so that an add reads the owner of the
         # slot it reuses and writes the new one with no select (a step that ends no episode
         # writes its env's spare entry).
         self.final_end = zeros(E * F + E)
-        # Per env, the columns of one tensor (E, 7): 0 next_start (the step after the env's
-        # last end: last_end + 1), 1 f_count, 5 f_count - F (counters, kept here); 3 holds
-        # -1; 2, 4 and 6 are scratch an add fills: the new record's joint row and its
-        # entry of final_end, and the env's next row. Columns 0:3 are what an add writes to
-        # row_info where the step ends its episode, columns 0, 3, 6 where not, so one where
-        # picks a step's three values.
-        info = torch.zeros((E, 7), dtype=torch.int64, device=device)
-        info[:, 3] = -1
-        info[:, 5] = -F
+        # Per env, the columns of one tensor (E, 13): 0 next_start (the step after the env's
+        # last end: last_end + 1), 1 f_count, 3 f_count + 1, 5 f_count - F (counters, kept
+        # here); 4 holds -1 and 12 holds 0; 2, 6 and 8 are scratch an add fills: the new
+        # record's joint row and its entry of final_end, and the env's next row. Columns 0:4
+        # are what an add writes to row_info where the step ends its episode, columns 0, 4,
+        # 8, 12 where not, so one where picks a step's four values.
+        info = torch.zeros((E, 13), dtype=torch.int64, device=device)
+        info[:, 3], info[:, 4], info[:, 5] = 1, -1, -F
         self.next_start, self.f_count = info[:, 0], info[:, 1]
-        self._counters, self._f_low = info[:, 1:6:4], info[:, 5]  # f_count, f_count - F
+        self._counters, self._f_low = info[:, 1:6:2], info[:, 5]  # f_count, + 1, - F
         self.spare = self.envs + (E * C + E * F)  # the joint tensors' spare rows
         # Views and constants advance uses, made once.
         self._views = (
-            info[:, 0:3], info[:, ::3], info[:, 2:5:2].t(), info[:, 6],
+            info[:, 0:4], info[:, 0:13:4], info[:, 2:7:4].t(), info[:, 8],
             torch.stack([self.final_joint, self.final_base]),
             torch.stack([self.spare, self.envs + E * F]),
         )  # fmt: skip
@@ -290,6 +292,7 @@ class Ring:
         env = torch.div(torch.arange(fid.shape[0], device=self.device), C, rounding_mode="floor")
         final = self.final_joint.index_select(0, env) + torch.remainder(fid, F)
         self.next_joint.copy_(torch.where(fid >= 0, final, self.successors()))
+        torch.add(fid, 1, out=self.fid_end)
         self.refresh_counters()
 
     @property
@@ -320,7 +323,7 @@ class Ring:
         rows = self.env_base + t % C
         # The step this one overwrites (t - C) frees its final record if it has a live one:
         # the oldest live record, since live records belong to stored steps.
-        torch.maximum(self.f_head, self.final_fid.index_select(0, rows).add_(1), out=self.f_head)
+        torch.maximum(self.f_head, self.fid_end.index_select(0, rows), out=self.f_head)
         # The new record's joint row and final_end entry; where the step ends no episode,
         # the env's spare ones.
         torch.add(torch.remainder(self.f_count, F), bases, out=new_rows)
@@ -340,7 +343,7 @@ class Ring:
         self.final_end.index_copy_(0, dest[1], self.next_start)  # (t + 1 where done)
         self._count = t + 1
         torch.clamp(self.next_start, min=t + 1 - n, out=self.hi)
-        self._counters.add_(done[:, None])  # f_count and f_count - F
+        self._counters.add_(done[:, None])  # f_count, f_count + 1, f_count - F
         if c.can_evict:  # at most F live records
             torch.maximum(self.f_head, self._f_low, out=self.f_head)
         return rows, dest[0]
@@ -388,11 +391,13 @@ class Ring:
         rows = tc + base
         final_rows = (slot + self.final_joint).index_select(0, env)
         after = torch.remainder(tc + 1, C).add_(base)
+        fid_env = torch.where(done, fid.index_select(0, env), -1)
         info = torch.stack(
             [
                 self.next_start.index_select(0, env),
-                torch.where(done, fid.index_select(0, env), -1),
+                fid_env,
                 torch.where(done, final_rows, after),
+                fid_env + 1,
             ],
             1,
         )
@@ -401,7 +406,7 @@ class Ring:
         self.final_end.index_copy_(0, pos, torch.where(d, counts, old_end))
         self.next_start.copy_(torch.where(d, counts, self.next_start))
         self.hi.copy_(torch.where(s, torch.maximum(self.next_start, counts - n), self.hi))
-        self._counters.add_(d[:, None])  # f_count and f_count - F
+        self._counters.add_(d[:, None])  # f_count, f_count + 1, f_count - F
         next_rows = torch.where(done, final_rows, self.spare.index_select(0, env))
         return rows, next_rows, t_env, s
 
@@ -409,7 +414,8 @@ class Ring:
         """Recompute what the ring keeps from ``f_count`` (after it was set from outside)."""
         import torch
 
-        torch.sub(self.f_count, self.config.finals_per_env, out=self._f_low)
+        offsets = torch.tensor([0, 1, -self.config.finals_per_env], device=self.device)
+        torch.add(self.f_count.clone()[:, None], offsets, out=self._counters)
 
     def settle(self, terminated: Tensor, truncated: Tensor) -> None:
         """Set ``lo`` from the new ``head`` and ``count``, once the step's columns are stored
