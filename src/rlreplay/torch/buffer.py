@@ -127,7 +127,7 @@ class DeviceReplayBuffer:
     Cost: :meth:`add` writes ``E`` rows per column plus ``O(E * frame_stack)`` bookkeeping;
     :meth:`sample` and :meth:`get_transitions` are ``O(B * (n_step + frame_stack))`` gathers
     (a fixed sequence of torch ops: on a GPU, launch-bound for small batches; about 25
-    ops for a ``sample`` of ``n_step = 1`` with one observation field, and about 27 for an
+    ops for a ``sample`` of ``n_step = 1`` with one observation field, and about 26 for an
     :meth:`add`, ``benchmarks/torch_device.py --count-ops``). Each observation
     field's step and final rows share one tensor, so ``next_<obs>`` (and a frame stack) is
     one gather, with no select over gathered rows. A buffer is

@@ -327,26 +327,27 @@ class Ring:
         # The new record's joint row and final_end entry; where the step ends no episode,
         # the env's spare ones.
         torch.add(torch.remainder(self.f_count, F), bases, out=new_rows)
-        dest = torch.where(done, new_rows, spares)
+        next_rows, entries = torch.where(done, new_rows, spares)
+        d = done[:, None]
         if c.can_evict:
             # A new record with F live: the oldest (fid - F, in the same slot) goes, and with
             # it the episode that owns it. A slot's dead record belongs to a step before head
             # (its owner was overwritten, dropped or cleared), so moving head past the owner
             # of the slot's record wherever an episode ends changes head only where F were
             # live. (With F >= C records never run out: an env stores at most C steps.)
-            evict = self.final_end.index_select(0, dest[1]).mul_(done)  # (spare entries: 0)
+            evict = self.final_end.index_select(0, entries).mul_(done)  # (spare entries: 0)
             torch.maximum(self.head, evict, out=self.head)
         self.head.clamp_(min=t + 1 - C)
         torch.add(self.env_base, (t + 1) % C, out=after)
-        self.row_info.index_copy_(0, rows, torch.where(done[:, None], done_info, other_info))
+        self.row_info.index_copy_(0, rows, torch.where(d, done_info, other_info))
         self.next_start.masked_fill_(done, t + 1)
-        self.final_end.index_copy_(0, dest[1], self.next_start)  # (t + 1 where done)
+        self.final_end.index_copy_(0, entries, self.next_start)  # (t + 1 where done)
         self._count = t + 1
         torch.clamp(self.next_start, min=t + 1 - n, out=self.hi)
-        self._counters.add_(done[:, None])  # f_count, f_count + 1, f_count - F
+        self._counters.add_(d)  # f_count, f_count + 1, f_count - F
         if c.can_evict:  # at most F live records
             torch.maximum(self.f_head, self._f_low, out=self.f_head)
-        return rows, dest[0]
+        return rows, next_rows
 
     def advance_envs(
         self, env: Tensor, done: Tensor, host_env: np.ndarray[Any, Any] | None = None
