@@ -33,24 +33,23 @@ from typing import Any, TypeAlias
 from rlreplay.errors import ConfigError
 from rlreplay.jax._lib import jax
 from rlreplay.jax.batch import JaxBatch
+from rlreplay.transforms.bound import unbound_transforms
 
 __all__ = ["JaxTransform", "apply_all", "checked", "checked_all"]
 
 JaxTransform: TypeAlias = Callable[..., Any]
 
 
+#: What a bindable transform's refusal says after the reason.
+_INSTEAD = (
+    "which a JAX buffer does not have; sample it from a host buffer "
+    "(rlreplay.jax.to_replay_buffer), or pass a jittable function JaxBatch -> JaxBatch"
+)
+
+
 def checked(fn: Any, name: str) -> JaxTransform:
     """``fn`` if a JAX buffer can apply it, else :class:`ConfigError` naming ``name``."""
-    if not callable(fn):
-        raise ConfigError(f"{name}: expected a callable JaxBatch -> JaxBatch, got {fn!r}")
-    if hasattr(fn, "bind"):  # rlreplay.transforms.BindableTransform
-        raise ConfigError(
-            f"{name}: {type(fn).__name__} is a bindable transform: it reads the episode index, "
-            "columns and NumPy generator of a host buffer, which a JAX buffer does not have; "
-            "sample it from a host buffer (rlreplay.jax.to_replay_buffer), or pass a jittable "
-            "function JaxBatch -> JaxBatch"
-        )
-    out: JaxTransform = fn
+    out: JaxTransform = unbound_transforms([fn], [name], "JaxBatch", _INSTEAD)[0]
     return out
 
 
@@ -60,7 +59,8 @@ def checked_all(fns: Any) -> tuple[JaxTransform, ...]:
         raise ConfigError(
             f"transforms: expected a sequence of callables JaxBatch -> JaxBatch, got {fns!r}"
         )
-    return tuple(checked(fn, f"transforms[{i}]") for i, fn in enumerate(fns))
+    names = [f"transforms[{i}]" for i in range(len(fns))]
+    return unbound_transforms(fns, names, "JaxBatch", _INSTEAD)
 
 
 def _takes_key(fn: JaxTransform) -> bool:

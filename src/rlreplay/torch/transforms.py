@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any, TypeAlias
 
 from rlreplay.errors import ConfigError
 from rlreplay.torch.batch import DeviceBatch
+from rlreplay.transforms.bound import unbound_transforms
 
 if TYPE_CHECKING:
     import torch
@@ -35,18 +36,16 @@ __all__ = ["DeviceTransform", "apply", "checked", "checked_all", "rollback_point
 DeviceTransform: TypeAlias = Callable[[DeviceBatch], DeviceBatch]
 
 
+#: What a bindable transform's refusal says after the reason.
+_INSTEAD = (
+    "which a device buffer keeps on the device; sample it from a host buffer "
+    "(to_replay_buffer(), or storage='memory'), or pass a function DeviceBatch -> DeviceBatch"
+)
+
+
 def checked(fn: Any, name: str) -> DeviceTransform:
     """``fn`` if a device buffer can apply it, else :class:`ConfigError` naming ``name``."""
-    if not callable(fn):
-        raise ConfigError(f"{name}: expected a callable DeviceBatch -> DeviceBatch, got {fn!r}")
-    if hasattr(fn, "bind"):  # rlreplay.transforms.BindableTransform
-        raise ConfigError(
-            f"{name}: {type(fn).__name__} is a bindable transform: it reads the episode index, "
-            "columns and NumPy generator of a host buffer, which a device buffer keeps on the "
-            "device; sample it from a host buffer (to_replay_buffer(), or storage='memory'), "
-            "or pass a function DeviceBatch -> DeviceBatch"
-        )
-    out: DeviceTransform = fn
+    out: DeviceTransform = unbound_transforms([fn], [name], "DeviceBatch", _INSTEAD)[0]
     return out
 
 
@@ -56,7 +55,8 @@ def checked_all(fns: Sequence[Any]) -> tuple[DeviceTransform, ...]:
         raise ConfigError(
             f"transforms: expected a sequence of callables DeviceBatch -> DeviceBatch, got {fns!r}"
         )
-    return tuple(checked(fn, f"transforms[{i}]") for i, fn in enumerate(fns))
+    names = [f"transforms[{i}]" for i in range(len(fns))]
+    return unbound_transforms(fns, names, "DeviceBatch", _INSTEAD)
 
 
 def apply(fn: DeviceTransform, batch: DeviceBatch) -> DeviceBatch:

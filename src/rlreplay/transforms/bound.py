@@ -5,10 +5,14 @@ given the :class:`rlreplay.ReplayBuffer` it samples from, and runs under that bu
 :class:`BoundBuffer` names what it may use of it: the configuration, the lock, and the parts
 it reads directly (the episode index, the columns, the random generator). Typed here, not
 against ``ReplayBuffer``, because the buffer imports this package (never the reverse).
+
+Buffers that cannot bind a transform (the torch device buffer, the JAX buffer) refuse
+bindable ones by name with :func:`unbound_transforms`.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
@@ -18,7 +22,7 @@ if TYPE_CHECKING:
     from rlreplay.spec.schema import Schema
     from rlreplay.storage import Columns
 
-__all__ = ["BoundBuffer"]
+__all__ = ["BoundBuffer", "unbound_transforms"]
 
 
 class BoundBuffer(Protocol):
@@ -67,3 +71,23 @@ class BoundBuffer(Protocol):
     def _check_open(self) -> None:
         """Raise :class:`rlreplay.ReplayClosed` if the buffer is closed."""
         ...
+
+
+def unbound_transforms(
+    fns: Sequence[Any], names: Sequence[str], batch: str, instead: str
+) -> tuple[Callable[..., Any], ...]:
+    """``fns`` checked for a buffer that cannot bind transforms (a device or JAX buffer): each
+    a callable without ``bind``. Raises :class:`~rlreplay.ConfigError` naming the offending
+    ``names[i]``, with ``batch`` (the batch type's name) and ``instead`` (what a bindable
+    transform's user can do instead, after the reason) in the message."""
+    from rlreplay.errors import ConfigError
+
+    for fn, name in zip(fns, names, strict=True):
+        if not callable(fn):
+            raise ConfigError(f"{name}: expected a callable {batch} -> {batch}, got {fn!r}")
+        if hasattr(fn, "bind"):  # a BindableTransform
+            raise ConfigError(
+                f"{name}: {type(fn).__name__} is a bindable transform: it reads the episode "
+                f"index, columns and NumPy generator of a host buffer, {instead}"
+            )
+    return tuple(fns)
