@@ -159,14 +159,22 @@ def test_episodes_and_updates_leave_the_holes_out() -> None:
     assert set(got["ids"].tolist()) == set(want)
 
 
-def holed(seed: int) -> Twins:
+def filled(seed: int, abandon_at: tuple[int, ...] = ()) -> Twins:
+    """25 steps of 2 envs (``CONFIGS["3-step, 2 envs"]``), env ``i % 2`` abandoned after
+    step ``i`` for each ``i`` in ``abandon_at``."""
     buf = jax_buffer(**CONFIGS["3-step, 2 envs"])
     rng = np.random.default_rng(seed)
     tw = Twins(buf)
     for i in range(25):
         tw.add(random_step(rng, 2, p_end=0.05, p_trunc=0.0))
-        if i in (14, 17, 21):
+        if i in abandon_at:
             tw.abandon(i % 2)
+    return tw
+
+
+def holed(seed: int) -> Twins:
+    """:func:`filled` with holes inside the sampleable ranges."""
+    tw = filled(seed, abandon_at=(14, 17, 21))
     assert np.asarray(tw.state.hole).max() >= int(np.asarray(tw.state.lo).min())
     return tw
 
@@ -297,7 +305,7 @@ def test_vmap_draws_are_each_states_own() -> None:
     each state, what that state draws alone with the same key (one branch serves the whole
     batch: the exact one is exact for states without holes too)."""
     with_holes = holed(7)
-    without = [filled_plain(seed) for seed in (1, 2, 3)]
+    without = [filled(seed) for seed in (1, 2, 3)]
     buf = with_holes.buf
     states = [with_holes.state, *(tw.state for tw in without)]
     keys = jax.random.split(jax.random.key(9), 4)
@@ -325,12 +333,3 @@ def test_vmap_draws_are_each_states_own() -> None:
             assert int(got[2][i]) == n
     # The state with holes draws sampleable ids only.
     assert set(alone[0][0].tolist()) <= set(jax_sampleable_ids(buf, states[0]).tolist())
-
-
-def filled_plain(seed: int) -> Twins:
-    buf = jax_buffer(**CONFIGS["3-step, 2 envs"])
-    rng = np.random.default_rng(seed)
-    tw = Twins(buf)
-    for _ in range(25):
-        tw.add(random_step(rng, 2, p_end=0.05, p_trunc=0.0))
-    return tw
