@@ -6,9 +6,10 @@
 #
 # Runs from the repository root against src/ (no install: the machine's own torch, JAX, Numba
 # and pytest). Every log and figure goes to $OUT (default /tmp/device_check): card.txt (the
-# card and the library versions), tests.log, and one file per benchmark. Sized to end within
-# about 8 minutes on one GPU; each step has its own time limit, and a failed step does not
-# stop the next ones (the exit status is the number of failed steps).
+# card and the library versions), tests.log, and one file per benchmark (the massively
+# parallel rows, 4,096 envs x float32[64] with a sample of 4,096, in steps and files of their
+# own). Sized to end within about 8 minutes on one GPU; each step has its own time limit, and
+# a failed step does not stop the next ones (the exit status is the number of failed steps).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 export PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
@@ -50,10 +51,15 @@ step tests.log 240 "$py" -m pytest -q -n0 -p no:cacheprovider -p no:benchmark "$
 step torch_trees.txt 90 "$py" benchmarks/torch_trees.py --device "$RLREPLAY_TEST_DEVICE"
 if [ -f benchmarks/torch_device.py ]; then
     step torch_device.txt 150 "$py" benchmarks/torch_device.py --device "$RLREPLAY_TEST_DEVICE" \
-        --count-ops --compile
+        --count-ops --compile --no-parallel
+    # 4,096 envs x float32[64], sample 4,096, capacity 1,048,576: its own step and time limit.
+    step torch_device_parallel.txt 90 "$py" benchmarks/torch_device.py \
+        --device "$RLREPLAY_TEST_DEVICE" --parallel-only --parallel-iters 100
 fi
 step accelerator.txt 150 "$py" benchmarks/accelerator.py --device "${JAX_DEVICE:-gpu}" --repeats 3 \
-    --json "$out/accelerator.json"
+    --no-parallel --json "$out/accelerator.json"
+step accelerator_parallel.txt 90 "$py" benchmarks/accelerator.py --device "${JAX_DEVICE:-gpu}" \
+    --repeats 3 --parallel-only --parallel-iters 100 --json "$out/accelerator_parallel.json"
 
 echo "== done: $failed failed step(s); files in $out"
 exit "$failed"

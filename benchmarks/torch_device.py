@@ -1,7 +1,7 @@
 """Device replay: rlreplay.torch's buffers against TorchRL's on the same device.
 
 Run: ``python benchmarks/torch_device.py [--device cuda:0] [--capacity N] [--envs E]
-[--batch B] [--obs 84,84 --dtype uint8] [--iters N] [--compile]``.
+[--batch B] [--obs 84,84 --dtype uint8] [--iters N] [--compile] [--no-parallel]``.
 
 One iteration is what a vectorised training loop does per env step: add one step of ``E``
 envs (tensors already on the device), then sample a batch of ``B``; prioritized rows also
@@ -17,6 +17,19 @@ GPU with ``mode="reduce-overhead"``: a CUDA graph). ``--count-ops`` also prints 
 ops (views and other metadata-only ops left out: roughly the kernels a GPU launches) one
 ``add``, ``sample`` and ``update_priorities`` run, also with a rate limiter and after
 ``abandon_episode``.
+
+The massively parallel rows follow (``--no-parallel`` leaves them out, ``--parallel-only``
+runs only them): the same loop with
+4,096 envs of ``float32[64]`` observations per add, a sample of 4,096, capacity 1,048,576 (256
+steps per env), uniform and prioritized (+ update); of the options above only ``--device``,
+``--n-step`` and ``--threads`` apply to them. Both buffers are filled to capacity before
+timing (every timed add overwrites each env's oldest step); the pooled steps
+(``--parallel-pool``, 4 by default: 8 MiB of observations) are drawn on the device itself, so
+the timed loop moves nothing from the host. Reported per row: µs per iteration (median of 5
+rounds of ``--parallel-iters``) and transitions per second (``4096 / µs per iteration``: 4,096
+added and 4,096 sampled per iteration). rlreplay stores each observation once (plus the final
+observations at episode ends, about 1 step in 100 here); TorchRL stores ``obs`` and
+``next/obs`` (512 MiB at this capacity).
 """
 
 from __future__ import annotations
@@ -57,6 +70,25 @@ def steps_pool(args: argparse.Namespace, n: int = 64) -> list[dict[str, torch.Te
         }
         out.append({k: v.to(args.device) for k, v in step.items()})
     return out
+
+
+def parallel_pool(args: argparse.Namespace) -> list[dict[str, torch.Tensor]]:
+    """``args.parallel_pool`` steps of ``args.envs`` envs, drawn on the device itself."""
+    dev = torch.device(args.device)
+    g = torch.Generator(device=dev).manual_seed(0)
+    E, obs = args.envs, args.obs
+    kw: dict[str, Any] = {"generator": g, "device": dev}
+    return [
+        {
+            "obs": torch.randn((E, *obs), **kw),
+            "action": torch.randint(0, 6, (E,), **kw),
+            "reward": torch.randn(E, **kw),
+            "terminated": torch.rand(E, **kw) < 0.01,
+            "truncated": torch.zeros(E, dtype=torch.bool, device=dev),
+            "next_obs": torch.randn((E, *obs), **kw),
+        }
+        for _ in range(args.parallel_pool)
+    ]
 
 
 def ours(
@@ -170,11 +202,16 @@ def torchrl(args: argparse.Namespace, prioritized: bool) -> Callable[[dict[str, 
     return step
 
 
-def timed(step: Callable[[dict[str, Any]], None], pool: list[dict[str, Any]], args: Any) -> float:
-    """Median µs per iteration over 5 rounds of ``args.iters``, after a warm-up that fills
-    enough of the buffer to sample."""
+def timed(
+    step: Callable[[dict[str, Any]], None], pool: list[dict[str, Any]], args: Any,
+    warmup: int | None = None,
+) -> float:  # fmt: skip
+    """Median µs per iteration over 5 rounds of ``args.iters``, after a warm-up of ``warmup``
+    iterations (default: enough of the buffer to sample)."""
     cuda = torch.device(args.device).type == "cuda"
-    for i in range(max(64, 2 * args.batch // args.envs + 8)):
+    if warmup is None:
+        warmup = max(64, 2 * args.batch // args.envs + 8)
+    for i in range(warmup):
         step(pool[i % len(pool)])
     rounds = []
     for _ in range(5):
@@ -202,6 +239,13 @@ def main() -> None:
     p.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: torch's default)")
     p.add_argument("--count-ops", action="store_true", help="also print torch ops per call")
     p.add_argument(
+        "--parallel", action=argparse.BooleanOptionalAction, default=True,
+        help="also time 4,096 envs x float32[64], sample 4,096, capacity 1,048,576 (default)",
+    )  # fmt: skip
+    p.add_argument("--parallel-only", action="store_true", help="only the massively parallel rows")
+    p.add_argument("--parallel-iters", type=int, default=50, help="iterations per round there")
+    p.add_argument("--parallel-pool", type=int, default=4, help="pooled steps there")
+    p.add_argument(
         "--compile", action="store_true",
         help="also time the loops with rrt.compiled_sampler (compiles first: seconds)",
     )  # fmt: skip
@@ -209,6 +253,10 @@ def main() -> None:
     if args.threads:
         torch.set_num_threads(args.threads)
     args.obs = tuple(int(x) for x in args.obs.split(",") if x)
+    if args.parallel_only:
+        print(f"torch {torch.__version__}, {torch.get_num_threads()} CPU threads")
+        parallel(args)
+        return
     pool = steps_pool(args)
     print(
         f"device {args.device}, capacity {args.capacity}, {args.envs} envs, batch {args.batch}, "
@@ -241,6 +289,39 @@ def main() -> None:
         if args.compile:
             a = timed(ours(args, prioritized, compiled=True), pool, args)
             print(f"| {name}, compiled_sampler | {a:.0f} | {b:.0f} | {b / a:.2f} |")
+    if args.parallel:
+        parallel(args)
+
+
+def parallel(args: argparse.Namespace) -> None:
+    """The massively parallel rows: 4,096 envs x ``float32[64]``, sample 4,096, both buffers
+    filled to capacity (1,048,576) before timing, steps drawn on the device."""
+    args = argparse.Namespace(**vars(args))
+    args.envs, args.obs, args.dtype, args.batch = 4096, (64,), "float32", 4096
+    args.capacity, args.iters = 4096 * 256, args.parallel_iters
+    pool = parallel_pool(args)
+    fill = args.capacity // args.envs + 8  # every env's ring full, then some overwrites
+    E = args.envs
+    print(
+        f"\nmassively parallel: {E} envs x float32[64] per add, sample {args.batch}, capacity "
+        f"{args.capacity} (filled first), {args.parallel_pool} pooled steps made on "
+        f"{args.device}, n_step {args.n_step}, {args.iters} iterations x 5 rounds, median\n"
+    )
+    print("| loop (add 4,096 + sample 4,096) | rlreplay.torch µs/iter (transitions/s) "
+          "| TorchRL µs/iter (transitions/s) | ratio |")  # fmt: skip
+    print("|---|---|---|---|")
+    for prioritized in (False, True):
+        name = "prioritized (+ update)" if prioritized else "uniform"
+        a = timed(ours(args, prioritized), pool, args, warmup=fill)
+        ours_cell = f"{a:.0f} ({E / a * 1e6:,.0f})"
+        try:
+            b = timed(torchrl(args, prioritized), pool, args, warmup=fill)
+        except (ImportError, RuntimeError) as exc:  # e.g. TorchRL built without its C++ trees
+            print(f"| {name} | {ours_cell} | n/a ({type(exc).__name__}: {str(exc)[:60]}) | |")
+            continue
+        print(f"| {name} | {ours_cell} | {b:.0f} ({E / b * 1e6:,.0f}) | {b / a:.2f} |")
+        if torch.device(args.device).type == "cuda":
+            torch.cuda.empty_cache()
 
 
 if __name__ == "__main__":
