@@ -24,7 +24,7 @@ from rlreplay.jax import _random, rank, tree
 from rlreplay.jax import prioritized as per
 from rlreplay.jax._lib import jnp, lax
 from rlreplay.jax.config import BufferConfig, tree_levels
-from rlreplay.jax.draws import balanced, below, uniform
+from rlreplay.jax.draws import balanced, below, search_right, uniform
 from rlreplay.jax.ring import rows_of, step_in_row
 from rlreplay.jax.state import BufferState
 
@@ -84,7 +84,7 @@ def _uniform_whole(
         cum = jnp.cumsum(ok.astype(jnp.int32))
         bits = _random.bits(key, batch_size)
         pick = below(bits, cum[-1]).astype(jnp.int32)
-        row = jnp.searchsorted(cum, pick, side="right", method="compare_all")
+        row = search_right(cum, pick)
         row = jnp.minimum(row, cum.shape[0] - 1)
         bad = ~whole(config, state, env, t, length, True)
         return jnp.where(bad, all_env[row], env), jnp.where(bad, all_t[row], t)
@@ -108,7 +108,7 @@ def _balanced_whole(
     env, pos = balanced(jnp.zeros_like(counts), counts, key, batch_size)
     cum = jnp.cumsum(ok.astype(state.count.dtype))
     target = (jnp.cumsum(counts) - counts)[env] + pos  # the pos-th whole start of env
-    row = jnp.searchsorted(cum, target, side="right", method="compare_all")
+    row = search_right(cum, target)
     row = jnp.minimum(row, E * C - 1)
     return all_env[row], all_t[row]
 
