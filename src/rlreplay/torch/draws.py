@@ -41,10 +41,8 @@ __all__ = [
 ]
 
 
-#: Up to this many envs, positions map to envs by comparing each with every env's end (``B *
-#: E`` compares) rather than by :func:`torch.searchsorted`, whose CPU kernel splits even a
-#: small batch across threads (:func:`uniform` searches on a CPU running one thread, and on
-#: other devices).
+#: Up to this many envs, :func:`to_steps` maps positions to envs by comparing each with every
+#: env's end (``B * E`` compares, one fused kernel) rather than by :func:`torch.searchsorted`.
 _COMPARE_ENVS = 64
 
 
@@ -82,13 +80,9 @@ def uniform(
     """``batch_size`` steps drawn uniformly, with replacement, from the union of ``[lo, hi)``
     (with no candidate at all: arbitrary steps); ``sizes``: ``ring.sizes()`` if the caller
     has it. Returns ``(env, t, total)``, ``total`` the number of candidates (0-d)."""
-    import torch
 
     sizes = ring.sizes() if sizes is None else sizes
-    # (on a CPU, searchsorted is the faster on one thread only: it splits a batch of a few
-    # hundred across threads)
-    search = sizes.shape[0] > _COMPARE_ENVS or not sizes.is_cpu or torch.get_num_threads() == 1
-    return spread(ring, sizes, torch_rand(batch_size, ring.device, gen), search)
+    return spread(ring, sizes, torch_rand(batch_size, ring.device, gen), search=True)
 
 
 def spread(
