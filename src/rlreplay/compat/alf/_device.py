@@ -484,7 +484,8 @@ class DeviceReplayBuffer(DeviceQueries, ReplayBuffer):
         total = cum[-1]
         nonzero = (masses != 0).sum()
         m = B - n_recent
-        rng_state, had_gen = self._rng.bit_generator.state, self._gen is not None
+        # (a refused draw puts back the host generator only if it seeded the device one now)
+        rng_state = None if self._gen is not None else self._rng.bit_generator.state
         gen = self._draws_generator()
         gen_state = gen.get_state()
         u = torch.rand(m, dtype=torch.float64, device=dev, generator=gen)
@@ -499,7 +500,7 @@ class DeviceReplayBuffer(DeviceQueries, ReplayBuffer):
         host = torch.cat([valid, env_p, t_p]).cpu().numpy()
         if m and not host[0]:
             gen.set_state(gen_state)
-            if not had_gen:
+            if rng_state is not None:
                 self._gen = None
                 self._rng.bit_generator.state = rng_state
             raise ReplayAssertionError(
