@@ -123,7 +123,7 @@ def _uniform(buf: DeviceReplayBuffer, B: int) -> tuple[Graph, Callable[[], tuple
     ring, assembler = buf._ring, buf._assembler
 
     def draw_and_assemble(u: Tensor) -> dict[str, Tensor]:
-        env, t, total = draws.spread(ring, ring.sizes(), u)
+        env, t, total = draws.spread(ring, ring.candidates(), u)
         out = assembler.transitions(env, t)
         out["weights"] = assembler.weights(total, B)
         return out

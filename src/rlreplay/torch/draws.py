@@ -27,7 +27,7 @@ if TYPE_CHECKING:
     import torch
     from torch import Tensor
 
-    from rlreplay.torch.ring import Ring
+    from rlreplay.torch.ring import Candidates, Ring
 
 __all__ = [
     "balanced",
@@ -75,18 +75,16 @@ def to_steps(lo: Tensor, sizes: Tensor, pos: Tensor) -> tuple[Tensor, Tensor]:
 
 
 def uniform(
-    ring: Ring, batch_size: int, gen: torch.Generator, sizes: Tensor | None = None
+    ring: Ring, cands: Candidates, batch_size: int, gen: torch.Generator
 ) -> tuple[Tensor, Tensor, Tensor]:
-    """``batch_size`` steps drawn uniformly, with replacement, from the union of ``[lo, hi)``
-    (with no candidate at all: arbitrary steps); ``sizes``: ``ring.sizes()`` if the caller
-    has it. Returns ``(env, t, total)``, ``total`` the number of candidates (0-d)."""
-
-    sizes = ring.sizes() if sizes is None else sizes
-    return spread(ring, sizes, torch_rand(batch_size, ring.device, gen), search=True)
+    """``batch_size`` steps drawn uniformly, with replacement, from the sampleable steps
+    ``cands`` (``ring.candidates()``; with no candidate at all: arbitrary steps). Returns
+    ``(env, t, total)``, ``total`` the number of candidates (0-d)."""
+    return spread(ring, cands, torch_rand(batch_size, ring.device, gen), search=True)
 
 
 def spread(
-    ring: Ring, sizes: Tensor, u: Tensor, search: bool = False
+    ring: Ring, cands: Candidates, u: Tensor, search: bool = False
 ) -> tuple[Tensor, Tensor, Tensor]:
     """:func:`uniform` from its float64 uniforms ``u``: position ``floor(u * total)`` among
     the candidates, mapped to ``(env, t)`` as :func:`to_steps` maps it (``search``: with
@@ -99,6 +97,7 @@ def spread(
     """
     import torch
 
+    sizes = cands.sizes
     ends = torch.cumsum(sizes, 0)
     total = ends[-1]
     pos = (u * total).long()
@@ -106,11 +105,11 @@ def spread(
         env = torch.searchsorted(ends[:-1], pos, right=True)
     else:
         env = (ends[:-1, None] <= pos).sum(0)
-    if ring.holes is None:  # hi - ends: lo - (ends - sizes) wherever sizes > 0, as drawn
+    if cands.spans is None:  # hi - ends: lo - (ends - sizes) wherever sizes > 0, as drawn
         t = (ring.hi - ends).index_select(0, env).add_(pos)
         return env, t, total
     t = (ring.lo + sizes - ends).index_select(0, env).add_(pos)
-    return env, ring.unhole(env, t), total
+    return env, ring.unhole(env, t, cands), total
 
 
 def balanced(sizes: Tensor, batch_size: int, gen: torch.Generator) -> tuple[Tensor, Tensor]:
@@ -133,15 +132,16 @@ def torch_rand(count: int, device: torch.device, gen: torch.Generator) -> Tensor
 
 
 def mixed(
-    ring: Ring, batch_size: int, recent: int, recent_steps: int, gen: torch.Generator
-) -> tuple[Tensor, Tensor]:
+    ring: Ring, cands: Candidates, batch_size: int, recent: int, recent_steps: int,
+    gen: torch.Generator,
+) -> tuple[Tensor, Tensor]:  # fmt: skip
     """``recent`` draws uniform over the ``recent_steps`` newest candidates of each env, then
-    ``batch_size - recent`` uniform over all candidates; each with replacement."""
+    ``batch_size - recent`` uniform over all candidates (``cands``); each with replacement."""
     import torch
 
-    sizes = ring.sizes()
+    sizes = cands.sizes
     newest = sizes.clamp_max(recent_steps)
-    if ring.holes is None:
+    if cands.spans is None:
         env_r, t_r = to_steps(ring.hi - newest, newest, below(newest.sum(), recent, gen))
         env_a, t_a = to_steps(ring.lo, sizes, below(sizes.sum(), batch_size - recent, gen))
         return torch.cat([env_r, env_a]), torch.cat([t_r, t_a])
@@ -150,7 +150,7 @@ def mixed(
     env_r, t_r = to_steps(base, newest, below(newest.sum(), recent, gen))
     env_a, t_a = to_steps(ring.lo, sizes, below(sizes.sum(), batch_size - recent, gen))
     env = torch.cat([env_r, env_a])
-    return env, ring.unhole(env, torch.cat([t_r, t_a]))
+    return env, ring.unhole(env, torch.cat([t_r, t_a]), cands)
 
 
 def _keys(ring: Ring, candidate: Tensor, gen: torch.Generator) -> Tensor:
@@ -162,13 +162,15 @@ def _keys(ring: Ring, candidate: Tensor, gen: torch.Generator) -> Tensor:
 
 
 def distinct(
-    ring: Ring, batch_size: int, recent: int, recent_steps: int, gen: torch.Generator
-) -> tuple[Tensor, Tensor]:
+    ring: Ring, cands: Candidates, batch_size: int, recent: int, recent_steps: int,
+    gen: torch.Generator,
+) -> tuple[Tensor, Tensor]:  # fmt: skip
     """Draws without replacement, as the core's ``draw_mixed`` with ``replacement=False`` and
     ``batch_size <= #candidates`` (the caller picks these rows only then, and needs
     ``batch_size <= E * C``): the first ``k = min(recent, #recent candidates)`` are distinct
     recent candidates, the others distinct among the candidates not drawn yet, each part a
-    uniformly random ordered subset. ``O(E * C)``: a key per row and a top-k."""
+    uniformly random ordered subset (``cands``: ``ring.candidates()``). ``O(E * C)``: a key
+    per row and a top-k."""
     import torch
 
     n = ring.config.num_slots
@@ -179,12 +181,12 @@ def distinct(
     if recent == 0:
         picked = torch.topk(keys, batch_size, sorted=True).indices
         return ring.step_in_row(picked)
-    sizes = ring.sizes()
+    sizes = cands.sizes
     newest = sizes.clamp_max(recent_steps)
-    if ring.holes is None:
+    if cands.spans is None:
         oldest_recent = ring.hi - newest
     else:  # the step at position size - newest among the sampleable ones
-        oldest_recent = ring.unhole(ring.envs, ring.lo + sizes - newest)
+        oldest_recent = ring.unhole(ring.envs, ring.lo + sizes - newest, cands)
     is_recent = candidate & (t >= oldest_recent.index_select(0, env))
     recent_keys = _keys(ring, is_recent, gen)
     top_r = torch.topk(recent_keys, min(recent, n), sorted=True)

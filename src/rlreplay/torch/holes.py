@@ -111,10 +111,11 @@ class Holes:
         end = torch.minimum(self.end, hi[:, None] - 1)
         return start, (end - start + 1).clamp_min(0)
 
-    def unhole(self, env: Tensor, t: Tensor, lo: Tensor, hi: Tensor) -> Tensor:
+    @staticmethod
+    def unhole(env: Tensor, t: Tensor, start: Tensor, length: Tensor) -> Tensor:
         """Steps ``t = lo + p`` of compressed positions ``p`` mapped past the holes before
-        them: ``O(H)`` ops over the batch."""
-        start, length = self.clipped(lo, hi)
+        them (``start, length``: :meth:`clipped` for the ranges ``[lo, hi)``): ``O(H)`` ops
+        over the batch."""
         s, n = start.index_select(0, env), length.index_select(0, env)
         for j in range(s.shape[1]):  # ascending: a step past hole j moves past it
             t = t + n[:, j] * (t >= s[:, j])

@@ -178,15 +178,16 @@ class Reads:
 
         recent = draws.recent_count(options.recent_ratio, batch_size)
         ring, gen = self.ring, self.gen
-        sizes = ring.sizes()
+        cands = ring.candidates()
         if recent:
-            env, t = draws.mixed(ring, batch_size, recent, options.recent_steps, gen)
-            total = sizes.sum()
+            env, t = draws.mixed(ring, cands, batch_size, recent, options.recent_steps, gen)
+            total = cands.sizes.sum()
         else:
-            env, t, total = draws.uniform(ring, batch_size, gen, sizes)
+            env, t, total = draws.uniform(ring, cands, batch_size, gen)
         if not options.replacement and batch_size <= self.config.num_slots:
             # Distinct whenever enough are sampleable (else, as the core, with replacement).
-            env_d, t_d = draws.distinct(ring, batch_size, recent, options.recent_steps, gen)
+            env_d, t_d = draws.distinct(ring, cands, batch_size, recent, options.recent_steps,
+                                        gen)  # fmt: skip
             enough = batch_size <= total
             env, t = torch.where(enough, env_d, env), torch.where(enough, t_d, t)
         out = self.assembler.transitions(env, t)

@@ -60,19 +60,28 @@ per-row arrays: no host synchronisation, no data-dependent shape.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 
 from rlreplay.torch.config import DeviceConfig
+from rlreplay.torch.holes import Holes
 
 if TYPE_CHECKING:
     import torch
     from torch import Tensor
 
-    from rlreplay.torch.holes import Holes
+__all__ = ["Candidates", "Ring"]
 
-__all__ = ["Ring"]
+
+class Candidates(NamedTuple):
+    """What a draw reads of the sampleable steps (:meth:`Ring.candidates`)."""
+
+    #: ``(E,)`` sampleable steps per env.
+    sizes: Tensor
+    #: ``(start, length)``, each ``(E, H)``, of the holes' parts in ``[lo, hi)``; ``None``
+    #: while no env has a hole.
+    spans: tuple[Tensor, Tensor] | None
 
 
 class Ring:
@@ -250,19 +259,26 @@ class Ring:
             ok &= ~self.holes.in_hole(self.rows_of(t, env), t)
         return ok
 
+    def candidates(self) -> Candidates:
+        """The sampleable steps now: per env their count and the holes' parts in ``[lo,
+        hi)``, computed once for a draw's every use."""
+        sizes = (self.hi - self.lo).clamp_min(0)
+        if self.holes is None:
+            return Candidates(sizes, None)
+        spans = self.holes.clipped(self.lo, self.hi)
+        return Candidates(sizes - spans[1].sum(1), spans)
+
     def sizes(self) -> Tensor:
         """``(E,)`` sampleable steps per env."""
-        sizes = (self.hi - self.lo).clamp_min(0)
-        if self.holes is not None:
-            sizes = sizes - self.holes.clipped(self.lo, self.hi)[1].sum(1)
-        return sizes
+        return self.candidates().sizes
 
-    def unhole(self, env: Tensor, t: Tensor) -> Tensor:
+    def unhole(self, env: Tensor, t: Tensor, cands: Candidates) -> Tensor:
         """Steps ``lo + p`` of positions ``p`` among the sampleable steps of envs ``env``
-        (``[lo, hi)`` less the holes): ``t`` itself when no env has a hole."""
-        if self.holes is None:
+        (``[lo, hi)`` less the holes of ``cands``, from :meth:`candidates`): ``t`` itself
+        when no env has a hole."""
+        if cands.spans is None:
             return t
-        return self.holes.unhole(env, t, self.lo, self.hi)
+        return Holes.unhole(env, t, *cands.spans)
 
     def prune_holes(self, heads: np.ndarray[Any, Any]) -> None:
         """Forget holes wholly below ``heads`` (host lower bounds of each env's ``head``)."""
